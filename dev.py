@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Set up ringlab on a fresh machine and run it: the only two commands a newcomer needs.
+
+    python3 dev.py lab     # set everything up, then open the labs in JupyterLab
+    python3 dev.py test    # set everything up, then run every test (notebooks included)
+
+Everything goes into ./.venv (made on first use): ringlab itself, editable, with the extras
+named in pyproject.toml (MPI from the `mpich` wheel, so no system MPI is needed). Running a
+command again reinstalls only when pyproject.toml has changed since the last install, so both
+commands are safe to repeat. Extra arguments go to the tool underneath:
+
+    python3 dev.py test -k ring -x       # arguments for pytest
+    python3 dev.py lab --no-browser      # arguments for jupyter lab
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+EXTRAS = "mpi,lab,test"  # everything but the GPU extra, which needs a CUDA-specific cupy wheel
+STAMP = VENV / ".ringlab-installed"
+
+
+def venv_bin(name: str) -> Path:
+    """Path of an executable inside the virtual environment."""
+    sub = "Scripts" if os.name == "nt" else "bin"
+    suffix = ".exe" if os.name == "nt" else ""
+    return VENV / sub / f"{name}{suffix}"
+
+
+def wanted_stamp() -> str:
+    """What the install depends on: the package metadata, the extras and the Python version."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
+    digest.update(f"{EXTRAS} {sys.version_info[:2]}".encode())
+    return digest.hexdigest()
+
+
+def ensure_env() -> None:
+    """Create .venv and install ringlab into it, unless that is already done."""
+    if sys.version_info < (3, 10):
+        sys.exit(f"ringlab needs Python >= 3.10; this is {sys.version.split()[0]}")
+    python = venv_bin("python")
+    if not python.exists():
+        print(f"[dev] creating a virtual environment in {VENV}", flush=True)
+        try:
+            venv.create(VENV, with_pip=True)
+        except Exception as err:  # Debian ships venv without ensurepip unless python3-venv is installed
+            sys.exit(f"[dev] could not create {VENV}: {err}\n"
+                     "      On Debian/Ubuntu install the python3-venv package first.")
+    stamp = wanted_stamp()
+    if STAMP.exists() and STAMP.read_text() == stamp:
+        return
+    print(f"[dev] installing ringlab[{EXTRAS}] into {VENV} (first run: a few minutes)", flush=True)
+    run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+         "-e", f"{ROOT}[{EXTRAS}]"])
+    STAMP.write_text(stamp)
+
+
+def run(cmd: list[str]) -> None:
+    """Run a command from the repository root; stop with its exit code if it fails."""
+    code = subprocess.call(cmd, cwd=ROOT)
+    if code != 0:
+        sys.exit(code)
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in ("lab", "test", "setup"):
+        sys.exit(__doc__)
+    command, rest = argv[0], argv[1:]
+    ensure_env()
+    env_bin = str(venv_bin("python").parent)
+    os.environ["PATH"] = env_bin + os.pathsep + os.environ.get("PATH", "")  # mpiexec of the mpich wheel
+    os.environ["VIRTUAL_ENV"] = str(VENV)
+    if command == "test":
+        run([str(venv_bin("python")), "-m", "pytest", *rest])
+    elif command == "lab":
+        run([str(venv_bin("jupyter")), "lab", str(ROOT / "labs"), *rest])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,23 @@
+"""ringlab: build collectives from scratch, watch every chunk move, measure them.
+
+A collective is data: every algorithm is a builder returning a :class:`Schedule` (steps of
+concurrent chunk transfers), and one schedule drives the reference simulator, the MPI executor,
+the cost model and the widgets::
+
+    import ringlab as rl
+    ring = rl.build("allreduce.ring", 4)
+    outputs = rl.simulate(ring, [rank * np.ones(10) for rank in range(4)])
+    rl.traffic(ring, nbytes=1 << 20)        # bytes each rank sends and receives
+"""
+from .algorithms import ALGORITHMS, build
+from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
+                       make_schedule)
+from .simulate import ScheduleError, Simulation, check, holding_str, simulate, traffic
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
+    "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation",
+    "ScheduleError", "holding_str", "__version__",
+]

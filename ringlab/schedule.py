@@ -1,0 +1,285 @@
+"""The schedule model: a collective is data.
+
+A :class:`Schedule` is an ordered tuple of :class:`Step`; a step is a set of chunk
+:class:`Transfer` s that happen at the same time; a transfer moves one chunk of a rank's buffer
+to another rank, which either adds it to its own copy of that chunk (``"reduce"``) or replaces
+its copy (``"copy"``). A schedule also carries its :class:`Collective`: who holds input at the
+start and who must hold what at the end, stated as *provenance* (the set of ranks whose inputs
+a chunk contains). The simulator, the MPI executor, the cost model and the widgets all read the
+same schedule.
+
+Steps keep their transfers as small read-only integer arrays rather than Python objects, so a
+ring over thousands of ranks stays cheap; iterating a step still yields plain ``Transfer`` tuples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+REDUCE = "reduce"  # the receiver adds the chunk into its own copy
+COPY = "copy"      # the receiver replaces its copy with the chunk
+OPS = (REDUCE, COPY)
+
+COLLECTIVES = ("reduce", "broadcast", "allreduce", "reduce_scatter", "allgather")
+
+
+def chunk_bounds(count: int, nchunks: int) -> np.ndarray:
+    """Offsets of ``nchunks`` near-equal contiguous slices of ``count`` elements (numpy.array_split's rule).
+
+    The first ``count % nchunks`` chunks get one element more; when ``count < nchunks`` the last
+    chunks are empty. Chunk ``c`` is ``buffer[bounds[c]:bounds[c + 1]]``.
+    """
+    if count < 0 or nchunks < 1:
+        raise ValueError(f"need count >= 0 and nchunks >= 1, got count={count}, nchunks={nchunks}")
+    quotient, extra = divmod(count, nchunks)
+    sizes = np.full(nchunks, quotient, dtype=np.int64)
+    sizes[:extra] += 1
+    return np.concatenate(([0], np.cumsum(sizes)))
+
+
+class Transfer(NamedTuple):
+    """One chunk moving from ``src`` to ``dst``: ``op`` is ``"reduce"`` (add in) or ``"copy"`` (replace)."""
+
+    src: int
+    dst: int
+    chunk: int
+    op: str = REDUCE
+
+
+def _readonly(values, dtype) -> np.ndarray:
+    array = np.array(values, dtype=dtype, copy=True).reshape(-1)
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """Transfers that happen at the same time; they all read the state left by the previous step.
+
+    Build one from transfers with :meth:`of`, or from columns with :meth:`columns`.
+    """
+
+    src: np.ndarray     # sending rank of each transfer
+    dst: np.ndarray     # receiving rank
+    chunk: np.ndarray   # chunk index
+    reduce: np.ndarray  # True: add into the receiver's copy; False: replace it
+    label: str = ""     # what the step is part of, e.g. "reduce-scatter"
+
+    def __post_init__(self):
+        columns = {name: _readonly(getattr(self, name), bool if name == "reduce" else np.int64)
+                   for name in ("src", "dst", "chunk", "reduce")}
+        lengths = {len(column) for column in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"step columns differ in length: { {k: len(v) for k, v in columns.items()} }")
+        for name, column in columns.items():
+            object.__setattr__(self, name, column)
+
+    @classmethod
+    def of(cls, transfers: Iterable, label: str = "") -> "Step":
+        """A step from transfers: ``Transfer`` s or plain ``(src, dst, chunk[, op])`` tuples."""
+        rows = [Transfer(*t) for t in transfers]
+        for t in rows:
+            if t.op not in OPS:
+                raise ValueError(f"transfer {tuple(t)}: op must be 'reduce' or 'copy', not {t.op!r}")
+        return cls(src=[t.src for t in rows], dst=[t.dst for t in rows], chunk=[t.chunk for t in rows],
+                   reduce=[t.op == REDUCE for t in rows], label=label)
+
+    @classmethod
+    def columns(cls, src, dst, chunk, op: str, label: str = "") -> "Step":
+        """A step from array-likes (scalars broadcast) that all share one ``op``."""
+        if op not in OPS:
+            raise ValueError(f"op must be 'reduce' or 'copy', not {op!r}")
+        src, dst, chunk = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (src, dst, chunk)))
+        return cls(src=src, dst=dst, chunk=chunk, reduce=np.full(src.shape, op == REDUCE), label=label)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __iter__(self) -> Iterator[Transfer]:
+        for s, d, c, r in zip(self.src.tolist(), self.dst.tolist(), self.chunk.tolist(), self.reduce.tolist()):
+            yield Transfer(s, d, c, REDUCE if r else COPY)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self.label == other.label and all(
+            np.array_equal(getattr(self, n), getattr(other, n)) for n in ("src", "dst", "chunk", "reduce"))
+
+    __hash__ = None  # mutable-looking arrays inside: compare, don't hash
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{t.src}->{t.dst}:c{t.chunk}{'+' if t.op == REDUCE else '='}"
+                          for t in list(self)[:6])
+        more = f", ... ({len(self)} transfers)" if len(self) > 6 else ""
+        return f"Step({self.label!r}: {shown}{more})"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """What a schedule must achieve, as provenance: which ranks' inputs each chunk holds.
+
+    - ``reduce``: every rank starts with its own data; ``root`` must end with the sum of all.
+    - ``broadcast``: only ``root`` starts with data; every rank must end with root's.
+    - ``allreduce``: every rank starts with its own data and must end with the sum of all.
+    - ``reduce_scatter``: every rank starts with its own data; the owner of each chunk must end
+      with that chunk's sum of all.
+    - ``allgather``: each chunk starts only at its owner; every rank must end with every chunk.
+
+    ``owners[c]`` is the rank that owns chunk ``c`` (reduce_scatter and allgather only).
+    """
+
+    kind: str
+    nranks: int
+    nchunks: int
+    root: int | None = None
+    owners: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if self.kind not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.kind!r}; expected one of {', '.join(COLLECTIVES)}")
+        check_count("nranks", self.nranks)
+        check_count("nchunks", self.nchunks)
+        if self.kind in ("reduce", "broadcast"):
+            check_root(self.root, self.nranks)
+        elif self.root is not None:
+            raise ValueError(f"{self.kind} has no root (got root={self.root})")
+        if self.kind in ("reduce_scatter", "allgather"):
+            owners = tuple(range(self.nranks)) if self.owners is None else tuple(int(o) for o in self.owners)
+            if len(owners) != self.nchunks:
+                raise ValueError(f"{self.kind} needs one owner per chunk: {len(owners)} owners for {self.nchunks} chunks")
+            bad = [o for o in owners if not 0 <= o < self.nranks]
+            if bad:
+                raise ValueError(f"chunk owners must be ranks 0..{self.nranks - 1}, got {bad[0]}")
+            object.__setattr__(self, "owners", owners)
+        elif self.owners is not None:
+            raise ValueError(f"{self.kind} has no chunk owners")
+
+    @property
+    def everyone(self) -> frozenset[int]:
+        return frozenset(range(self.nranks))
+
+    def start(self, rank: int, chunk: int) -> frozenset[int]:
+        """Whose inputs ``rank`` holds in ``chunk`` before the first step (empty: no data)."""
+        if self.kind == "broadcast":
+            return frozenset({rank}) if rank == self.root else frozenset()
+        if self.kind == "allgather":
+            return frozenset({rank}) if rank == self.owners[chunk] else frozenset()
+        return frozenset({rank})
+
+    def end(self, rank: int, chunk: int) -> frozenset[int] | None:
+        """Whose inputs ``rank`` must hold in ``chunk`` after the last step (None: anything)."""
+        if self.kind == "reduce":
+            return self.everyone if rank == self.root else None
+        if self.kind == "broadcast":
+            return frozenset({self.root})
+        if self.kind == "allreduce":
+            return self.everyone
+        if self.kind == "reduce_scatter":
+            return self.everyone if rank == self.owners[chunk] else None
+        return frozenset({self.owners[chunk]})  # allgather
+
+    def start_table(self) -> tuple[tuple[frozenset[int], ...], ...]:
+        """``start`` for every rank (rows) and chunk (columns)."""
+        return tuple(tuple(self.start(r, c) for c in range(self.nchunks)) for r in range(self.nranks))
+
+    def end_table(self) -> tuple[tuple[frozenset[int] | None, ...], ...]:
+        """``end`` for every rank (rows) and chunk (columns)."""
+        return tuple(tuple(self.end(r, c) for c in range(self.nchunks)) for r in range(self.nranks))
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A collective as data: ``steps`` of concurrent chunk transfers that achieve ``collective``.
+
+    ``name`` is the registered algorithm (``"allreduce.ring"``) or anything a learner likes;
+    ``options`` records how it was built (root, segments, servers).
+    """
+
+    collective: Collective
+    steps: tuple[Step, ...]
+    name: str = "custom"
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        steps = tuple(s if isinstance(s, Step) else Step.of(s) for s in self.steps)
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        n, k = self.nranks, self.nchunks
+        for index, step in enumerate(steps):
+            for column, limit, what in ((step.src, n, "rank"), (step.dst, n, "rank"), (step.chunk, k, "chunk")):
+                bad = np.flatnonzero((column < 0) | (column >= limit))
+                if len(bad):
+                    t = list(step)[bad[0]]
+                    raise ValueError(f"step {index}: transfer {tuple(t)} names {what} {int(column[bad[0]])}, "
+                                     f"but the schedule has {what}s 0..{limit - 1}")
+            same = np.flatnonzero(step.src == step.dst)
+            if len(same):
+                raise ValueError(f"step {index}: rank {int(step.src[same[0]])} sends chunk "
+                                 f"{int(step.chunk[same[0]])} to itself")
+
+    @property
+    def nranks(self) -> int:
+        return self.collective.nranks
+
+    @property
+    def nchunks(self) -> int:
+        return self.collective.nchunks
+
+    @property
+    def root(self) -> int | None:
+        """The collective's root, or the rank an allreduce was routed through (naive, tree)."""
+        return self.collective.root if self.collective.root is not None else self.options.get("root")
+
+    @property
+    def num_transfers(self) -> int:
+        return sum(len(step) for step in self.steps)
+
+    def transfers(self) -> Iterator[tuple[int, Transfer]]:
+        """Every transfer with its step index, in step order."""
+        for index, step in enumerate(self.steps):
+            for t in step:
+                yield index, t
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __repr__(self) -> str:
+        opts = "".join(f", {k}={v}" for k, v in self.options.items())
+        return (f"Schedule({self.name!r}, nranks={self.nranks}{opts}: {self.nchunks} chunks, "
+                f"{len(self.steps)} steps, {self.num_transfers} transfers)")
+
+
+def make_schedule(collective: str, nranks: int, nchunks: int, steps: Sequence, *, root: int | None = None,
+                  owners: Sequence[int] | None = None, name: str = "custom", **options) -> Schedule:
+    """A schedule from plain data, the way a learner writes one.
+
+    ``steps`` is a list of steps, each a list of ``(src, dst, chunk, op)`` tuples (``op`` is
+    ``"reduce"`` or ``"copy"``) or a ready :class:`Step`::
+
+        make_schedule("allreduce", 2, 1, [[(0, 1, 0, "reduce")], [(1, 0, 0, "copy")]])
+    """
+    steps = [s if isinstance(s, Step) else Step.of(s) for s in steps]
+    return Schedule(Collective(collective, nranks, nchunks, root=root,
+                               owners=None if owners is None else tuple(owners)),
+                    tuple(steps), name=name, options=options)
+
+
+def check_count(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int, or a ValueError saying why it is not a valid ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_root(root, nranks: int) -> int:
+    """``root`` as an int, or a ValueError when it is not one of ``nranks`` ranks."""
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        raise ValueError(f"root must be an integer rank, got {root!r}")
+    if not 0 <= root < nranks:
+        raise ValueError(f"root must be in 0..{nranks - 1} for {nranks} ranks, got {root}")
+    return int(root)

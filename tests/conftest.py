@@ -1,0 +1,35 @@
+"""Shared helpers: every registered algorithm with every option worth trying."""
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+import ringlab as rl
+from ringlab.algorithms import options_of
+
+settings.register_profile("ci", max_examples=150, deadline=None)
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def variants(name: str, nranks: int, roots=None):
+    """Option dicts for ``name`` on ``nranks`` ranks: every root, several segment counts, every server count."""
+    accepted = options_of(name)
+    roots = range(nranks) if roots is None else roots
+    out = [{}]
+    if "root" in accepted:
+        out = [{"root": r} for r in roots]
+    if "segments" in accepted:
+        out = [dict(o, segments=s) for o in out for s in sorted({1, 2, 3, 7, nranks})]
+    if "servers" in accepted:
+        out = [dict(o, servers=m) for o in out for m in range(1, nranks + 1)]
+    return out
+
+
+def all_schedules(max_ranks: int = 16, roots=None):
+    """(name, nranks, options) for every algorithm, 1..max_ranks ranks and every variant."""
+    for name in sorted(rl.ALGORITHMS):
+        for nranks in range(1, max_ranks + 1):
+            for opts in variants(name, nranks, roots):
+                yield name, nranks, opts

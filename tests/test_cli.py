@@ -1,0 +1,70 @@
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import ringlab as rl
+from ringlab.cli import main
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "ringlab", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_demo_prints_the_ring_with_the_textbook_chunk_indices():
+    done = run_cli("demo", "--algorithm", "allreduce.ring", "-n", "4")
+    assert done.returncode == 0, done.stderr
+    blocks = done.stdout.split("\nStep ")[1:]
+    assert len(blocks) == 6
+    for index, block in enumerate(blocks):
+        moves = re.findall(r"rank +(\d) -> rank +(\d) +chunk (\d)", block)
+        assert len(moves) == 4
+        i, phase = (index, "reduce-scatter") if index < 3 else (index - 3, "allgather")
+        assert block.startswith(f"{index} ({phase}, i={i})")
+        for src, dst, chunk in moves:
+            j = int(src)
+            want = (j - i) % 4 if phase == "reduce-scatter" else (j - i + 1) % 4
+            assert (int(dst), int(chunk)) == ((j + 1) % 4, want)
+    # what each rank holds after step 0 and at the end, as provenance
+    assert re.search(r"rank  1  \*r0\+r1 ", blocks[0])
+    final = blocks[-1].split("Afterwards:")[1]
+    assert final.count("r0+r1+r2+r3") == 16
+    assert "Checked: the end state is what allreduce promises." in done.stdout
+    assert re.search(r"^ +0 +1\.5 MiB +1\.5 MiB +1\.500 +1\.500$", done.stdout, flags=re.M)
+
+
+@pytest.mark.parametrize("name", sorted(rl.ALGORITHMS))
+def test_demo_runs_every_algorithm(name, capsys):
+    assert main(["demo", "-a", name, "-n", "5", "-b", "4K"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{name} (") and "Traffic for a buffer of K = 4 KiB" in out
+
+
+def test_help_lists_every_algorithm():
+    done = run_cli("demo", "--help")
+    assert done.returncode == 0
+    for name in rl.ALGORITHMS:
+        assert name in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["demo", "-a", "allreduce.rnig"], "did you mean 'allreduce.ring'"),
+    (["demo", "-a", "reduce.tree", "--root", "9"], "root must be in 0..3 for 4 ranks, got 9"),
+    (["demo", "-n", "0"], "nranks must be >= 1, got 0"),
+    (["demo", "-a", "allreduce.ps", "--servers", "5"], "servers must be in 1..4"),
+    (["demo", "-b", "lots"], "cannot read 'lots' as a size"),
+])
+def test_bad_arguments_exit_2_with_a_message(args, message):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_installed_entry_point():
+    exe = os.path.join(os.path.dirname(sys.executable), "ringlab")
+    if not os.path.exists(exe):
+        pytest.skip("ringlab is not installed as a command in this environment")
+    done = subprocess.run([exe, "demo", "-a", "broadcast.tree", "-n", "3"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "broadcast.tree" in done.stdout
