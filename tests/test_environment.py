@@ -1,0 +1,84 @@
+"""The ways of installing ringlab agree: pyproject.toml, environment.yml, binder/, README, CI."""
+import re
+import stat
+import sys
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRAS_IN_CONDA = ("mpi", "lab", "test")  # gpu is left out: the cupy build depends on the CUDA version
+CONDA_NAMES = {"torch": "pytorch"}  # PyPI name -> conda-forge name, where they differ
+
+
+def pyproject_requirements() -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra in EXTRAS_IN_CONDA:
+        lines += project["optional-dependencies"][extra]
+    wanted = {}
+    for line in lines:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"python_version": "3.13"}):
+            continue  # a backport for old Pythons only
+        wanted[CONDA_NAMES.get(req.name.lower(), req.name.lower())] = str(req.specifier)
+    return wanted
+
+
+def conda_requirements(path: Path) -> dict[str, str]:
+    spec = yaml.safe_load(path.read_text())
+    assert spec["channels"] == ["conda-forge"]
+    found = {}
+    for dep in spec["dependencies"]:
+        assert isinstance(dep, str), f"{path.name}: unexpected entry {dep!r}"
+        name, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*(.*)", dep).groups()
+        found[name.lower()] = version.replace(" ", "")
+    return found
+
+
+def test_environment_yml_matches_pyproject():
+    found = conda_requirements(ROOT / "environment.yml")
+    assert found.pop("python") == ">=3.10"
+    found.pop("pip")
+    assert found == pyproject_requirements()
+
+
+def test_binder_environment_matches_the_root_one():
+    assert conda_requirements(ROOT / "binder" / "environment.yml") == conda_requirements(ROOT / "environment.yml")
+
+
+def test_binder_postbuild_installs_ringlab_and_stops_on_errors():
+    post = ROOT / "binder" / "postBuild"
+    lines = [line.strip() for line in post.read_text().splitlines()]
+    assert lines[0].startswith("#!") and "set -e" in lines
+    assert any(re.fullmatch(r"pip install .*(-e )?\.", line) for line in lines)
+    assert post.stat().st_mode & stat.S_IXUSR
+
+
+def test_requires_python_matches():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.10"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^(python3 dev\.py \w+)", readme, flags=re.M)
+    assert "python3 dev.py lab" in commands and "python3 dev.py test" in commands
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "python3 dev.py test" in ci
+
+
+def test_notebooks_are_committed_without_outputs():
+    import nbformat
+
+    for path in sorted((ROOT / "labs").glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name} has outputs"
