@@ -80,7 +80,8 @@ def main(argv: list[str]) -> None:
     if command == "test":
         run([str(venv_bin("python")), "-m", "pytest", *rest])
     elif command == "lab":
-        run([str(venv_bin("jupyter")), "lab", str(ROOT / "labs"), *rest])
+        as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers
+        run([str(venv_bin("jupyter")), "lab", str(ROOT / "labs"), *as_root, *rest])
 
 
 if __name__ == "__main__":
