@@ -8,16 +8,23 @@ the cost model and the widgets::
     ring = rl.build("allreduce.ring", 4)
     outputs = rl.simulate(ring, [rank * np.ones(10) for rank in range(4)])
     rl.traffic(ring, nbytes=1 << 20)        # bytes each rank sends and receives
+
+and on MPI ranks (``mpiexec -n 4 python -m mpi4py script.py``)::
+
+    total = rl.allreduce(x, algorithm="ring")
 """
 from .algorithms import ALGORITHMS, build
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
 from .simulate import ScheduleError, Simulation, check, holding_str, simulate, traffic
+from .executor import StepTimeout, Trace
+from .collectives import allreduce, broadcast, execute, reduce
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation",
-    "ScheduleError", "holding_str", "__version__",
+    "ScheduleError", "holding_str", "allreduce", "reduce", "broadcast", "execute", "StepTimeout",
+    "Trace", "__version__",
 ]

@@ -1,0 +1,211 @@
+"""Collectives on real MPI ranks: ``rl.allreduce``, ``rl.reduce``, ``rl.broadcast`` and ``rl.execute``.
+
+Call them on every rank of a communicator (a script under ``mpiexec -n 4 python -m mpi4py``, or
+ipyparallel MPI engines), each with its own numpy or cupy array. ``algorithm`` is a short name
+within the collective (``"ring"``, ``"naive"``, ``"ps"``, ``"tree"``, ``"rhd"``, ``"chain"``...),
+a full registered name (``"allreduce.ring"``) or a Schedule of your own.
+
+Before any data moves the ranks compare what they were given (size, dtype, algorithm, root) and
+all raise the same ValueError if they disagree (``check=False`` skips this). ``timeout=`` turns
+a step that never finishes into a StepTimeout naming the step and the peer. Run scripts as
+``python -m mpi4py script.py``: then an exception on one rank aborts the whole job instead of
+leaving the others waiting.
+"""
+from __future__ import annotations
+
+import json
+import time
+from functools import lru_cache
+
+import numpy as np
+
+from .algorithms import ALGORITHMS, build, options_of
+from .devices import array_module, bind_device, cupy_module, is_device_array, synchronize
+from .executor import StepTimeout, Trace, Tracer, compile_plan, run_plan
+from .schedule import Schedule, chunk_bounds
+from .transports import IpcRunner, choose, make_ops
+
+_META_BYTES = 512
+
+
+def _world(comm):
+    if comm is None:
+        from mpi4py import MPI
+        return MPI.COMM_WORLD
+    return comm
+
+
+@lru_cache(maxsize=512)
+def _built(name: str, nranks: int, options: tuple) -> Schedule:
+    return build(name, nranks, **dict(options))
+
+
+def resolve(kind: str, algorithm, nranks: int, **options) -> Schedule:
+    """The schedule for collective ``kind``: ``algorithm`` as a short name, a full name or a Schedule."""
+    if isinstance(algorithm, Schedule):
+        if algorithm.collective.kind != kind:
+            raise ValueError(f"this schedule is for {algorithm.collective.kind}, not {kind}")
+        if algorithm.nranks != nranks:
+            raise ValueError(f"this schedule is for {algorithm.nranks} ranks; the communicator has {nranks}")
+        root = options.get("root")
+        if root is not None and algorithm.collective.root is not None and algorithm.collective.root != root:
+            raise ValueError(f"this schedule has root {algorithm.collective.root}, but root={root} was asked for")
+        return algorithm
+    if not isinstance(algorithm, str):
+        raise ValueError(f"algorithm must be a name or a Schedule, got {algorithm!r}")
+    name = algorithm if "." in algorithm else f"{kind}.{algorithm}"
+    mine = sorted(n for n in ALGORITHMS if n.startswith(kind + "."))
+    if name not in mine:
+        short = ", ".join(n.split(".", 1)[1] for n in mine)
+        raise ValueError(f"unknown {kind} algorithm {algorithm!r}; choose one of: {short}")
+    takes = options_of(name)
+    for key, value in options.items():
+        if value is not None and key not in takes:
+            raise ValueError(f"{name} does not take {key}= (it takes: {', '.join(takes) or 'no options'})")
+    chosen = tuple(sorted((k, v) for k, v in options.items() if v is not None))
+    return _built(name, nranks, chosen)
+
+
+def _describe(x) -> dict:
+    """What the ranks must agree on about their arrays, without trusting that x is one."""
+    return {"type": type(x).__name__, "shape": list(getattr(x, "shape", ())), "dtype": str(getattr(x, "dtype", "-"))}
+
+
+def _agree(comm, what: str, fields: dict, timeout: float | None) -> None:
+    """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch."""
+    text = json.dumps(fields, sort_keys=True, default=str).encode()[:_META_BYTES]
+    mine = np.zeros(_META_BYTES, np.uint8)
+    mine[:len(text)] = np.frombuffer(text, np.uint8)
+    everyone = np.zeros((comm.Get_size(), _META_BYTES), np.uint8)
+    request = comm.Iallgather(mine, everyone)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not request.Test():
+        if deadline is not None and time.monotonic() > deadline:
+            raise StepTimeout(f"rank {comm.Get_rank()}: {what}: not every rank of the communicator called it "
+                              f"within {timeout:g} s")
+    seen = [json.loads(bytes(row).rstrip(b"\0").decode()) for row in everyone]
+    for rank, theirs in enumerate(seen):
+        if theirs != seen[0]:
+            detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {rank} has {theirs.get(k)}"
+                               for k in sorted(seen[0]) if seen[0].get(k) != theirs.get(k))
+            raise ValueError(f"{what}: the ranks disagree ({detail})")
+
+
+def _run(kind: str, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, check: bool,
+         trace: bool, timeout: float | None, what: str):
+    """Agree on the arguments (so a mistake raises on every rank alike), then build and execute."""
+    comm = _world(comm)
+    if check:
+        label = f"{algorithm.name} ({len(algorithm.steps)} steps)" if isinstance(algorithm, Schedule) else algorithm
+        _agree(comm, what, {**_describe(x), "algorithm": label, "transport": transport, "in_place": in_place,
+                            **options}, timeout)
+    if "root" in options and kind in ("reduce", "broadcast"):
+        root, size = options["root"], comm.Get_size()
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+            raise ValueError(f"{what}: root must be a rank in 0..{size - 1}, got {root!r}")
+    schedule = resolve(kind, algorithm, comm.Get_size(), **options)
+    return execute(schedule, x, comm, transport, in_place=in_place, check=False, trace=trace, timeout=timeout,
+                   _what=what)
+
+
+def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False,
+            check: bool = True, trace: bool = False, timeout: float | None = None, _what: str = "rl.execute"):
+    """Run ``schedule`` on this rank's array ``x``; return the array this rank ends with.
+
+    The input is left untouched unless ``in_place=True``. With ``trace=True`` return
+    ``(array, trace)``: rank 0's trace holds every rank's transfers, the others their own.
+    """
+    comm = _world(comm)
+    if check:
+        _agree(comm, _what, {**_describe(x), "algorithm": schedule.name, "steps": len(schedule.steps),
+                             "transport": transport, "in_place": in_place}, timeout)
+    if schedule.nranks != comm.Get_size():
+        raise ValueError(f"{_what}: the schedule is for {schedule.nranks} ranks; the communicator has {comm.Get_size()}")
+    if not hasattr(x, "dtype") or not hasattr(x, "shape") or x.dtype.kind not in "biufc":
+        raise ValueError(f"{_what}: x must be a numeric numpy or cupy array, got {type(x).__name__}")
+    if is_device_array(x):
+        bind_device(comm)
+    xp = array_module(x)
+    name = choose(x, comm, transport)
+    if in_place:
+        if not x.flags.c_contiguous:
+            raise ValueError(f"{_what}: in_place=True needs a C-contiguous array")
+        out = x
+    else:
+        out = xp.array(x, order="C", copy=True)
+    flat = out.reshape(-1)
+    count, itemsize = flat.size, flat.dtype.itemsize
+    staged = name == "ipc" or (name == "host" and xp is not np)
+    plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged)
+    tracer = None
+    if trace:
+        from mpi4py import MPI
+        comm.Barrier()
+        start = MPI.Wtime()
+        tracer = Tracer(comm.Get_rank(), itemsize, lambda: MPI.Wtime() - start)
+    synchronize(flat)
+    if name == "ipc":
+        runner = _ipc_runner(comm, count, flat.dtype)
+        runner.work[:count] = flat
+        runner.run(plan, timeout)
+        flat[...] = runner.work[:count]
+    else:
+        ops = make_ops(name, xp, plan, flat.dtype)
+        run_plan(plan, flat, ops, comm, timeout=timeout, tracer=tracer, bounds=chunk_bounds(count, schedule.nchunks))
+    if not trace:
+        return out
+    rows = comm.gather(tracer.rows, root=0)
+    mine = [r for part in rows for r in part] if comm.Get_rank() == 0 else tracer.rows
+    return out, Trace(mine, schedule, clock="host (MPI.Wtime after a barrier)")
+
+
+_IPC: dict[tuple, IpcRunner] = {}
+
+
+def _ipc_runner(comm, count: int, dtype) -> IpcRunner:
+    """One persistent IPC work buffer per (communicator, size, dtype): handles are exchanged once."""
+    key = (comm.py2f(), count, np.dtype(dtype).str)
+    if key not in _IPC:
+        _IPC[key] = IpcRunner(cupy_module(), comm, count, dtype)
+    return _IPC[key]
+
+
+def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
+              check: bool = True, trace: bool = False, timeout: float | None = None, root: int | None = None,
+              servers: int | None = None):
+    """Sum ``x`` over all ranks; every rank gets the sum (a new array of the same type and shape).
+
+    ``algorithm``: ``"ring"`` (default), ``"naive"`` (through ``root``), ``"ps"`` (``servers``
+    shards), ``"tree"``, ``"rhd"``, a full name, or a Schedule.
+    """
+    options = {k: v for k, v in (("root", root), ("servers", servers)) if v is not None}
+    return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
+                timeout=timeout, what="rl.allreduce")
+
+
+def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto", *, in_place: bool = False,
+           check: bool = True, trace: bool = False, timeout: float | None = None, segments: int | None = None):
+    """Sum ``x`` over all ranks onto ``root``; the root gets the sum, every other rank None.
+
+    ``algorithm``: ``"tree"`` (default), ``"direct"``, ``"chain"`` (``segments``), a full name,
+    or a Schedule. With ``in_place=True`` the other ranks' arrays hold partial sums afterwards.
+    """
+    options = {"root": root, **({"segments": segments} if segments is not None else {})}
+    result = _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
+                  timeout=timeout, what="rl.reduce")
+    out, table = result if trace else (result, None)
+    out = out if _world(comm).Get_rank() == root else None
+    return (out, table) if trace else out
+
+
+def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | None = None,
+              transport: str = "auto", *, in_place: bool = False, check: bool = True, trace: bool = False,
+              timeout: float | None = None):
+    """Copy root's ``x`` to every rank; every rank passes an array of the same shape and dtype.
+
+    ``algorithm``: ``"chain"`` (default, pipelined in ``segments`` pieces), ``"tree"``,
+    ``"direct"``, a full name, or a Schedule.
+    """
+    options = {"root": root, **({"segments": segments} if segments is not None else {})}
+    return _run("broadcast", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
+                timeout=timeout, what="rl.broadcast")

@@ -1,0 +1,87 @@
+"""Devices: numpy or cupy, which GPU a rank uses, and where its bytes live.
+
+On a machine without a GPU (or without cupy) everything is numpy, silently: that is the default
+every lab must work on. With GPUs, each rank binds to one by its node-local rank, so ranks on
+one node spread over the GPUs it can see (``CUDA_VISIBLE_DEVICES`` masks and renumbers them) and
+several ranks may share one GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+
+@functools.lru_cache(maxsize=None)
+def cupy_module():
+    """The cupy module when it imports and sees at least one GPU, else None."""
+    try:
+        import cupy
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+        return cupy
+    except Exception:  # not installed, no driver, no device: all mean "no GPU here"
+        return None
+
+
+def gpu_count() -> int:
+    """GPUs this process can see (after CUDA_VISIBLE_DEVICES)."""
+    cp = cupy_module()
+    return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
+
+
+def is_device_array(x) -> bool:
+    """True for a cupy array (or anything else exposing __cuda_array_interface__)."""
+    return hasattr(x, "__cuda_array_interface__")
+
+
+def array_module(x):
+    """numpy or cupy, whichever ``x`` belongs to."""
+    if is_device_array(x):
+        cp = cupy_module()
+        if cp is None:
+            raise ValueError("got a GPU array, but cupy cannot see a GPU in this process")
+        return cp
+    return np
+
+
+def local_comm(comm):
+    """The ranks of ``comm`` that share this node (MPI's shared-memory split), cached per communicator."""
+    from mpi4py import MPI
+
+    key = comm.py2f()
+    if key not in _LOCAL:
+        _LOCAL[key] = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    return _LOCAL[key]
+
+
+_LOCAL: dict[int, object] = {}
+
+
+def bind_device(comm=None) -> int | None:
+    """Make this rank use GPU ``local_rank % gpu_count()``; return its index, or None without GPUs."""
+    cp = cupy_module()
+    if cp is None:
+        return None
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    device = local_comm(comm).Get_rank() % gpu_count()
+    cp.cuda.Device(device).use()
+    return device
+
+
+def synchronize(x) -> None:
+    """Wait for the GPU work on ``x``'s device, so MPI sees finished data (no-op for numpy)."""
+    if is_device_array(x):
+        cupy_module().cuda.get_current_stream().synchronize()
+
+
+def pinned_empty(nelems: int, dtype) -> np.ndarray:
+    """A numpy array in page-locked host memory (plain memory without a GPU)."""
+    cp = cupy_module()
+    dtype = np.dtype(dtype)
+    if cp is None:
+        return np.empty(nelems, dtype)
+    memory = cp.cuda.alloc_pinned_memory(max(1, nelems) * dtype.itemsize)
+    return np.frombuffer(memory, dtype, nelems)

@@ -1,0 +1,43 @@
+"""Failure cases, one per mode (argv[1]); each rank prints what it saw. Run under mpiexec."""
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import ringlab as rl
+
+comm = MPI.COMM_WORLD
+rank = comm.Get_rank()
+mode = sys.argv[1]
+
+if mode == "sizes":  # rank 1 brings a different size: everyone raises the same error
+    x = np.ones(10 if rank != 1 else 11)
+    try:
+        rl.allreduce(x, "ring", timeout=30)
+    except ValueError as err:
+        print(f"rank {rank}: {err}", flush=True)
+elif mode == "dtypes":
+    x = np.ones(10, dtype=np.float32 if rank == 0 else np.float64)
+    try:
+        rl.broadcast(x, 0, "tree", timeout=30)
+    except ValueError as err:
+        print(f"rank {rank}: {err}", flush=True)
+elif mode == "root":  # an impossible root: every rank says so
+    try:
+        rl.reduce(np.ones(4), root=comm.Get_size(), timeout=30)
+    except ValueError as err:
+        print(f"rank {rank}: {err}", flush=True)
+elif mode == "raise":  # one rank fails before the collective: the job must end, not hang
+    if rank == 1:
+        raise RuntimeError("boom on rank 1")
+    rl.allreduce(np.ones(1000), "ring")
+elif mode in ("stuck", "absent"):  # rank 2 never joins: a timeout names the step and the peer
+    if rank == 2:
+        time.sleep(60)
+    else:
+        try:
+            rl.allreduce(np.ones(30), "ring", timeout=1.0, check=(mode == "absent"))
+        except rl.StepTimeout as err:
+            print(f"rank {rank}: {err}", flush=True)
+    comm.Abort(3)

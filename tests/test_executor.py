@@ -1,0 +1,131 @@
+"""The executor on real MPI processes: every algorithm against MPI's own collectives, failure cases, traces."""
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ringlab as rl
+from ringlab.executor import compile_plan
+from ringlab.launch import run_mpi
+
+HERE = Path(__file__).parent / "mpi"
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4, 7])
+def test_every_algorithm_matches_mpi(nranks):
+    done = run_mpi(nranks, [str(HERE / "check_collectives.py")], timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"ok {nranks} ranks" in done.stdout
+
+
+def lines_by_rank(stdout: str) -> dict[int, str]:
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("rank "):
+            head, _, text = line.partition(": ")
+            out[int(head.split()[1])] = text
+    return out
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_different_sizes_raise_the_same_error_everywhere(nranks):
+    done = run_mpi(nranks, [str(HERE / "failures.py"), "sizes"], timeout=60)
+    seen = lines_by_rank(done.stdout)
+    assert sorted(seen) == list(range(nranks)), done.stderr
+    assert len(set(seen.values())) == 1
+    expected = "rl.allreduce: the ranks disagree (shape: rank 0 has [10], rank 1 has [11])"
+    assert seen[0] == expected
+
+
+def test_different_dtypes_raise_the_same_error_everywhere():
+    done = run_mpi(3, [str(HERE / "failures.py"), "dtypes"], timeout=60)
+    seen = lines_by_rank(done.stdout)
+    assert set(seen.values()) == {"rl.broadcast: the ranks disagree (dtype: rank 0 has float32, rank 1 has float64)"}
+    assert len(seen) == 3
+
+
+def test_a_bad_root_raises_on_every_rank():
+    done = run_mpi(3, [str(HERE / "failures.py"), "root"], timeout=60)
+    seen = lines_by_rank(done.stdout)
+    assert seen == {r: "rl.reduce: root must be a rank in 0..2, got 3" for r in range(3)}
+
+
+def test_an_exception_on_one_rank_ends_the_job():
+    start = time.monotonic()
+    done = run_mpi(3, [str(HERE / "failures.py"), "raise"], timeout=60)
+    assert done.returncode != 0
+    assert "boom on rank 1" in done.stderr
+    assert time.monotonic() - start < 30
+
+
+def test_a_stuck_step_times_out_naming_step_and_peer():
+    start = time.monotonic()
+    done = run_mpi(3, [str(HERE / "failures.py"), "stuck"], timeout=60)
+    seen = lines_by_rank(done.stdout)
+    assert seen[0] == ("rank 0: step 0 (reduce-scatter) did not finish within 1 s: "
+                       "still waiting to receive chunk 2 from rank 2")
+    assert time.monotonic() - start < 30
+
+
+def test_a_missing_rank_times_out_in_the_argument_check():
+    done = run_mpi(3, [str(HERE / "failures.py"), "absent"], timeout=60)
+    seen = lines_by_rank(done.stdout)
+    assert seen[0] == "rank 0: rl.allreduce: not every rank of the communicator called it within 1 s"
+
+
+def test_trace_has_a_row_for_each_side_of_each_transfer():
+    done = run_mpi(3, [str(HERE / "trace.py")], timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    ring = rl.build("allreduce.ring", 3)
+    assert len(rows) == 2 * ring.num_transfers
+    for step_index, step in enumerate(ring.steps):
+        for t in step:
+            sent = [r for r in rows if r["step"] == step_index and r["rank"] == t.src and r["kind"] == "send"]
+            got = [r for r in rows if r["step"] == step_index and r["rank"] == t.dst and r["kind"] == "recv"]
+            assert [(r["peer"], r["chunk"]) for r in sent if r["chunk"] == t.chunk] == [(t.dst, t.chunk)]
+            assert [(r["peer"], r["chunk"]) for r in got if r["chunk"] == t.chunk] == [(t.src, t.chunk)]
+    assert all(0 <= r["start"] <= r["end"] for r in rows)
+    assert all(r["nbytes"] in (3336, 3328) for r in rows)  # 1250 float64 over 3 chunks: 417, 417, 416 elements
+
+
+def test_plans_merge_neighbouring_chunks_and_segment_reductions():
+    rhd = rl.build("allreduce.rhd", 4)
+    plan = compile_plan(rhd, 0, 4000, 8)
+    first = plan.steps[0]
+    # rank 0 keeps chunks 0-1 and sends chunks 2-3 to rank 2 as one message
+    assert [(m.peer, m.lo, m.hi, m.first, m.last) for m in first.sends] == [(2, 2000, 4000, 2, 3)]
+    big = compile_plan(rl.build("allreduce.ring", 2), 1, 1 << 20, 8)  # 4 MiB chunks, 1 MiB segments
+    assert len(big.steps[0].recvs) == 4 and all(m.reduce for m in big.steps[0].recvs)
+    assert big.scratch == 1 << 19
+    assert not big.steps[1].recvs[0].reduce and big.steps[1].recvs[0].slot == -1  # copies land in place
+
+
+def test_transport_choice_on_numpy():
+    from ringlab.transports import choose
+
+    class FakeComm:
+        def Get_rank(self):
+            return 0
+
+    assert choose(np.ones(3), FakeComm(), "auto") == "host"
+    with pytest.raises(ValueError, match="transport='ipc' needs a cupy array"):
+        choose(np.ones(3), FakeComm(), "ipc")
+    with pytest.raises(ValueError, match="transport must be one of auto, host, cuda-aware, ipc"):
+        choose(np.ones(3), FakeComm(), "nvlink")
+
+
+def test_resolve_names():
+    from ringlab.collectives import resolve
+
+    assert resolve("allreduce", "ring", 4).name == "allreduce.ring"
+    assert resolve("allreduce", "allreduce.rhd", 4).name == "allreduce.rhd"
+    assert resolve("broadcast", "chain", 4, root=1, segments=3).options == {"root": 1, "segments": 3}
+    with pytest.raises(ValueError, match="unknown allreduce algorithm 'chain'; choose one of: naive, ps, rhd, ring, tree"):
+        resolve("allreduce", "chain", 4)
+    with pytest.raises(ValueError, match="this schedule is for reduce, not allreduce"):
+        resolve("allreduce", rl.build("reduce.tree", 4), 4)
+    with pytest.raises(ValueError, match="this schedule is for 3 ranks; the communicator has 4"):
+        resolve("allreduce", rl.build("allreduce.ring", 3), 4)
