@@ -11,23 +11,30 @@ comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 mode = sys.argv[1]
 
+
+def report(text: str) -> None:
+    """Rank 0 prints every rank's line (output of several processes would interleave)."""
+    for i, line in enumerate(comm.gather(text, root=0) or []):
+        print(f"rank {i}: {line}", flush=True)
+
+
 if mode == "sizes":  # rank 1 brings a different size: everyone raises the same error
     x = np.ones(10 if rank != 1 else 11)
     try:
         rl.allreduce(x, "ring", timeout=30)
     except ValueError as err:
-        print(f"rank {rank}: {err}", flush=True)
+        report(str(err))
 elif mode == "dtypes":
     x = np.ones(10, dtype=np.float32 if rank == 0 else np.float64)
     try:
         rl.broadcast(x, 0, "tree", timeout=30)
     except ValueError as err:
-        print(f"rank {rank}: {err}", flush=True)
+        report(str(err))
 elif mode == "root":  # an impossible root: every rank says so
     try:
         rl.reduce(np.ones(4), root=comm.Get_size(), timeout=30)
     except ValueError as err:
-        print(f"rank {rank}: {err}", flush=True)
+        report(str(err))
 elif mode == "raise":  # one rank fails before the collective: the job must end, not hang
     if rank == 1:
         raise RuntimeError("boom on rank 1")
@@ -39,5 +46,6 @@ elif mode in ("stuck", "absent"):  # rank 2 never joins: a timeout names the ste
         try:
             rl.allreduce(np.ones(30), "ring", timeout=1.0, check=(mode == "absent"))
         except rl.StepTimeout as err:
-            print(f"rank {rank}: {err}", flush=True)
+            if rank == 0:  # one printer: lines of several processes may interleave
+                print(f"rank {rank}: {err}", flush=True)
     comm.Abort(3)
