@@ -1,0 +1,48 @@
+"""Timing collectives the way nccl-tests reports them: median time, algbw and busbw."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .devices import synchronize
+
+# busbw = algbw x factor: what each rank's link must carry relative to the buffer (nccl-tests' definitions)
+BUS_FACTORS = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reduce": lambda n: 1.0,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def bandwidths(kind: str, nbytes: int, seconds: float, nranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in bytes per second for one ``kind`` collective of ``nbytes`` per rank."""
+    if kind not in BUS_FACTORS:
+        raise ValueError(f"no bus factor for {kind!r}; known: {', '.join(BUS_FACTORS)}")
+    algbw = nbytes / seconds if seconds > 0 else float("inf")
+    return algbw, algbw * BUS_FACTORS[kind](nranks)
+
+
+def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None) -> float:
+    """Median over ``iters`` of the slowest rank's time for ``run()``, after ``warmup`` calls.
+
+    Every iteration starts at a barrier; ``buffer`` (a cupy array) is synchronised before the
+    clock stops so GPU work is counted. Call on every rank; all get the same number.
+    """
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        run()
+    times = np.empty(iters)
+    for i in range(iters):
+        comm.Barrier()
+        start = time.perf_counter()
+        run()
+        if buffer is not None:
+            synchronize(buffer)
+        times[i] = time.perf_counter() - start
+    slowest = np.empty_like(times)
+    comm.Allreduce(times, slowest, op=MPI.MAX)
+    return float(np.median(slowest))

@@ -1,0 +1,47 @@
+"""On a GPU machine: every allreduce/reduce/broadcast algorithm on cupy buffers, through one
+transport (argv[1]), against MPI's own result on host copies. Several ranks may share one GPU."""
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import ringlab as rl
+from ringlab.devices import bind_device, cupy_module
+from ringlab.transports import choose
+
+cp = cupy_module()
+comm = MPI.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+transport = sys.argv[1]
+bind_device(comm)
+used = choose(cp.ones(1), comm, transport)
+checked = 0
+for name in sorted(rl.ALGORITHMS):
+    kind, short = name.split(".")
+    if kind not in ("allreduce", "reduce", "broadcast"):
+        continue
+    for count in (0, 1, n + 1, 10007, 1_000_003):
+        host = np.random.default_rng(count + rank).integers(-1000, 1000, count).astype(np.float64)
+        x = cp.asarray(host)
+        roots = range(n) if kind != "allreduce" else [None]
+        for root in roots:
+            want = np.empty_like(host)
+            if kind == "allreduce":
+                comm.Allreduce(host, want)
+                got = rl.allreduce(x, short, transport=transport, timeout=60)
+            elif kind == "reduce":
+                comm.Reduce(host, want, root=root)
+                got = rl.reduce(x, root, short, transport=transport, timeout=60)
+                if rank != root:
+                    assert got is None
+                    continue
+            else:
+                want = host.copy()
+                comm.Bcast(want, root=root)
+                got = rl.broadcast(x, root, short, transport=transport, timeout=60)
+            assert isinstance(got, cp.ndarray), type(got)
+            assert np.array_equal(got.get(), want), f"rank {rank}: {name} count={count} root={root} via {used}"
+            checked += 1
+total = comm.allreduce(checked)
+if rank == 0:
+    print(f"ok {n} ranks via {used} ({transport} asked), {total} comparisons on {cp.cuda.runtime.getDeviceCount()} GPU(s)")

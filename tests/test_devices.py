@@ -1,0 +1,27 @@
+import numpy as np
+import pytest
+
+from ringlab import devices
+from ringlab.timing import bandwidths
+
+
+def test_numpy_is_the_default():
+    assert devices.array_module(np.ones(2)) is np
+    assert not devices.is_device_array(np.ones(2))
+    devices.synchronize(np.ones(2))  # a no-op for host arrays
+
+
+@pytest.mark.skipif(devices.cupy_module() is not None, reason="this machine has a GPU")
+def test_without_a_gpu_everything_is_host_memory():
+    assert devices.gpu_count() == 0
+    assert devices.bind_device() is None
+    buf = devices.pinned_empty(10, np.float32)
+    assert isinstance(buf, np.ndarray) and buf.shape == (10,) and buf.dtype == np.float32
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests():
+    assert bandwidths("allreduce", 1000, 1.0, 4) == (1000.0, 1500.0)
+    assert bandwidths("allgather", 1000, 1.0, 4)[1] == 750.0
+    assert bandwidths("broadcast", 1000, 2.0, 8) == (500.0, 500.0)
+    with pytest.raises(ValueError, match="no bus factor for 'gossip'"):
+        bandwidths("gossip", 1, 1.0, 2)
