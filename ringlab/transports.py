@@ -177,9 +177,11 @@ class IpcRunner:
 
     def __init__(self, cp, comm, count: int, dtype):
         self.cp, self.comm, self.dtype = cp, comm, np.dtype(dtype)
-        self.work = cp.empty(max(count, 1), dtype=self.dtype)
+        # Our own cudaMalloc, outside cupy's pool: an IPC handle covers a whole allocation, and the
+        # pool packs several arrays into one. We still send base handle + offset, as one must.
+        memory = cp.cuda.Memory(max(count, 1) * self.dtype.itemsize)
+        self.work = cp.ndarray((max(count, 1),), self.dtype, cp.cuda.MemoryPointer(memory, 0))
         self.count = count
-        memory = self.work.data.mem  # the whole allocation: cupy's pool may share it with other arrays
         handle = cp.cuda.runtime.ipcGetMemHandle(memory.ptr)
         offset = self.work.data.ptr - memory.ptr
         everyone = comm.allgather((handle, offset, os.getpid(), cp.cuda.Device().id))
@@ -187,9 +189,9 @@ class IpcRunner:
         for rank, (peer_handle, peer_offset, pid, device) in enumerate(everyone):
             if rank == comm.Get_rank():
                 continue
-            ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle)
+            ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
             size = peer_offset + self.work.nbytes
-            owned = cp.cuda.UnownedMemory(ptr, size, owner=self, device_id=device)
+            owned = cp.cuda.UnownedMemory(ptr, size, owner=self, device_id=cp.cuda.Device().id)  # mapped here
             self.peers[rank] = cp.ndarray((max(count, 1),), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
         self.scratch = None
 

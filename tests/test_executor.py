@@ -129,3 +129,13 @@ def test_resolve_names():
         resolve("allreduce", rl.build("reduce.tree", 4), 4)
     with pytest.raises(ValueError, match="this schedule is for 3 ranks; the communicator has 4"):
         resolve("allreduce", rl.build("allreduce.ring", 3), 4)
+
+
+def test_the_readme_mpi_example_runs(tmp_path):
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = readme.split("Save this as `mine.py`:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "mine.py"
+    script.write_text(code)
+    for nranks in (2, 3):
+        done = run_mpi(nranks, [str(script)], timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
