@@ -137,26 +137,31 @@ def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_pla
     count, itemsize = flat.size, flat.dtype.itemsize
     staged = name == "ipc" or (name == "host" and xp is not np)
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged)
-    tracer = None
+    tracer, clock = None, "host (MPI.Wtime, from a barrier)"
     if trace:
         from mpi4py import MPI
         comm.Barrier()
         start = MPI.Wtime()
-        tracer = Tracer(comm.Get_rank(), itemsize, lambda: MPI.Wtime() - start)
+        if xp is np:
+            tracer = Tracer(comm.Get_rank(), itemsize, lambda: MPI.Wtime() - start)
+        else:  # a host clock read after the GPU's stream has drained, so kernel time is counted
+            clock = "host (MPI.Wtime after synchronising the GPU stream, from a barrier)"
+            tracer = Tracer(comm.Get_rank(), itemsize, lambda: (synchronize(flat), MPI.Wtime() - start)[1])
     synchronize(flat)
+    bounds = chunk_bounds(count, schedule.nchunks)
     if name == "ipc":
         runner = _ipc_runner(comm, count, flat.dtype)
         runner.work[:count] = flat
-        runner.run(plan, timeout)
+        runner.run(plan, timeout, tracer, bounds)
         flat[...] = runner.work[:count]
     else:
         ops = make_ops(name, xp, plan, flat.dtype)
-        run_plan(plan, flat, ops, comm, timeout=timeout, tracer=tracer, bounds=chunk_bounds(count, schedule.nchunks))
+        run_plan(plan, flat, ops, comm, timeout=timeout, tracer=tracer, bounds=bounds)
     if not trace:
         return out
     rows = comm.gather(tracer.rows, root=0)
     mine = [r for part in rows for r in part] if comm.Get_rank() == 0 else tracer.rows
-    return out, Trace(mine, schedule, clock="host (MPI.Wtime after a barrier)")
+    return out, Trace(mine, schedule, clock=clock)
 
 
 _IPC: dict[tuple, IpcRunner] = {}

@@ -210,7 +210,7 @@ class IpcRunner:
             if deadline is None:
                 request.Wait()
 
-    def run(self, plan: RankPlan, timeout: float | None = None) -> None:
+    def run(self, plan: RankPlan, timeout: float | None = None, tracer=None, bounds=None) -> None:
         cp, stream = self.cp, self.cp.cuda.get_current_stream()
         need = plan.scratch
         if self.scratch is None or self.scratch.size < need:
@@ -220,6 +220,7 @@ class IpcRunner:
             readers = sorted({m.peer for m in step.sends})
             sources = sorted({m.peer for m in step.recvs})
             stream.synchronize()  # my previous step is in memory: my readers may look
+            opened = tracer.clock() if tracer else 0.0
             pending = self._signal(readers, 2 * step.index)
             self._await(sources, 2 * step.index, deadline, "to finish its previous step", step.index)
             direct = not step.sends_before_landing and not any(
@@ -238,6 +239,13 @@ class IpcRunner:
                     _land(cp, self.work[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.reduce)
             for request in pending:
                 request.Wait()
+            if tracer:  # one time for the whole step: its kernels run back to back on one stream
+                stream.synchronize()
+                now = tracer.clock()
+                for m in step.sends:
+                    tracer.record(step.index, m, "send", opened, now, bounds)
+                for m in step.recvs:
+                    tracer.record(step.index, m, "recv", opened, now, bounds)
         stream.synchronize()
 
     def close(self):

@@ -3,7 +3,6 @@ import pytest
 from hypothesis import given, strategies as st
 
 import ringlab as rl
-from ringlab.algorithms import options_of
 
 from conftest import all_schedules, variants
 

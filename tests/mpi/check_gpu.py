@@ -42,6 +42,11 @@ for name in sorted(rl.ALGORITHMS):
             assert isinstance(got, cp.ndarray), type(got)
             assert np.array_equal(got.get(), want), f"rank {rank}: {name} count={count} root={root} via {used}"
             checked += 1
+out, trace = rl.allreduce(cp.ones(1000), "ring", transport=transport, trace=True, timeout=60)
+assert float(out[0].get()) == n
+if rank == 0:
+    assert len(trace) == 2 * rl.build("allreduce.ring", n).num_transfers, len(trace)
+    assert all(row["start"] <= row["end"] for row in trace.to_dicts())
 total = comm.allreduce(checked)
 if rank == 0:
     print(f"ok {n} ranks via {used} ({transport} asked), {total} comparisons on {cp.cuda.runtime.getDeviceCount()} GPU(s)")
