@@ -40,12 +40,12 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
         raise RuntimeError("boom on rank 1")
     rl.allreduce(np.ones(1000), "ring")
 elif mode in ("stuck", "absent"):  # rank 2 never joins: a timeout names the step and the peer
-    if rank == 2:
-        time.sleep(60)
-    else:
+    if rank != 2:
         try:
             rl.allreduce(np.ones(30), "ring", timeout=1.0, check=(mode == "absent"))
         except rl.StepTimeout as err:
             if rank == 0:  # one printer: lines of several processes may interleave
                 print(f"rank {rank}: {err}", flush=True)
-    comm.Abort(3)
+    if rank == 0:  # only rank 0 ends the job, after it has printed
+        comm.Abort(3)
+    time.sleep(60)
