@@ -13,6 +13,7 @@ leaving the others waiting.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from functools import lru_cache
@@ -24,9 +25,6 @@ from .devices import array_module, bind_device, cupy_module, is_device_array, sy
 from .executor import StepTimeout, Trace, Tracer, compile_plan, run_plan
 from .schedule import Schedule, chunk_bounds
 from .transports import IpcRunner, choose, make_ops
-
-_META_BYTES = 512
-
 
 def _world(comm):
     if comm is None:
@@ -72,22 +70,27 @@ def _describe(x) -> dict:
 
 
 def _agree(comm, what: str, fields: dict, timeout: float | None) -> None:
-    """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch."""
-    text = json.dumps(fields, sort_keys=True, default=str).encode()[:_META_BYTES]
-    mine = np.zeros(_META_BYTES, np.uint8)
-    mine[:len(text)] = np.frombuffer(text, np.uint8)
-    everyone = np.zeros((comm.Get_size(), _META_BYTES), np.uint8)
+    """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch.
+
+    A digest travels first, non-blocking so that a rank that never comes is a timeout, not a
+    hang; the full fields follow only when the digests differ, to say what differs.
+    """
+    text = json.dumps(fields, sort_keys=True, default=str)
+    mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+    everyone = np.zeros((comm.Get_size(), mine.size), np.uint8)
     request = comm.Iallgather(mine, everyone)
     deadline = None if timeout is None else time.monotonic() + timeout
     while not request.Test():
         if deadline is not None and time.monotonic() > deadline:
             raise StepTimeout(f"rank {comm.Get_rank()}: {what}: not every rank of the communicator called it "
                               f"within {timeout:g} s")
-    seen = [json.loads(bytes(row).rstrip(b"\0").decode()) for row in everyone]
+    if (everyone == everyone[0]).all():
+        return
+    seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
     for rank, theirs in enumerate(seen):
         if theirs != seen[0]:
             detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {rank} has {theirs.get(k)}"
-                               for k in sorted(seen[0]) if seen[0].get(k) != theirs.get(k))
+                               for k in sorted(set(seen[0]) | set(theirs)) if seen[0].get(k) != theirs.get(k))
             raise ValueError(f"{what}: the ranks disagree ({detail})")
 
 
@@ -214,3 +217,8 @@ def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | No
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
     return _run("broadcast", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
                 timeout=timeout, what="rl.broadcast")
+
+
+def which_transport(x, comm=None, transport: str = "auto") -> str:
+    """The transport a call on ``x`` would use here: ``host`` for numpy; for cupy, what ``auto`` picks."""
+    return choose(x, _world(comm), transport)

@@ -111,6 +111,7 @@ def test_transport_choice_on_numpy():
             return 0
 
     assert choose(np.ones(3), FakeComm(), "auto") == "host"
+    assert rl.which_transport(np.ones(3), FakeComm()) == "host"
     with pytest.raises(ValueError, match="transport='ipc' needs a cupy array"):
         choose(np.ones(3), FakeComm(), "ipc")
     with pytest.raises(ValueError, match="transport must be one of auto, host, cuda-aware, ipc"):
