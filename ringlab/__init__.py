@@ -19,12 +19,14 @@ from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk
 from .simulate import ScheduleError, Simulation, check, holding_str, simulate, traffic
 from .executor import StepTimeout, Trace
 from .collectives import allreduce, broadcast, execute, reduce, which_transport
+from . import topology
+from .costmodel import Prediction, predict
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation",
-    "ScheduleError", "holding_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout",
+    "ScheduleError", "holding_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout", "topology", "predict", "Prediction",
     "Trace", "__version__",
 ]

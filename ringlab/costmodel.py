@@ -1,0 +1,165 @@
+"""The alpha-beta cost model: how long a schedule takes on a topology, step by step.
+
+Each step's time is the sum of three parts:
+- latency: every message (all transfers of a step between one pair of ranks, merged as the
+  executor merges them) costs the latency of its route; a rank pays for its messages one after
+  another, so the step pays the largest sum any rank has to send or receive;
+- transfer: every directed channel carries the bytes of all messages routed over it, its
+  bandwidth shared among them, so the step lasts until the busiest channel is done;
+- reduction: a rank adds the bytes it receives for reduce at the topology's reduce_rate.
+
+On ``uniform`` topologies this reproduces the closed forms of MPICH's and NCCL's cost models
+(tests/test_costmodel.py holds it to them); on presets it shows where links are shared.
+Everything is vectorised per step, so 1024 ranks of ring (two million transfers) take well
+under a second.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .schedule import Schedule, chunk_bounds, check_count
+from .topology import Topology
+
+STEP_DTYPE = np.dtype([("latency", "f8"), ("transfer", "f8"), ("reduce", "f8"), ("time", "f8"),
+                       ("bottleneck", "i8"), ("messages", "i8"), ("nbytes", "i8")])
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted seconds for one schedule on one topology, with the per-step breakdown.
+
+    ``steps`` has columns latency, transfer, reduce, time (seconds), bottleneck (the directed
+    channel that bounded the transfer part, -1 if none), messages and nbytes. Use
+    :meth:`bottleneck_link` to name a channel.
+    """
+
+    schedule: Schedule
+    topology: Topology
+    nbytes: int
+    steps: np.ndarray
+
+    @property
+    def seconds(self) -> float:
+        return float(self.steps["time"].sum())
+
+    def __float__(self) -> float:
+        return self.seconds
+
+    def bottleneck_link(self, step: int) -> str:
+        """The link (and direction) that bounded ``step``'s transfer time."""
+        channel = int(self.steps["bottleneck"][step])
+        if channel < 0:
+            return "-"
+        link = self.topology.links[channel // 2]
+        a, b = (link.a, link.b) if channel % 2 == 0 else (link.b, link.a)
+        return f"{a}->{b} ({link.kind}, {link.bandwidth / 1e9:g} GB/s)"
+
+    def __repr__(self) -> str:
+        return (f"Prediction({self.schedule.name} on {self.topology.name}, {self.nbytes} B: "
+                f"{self.seconds * 1e6:.1f} us over {len(self.steps)} steps)")
+
+
+def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int = 1, rank_map=None) -> Prediction:
+    """Predicted time of ``schedule`` on ``topology`` for a buffer of ``nbytes`` per rank.
+
+    ``rank_map[r]`` is the topology rank that plays schedule rank ``r`` (default: the same);
+    use it to try ring orders. Chunks are cut on ``itemsize``-byte elements, as in the executor.
+    """
+    nbytes = check_count("nbytes", nbytes, minimum=0)
+    n = schedule.nranks
+    if n > topology.nranks:
+        raise ValueError(f"{schedule.name} needs {n} ranks; topology {topology.name} has {topology.nranks}")
+    place = np.arange(n) if rank_map is None else np.asarray(rank_map, dtype=np.int64)
+    if sorted(place.tolist()) != sorted(set(place.tolist())) or len(place) != n or place.max(initial=0) >= topology.nranks:
+        raise ValueError(f"rank_map must give {n} different ranks of the topology")
+    chunk_bytes = np.diff(chunk_bounds(nbytes // itemsize, schedule.nchunks)) * itemsize
+    out = np.zeros(len(schedule.steps), dtype=STEP_DTYPE)
+    nchannels = len(topology.channel_bandwidth)
+    for index, step in enumerate(schedule.steps):
+        sizes = chunk_bytes[step.chunk]
+        moving = sizes > 0
+        if not moving.any():
+            out[index]["bottleneck"] = -1
+            continue
+        src, dst = place[step.src[moving]], place[step.dst[moving]]
+        pair, which = np.unique(src * topology.nranks + dst, return_inverse=True)
+        message_bytes = np.bincount(which, weights=sizes[moving])
+        message_src, message_dst = pair // topology.nranks, pair % topology.nranks
+        hop_pairs, channels = topology.routes(message_src, message_dst)
+        message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels], minlength=len(pair))
+        latency = max(np.bincount(message_src, weights=message_latency).max(),
+                      np.bincount(message_dst, weights=message_latency).max())
+        load = np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels)
+        busy = load / topology.channel_bandwidth
+        bottleneck = int(busy.argmax())
+        reducing = step.reduce[moving]
+        reduce_time = 0.0
+        if reducing.any() and np.isfinite(topology.reduce_rate):
+            reduce_time = np.bincount(dst[reducing], weights=sizes[moving][reducing]).max() / topology.reduce_rate
+        out[index] = (latency, busy[bottleneck], reduce_time, latency + busy[bottleneck] + reduce_time,
+                      bottleneck, len(pair), int(sizes.sum()))
+    return Prediction(schedule, topology, nbytes, out)
+
+
+def best_segments(nranks: int, nbytes: int, topology: Topology, algorithm: str = "broadcast.chain",
+                  max_segments: int = 4096) -> tuple[int, float]:
+    """The segment count S (1..max_segments) that minimises a chain's predicted time, and that time.
+
+    On a uniform topology (n+S-2)(alpha + K/(S B)) is smallest near S = sqrt((n-2) K / (alpha B)).
+    """
+    from .algorithms import build
+
+    best = (1, float("inf"))
+    for segments in range(1, max_segments + 1):
+        seconds = predict(build(algorithm, nranks, segments=segments), nbytes, topology).seconds
+        if seconds < best[1]:
+            best = (segments, seconds)
+        elif segments > 2 * best[0] + 8:  # the curve is convex: well past the minimum, stop
+            break
+    return best
+
+
+def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int = 1 << 34,
+              **options) -> int | None:
+    """The smallest size (bytes, to within 1%) at which ``second`` is predicted faster than ``first``.
+
+    None when ``second`` is never faster in [lo, hi], ``lo`` when it is faster already there.
+    This is why NCCL switches from tree to ring by message size.
+    """
+    from .algorithms import build
+
+    a = build(first, topology.nranks, **options.get(first, {}))
+    b = build(second, topology.nranks, **options.get(second, {}))
+
+    def second_wins(size: int) -> bool:
+        return predict(b, size, topology).seconds < predict(a, size, topology).seconds
+
+    if second_wins(lo):
+        return lo
+    if not second_wins(hi):
+        return None
+    while hi > lo * 1.01 + 1:  # bisect in log space
+        mid = int(np.sqrt(lo * hi))
+        lo, hi = (lo, mid) if second_wins(mid) else (mid, hi)
+    return hi
+
+
+def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology]) -> list[dict]:
+    """One row per (topology, algorithm): predicted time, busbw, and the step bottleneck seen most."""
+    from .algorithms import build
+    from .timing import bandwidths
+
+    rows = []
+    for topo in topologies:
+        for name in algorithms:
+            schedule = build(name, topo.nranks)
+            p = predict(schedule, nbytes, topo)
+            links = [p.bottleneck_link(s) for s in range(len(p.steps))]
+            rows.append({"topology": topo.name, "algorithm": name, "nranks": topo.nranks, "nbytes": nbytes,
+                         "seconds": p.seconds, "busbw": bandwidths(schedule.collective.kind, nbytes, p.seconds,
+                                                                   topo.nranks)[1],
+                         "bottleneck": max(set(links), key=links.count) if links else "-",
+                         "source": topo.source})
+    return rows

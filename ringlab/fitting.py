@@ -1,0 +1,106 @@
+"""Fitting the cost model to measurements: alpha and bandwidth from times over sizes, and a
+measured Trace set against the prediction step by step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .costmodel import predict
+from .schedule import Schedule
+from .topology import uniform
+
+
+def coefficients(schedule: Schedule, nbytes: int) -> np.ndarray:
+    """(latency count, bytes on the busiest channel, bytes reduced) summed over steps.
+
+    On a uniform topology predicted time = alpha * c[0] + c[1] / bandwidth + c[2] / reduce_rate,
+    which is what makes the fit a linear least-squares problem.
+    """
+    unit = predict(schedule, nbytes, uniform(schedule.nranks, bandwidth=1.0, latency=1.0, reduce_rate=1.0))
+    return np.array([unit.steps["latency"].sum(), unit.steps["transfer"].sum(), unit.steps["reduce"].sum()])
+
+
+@dataclass(frozen=True)
+class Fit:
+    """alpha (s), bandwidth (B/s) and reduce_rate (B/s, inf when not fitted) with the residuals."""
+
+    alpha: float
+    bandwidth: float
+    reduce_rate: float
+    sizes: np.ndarray
+    measured: np.ndarray
+    predicted: np.ndarray
+
+    @property
+    def relative_residuals(self) -> np.ndarray:
+        return (self.measured - self.predicted) / self.measured
+
+    def topology(self, nranks: int):
+        """A uniform topology with the fitted figures, to predict other algorithms from."""
+        return uniform(nranks, bandwidth=self.bandwidth, latency=self.alpha, reduce_rate=self.reduce_rate,
+                       name=f"fitted-{nranks}")
+
+    def __repr__(self) -> str:
+        worst = np.abs(self.relative_residuals).max() if len(self.sizes) else 0.0
+        rate = "" if not np.isfinite(self.reduce_rate) else f", reduce {self.reduce_rate / 1e9:.3g} GB/s"
+        return (f"Fit(alpha={self.alpha * 1e6:.3g} us, bandwidth={self.bandwidth / 1e9:.3g} GB/s{rate}; "
+                f"worst residual {worst:.1%} over {len(self.sizes)} sizes)")
+
+
+def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit:
+    """Least-squares alpha and bandwidth (and the reduction rate) from measured ``seconds`` at ``sizes``.
+
+    Relative errors are weighted alike at every size (each row is divided by its time), so small
+    sizes pin alpha and large sizes the bandwidth. Parameters come out non-negative.
+    """
+    sizes, seconds = np.asarray(sizes, dtype=np.int64), np.asarray(seconds, dtype=float)
+    if len(sizes) != len(seconds) or len(sizes) < 2:
+        raise ValueError("fit needs at least two (size, time) measurements of equal count")
+    if (seconds <= 0).any():
+        raise ValueError("measured times must be > 0")
+    design = np.array([coefficients(schedule, int(k)) for k in sizes])
+    if not with_reduction:
+        design = design[:, :2]
+    weights = 1.0 / seconds
+    best = None
+    for keep in _subsets(design.shape[1]):  # non-negative least squares by trying active sets
+        solution = np.zeros(design.shape[1])
+        a = design[:, keep] * weights[:, None]
+        solution[keep] = np.linalg.lstsq(a, seconds * weights, rcond=None)[0]
+        if (solution < 0).any():
+            continue
+        error = np.sum(((design @ solution - seconds) * weights) ** 2)
+        if best is None or error < best[0]:
+            best = (error, solution)
+    alpha, beta = best[1][0], best[1][1]
+    gamma = best[1][2] if with_reduction else 0.0
+    return Fit(alpha, 1 / beta if beta > 0 else float("inf"), 1 / gamma if gamma > 0 else float("inf"),
+               sizes, seconds, design @ best[1])
+
+
+def _subsets(k: int):
+    for mask in range(1, 1 << k):
+        yield [i for i in range(k) if mask >> i & 1]
+
+
+def fit_rows(rows: list[dict], algorithm: str, nranks: int, **options) -> Fit:
+    """Fit from benchmark JSON rows ({"bytes", "time_s", "who"}), using those of ``who == algorithm``."""
+    from .algorithms import build
+
+    mine = [r for r in rows if r.get("who") == algorithm.split(".")[-1] or r.get("who") == algorithm]
+    if not mine:
+        raise ValueError(f"no rows for {algorithm!r}; rows have: {sorted({r.get('who') for r in rows})}")
+    name = algorithm if "." in algorithm else f"allreduce.{algorithm}"
+    return fit(build(name, nranks, **options), [r["bytes"] for r in mine], [r["time_s"] for r in mine])
+
+
+def compare_trace(trace, nbytes: int, topology) -> np.ndarray:
+    """Per step: measured seconds (from the Trace: when the step's last transfer ended minus when
+    the previous step's did) against the prediction on ``topology``."""
+    measured_end = trace.step_times()
+    measured = np.diff(np.concatenate(([0.0], measured_end)))
+    predicted = predict(trace.schedule, nbytes, topology).steps["time"]
+    out = np.zeros(len(measured), dtype=[("step", "i4"), ("measured", "f8"), ("predicted", "f8")])
+    out["step"], out["measured"], out["predicted"] = np.arange(len(measured)), measured, predicted
+    return out

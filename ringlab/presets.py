@@ -1,0 +1,116 @@
+"""Topology presets built from published figures (FACTS.md), for predicting what nobody here can run.
+
+Bandwidths are per direction. Latencies are not among the published figures: every preset uses
+the assumed values below, and says so in its ``notes``. Reduction rates are derived from the
+published memory bandwidth where there is one (an add reads two bytes and writes one).
+"""
+from __future__ import annotations
+
+from .topology import GB, Link, SwitchTopology, Topology
+
+PCIE3_X16 = 15.754 * GB   # PCIe 3.0: 8 GT/s x 128b/130b x 16 lanes, per direction
+NVLINK1 = 20 * GB         # NVLink 1.0 (P100): 40 GB/s bidirectional per link
+NVLINK2 = 25 * GB         # NVLink 2.0 (V100): 50 GB/s bidirectional per link
+QPI = 12.8 * GB           # 20-bit QPI: 25.6 GB/s both directions
+IB_100G = 12.5 * GB       # 100 Gbit/s InfiniBand
+DGX2_PER_GPU = 150 * GB   # DGX-2: every GPU pair at 300 GB/s bidirectional through NVSwitch
+H100_NVLINK = 450 * GB    # H100 SXM: NVLink 4, 900 GB/s bidirectional per GPU (NVIDIA's public figure)
+V100_REDUCE = 900 * GB / 3   # V100 HBM2 900 GB/s
+H100_REDUCE = 3350 * GB / 3  # H100 SXM HBM3 3.35 TB/s (NVIDIA's public figure)
+
+LATENCY = {"nvlink": 1e-6, "nvswitch": 1e-6, "pcie": 1.5e-6, "qpi": 1e-6, "ib": 2e-6}  # assumed
+ASSUMED = "latencies assumed (1-2 us a hop), not published"
+
+
+def _gpus(n: int) -> tuple[str, ...]:
+    return tuple(f"gpu{i}" for i in range(n))
+
+
+def _link(a: str, b: str, bandwidth: float, kind: str) -> Link:
+    return Link(a, b, bandwidth, LATENCY[kind], kind)
+
+
+def pcie3_switch_4() -> Topology:
+    gpus = _gpus(4)
+    links = tuple(_link(g, "pcie-switch", PCIE3_X16, "pcie") for g in gpus) + (_link("pcie-switch", "cpu", PCIE3_X16, "pcie"),)
+    return Topology("pcie3-switch-4", gpus, links, source="published figures: PCIe 3.0 x16 = 15.754 GB/s per direction",
+                    notes="4 GPUs under one PCIe 3.0 switch; peer-to-peer through the switch. " + ASSUMED)
+
+
+def dual_socket_qpi_8() -> Topology:
+    gpus = _gpus(8)
+    links = []
+    for s in range(4):  # four switches, two GPUs each; switches 0,1 on cpu0, 2,3 on cpu1
+        switch = f"pcie-switch{s}"
+        links += [_link(gpus[2 * s], switch, PCIE3_X16, "pcie"), _link(gpus[2 * s + 1], switch, PCIE3_X16, "pcie"),
+                  _link(switch, f"cpu{s // 2}", PCIE3_X16, "pcie")]
+    links.append(_link("cpu0", "cpu1", QPI, "qpi"))
+    return Topology("dual-socket-qpi-8", gpus, tuple(links),
+                    source="published figures: PCIe 3.0 x16 15.754 GB/s, QPI 25.6 GB/s both directions",
+                    notes="8 GPUs in two groups of four under two CPUs joined by QPI. " + ASSUMED)
+
+
+def _dgx1(name: str, pairs: dict, per_link: float, reduce_rate: float, source: str) -> Topology:
+    gpus = _gpus(8)
+    links = [_link(gpus[a], gpus[b], count * per_link, "nvlink") for (a, b), count in pairs.items()]
+    for s in range(4):  # GPU pairs behind PCIe switches, two per CPU, CPUs over QPI
+        switch = f"pcie-switch{s}"
+        links += [_link(gpus[2 * s], switch, PCIE3_X16, "pcie"), _link(gpus[2 * s + 1], switch, PCIE3_X16, "pcie"),
+                  _link(switch, f"cpu{s // 2}", PCIE3_X16, "pcie")]
+    links.append(_link("cpu0", "cpu1", QPI, "qpi"))
+    return Topology(name, gpus, tuple(links), reduce_rate, source=source,
+                    notes="hybrid cube-mesh: two fully linked quads, GPU i linked to i+4. " + ASSUMED)
+
+
+def dgx1_p100() -> Topology:
+    quads = {(a, b): 1 for q in (0, 4) for a in range(q, q + 4) for b in range(a + 1, q + 4)}
+    cross = {(i, i + 4): 1 for i in range(4)}
+    return _dgx1("dgx1-p100", {**quads, **cross}, NVLINK1, float("inf"),
+                 "published figures: NVLink 1.0, 4 links of 40 GB/s bidirectional per P100")
+
+
+def dgx1_v100() -> Topology:
+    # 6 NVLinks per V100; some pairs get two (at most 2 between a pair), as in the public DGX-1V topology
+    pairs = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2, (2, 3): 2, (2, 6): 1,
+             (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2, (5, 7): 1, (6, 7): 2}
+    return _dgx1("dgx1-v100", pairs, NVLINK2, V100_REDUCE,
+                 "published figures: NVLink 2.0, 6 links of 50 GB/s bidirectional per V100; HBM2 900 GB/s")
+
+
+def dgx2_nvswitch() -> Topology:
+    gpus = _gpus(16)
+    links = tuple(_link(g, "nvswitch", DGX2_PER_GPU, "nvswitch") for g in gpus)
+    return SwitchTopology("dgx2-nvswitch", gpus, links, V100_REDUCE,
+                          source="published figures: every GPU pair at 300 GB/s bidirectional; 2400 GB/s bisection",
+                          notes="16 V100 on 6 NVSwitches per baseboard, modelled as one non-blocking switch. " + ASSUMED)
+
+
+def ib_2x4() -> Topology:
+    gpus = _gpus(8)
+    links = []
+    for node in range(2):
+        switch = f"node{node}-pcie-switch"
+        links += [_link(gpus[4 * node + i], switch, PCIE3_X16, "pcie") for i in range(4)]
+        links += [_link(switch, f"node{node}-nic", PCIE3_X16, "pcie"), _link(f"node{node}-nic", "ib-switch", IB_100G, "ib")]
+    return Topology("ib-2x4", gpus, tuple(links),
+                    source="published figures: PCIe 3.0 x16 15.754 GB/s; 100 Gbit/s InfiniBand = 12.5 GB/s",
+                    notes="2 nodes x 4 GPUs under a PCIe 3.0 switch with one 100 Gbit/s NIC each. " + ASSUMED)
+
+
+def hgx_h100_8() -> Topology:
+    gpus = _gpus(8)
+    links = tuple(_link(g, "nvswitch", H100_NVLINK, "nvswitch") for g in gpus)
+    return SwitchTopology("hgx-h100-8", gpus, links, H100_REDUCE,
+                          source="NVIDIA's public figures: H100 SXM NVLink 900 GB/s bidirectional per GPU, HBM3 3.35 TB/s",
+                          notes="8 H100 on NVSwitch, modelled as one non-blocking switch. " + ASSUMED)
+
+
+PRESETS = {
+    "pcie3-switch-4": pcie3_switch_4,
+    "dual-socket-qpi-8": dual_socket_qpi_8,
+    "dgx1-p100": dgx1_p100,
+    "dgx1-v100": dgx1_v100,
+    "dgx2-nvswitch": dgx2_nvswitch,
+    "ib-2x4": ib_2x4,
+    "hgx-h100-8": hgx_h100_8,
+}

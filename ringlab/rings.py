@@ -1,0 +1,80 @@
+"""Topology-aware rings: which order of the ranks makes the ring's slowest link fastest.
+
+A ring allreduce step has every rank send to the next one at once, so a step lasts as long as the
+busiest link: the one whose bandwidth, shared among the ring edges routed over it, is lowest.
+NCCL searches for rings with that in mind; :func:`best_ring` does the same on a topology (a
+preset, a discovered one, or one built from a measured bandwidth matrix).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .topology import Topology
+
+EXHAUSTIVE_UP_TO = 9  # ranks; beyond this, a local search
+
+
+def ring_time_per_byte(order, topology: Topology) -> float:
+    """Seconds per byte of one ring step in this order: the busiest channel's load over its bandwidth."""
+    return _ring_cost(order, topology)[0]
+
+
+def _ring_cost(order, topology: Topology) -> tuple[float, int]:
+    """(seconds per byte of the busiest channel, hops in all): faster first, then fewer hops."""
+    order = list(order)
+    src = np.array(order)
+    dst = np.array(order[1:] + order[:1])
+    pairs, channels = topology.routes(src, dst)
+    load = np.bincount(channels, minlength=len(topology.channel_bandwidth))
+    return float(np.round((load / topology.channel_bandwidth).max(), 22)), len(channels)
+
+
+def best_ring(topology: Topology, nranks: int | None = None) -> tuple[list[int], float]:
+    """The ring order (starting at rank 0) with the fastest busiest link, and its seconds per byte.
+
+    Among equally fast rings the one with fewest hops wins (direct links: less latency).
+    Exhaustive up to 9 ranks (rings that are rotations or reversals of each other are tried once);
+    above that, the plain order improved by 2-opt moves until none helps.
+    """
+    n = topology.nranks if nranks is None else nranks
+    if n <= 2:
+        order = list(range(n))
+        return order, (ring_time_per_byte(order, topology) if n == 2 else 0.0)
+    if n <= EXHAUSTIVE_UP_TO:
+        best = None
+        for rest in itertools.permutations(range(1, n)):
+            if rest[0] > rest[-1]:
+                continue  # the same ring backwards
+            order = [0, *rest]
+            cost = _ring_cost(order, topology)
+            if best is None or cost < best[1]:
+                best = (order, cost)
+        return best[0], best[1][0]
+    order = list(range(n))
+    cost = _ring_cost(order, topology)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(1, n - 1):
+            for j in range(i + 1, n):
+                candidate = order[:i] + order[i:j + 1][::-1] + order[j + 1:]
+                c = _ring_cost(candidate, topology)
+                if c < cost:
+                    order, cost, improved = candidate, c, True
+    return order, cost[0]
+
+
+def ring_report(topology: Topology, nbytes: int = 1 << 28) -> dict:
+    """The plain order 0..n-1 against the best ring: predicted ring-allreduce times and the loss."""
+    from .algorithms import build
+    from .costmodel import predict
+
+    n = topology.nranks
+    order, _ = best_ring(topology)
+    ring = build("allreduce.ring", n)
+    plain = predict(ring, nbytes, topology).seconds
+    best = predict(ring, nbytes, topology, rank_map=order).seconds
+    return {"topology": topology.name, "plain_order": list(range(n)), "best_order": order,
+            "plain_seconds": plain, "best_seconds": best, "slowdown_of_plain": plain / best}

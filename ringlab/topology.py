@@ -1,0 +1,189 @@
+"""Topologies: who is wired to whom, how fast, and which way a message goes.
+
+A :class:`Topology` is a graph of ranks (GPUs, or processes) and the switches, CPUs and NICs
+between them. Every physical link is full duplex: it becomes two directed channels, each with
+the link's bandwidth per direction and its latency. A message from rank a to rank b follows the
+route the topology gives it (fewest seconds per byte, then fewest hops), and the cost model
+shares each channel's bandwidth among the messages crossing it.
+
+Presets carry published figures (see FACTS.md); they are labelled as such and never as
+measurements. ``uniform`` and ``ring`` are the generic cases the closed forms are written for.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link between two nodes: ``bandwidth`` bytes/s in each direction, ``latency`` s."""
+
+    a: str
+    b: str
+    bandwidth: float
+    latency: float
+    kind: str = ""  # nvlink, pcie, qpi, ib, nvswitch, port
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """Ranks ``rank0..`` (or named ``gpus``) and the links between them and other nodes.
+
+    ``reduce_rate`` is how many bytes per second a rank adds (the per-byte reduction cost);
+    ``source`` says where the figures come from (published, measured, or made up for a model).
+    """
+
+    name: str
+    ranks: tuple[str, ...]
+    links: tuple[Link, ...]
+    reduce_rate: float = float("inf")
+    source: str = ""
+    notes: str = ""
+    _routes: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        nodes = set(self.ranks)
+        for link in self.links:
+            nodes.update((link.a, link.b))
+            if link.bandwidth <= 0 or link.latency < 0:
+                raise ValueError(f"link {link.a}-{link.b}: bandwidth must be > 0 and latency >= 0")
+        object.__setattr__(self, "nodes", tuple(sorted(nodes)))
+        # channel 2i: a -> b, channel 2i+1: b -> a
+        object.__setattr__(self, "channel_bandwidth", np.repeat([link.bandwidth for link in self.links], 2))
+        object.__setattr__(self, "channel_latency", np.repeat([link.latency for link in self.links], 2))
+
+    @property
+    def nranks(self) -> int:
+        return len(self.ranks)
+
+    def _neighbours(self):
+        out: dict[str, list[tuple[str, int]]] = {n: [] for n in self.nodes}
+        for i, link in enumerate(self.links):
+            out[link.a].append((link.b, 2 * i))
+            out[link.b].append((link.a, 2 * i + 1))
+        return out
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """The directed channels a message from rank ``src`` to rank ``dst`` crosses."""
+        key = (src, dst)
+        if key not in self._routes:
+            self._routes.update(self._routes_from(src))
+        if key not in self._routes:
+            raise ValueError(f"{self.name}: no path from {self.ranks[src]} to {self.ranks[dst]}")
+        return self._routes[key]
+
+    def _routes_from(self, src: int) -> dict:
+        """Dijkstra from one rank: cost = seconds per byte summed over hops, ties to fewer hops."""
+        neighbours = self._neighbours()
+        start = self.ranks[src]
+        best = {start: (0.0, 0, ())}
+        queue = [(0.0, 0, start, ())]
+        while queue:
+            cost, hops, node, path = heapq.heappop(queue)
+            if best.get(node, (float("inf"),))[:2] < (cost, hops):
+                continue
+            for other, channel in neighbours[node]:
+                step = (cost + 1.0 / self.channel_bandwidth[channel], hops + 1, path + (channel,))
+                if step[:2] < best.get(other, (float("inf"), 0))[:2]:
+                    best[other] = step
+                    heapq.heappush(queue, (step[0], step[1], other, step[2]))
+        index = {name: i for i, name in enumerate(self.ranks)}
+        return {(src, index[node]): path for node, (_, _, path) in best.items() if node in index}
+
+    def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For arrays of (src, dst) pairs: (which pair, channel) for every channel every route crosses."""
+        pairs, channels = [], []
+        for i, (s, d) in enumerate(zip(src.tolist(), dst.tolist())):
+            path = self.route(s, d)
+            pairs.extend([i] * len(path))
+            channels.extend(path)
+        return np.array(pairs, dtype=np.int64), np.array(channels, dtype=np.int64)
+
+    def bandwidth_matrix(self) -> np.ndarray:
+        """Bytes/s between every pair of ranks: the slowest channel of the route (0 on the diagonal)."""
+        n = self.nranks
+        out = np.zeros((n, n))
+        for s in range(n):
+            for d in range(n):
+                if s != d:
+                    out[s, d] = min(self.channel_bandwidth[c] for c in self.route(s, d))
+        return out
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}: {self.nranks} ranks, {len(self.links)} links; {self.source})"
+
+
+class SwitchTopology(Topology):
+    """Every rank has one port of ``bandwidth`` each way into a non-blocking switch.
+
+    Routes are computed arithmetically (port up, port down), so this scales to any number of
+    ranks: rank i's uplink is channel 2i, its downlink channel 2i+1.
+    """
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        return (2 * src, 2 * dst + 1)
+
+    def routes(self, src, dst):
+        pairs = np.repeat(np.arange(len(src)), 2)
+        channels = np.stack([2 * np.asarray(src), 2 * np.asarray(dst) + 1], axis=1).reshape(-1)
+        return pairs, channels
+
+
+def uniform(nranks: int, bandwidth: float, latency: float, reduce_rate: float = float("inf"),
+            name: str | None = None) -> Topology:
+    """Every pair of ranks linked alike: each rank sends at ``bandwidth`` and receives at
+    ``bandwidth`` at once, through a non-blocking switch (the single-port, full-duplex model of
+    MPICH's collective cost formulas). A message costs ``latency`` + bytes / ``bandwidth``."""
+    _positive(nranks=nranks, bandwidth=bandwidth)
+    ranks = tuple(f"rank{i}" for i in range(nranks))
+    links = tuple(Link(r, "switch", bandwidth, latency / 2, "port") for r in ranks)
+    return SwitchTopology(name or f"uniform-{nranks}", ranks, links, reduce_rate,
+                          source="a model: figures as given")
+
+
+def ring(nranks: int, bandwidth: float, latency: float, reduce_rate: float = float("inf"),
+         name: str | None = None) -> Topology:
+    """Rank i linked to rank i+1 (mod n) only, each link ``bandwidth`` per direction."""
+    _positive(nranks=nranks, bandwidth=bandwidth)
+    ranks = tuple(f"rank{i}" for i in range(nranks))
+    links = tuple(Link(ranks[i], ranks[(i + 1) % nranks], bandwidth, latency, "ring")
+                  for i in range(nranks if nranks > 2 else nranks - 1))
+    return Topology(name or f"ring-{nranks}", ranks, links, reduce_rate, source="a model: figures as given")
+
+
+def from_matrix(bandwidth, latency: float = 0.0, names=None, name: str = "matrix",
+                source: str = "measured") -> Topology:
+    """Direct links wherever ``bandwidth[i][j] > 0`` (bytes/s; the smaller of the two directions)."""
+    matrix = np.asarray(bandwidth, dtype=float)
+    n = len(matrix)
+    ranks = tuple(names or (f"rank{i}" for i in range(n)))
+    links = tuple(Link(ranks[i], ranks[j], min(matrix[i, j], matrix[j, i]), latency, "direct")
+                  for i in range(n) for j in range(i + 1, n) if min(matrix[i, j], matrix[j, i]) > 0)
+    return Topology(name, ranks, links, source=source)
+
+
+def _positive(**values):
+    for key, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{key} must be > 0, got {value!r}")
+
+
+def preset(name: str) -> Topology:
+    """A topology from published figures: ``pcie3-switch-4``, ``dual-socket-qpi-8``, ``dgx1-p100``,
+    ``dgx1-v100``, ``dgx2-nvswitch``, ``ib-2x4``, ``hgx-h100-8``."""
+    from .presets import PRESETS
+
+    if name not in PRESETS:
+        raise ValueError(f"unknown topology preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name]()
+
+
+def preset_names() -> list[str]:
+    from .presets import PRESETS
+
+    return list(PRESETS)
