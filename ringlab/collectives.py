@@ -164,7 +164,7 @@ def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_pla
         return out
     rows = comm.gather(tracer.rows, root=0)
     mine = [r for part in rows for r in part] if comm.Get_rank() == 0 else tracer.rows
-    return out, Trace(mine, schedule, clock=clock)
+    return out, Trace(mine, schedule, clock=clock, itemsize=itemsize)
 
 
 _IPC: dict[tuple, IpcRunner] = {}

@@ -196,9 +196,9 @@ class Trace:
     structured array with columns rank, step, peer, chunk, nbytes, kind, start, end.
     """
 
-    def __init__(self, rows, schedule: Schedule, clock: str):
+    def __init__(self, rows, schedule: Schedule, clock: str, itemsize: int = 1):
         self.records = np.array(sorted(rows, key=lambda r: (r[1], r[0], r[6])), dtype=TRACE_DTYPE)
-        self.schedule, self.clock = schedule, clock
+        self.schedule, self.clock, self.itemsize = schedule, clock, itemsize
 
     def __len__(self) -> int:
         return len(self.records)

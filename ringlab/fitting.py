@@ -100,7 +100,7 @@ def compare_trace(trace, nbytes: int, topology) -> np.ndarray:
     the previous step's did) against the prediction on ``topology``."""
     measured_end = trace.step_times()
     measured = np.diff(np.concatenate(([0.0], measured_end)))
-    predicted = predict(trace.schedule, nbytes, topology).steps["time"]
+    predicted = predict(trace.schedule, nbytes, topology, itemsize=trace.itemsize).steps["time"]
     out = np.zeros(len(measured), dtype=[("step", "i4"), ("measured", "f8"), ("predicted", "f8")])
     out["step"], out["measured"], out["predicted"] = np.arange(len(measured)), measured, predicted
     return out

@@ -68,3 +68,25 @@ def test_installed_entry_point():
         pytest.skip("ringlab is not installed as a command in this environment")
     done = subprocess.run([exe, "demo", "-a", "broadcast.tree", "-n", "3"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "broadcast.tree" in done.stdout
+
+
+def test_predict_table_over_every_preset():
+    done = run_cli("predict", "-a", "allreduce.ring", "-b", "64M")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# predicted by the cost model (not measured)")
+    for name in rl.topology.preset_names():
+        assert re.search(rf"^  {re.escape(name)} +\d+ allreduce.ring +[\d.]+ +[\d.]+  \S", done.stdout, flags=re.M)
+
+
+def test_predict_steps_crossover_and_rings():
+    steps = run_cli("predict", "-t", "dgx1-v100", "-a", "allreduce.ring", "--steps", "-b", "8M").stdout
+    assert len(re.findall(r"^ +\d+ +[\d.]+ +[\d.]+ +[\d.]+  gpu", steps, flags=re.M)) == 14
+    cross = run_cli("predict", "-t", "dgx1-v100", "--crossover", "allreduce.tree,allreduce.ring").stdout
+    assert re.search(r"dgx1-v100 +allreduce.ring beats allreduce.tree: from [\d.]+ KiB up", cross)
+    rings = run_cli("predict", "-t", "dgx1-p100", "--rings").stdout
+    assert "plain 0..n-1 is 2.00x slower" in rings
+
+
+def test_predict_unknown_preset():
+    done = run_cli("predict", "-t", "dgx9")
+    assert done.returncode == 2 and "unknown topology preset 'dgx9'" in done.stderr

@@ -78,7 +78,7 @@ def test_a_missing_rank_times_out_in_the_argument_check():
 def test_trace_has_a_row_for_each_side_of_each_transfer():
     done = run_mpi(3, [str(HERE / "trace.py")], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = json.loads(done.stdout.strip().splitlines()[-2])
     ring = rl.build("allreduce.ring", 3)
     assert len(rows) == 2 * ring.num_transfers
     for step_index, step in enumerate(ring.steps):
@@ -89,6 +89,11 @@ def test_trace_has_a_row_for_each_side_of_each_transfer():
             assert [(r["peer"], r["chunk"]) for r in got if r["chunk"] == t.chunk] == [(t.src, t.chunk)]
     assert all(0 <= r["start"] <= r["end"] for r in rows)
     assert all(r["nbytes"] in (3336, 3328) for r in rows)  # 1250 float64 over 3 chunks: 417, 417, 416 elements
+    per_step = json.loads(done.stdout.strip().splitlines()[-1])  # measured against predicted
+    assert [s for s, _, _ in per_step] == list(range(4))
+    assert all(measured > 0 for _, measured, _ in per_step)
+    expected = 20e-6 + 3336 / 5e9
+    assert all(abs(predicted - expected) < 1e-12 for _, _, predicted in per_step)
 
 
 def test_plans_merge_neighbouring_chunks_and_segment_reductions():

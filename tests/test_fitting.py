@@ -1,0 +1,59 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ringlab as rl
+from ringlab.fitting import coefficients, fit, fit_rows
+from ringlab.topology import uniform
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name, n", [("allreduce.ring", 4), ("allreduce.naive", 3), ("allreduce.rhd", 8)])
+def test_fit_recovers_alpha_and_bandwidth(name, n):
+    schedule = rl.build(name, n)
+    truth = uniform(n, bandwidth=3e9, latency=40e-6)
+    sizes = [4 ** k for k in range(5, 14)]
+    noise = 1 + 0.02 * np.cos(np.arange(len(sizes)))  # +-2%, deterministic
+    seconds = [rl.predict(schedule, k, truth).seconds * e for k, e in zip(sizes, noise)]
+    result = fit(schedule, sizes, seconds)
+    assert result.alpha == pytest.approx(40e-6, rel=0.05)
+    assert result.bandwidth == pytest.approx(3e9, rel=0.05)
+    assert np.abs(result.relative_residuals).max() < 0.05
+    other = rl.build("allreduce.tree", n)  # predicted from the fitted figures
+    assert rl.predict(other, 1 << 20, result.topology(n)).seconds == pytest.approx(
+        rl.predict(other, 1 << 20, truth).seconds, rel=0.06)
+
+
+def test_coefficients_are_the_linear_parts():
+    n, K = 4, 4 << 20
+    c = coefficients(rl.build("allreduce.ring", n), K)
+    assert c.tolist() == [2 * (n - 1), 2 * (n - 1) * K / n, (n - 1) * K / n]
+
+
+def test_fit_rejects_too_little_data():
+    with pytest.raises(ValueError, match="at least two"):
+        fit(rl.build("allreduce.ring", 2), [100], [1e-5])
+    with pytest.raises(ValueError, match="must be > 0"):
+        fit(rl.build("allreduce.ring", 2), [100, 200], [1e-5, 0])
+    with pytest.raises(ValueError, match="no rows for 'allreduce.tree'"):
+        fit_rows([{"who": "ring", "bytes": 1, "time_s": 1}], "allreduce.tree", 2)
+
+
+def test_fit_from_a_real_benchmark_run(tmp_path):
+    """Measured here on 2 MPI ranks: the fit is reported with its residuals (no accuracy is
+    asserted: small runs on a shared machine are noisy), and predicts the other algorithms."""
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "allreduce_vs_mpi.py"), "-n", "2",
+                           "-b", "64K", "-e", "4M", "--iters", "3", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    result = fit_rows(rows, "ring", 2)
+    assert result.alpha >= 0 and 0 < result.bandwidth < float("inf")
+    assert len(result.relative_residuals) == 4
+    assert rl.predict(rl.build("allreduce.naive", 2), 1 << 20, result.topology(2)).seconds > 0

@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+
+import ringlab as rl
+from ringlab.presets import NVLINK1, NVLINK2, PCIE3_X16, QPI
+from ringlab.rings import best_ring, ring_report, ring_time_per_byte
+from ringlab.topology import from_matrix, preset_names, uniform
+
+
+def test_presets_have_published_sources_and_assumed_latencies():
+    for name in preset_names():
+        topo = rl.topology.preset(name)
+        assert topo.name == name and topo.nranks in (4, 8, 16)
+        assert "published" in topo.source or "public" in topo.source
+        assert "assumed" in topo.notes
+    with pytest.raises(ValueError, match="unknown topology preset 'dgx3'"):
+        rl.topology.preset("dgx3")
+
+
+def test_pcie_arithmetic_behind_the_presets():
+    assert PCIE3_X16 == pytest.approx(8e9 * 128 / 130 * 16 / 8, rel=1e-3)  # 8 GT/s, 128b/130b, x16
+    assert QPI * 2 == pytest.approx(25.6e9)
+
+
+def test_dgx1_links():
+    v100 = rl.topology.preset("dgx1-v100")
+    links_per_gpu = {g: 0 for g in v100.ranks}
+    for link in v100.links:
+        if link.kind == "nvlink":
+            count = round(link.bandwidth / NVLINK2)
+            assert count in (1, 2)  # at most 2 NVLinks between a pair
+            links_per_gpu[link.a] += count
+            links_per_gpu[link.b] += count
+    assert set(links_per_gpu.values()) == {6}
+    p100 = rl.topology.preset("dgx1-p100")
+    matrix = p100.bandwidth_matrix()
+    assert matrix[0, 1] == NVLINK1 and matrix[3, 7] == NVLINK1
+    assert matrix[3, 4] == NVLINK1  # no direct link: two NVLink hops, still NVLink speed
+    assert len(p100.route(3, 4)) == 2 and len(p100.route(3, 7)) == 1
+
+
+def test_routes_prefer_the_fast_path_and_cross_qpi_between_sockets():
+    topo = rl.topology.preset("dual-socket-qpi-8")
+    kinds = [topo.links[c // 2].kind for c in topo.route(0, 7)]
+    assert kinds == ["pcie", "pcie", "qpi", "pcie", "pcie"]
+    assert [topo.links[c // 2].kind for c in topo.route(0, 1)] == ["pcie", "pcie"]  # same switch
+
+
+def test_uniform_and_from_matrix():
+    u = uniform(5, bandwidth=2e9, latency=1e-6)
+    assert u.route(1, 3) == (2, 7)
+    m = from_matrix([[0, 5e9, 0], [5e9, 0, 1e9], [0, 1e9, 0]], latency=1e-6)
+    assert len(m.links) == 2 and m.bandwidth_matrix()[0, 2] == 1e9
+    with pytest.raises(ValueError, match="no path from rank0 to rank2"):
+        from_matrix([[0, 1, 0], [1, 0, 0], [0, 0, 0]]).route(0, 2)
+
+
+def test_best_ring_on_dgx1_uses_double_links_and_beats_the_plain_order():
+    v100 = rl.topology.preset("dgx1-v100")
+    order, per_byte = best_ring(v100)
+    assert sorted(order) == list(range(8)) and order[0] == 0
+    assert per_byte == pytest.approx(1 / (2 * NVLINK2))  # every ring edge on a double NVLink
+    report = ring_report(v100)
+    assert report["slowdown_of_plain"] > 1.5  # 0..7 crosses 3->4 and 7->0 over single or no links
+    p100 = ring_report(rl.topology.preset("dgx1-p100"))
+    assert p100["slowdown_of_plain"] == pytest.approx(2.0, rel=0.01)
+
+
+def test_dual_socket_plain_order_is_already_best_but_a_scramble_is_not():
+    topo = rl.topology.preset("dual-socket-qpi-8")
+    assert ring_report(topo)["slowdown_of_plain"] == pytest.approx(1.0)
+    scrambled = [0, 4, 1, 5, 2, 6, 3, 7]  # crosses QPI eight times
+    assert ring_time_per_byte(scrambled, topo) == pytest.approx(4 / QPI)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ring_search_above_the_exhaustive_limit_finds_a_hidden_fast_ring(seed):
+    n = 12
+    order = np.random.default_rng(seed).permutation(n)
+    matrix = np.full((n, n), 1e9)
+    for a, b in zip(order, np.roll(order, -1)):
+        matrix[a, b] = matrix[b, a] = 10e9
+    topo = from_matrix(matrix)
+    assert ring_time_per_byte(list(range(n)), topo) > 1 / 10e9  # the plain order shares fast links
+    found, per_byte = best_ring(topo)
+    assert sorted(found) == list(range(n))
+    assert per_byte == pytest.approx(1 / 10e9)
