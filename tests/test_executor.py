@@ -60,18 +60,18 @@ def test_an_exception_on_one_rank_ends_the_job():
     assert time.monotonic() - start < 30
 
 
-def test_a_stuck_step_times_out_naming_step_and_peer():
+def test_a_stuck_step_times_out_naming_step_and_peer(tmp_path):
     start = time.monotonic()
-    done = run_mpi(3, [str(HERE / "failures.py"), "stuck"], timeout=60)
-    seen = lines_by_rank(done.stdout)
+    run_mpi(3, [str(HERE / "failures.py"), "stuck", str(tmp_path / "said")], timeout=60)
+    seen = lines_by_rank((tmp_path / "said").read_text())
     assert seen[0] == ("rank 0: step 0 (reduce-scatter) did not finish within 1 s: "
                        "still waiting to receive chunk 2 from rank 2")
     assert time.monotonic() - start < 30
 
 
-def test_a_missing_rank_times_out_in_the_argument_check():
-    done = run_mpi(3, [str(HERE / "failures.py"), "absent"], timeout=60)
-    seen = lines_by_rank(done.stdout)
+def test_a_missing_rank_times_out_in_the_argument_check(tmp_path):
+    run_mpi(3, [str(HERE / "failures.py"), "absent", str(tmp_path / "said")], timeout=60)
+    seen = lines_by_rank((tmp_path / "said").read_text())
     assert seen[0] == "rank 0: rl.allreduce: not every rank of the communicator called it within 1 s"
 
 

@@ -44,8 +44,9 @@ elif mode in ("stuck", "absent"):  # rank 2 never joins: a timeout names the ste
         try:
             rl.allreduce(np.ones(30), "ring", timeout=1.0, check=(mode == "absent"))
         except rl.StepTimeout as err:
-            if rank == 0:  # one printer: lines of several processes may interleave
-                print(f"rank {rank}: {err}", flush=True)
-    if rank == 0:  # only rank 0 ends the job, after it has printed
+            if rank == 0:  # to a file: what a rank prints just before an abort may never reach mpiexec
+                with open(sys.argv[2], "w") as fh:
+                    fh.write(f"rank {rank}: {err}\n")
+    if rank == 0:  # only rank 0 ends the job, after it has written
         comm.Abort(3)
     time.sleep(60)
