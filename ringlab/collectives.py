@@ -26,6 +26,7 @@ from .executor import StepTimeout, Trace, Tracer, compile_plan, run_plan
 from .schedule import Schedule, chunk_bounds
 from .transports import IpcRunner, choose, make_ops
 
+
 def _world(comm):
     if comm is None:
         from mpi4py import MPI

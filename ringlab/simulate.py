@@ -20,12 +20,14 @@ Holding = frozenset  # the ranks whose inputs a chunk contains
 class ScheduleError(ValueError):
     """A schedule that does not do what its collective promises; ``step``, ``rank`` and ``chunk`` say where.
 
-    ``step`` is ``None`` when the end condition fails (after the last step).
+    ``step`` is ``None`` when the end condition fails (after the last step). ``history`` holds the
+    provenance before each step that did complete (as :func:`check` returns it), so a viewer can
+    show everything up to the mistake.
     """
 
-    def __init__(self, message: str, step: int | None, rank: int, chunk: int):
+    def __init__(self, message: str, step: int | None, rank: int, chunk: int, history=()):
         super().__init__(message)
-        self.step, self.rank, self.chunk = step, rank, chunk
+        self.step, self.rank, self.chunk, self.history = step, rank, chunk, tuple(history)
 
 
 def holding_str(ranks: frozenset[int], nranks: int | None = None) -> str:
@@ -58,6 +60,19 @@ def check(schedule: Schedule) -> tuple[tuple[tuple[Holding, ...], ...], ...]:
     coll = schedule.collective
     state = [list(row) for row in coll.start_table()]
     history = [tuple(tuple(row) for row in state)]
+    try:
+        _walk(schedule, state, history)
+    except ScheduleError as err:
+        err.history = tuple(history)
+        raise
+    result = tuple(history)
+    schedule.__dict__["_provenance"] = result  # a schedule is immutable: check it once
+    return result
+
+
+def _walk(schedule: Schedule, state: list, history: list) -> None:
+    """Apply every step to ``state``, appending to ``history``; raise at the first mistake."""
+    coll = schedule.collective
     for index, step in enumerate(schedule.steps):
         payloads = []
         for t in step:  # every transfer reads the state the previous step left
@@ -99,9 +114,6 @@ def check(schedule: Schedule) -> tuple[tuple[tuple[Holding, ...], ...], ...]:
                 raise ScheduleError(f"after the last step (step {len(schedule.steps) - 1}) rank {rank} holds "
                                     f"{holding_str(have)} in chunk {chunk}, but {coll.kind} needs "
                                     f"{holding_str(need)} there", None, rank, chunk)
-    result = tuple(history)
-    schedule.__dict__["_provenance"] = result  # a schedule is immutable: check it once
-    return result
 
 
 class Simulation(Sequence):
@@ -170,15 +182,21 @@ def traffic(schedule: Schedule, nbytes: int, itemsize: int = 1) -> dict[str, lis
     Chunks are cut on element boundaries of ``itemsize`` bytes (numpy.array_split's rule), so
     pass the dtype's itemsize to count exactly what an array of that dtype would move.
     """
+    steps = traffic_by_step(schedule, nbytes, itemsize)
+    return {"sent": steps["sent"].sum(axis=0).tolist(), "received": steps["received"].sum(axis=0).tolist()}
+
+
+def traffic_by_step(schedule: Schedule, nbytes: int, itemsize: int = 1) -> dict[str, np.ndarray]:
+    """Like :func:`traffic`, step by step: arrays ``[step, rank]`` of bytes sent and received."""
     nbytes = check_count("nbytes", nbytes, minimum=0)
     itemsize = check_count("itemsize", itemsize)
     if nbytes % itemsize:
         raise ValueError(f"nbytes={nbytes} is not a whole number of {itemsize}-byte elements")
     chunk_bytes = np.diff(chunk_bounds(nbytes // itemsize, schedule.nchunks)) * itemsize
-    sent = np.zeros(schedule.nranks, dtype=np.int64)
-    received = np.zeros(schedule.nranks, dtype=np.int64)
-    for step in schedule.steps:
+    sent = np.zeros((len(schedule.steps), schedule.nranks), dtype=np.int64)
+    received = np.zeros_like(sent)
+    for index, step in enumerate(schedule.steps):
         sizes = chunk_bytes[step.chunk]
-        np.add.at(sent, step.src, sizes)
-        np.add.at(received, step.dst, sizes)
-    return {"sent": sent.tolist(), "received": received.tolist()}
+        np.add.at(sent[index], step.src, sizes)
+        np.add.at(received[index], step.dst, sizes)
+    return {"sent": sent, "received": received}

@@ -1,0 +1,28 @@
+"""Pictures of collectives: step through a schedule, see a measured trace, bandwidths, topologies, scaling.
+
+Needs the ``lab`` extra (plotly, ipywidgets, anywidget). In a notebook call :func:`use_renderer`
+once: plotly figures then show in JupyterLab and in exported HTML alike.
+"""
+from __future__ import annotations
+
+from .plots import (bandwidth_heatmap, busbw_plot, measured_vs_predicted, time_vs_ranks, timeline,
+                    topology_figure)
+from .stepview import frames, step_figure
+from .widget import StepThrough
+
+
+def use_renderer(offline: bool = False) -> str:
+    """Pick plotly's renderer on purpose: JupyterLab's own (mimetype) plus HTML for nbconvert.
+
+    ``offline=False`` puts a script tag that loads plotly.js from its CDN into exported HTML (light,
+    needs the network when the HTML is opened); ``offline=True`` embeds plotly.js once per notebook
+    (about 4.6 MB, works anywhere). nbconvert's default leaves no plot in the HTML at all.
+    """
+    import plotly.io as pio
+
+    pio.renderers.default = "plotly_mimetype+" + ("notebook" if offline else "notebook_connected")
+    return pio.renderers.default
+
+
+__all__ = ["StepThrough", "step_figure", "frames", "timeline", "bandwidth_heatmap", "topology_figure",
+           "busbw_plot", "time_vs_ranks", "measured_vs_predicted", "use_renderer"]

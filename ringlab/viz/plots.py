@@ -1,0 +1,135 @@
+"""Plots of measurements and predictions: trace timelines, peer-bandwidth heatmaps, topologies, scaling.
+
+Every figure says in its title whether it shows measurements, predictions or published figures,
+and every axis carries its unit.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ..units import format_bytes
+
+KIND_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
+
+
+def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
+    """One lane per rank, one bar per transfer side (send or receive) of a measured Trace.
+
+    ``predicted`` (a :class:`ringlab.costmodel.Prediction` of the same schedule) adds its step
+    boundaries as dashed lines, so each step's measured length sits next to the predicted one.
+    """
+    rows = trace.records
+    fig = go.Figure()
+    for kind in ("send", "recv"):
+        mine = rows[rows["kind"] == kind]
+        lane = mine["rank"] + (0.2 if kind == "send" else -0.2)
+        hover = [f"rank {r['rank']} {kind} step {r['step']} chunk {r['chunk']} {'to' if kind == 'send' else 'from'} "
+                 f"rank {r['peer']}: {r['nbytes']:,} B in {(r['end'] - r['start']) * 1e6:.1f} us" for r in mine]
+        fig.add_bar(y=lane, x=(mine["end"] - mine["start"]) * 1e6, base=mine["start"] * 1e6, orientation="h",
+                    width=0.35, name=kind, marker_color=KIND_COLORS[kind], hovertext=hover, hoverinfo="text")
+    if predicted is not None:
+        ends = np.cumsum(predicted.steps["time"]) * 1e6
+        for i, end in enumerate(ends):
+            fig.add_vline(x=end, line_dash="dash", line_color="#888", line_width=1,
+                          annotation_text=f"{i}" if len(ends) <= 32 else None, annotation_position="top")
+    nranks = trace.schedule.nranks
+    fig.update_layout(
+        title=title or f"measured: {trace.schedule.name} on {nranks} ranks ({trace.clock})"
+                       + (f"; dashed: predicted step ends on {predicted.topology.name}" if predicted is not None else ""),
+        xaxis_title="time since the start (µs)", yaxis=dict(title="rank", tickvals=list(range(nranks)),
+                                                           autorange="reversed"),
+        barmode="overlay", height=max(300, 40 * nranks + 140), legend=dict(orientation="h", y=1.02, x=1, xanchor="right"))
+    return fig
+
+
+def bandwidth_heatmap(matrix, peak=None, names=None, title: str = "measured peer-to-peer bandwidth") -> go.Figure:
+    """A sender-by-receiver heatmap in GB/s; with ``peak`` (same shape) the hover gives the link's
+    theoretical peak and the measured fraction of it."""
+    matrix = np.asarray(matrix, dtype=float)
+    n = len(matrix)
+    names = list(names or (f"gpu{i}" for i in range(n)))
+    hover = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            text = f"{names[i]} → {names[j]}: {matrix[i, j] / 1e9:.2f} GB/s"
+            if peak is not None and i != j and peak[i][j] > 0:
+                text += f"<br>link peak {peak[i][j] / 1e9:.2f} GB/s ({matrix[i, j] / peak[i][j]:.0%} of it)"
+            row.append(text)
+        hover.append(row)
+    fig = go.Figure(go.Heatmap(z=matrix / 1e9, x=names, y=names, hovertext=hover, hoverinfo="text",
+                               colorscale="Viridis", colorbar=dict(title="GB/s")))
+    fig.update_layout(title=title, xaxis_title="receiver", yaxis=dict(title="sender", autorange="reversed"),
+                      height=max(360, 40 * n + 160))
+    return fig
+
+
+def topology_figure(topology) -> go.Figure:
+    """The topology's graph: ranks on a circle, other nodes (switches, CPUs, NICs) inside; line width
+    grows with bandwidth, and the hover names each link's kind, bandwidth and latency."""
+    ranks = list(topology.ranks)
+    others = [node for node in topology.nodes if node not in ranks]
+    pos = {}
+    for i, name in enumerate(ranks):
+        angle = math.pi / 2 - 2 * math.pi * i / len(ranks)
+        pos[name] = (math.cos(angle), math.sin(angle))
+    for i, name in enumerate(others):
+        angle = math.pi / 2 - 2 * math.pi * i / max(len(others), 1)
+        radius = 0.0 if len(others) == 1 else 0.45
+        pos[name] = (radius * math.cos(angle), radius * math.sin(angle))
+    fig = go.Figure()
+    widest = max(link.bandwidth for link in topology.links)
+    for link in topology.links:
+        (x0, y0), (x1, y1) = pos[link.a], pos[link.b]
+        fig.add_scatter(x=[x0, (x0 + x1) / 2, x1], y=[y0, (y0 + y1) / 2, y1], mode="lines",
+                        line=dict(width=1 + 6 * link.bandwidth / widest, color="#7a9cc6"), hoverinfo="text",
+                        hovertext=f"{link.a} – {link.b}: {link.kind}, {link.bandwidth / 1e9:g} GB/s each way, "
+                                  f"{link.latency * 1e6:g} µs", showlegend=False)
+    fig.add_scatter(x=[pos[r][0] for r in ranks], y=[pos[r][1] for r in ranks], mode="markers+text", text=ranks,
+                    marker=dict(size=30, color="white", line=dict(width=2, color="#333")), name="ranks")
+    if others:
+        fig.add_scatter(x=[pos[o][0] for o in others], y=[pos[o][1] for o in others], mode="markers+text",
+                        text=others, textposition="bottom center", marker=dict(size=14, symbol="square", color="#999"),
+                        name="switches, CPUs, NICs")
+    fig.update_layout(title=f"{topology.name}: {topology.source}", xaxis=dict(visible=False),
+                      yaxis=dict(visible=False, scaleanchor="x"), height=520, plot_bgcolor="white")
+    return fig
+
+
+def busbw_plot(rows: list[dict], title: str = "measured bus bandwidth") -> go.Figure:
+    """Bus bandwidth against message size, one line per ``who`` (rows: bytes, busbw_Bps, who)."""
+    fig = go.Figure()
+    for who in dict.fromkeys(r["who"] for r in rows):
+        mine = sorted((r for r in rows if r["who"] == who), key=lambda r: r["bytes"])
+        fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="lines+markers",
+                        name=who, hovertext=[f"{who}: {format_bytes(r['bytes'])}, {r['busbw_Bps'] / 1e9:.3g} GB/s"
+                                             for r in mine], hoverinfo="text")
+    fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
+                      yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
+    return fig
+
+
+def time_vs_ranks(ranks, seconds: dict, title: str = "predicted time against ranks") -> go.Figure:
+    """Time against rank count, one line per label in ``seconds`` ({label: [seconds per rank count]})."""
+    fig = go.Figure()
+    for label, values in seconds.items():
+        fig.add_scatter(x=list(ranks), y=[v * 1e6 for v in values], mode="lines+markers", name=label)
+    fig.update_layout(title=title, xaxis=dict(type="log", title="ranks"), yaxis=dict(type="log", title="time (µs)"))
+    return fig
+
+
+def measured_vs_predicted(sizes, measured, predicted, label: str = "",
+                          title: str = "measured against predicted") -> go.Figure:
+    """Measured and predicted time against size, on log axes, with the ratio in the hover."""
+    sizes, measured, predicted = (np.asarray(v, dtype=float) for v in (sizes, measured, predicted))
+    ratio = [f"{format_bytes(s)}: measured/predicted = {m / p:.2f}" for s, m, p in zip(sizes, measured, predicted)]
+    fig = go.Figure()
+    fig.add_scatter(x=sizes, y=measured * 1e6, mode="markers", name=f"measured {label}".strip(), hovertext=ratio,
+                    hoverinfo="text")
+    fig.add_scatter(x=sizes, y=predicted * 1e6, mode="lines", name=f"predicted {label}".strip())
+    fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
+                      yaxis=dict(type="log", title="time (µs)"))
+    return fig

@@ -1,0 +1,157 @@
+"""What one moment of a schedule looks like: ranks on a circle with the step's transfers as arrows,
+every rank's buffer as a row of chunks coloured by provenance, and bytes sent so far.
+
+:func:`frames` turns a schedule into plain data, one frame per moment (the start, then after each
+step); :func:`step_figure` draws them as a plotly figure with animation frames that plays without
+a kernel; :class:`ringlab.viz.StepThrough` draws the same frames as a live widget.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ..schedule import REDUCE, Schedule
+from ..simulate import ScheduleError, check, holding_str, traffic_by_step
+from ..units import format_bytes
+
+LABELS_UP_TO = 24     # ranks; above this, arrows lose their chunk labels and cells their text
+COLORSCALE = [[0.0, "#f4f4f4"], [1e-9, "#fde2c4"], [0.5, "#f59b42"], [0.999, "#c4541b"], [1.0, "#2a7f3f"]]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One moment: ``index`` 0 is the start, ``index`` s+1 is just after step s."""
+
+    index: int
+    title: str
+    arrows: tuple            # (src, dst, label) for the step that led here
+    fill: np.ndarray         # [rank][chunk]: share of what the collective needs there (1 = complete)
+    cells: tuple             # [rank][chunk]: provenance as text, e.g. "r0+r1+r2"
+    sent: np.ndarray         # bytes each rank has sent so far
+    error: str = ""          # the checker's message, on the frame where a wrong schedule stops
+
+
+def circle(nranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank positions on a unit circle, rank 0 on top, going clockwise."""
+    angle = math.pi / 2 - 2 * math.pi * np.arange(nranks) / max(nranks, 1)
+    return np.cos(angle), np.sin(angle)
+
+
+def _arrows(step) -> tuple:
+    """One arrow per (src, dst, op) in the step, labelled with its chunks ('+' adds, '=' copies)."""
+    groups: dict[tuple[int, int, str], list[int]] = {}
+    for t in step:
+        groups.setdefault((t.src, t.dst, t.op), []).append(t.chunk)
+    out = []
+    for (src, dst, op), chunks in groups.items():
+        chunks.sort()
+        text = f"c{chunks[0]}" if len(chunks) == 1 else f"c{chunks[0]}..{chunks[-1]}"
+        out.append((src, dst, ("+" if op == REDUCE else "=") + text))
+    return tuple(out)
+
+
+def frames(schedule: Schedule, nbytes: int = 1 << 20) -> list[Frame]:
+    """Every moment of ``schedule`` as a Frame; a wrong schedule stops at the failing step with the message."""
+    error, failed_at = "", None
+    try:
+        history = check(schedule)
+    except ScheduleError as err:
+        history, error = err.history, str(err)
+        failed_at = len(history) - 1  # the last state that was reached
+    coll = schedule.collective
+    n, k = coll.nranks, coll.nchunks
+    need = [[len(coll.end(r, c) or coll.everyone) for c in range(k)] for r in range(n)]
+    sent_by_step = np.cumsum(traffic_by_step(schedule, nbytes)["sent"], axis=0)
+    out = []
+    for index, state in enumerate(history):
+        arrows = _arrows(schedule.steps[index - 1]) if index else ()
+        sent = sent_by_step[index - 1] if index else np.zeros(n, dtype=np.int64)
+        fill = np.array([[len(state[r][c]) / need[r][c] for c in range(k)] for r in range(n)])
+        cells = tuple(tuple(holding_str(state[r][c]) for c in range(k)) for r in range(n))
+        label = "start" if index == 0 else f"after step {index - 1}" + (
+            f" ({schedule.steps[index - 1].label})" if schedule.steps[index - 1].label else "")
+        title = f"{schedule.name} on {n} ranks: {label}"
+        message = error if index == failed_at else ""
+        out.append(Frame(index, title, arrows, fill, cells, sent, message))
+    return out
+
+
+def _annotations(frame: Frame, x, y, labels: bool) -> list[dict]:
+    """Arrows from sender to receiver, stopping short of the markers, with a chunk label midway."""
+    notes = []
+    for src, dst, text in frame.arrows:
+        x0, y0, x1, y1 = x[src], y[src], x[dst], y[dst]
+        dx, dy = x1 - x0, y1 - y0
+        length = math.hypot(dx, dy) or 1.0
+        shrink = min(0.12, length / 3) / length
+        notes.append(dict(x=x1 - dx * shrink, y=y1 - dy * shrink, ax=x0 + dx * shrink, ay=y0 + dy * shrink,
+                          xref="x", yref="y", axref="x", ayref="y", showarrow=True, arrowhead=3,
+                          arrowsize=1.2, arrowwidth=1.8, arrowcolor="#c4541b" if text[0] == "+" else "#2a6fbf",
+                          text=""))
+        if labels:  # the label sits beside the middle of the arrow, off to its left
+            nx, ny = -dy / length, dx / length
+            notes.append(dict(x=(x0 + x1) / 2 + 0.07 * nx, y=(y0 + y1) / 2 + 0.07 * ny, xref="x", yref="y",
+                              text=text, showarrow=False, font=dict(size=11)))
+    if frame.error:
+        notes.append(dict(x=0.5, y=-0.12, xref="paper", yref="paper", showarrow=False, text=frame.error,
+                          font=dict(color="#b00020", size=13)))
+    return notes
+
+
+def frame_traces(frame: Frame, x, y, labels: bool) -> list:
+    """The two traces of a frame: the ranks (with bytes sent) and the chunk grid."""
+    n = len(frame.sent)
+    names = [f"r{r}<br>{format_bytes(int(b))} sent" if labels else f"r{r}" for r, b in enumerate(frame.sent)]
+    ranks = go.Scatter(x=x, y=y, mode="markers+text", text=names, textposition="middle center",
+                       marker=dict(size=44 if labels else 16, color="#ffffff", line=dict(width=2, color="#444")),
+                       hovertext=[f"rank {r}: {int(b):,} bytes sent so far" for r, b in enumerate(frame.sent)],
+                       hoverinfo="text", xaxis="x", yaxis="y", textfont=dict(size=10 if labels else 8))
+    grid = go.Heatmap(z=frame.fill, zmin=0, zmax=1, colorscale=COLORSCALE, showscale=False,
+                      text=[list(row) for row in frame.cells], texttemplate="%{text}" if labels else None,
+                      customdata=[list(row) for row in frame.cells], xgap=2, ygap=2,
+                      hovertemplate="rank %{y}, chunk %{x}: %{customdata}<extra></extra>",
+                      x=list(range(frame.fill.shape[1])), y=list(range(n)), xaxis="x2", yaxis="y2")
+    return [ranks, grid]
+
+
+def base_layout(schedule: Schedule, height: int | None = None) -> dict:
+    n = schedule.nranks
+    return dict(
+        height=height or max(420, min(900, 26 * n + 260)),
+        margin=dict(l=20, r=20, t=60, b=70), showlegend=False, plot_bgcolor="white",
+        xaxis=dict(domain=[0, 0.42], range=[-1.3, 1.3], visible=False),
+        yaxis=dict(range=[-1.3, 1.3], visible=False, scaleanchor="x"),
+        xaxis2=dict(domain=[0.5, 1], title="chunk", dtick=1 if schedule.nchunks <= 32 else None, side="top"),
+        yaxis2=dict(title="rank", autorange="reversed", dtick=1 if n <= 32 else None),
+    )
+
+
+def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = None) -> go.Figure:
+    """The whole schedule as one plotly figure with a play button and a step slider (no kernel needed).
+
+    Orange cells hold part of what the collective needs there, green ones all of it; orange arrows
+    add into the receiver's copy, blue arrows replace it.
+    """
+    all_frames = frames(schedule, nbytes)
+    labels = schedule.nranks <= LABELS_UP_TO
+    x, y = circle(schedule.nranks)
+    first = all_frames[0]
+    fig = go.Figure(data=frame_traces(first, x, y, labels), layout=base_layout(schedule, height))
+    fig.update_layout(title=first.title, annotations=_annotations(first, x, y, labels))
+    names = ["start"] + [f"{i}" for i in range(len(all_frames) - 1)]
+    fig.frames = [go.Frame(name=name, data=frame_traces(f, x, y, labels),
+                           layout=dict(title=dict(text=f.title), annotations=_annotations(f, x, y, labels)))
+                  for name, f in zip(names, all_frames)]
+    play = dict(label="play", method="animate", args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)])
+    pause = dict(label="pause", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0))])
+    fig.update_layout(
+        updatemenus=[dict(type="buttons", direction="left", x=0, y=-0.02, xanchor="left", yanchor="top",
+                          buttons=[play, pause])],
+        sliders=[dict(active=0, x=0.12, y=-0.02, len=0.88, currentvalue=dict(prefix="step: "),
+                      steps=[dict(label=name, method="animate",
+                                  args=[[name], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
+                             for name in names])])
+    return fig

@@ -1,0 +1,77 @@
+"""The step-through widget: play, pause, a step slider, previous and next, over any schedule."""
+from __future__ import annotations
+
+import traceback
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import traitlets
+
+from ..schedule import Schedule
+from .stepview import LABELS_UP_TO, _annotations, base_layout, circle, frame_traces, frames
+
+
+class StepThrough(widgets.VBox):
+    """Step through ``schedule`` one step at a time.
+
+    ``step`` (0 = the start, s+1 = just after step s) is the state; the slider, the play button
+    and the figure all follow it, and setting it from code moves them too. For a wrong schedule
+    the slider ends at the failing step, where the checker's message is shown. Errors raised
+    while drawing appear under the widget instead of vanishing.
+    """
+
+    step = traitlets.Int(0)
+
+    def __init__(self, schedule: Schedule, nbytes: int = 1 << 20, interval_ms: int = 900, height: int | None = None):
+        self.schedule = schedule
+        self.frames = frames(schedule, nbytes)
+        self.labels = schedule.nranks <= LABELS_UP_TO
+        self._x, self._y = circle(schedule.nranks)
+        last = len(self.frames) - 1
+        self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play")
+        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step", continuous_update=True,
+                                        layout=widgets.Layout(width="420px"))
+        self.previous = widgets.Button(description="◀ previous", layout=widgets.Layout(width="110px"))
+        self.next = widgets.Button(description="next ▶", layout=widgets.Layout(width="110px"))
+        self.caption = widgets.HTML()
+        self.errors = widgets.Output()
+        first = self.frames[0]
+        figure = go.Figure(data=frame_traces(first, self._x, self._y, self.labels),
+                           layout=base_layout(schedule, height))
+        self.figure = go.FigureWidget(figure)
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        traitlets.link((self.slider, "value"), (self, "step"))
+        self.previous.on_click(lambda _: self._move(-1))
+        self.next.on_click(lambda _: self._move(+1))
+        self.observe(self._on_step, names=["step"])
+        super().__init__([widgets.HBox([self.play, self.previous, self.slider, self.next]), self.caption,
+                          self.figure, self.errors])
+        self._draw(0)
+
+    def _move(self, delta: int) -> None:
+        self.step = min(max(self.step + delta, 0), len(self.frames) - 1)
+
+    def _on_step(self, change) -> None:
+        with self.errors:  # shown under the widget, not swallowed by the comm
+            try:
+                self._draw(change["new"])
+            except Exception:
+                traceback.print_exc()
+                raise
+
+    def _draw(self, index: int) -> None:
+        frame = self.frames[index]
+        ranks, grid = frame_traces(frame, self._x, self._y, self.labels)
+        with self.figure.batch_update():
+            self.figure.data[0].text = ranks.text
+            self.figure.data[0].hovertext = ranks.hovertext
+            self.figure.data[1].z = grid.z
+            self.figure.data[1].text = grid.text
+            self.figure.data[1].customdata = grid.customdata
+            self.figure.layout.annotations = _annotations(frame, self._x, self._y, self.labels)
+            self.figure.layout.title = frame.title
+        moves = len(frame.arrows)
+        note = f"<b>{frame.title}</b>" + (f": {moves} message{'s' * (moves != 1)}" if index else "")
+        if frame.error:
+            note += f"<br><span style='color:#b00020'>{frame.error}</span>"
+        self.caption.value = note

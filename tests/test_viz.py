@@ -1,0 +1,136 @@
+"""Widgets and figures built and driven without a browser: their data, not their pixels."""
+import numpy as np
+import pytest
+
+import ringlab as rl
+from ringlab.executor import Trace
+from ringlab.viz import (StepThrough, bandwidth_heatmap, busbw_plot, frames, measured_vs_predicted, step_figure,
+                         time_vs_ranks, timeline, topology_figure, use_renderer)
+
+
+def test_frames_follow_the_ring():
+    ring = rl.build("allreduce.ring", 4)
+    moments = frames(ring, nbytes=4096)
+    assert len(moments) == 7 and moments[0].arrows == ()
+    assert np.allclose(moments[0].fill, 0.25) and np.allclose(moments[-1].fill, 1.0)
+    assert sorted(moments[1].arrows) == [(0, 1, "+c0"), (1, 2, "+c1"), (2, 3, "+c2"), (3, 0, "+c3")]
+    assert sorted(moments[4].arrows)[0] == (0, 1, "=c1")  # allgather step 0: rank 0 passes chunk 1
+    assert moments[-1].sent.tolist() == rl.traffic(ring, 4096)["sent"]
+    assert moments[2].cells[2][0] == "r0+r1+r2"
+
+
+def test_widget_state_drives_every_view():
+    ring = rl.build("allreduce.ring", 4)
+    w = StepThrough(ring)
+    assert w.slider.max == 6 and w.play.max == 6
+    w.step = 3
+    assert w.slider.value == 3
+    assert np.allclose(np.array(w.figure.data[1].z), w.frames[3].fill)
+    assert len(w.figure.layout.annotations) == 2 * 4  # an arrow and a chunk label per message
+    assert "after step 2 (reduce-scatter)" in w.caption.value
+    w.slider.value = 5  # the slider moves the state too
+    assert w.step == 5
+    w.next.click()
+    assert w.step == 6
+    w.next.click()
+    assert w.step == 6  # stays at the end
+    w.previous.click()
+    assert w.step == 5 and "after step 4" in w.figure.layout.title.text
+    w.step = 0
+    assert len(w.figure.layout.annotations) == 0
+
+
+def test_a_wrong_schedule_stops_at_the_failing_step_with_the_message():
+    # rank 2 forwards chunk 0 before it has it
+    wrong = rl.make_schedule("broadcast", 3, 1, [[(0, 1, 0, "copy")], [(2, 0, 0, "copy")], [(1, 2, 0, "copy")]],
+                             root=0)
+    w = StepThrough(wrong)
+    assert w.slider.max == 1  # the start, then step 0; step 1 is where it fails
+    w.step = 1
+    assert "step 1: rank 2 sends chunk 0 to rank 0, but rank 2 holds no data" in w.caption.value
+    assert any("rank 2 holds no data" in (a.text or "") for a in w.figure.layout.annotations)
+
+
+def test_drawing_errors_are_shown_not_swallowed(capsys, monkeypatch):
+    w = StepThrough(rl.build("allreduce.ring", 3))
+
+    def broken(index):
+        raise RuntimeError("cannot draw this step")
+
+    monkeypatch.setattr(w, "_draw", broken)
+    with pytest.raises(RuntimeError, match="cannot draw this step"):
+        w.step = 2
+    assert "cannot draw this step" in capsys.readouterr().err
+
+
+def test_64_ranks_render_with_fewer_labels():
+    w = StepThrough(rl.build("allreduce.ring", 64))
+    w.step = 10
+    assert len(w.figure.layout.annotations) == 64  # arrows only, no chunk labels
+    assert w.figure.data[1].texttemplate is None
+    assert np.array(w.figure.data[1].z).shape == (64, 64)
+
+
+def test_static_figure_plays_without_a_kernel():
+    fig = step_figure(rl.build("reduce.tree", 5, root=2))
+    assert len(fig.frames) == 4  # start + 3 levels
+    assert [s.label for s in fig.layout.sliders[0].steps] == ["start", "0", "1", "2"]
+    assert fig.layout.updatemenus[0].buttons[0].label == "play"
+    assert len(fig.frames[1].layout.annotations) == 2 * 2  # two messages in the first level
+    html = fig.to_html(include_plotlyjs=False, full_html=False)
+    assert "Plotly.newPlot" in html and "Plotly.addFrames" in html
+
+
+def test_timeline_of_a_trace_with_predicted_step_ends():
+    ring = rl.build("allreduce.ring", 3)
+    rows = []  # made-up times: this test checks the drawing, not a measurement
+    for step_index, step in enumerate(ring.steps):
+        for t in step:
+            rows.append((t.src, step_index, t.dst, t.chunk, 100, "send", step_index * 1e-5, step_index * 1e-5 + 8e-6))
+            rows.append((t.dst, step_index, t.src, t.chunk, 100, "recv", step_index * 1e-5, step_index * 1e-5 + 9e-6))
+    trace = Trace(rows, ring, clock="test")
+    predicted = rl.predict(ring, 300, rl.topology.uniform(3, bandwidth=1e9, latency=1e-6))
+    fig = timeline(trace, predicted)
+    assert sum(len(bar.x) for bar in fig.data) == len(rows)
+    assert len(fig.layout.shapes) == len(ring.steps)
+    assert fig.layout.xaxis.title.text == "time since the start (µs)"
+    assert fig.layout.title.text.startswith("measured:")
+
+
+def test_bandwidth_heatmap_shows_the_peak_and_the_ratio():
+    measured = np.array([[0, 20e9], [19e9, 0]])
+    peak = np.array([[0, 25e9], [25e9, 0]])
+    fig = bandwidth_heatmap(measured, peak, names=["gpu0", "gpu1"])
+    assert fig.data[0].hovertext[0][1] == "gpu0 → gpu1: 20.00 GB/s<br>link peak 25.00 GB/s (80% of it)"
+    assert fig.data[0].colorbar.title.text == "GB/s"
+
+
+@pytest.mark.parametrize("name", rl.topology.preset_names())
+def test_topology_drawings(name):
+    topo = rl.topology.preset(name)
+    fig = topology_figure(topo)
+    lines = [t for t in fig.data if t.mode == "lines"]
+    assert len(lines) == len(topo.links)
+    assert topo.source in fig.layout.title.text
+
+
+def test_scaling_plots_have_log_axes_and_units():
+    rows = [{"who": w, "bytes": b, "busbw_Bps": b / 1e3} for w in ("MPI", "ring") for b in (1024, 4096)]
+    fig = busbw_plot(rows)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
+    assert [t.name for t in fig.data] == ["MPI", "ring"]
+    fig = time_vs_ranks([2, 4, 8], {"ring": [1e-3, 2e-3, 3e-3]})
+    assert fig.layout.yaxis.title.text == "time (µs)" and fig.data[0].y == (1000.0, 2000.0, 3000.0)
+    fig = measured_vs_predicted([1024, 2048], [2e-5, 3e-5], [1e-5, 3e-5], label="ring")
+    assert "measured/predicted = 2.00" in fig.data[0].hovertext[0]
+
+
+def test_renderer_is_chosen_on_purpose():
+    import plotly.io as pio
+
+    before = pio.renderers.default
+    try:
+        assert use_renderer() == "plotly_mimetype+notebook_connected"
+        assert use_renderer(offline=True) == "plotly_mimetype+notebook"
+    finally:
+        pio.renderers.default = before
