@@ -25,8 +25,9 @@ def test_widget_state_drives_every_view():
     assert w.slider.max == 6 and w.play.max == 6
     w.step = 3
     assert w.slider.value == 3
-    assert np.allclose(np.array(w.figure.data[1].z), w.frames[3].fill)
+    assert np.allclose(np.array(w.figure.data[2].z), w.frames[3].fill)
     assert len(w.figure.layout.annotations) == 2 * 4  # an arrow and a chunk label per message
+    assert list(w.figure.data[1].text) == ["768 KiB sent"] * 4  # 3 steps of a 1 MiB ring: 3 chunks of 256 KiB
     assert "after step 2 (reduce-scatter)" in w.caption.value
     w.slider.value = 5  # the slider moves the state too
     assert w.step == 5
@@ -67,8 +68,8 @@ def test_64_ranks_render_with_fewer_labels():
     w = StepThrough(rl.build("allreduce.ring", 64))
     w.step = 10
     assert len(w.figure.layout.annotations) == 64  # arrows only, no chunk labels
-    assert w.figure.data[1].texttemplate is None
-    assert np.array(w.figure.data[1].z).shape == (64, 64)
+    assert w.figure.data[2].texttemplate is None
+    assert np.array(w.figure.data[2].z).shape == (64, 64)
 
 
 def test_static_figure_plays_without_a_kernel():

@@ -102,19 +102,21 @@ def _annotations(frame: Frame, x, y, labels: bool) -> list[dict]:
 
 
 def frame_traces(frame: Frame, x, y, labels: bool) -> list:
-    """The two traces of a frame: the ranks (with bytes sent) and the chunk grid."""
+    """The three traces of a frame: the ranks, the bytes each has sent (under its marker), the chunk grid."""
     n = len(frame.sent)
-    names = [f"r{r}<br>{format_bytes(int(b))} sent" if labels else f"r{r}" for r, b in enumerate(frame.sent)]
-    ranks = go.Scatter(x=x, y=y, mode="markers+text", text=names, textposition="middle center",
-                       marker=dict(size=44 if labels else 16, color="#ffffff", line=dict(width=2, color="#444")),
+    ranks = go.Scatter(x=x, y=y, mode="markers+text", text=[f"r{r}" for r in range(n)], textposition="middle center",
+                       marker=dict(size=34 if labels else 14, color="#ffffff", line=dict(width=2, color="#444")),
                        hovertext=[f"rank {r}: {int(b):,} bytes sent so far" for r, b in enumerate(frame.sent)],
-                       hoverinfo="text", xaxis="x", yaxis="y", textfont=dict(size=10 if labels else 8))
+                       hoverinfo="text", xaxis="x", yaxis="y", textfont=dict(size=12 if labels else 7))
+    sent = go.Scatter(x=np.asarray(x), y=np.asarray(y) - 0.3, mode="text", hoverinfo="skip", xaxis="x", yaxis="y",
+                      text=[f"{format_bytes(int(b))} sent" if labels else "" for b in frame.sent],
+                      textfont=dict(size=10, color="#555"))
     grid = go.Heatmap(z=frame.fill, zmin=0, zmax=1, colorscale=COLORSCALE, showscale=False,
                       text=[list(row) for row in frame.cells], texttemplate="%{text}" if labels else None,
                       customdata=[list(row) for row in frame.cells], xgap=2, ygap=2,
                       hovertemplate="rank %{y}, chunk %{x}: %{customdata}<extra></extra>",
                       x=list(range(frame.fill.shape[1])), y=list(range(n)), xaxis="x2", yaxis="y2")
-    return [ranks, grid]
+    return [ranks, sent, grid]
 
 
 def base_layout(schedule: Schedule, height: int | None = None) -> dict:
@@ -122,8 +124,8 @@ def base_layout(schedule: Schedule, height: int | None = None) -> dict:
     return dict(
         height=height or max(420, min(900, 26 * n + 260)),
         margin=dict(l=20, r=20, t=60, b=70), showlegend=False, plot_bgcolor="white",
-        xaxis=dict(domain=[0, 0.42], range=[-1.3, 1.3], visible=False),
-        yaxis=dict(range=[-1.3, 1.3], visible=False, scaleanchor="x"),
+        xaxis=dict(domain=[0, 0.42], range=[-1.55, 1.55], visible=False),
+        yaxis=dict(range=[-1.55, 1.55], visible=False, scaleanchor="x"),
         xaxis2=dict(domain=[0.5, 1], title="chunk", dtick=1 if schedule.nchunks <= 32 else None, side="top"),
         yaxis2=dict(title="rank", autorange="reversed", dtick=1 if n <= 32 else None),
     )

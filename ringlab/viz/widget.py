@@ -61,13 +61,13 @@ class StepThrough(widgets.VBox):
 
     def _draw(self, index: int) -> None:
         frame = self.frames[index]
-        ranks, grid = frame_traces(frame, self._x, self._y, self.labels)
+        ranks, sent, grid = frame_traces(frame, self._x, self._y, self.labels)
         with self.figure.batch_update():
-            self.figure.data[0].text = ranks.text
             self.figure.data[0].hovertext = ranks.hovertext
-            self.figure.data[1].z = grid.z
-            self.figure.data[1].text = grid.text
-            self.figure.data[1].customdata = grid.customdata
+            self.figure.data[1].text = sent.text
+            self.figure.data[2].z = grid.z
+            self.figure.data[2].text = grid.text
+            self.figure.data[2].customdata = grid.customdata
             self.figure.layout.annotations = _annotations(frame, self._x, self._y, self.labels)
             self.figure.layout.title = frame.title
         moves = len(frame.arrows)

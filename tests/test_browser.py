@@ -1,0 +1,85 @@
+"""One real browser: JupyterLab on a loopback port, the first lab run in headless Chromium, the
+step-through widget rendered and stepped. Skips, saying why, where Chromium or Playwright is missing
+(.ci/run installs Debian's chromium so that CI runs it)."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENSHOT = ROOT / "build" / "screenshots" / "step-through.png"
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install chromium)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """A JupyterLab server on a copy of labs/ (running a notebook must not touch the committed one)."""
+    shutil.copy(ROOT / "labs" / "00_first_look.ipynb", tmp_path)
+    port, token = free_port(), "ringlab-browser-test"
+    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+               f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=",
+               "--ServerApp.open_browser=False"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start")
+                time.sleep(0.3)
+        yield f"http://127.0.0.1:{port}/lab/tree/00_first_look.ipynb?token={token}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+@pytest.mark.timeout(240)
+def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab):
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(jupyterlab)
+            page.wait_for_selector(".jp-Notebook", timeout=90_000)
+            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)  # the kernel is up
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_text("Run All Cells", exact=True).click()
+            page.wait_for_selector(".widget-slider", timeout=120_000)
+            page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
+            readout = page.locator(".widget-readout").first
+            assert readout.inner_text() == "0"
+            assert page.get_by_text("Error displaying widget").count() == 0
+            page.get_by_role("button", name="next ▶").click()
+            page.wait_for_function("() => document.querySelector('.widget-readout').innerText === '1'", timeout=20_000)
+            page.get_by_text("after step 0 (reduce-scatter): 4 messages").first.wait_for(timeout=20_000)
+            page.locator(".widget-slider").first.scroll_into_view_if_needed()
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT))
+            assert page.get_by_text("Error displaying widget").count() == 0
+        finally:
+            browser.close()
