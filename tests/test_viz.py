@@ -135,3 +135,29 @@ def test_renderer_is_chosen_on_purpose():
         assert use_renderer(offline=True) == "plotly_mimetype+notebook"
     finally:
         pio.renderers.default = before
+
+
+def test_the_animated_figure_survives_export_to_html(tmp_path):
+    """nbconvert's HTML of the first lab carries the animation and loads plotly.js (the renderer
+    chosen by use_renderer), so it plays with no kernel."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lab = Path(__file__).resolve().parent.parent / "labs" / "00_first_look.ipynb"
+    shutil.copy(lab, tmp_path / "lab.ipynb")
+    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute",
+                           str(tmp_path / "lab.ipynb")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    html = (tmp_path / "lab.html").read_text()
+    assert "Plotly.newPlot" in html and "Plotly.addFrames" in html
+    assert "cdn.plot.ly/plotly-" in html
+
+
+def test_ranks_can_sit_where_the_topology_puts_them():
+    grid = ([0, 1, 0, 1], [0, 0, 1, 1])  # a 2x2 layout instead of a circle
+    w = StepThrough(rl.build("allreduce.ring", 4), positions=grid)
+    assert list(w.figure.data[0].x) == [-1 / 2 ** 0.5, 1 / 2 ** 0.5, -1 / 2 ** 0.5, 1 / 2 ** 0.5]
+    with pytest.raises(ValueError, match="positions must be \\(x, y\\) with 4 values each"):
+        step_figure(rl.build("allreduce.ring", 4), positions=([0, 1], [0, 1]))

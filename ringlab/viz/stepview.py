@@ -40,6 +40,16 @@ def circle(nranks: int) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angle), np.sin(angle)
 
 
+def _checked(positions, nranks: int):
+    """(x, y) arrays from ``positions``, scaled into the unit circle the axes expect."""
+    x, y = (np.asarray(v, dtype=float) for v in positions)
+    if x.shape != (nranks,) or y.shape != (nranks,):
+        raise ValueError(f"positions must be (x, y) with {nranks} values each")
+    x, y = x - x.mean(), y - y.mean()
+    scale = max(np.hypot(x, y).max(), 1e-12)
+    return x / scale, y / scale
+
+
 def _arrows(step) -> tuple:
     """One arrow per (src, dst, op) in the step, labelled with its chunks ('+' adds, '=' copies)."""
     groups: dict[tuple[int, int, str], list[int]] = {}
@@ -131,7 +141,7 @@ def base_layout(schedule: Schedule, height: int | None = None) -> dict:
     )
 
 
-def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = None) -> go.Figure:
+def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = None, positions=None) -> go.Figure:
     """The whole schedule as one plotly figure with a play button and a step slider (no kernel needed).
 
     Orange cells hold part of what the collective needs there, green ones all of it; orange arrows
@@ -139,7 +149,7 @@ def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = 
     """
     all_frames = frames(schedule, nbytes)
     labels = schedule.nranks <= LABELS_UP_TO
-    x, y = circle(schedule.nranks)
+    x, y = circle(schedule.nranks) if positions is None else _checked(positions, schedule.nranks)
     first = all_frames[0]
     fig = go.Figure(data=frame_traces(first, x, y, labels), layout=base_layout(schedule, height))
     fig.update_layout(title=first.title, annotations=_annotations(first, x, y, labels))

@@ -8,11 +8,11 @@ import plotly.graph_objects as go
 import traitlets
 
 from ..schedule import Schedule
-from .stepview import LABELS_UP_TO, _annotations, base_layout, circle, frame_traces, frames
+from .stepview import LABELS_UP_TO, _annotations, _checked, base_layout, circle, frame_traces, frames
 
 
 class StepThrough(widgets.VBox):
-    """Step through ``schedule`` one step at a time.
+    """Step through ``schedule`` one step at a time (``positions``: (x, y) per rank, default a circle).
 
     ``step`` (0 = the start, s+1 = just after step s) is the state; the slider, the play button
     and the figure all follow it, and setting it from code moves them too. For a wrong schedule
@@ -22,11 +22,12 @@ class StepThrough(widgets.VBox):
 
     step = traitlets.Int(0)
 
-    def __init__(self, schedule: Schedule, nbytes: int = 1 << 20, interval_ms: int = 900, height: int | None = None):
+    def __init__(self, schedule: Schedule, nbytes: int = 1 << 20, interval_ms: int = 900, height: int | None = None,
+                 positions=None):
         self.schedule = schedule
         self.frames = frames(schedule, nbytes)
         self.labels = schedule.nranks <= LABELS_UP_TO
-        self._x, self._y = circle(schedule.nranks)
+        self._x, self._y = circle(schedule.nranks) if positions is None else _checked(positions, schedule.nranks)
         last = len(self.frames) - 1
         self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play")
         self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step", continuous_update=True,
