@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-EXTRAS = "mpi,lab,test"  # everything but the GPU extra, which needs a CUDA-specific cupy wheel
+EXTRAS = "mpi,lab,test,train"  # everything but the GPU extra, which needs a CUDA-specific cupy wheel
+TORCH = "torch==2.13.0"  # pinned: the CPU build; an open range pulls gigabytes of CUDA packages
 STAMP = VENV / ".ringlab-installed"
 
 
@@ -37,7 +38,7 @@ def venv_bin(name: str) -> Path:
 def wanted_stamp() -> str:
     """What the install depends on: the package metadata, the extras and the Python version."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
-    digest.update(f"{EXTRAS} {sys.version_info[:2]}".encode())
+    digest.update(f"{EXTRAS} {TORCH} {sys.version_info[:2]}".encode())
     return digest.hexdigest()
 
 
@@ -57,6 +58,7 @@ def ensure_env() -> None:
     if STAMP.exists() and STAMP.read_text() == stamp:
         return
     print(f"[dev] installing ringlab[{EXTRAS}] into {VENV} (first run: a few minutes)", flush=True)
+    run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", TORCH])
     run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
          "-e", f"{ROOT}[{EXTRAS}]"])
     STAMP.write_text(stamp)

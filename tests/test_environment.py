@@ -13,7 +13,7 @@ else:
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS_IN_CONDA = ("mpi", "lab", "test")  # gpu is left out: the cupy build depends on the CUDA version
+EXTRAS_IN_CONDA = ("mpi", "lab", "test", "train")  # gpu is left out: the cupy build depends on the CUDA version
 CONDA_NAMES = {"torch": "pytorch"}  # PyPI name -> conda-forge name, where they differ
 
 
