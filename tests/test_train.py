@@ -86,3 +86,13 @@ def test_the_task_is_learned_and_scaling_is_measured():
     assert [int(r[0]) for r in rows] == [1, 2]
     assert all(float(r[-1]) >= 0.90 for r in rows)  # the stated accuracy, on held-out points
     assert all(float(r[1]) > 0 and r[3].endswith("%") for r in rows)
+
+
+def test_with_a_straggler_synchronous_workers_wait(tmp_path):
+    out = tmp_path / "sync-straggler.npz"
+    done = run_mpi(4, [str(HERE / "train_ps.py"), str(out), "1", "sync", "5"], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    workers = [r for r in json.loads(Path(str(out) + ".json").read_text()) if r["role"] == "worker"]
+    # workers 0 and 1 spend their time waiting for worker 2, which is computing
+    assert workers[0]["wait_seconds"] > workers[2]["wait_seconds"]
+    assert workers[0]["wait_seconds"] > workers[0]["compute_seconds"]
