@@ -60,7 +60,93 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument("--steps", action="store_true", help="per-step breakdown (one topology, one algorithm)")
     predict.add_argument("--crossover", metavar="A,B", help="the size above which B is predicted faster than A")
     predict.add_argument("--rings", action="store_true", help="the best ring order against the plain 0..n-1")
+    bench = commands.add_parser(
+        "bench", help="time collectives over message sizes, like nccl-tests, checking every result",
+        description="Measured here: each size's median time, algbw and busbw (nccl-tests' factors: allreduce "
+                    "2(n-1)/n, reduce-scatter and allgather (n-1)/n, reduce and broadcast 1), with every result "
+                    "checked against MPI's own collective. Runs inside an MPI job, or starts one with -n.",
+        epilog="implementations (-a): ringlab's algorithm names for the collective (ring, tree, chain, rhd, ps, "
+               "naive, direct), mpi (MPI's own), nccl (two GPUs or more), torch (torch.distributed)\n\n"
+               "examples:\n  ringlab bench -n 4 -b 8 -e 64M -f 4 -a ring,rhd,mpi\n"
+               "  ringlab bench -n 3 -c broadcast -a chain,tree,mpi --root 1 --json bcast.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_argument("-n", "--nranks", type=int, help="start mpiexec with this many ranks")
+    bench.add_argument("-c", "--collective", default="allreduce", help="allreduce (default), reduce, broadcast, "
+                                                                          "reduce_scatter, allgather")
+    bench.add_argument("-a", "--algorithms", default="ring,mpi", help="comma-separated (default: ring,mpi)")
+    bench.add_argument("-b", "--minbytes", type=_size, default="8", help="smallest size (default 8)")
+    bench.add_argument("-e", "--maxbytes", type=_size, default="32M", help="largest size (default 32M)")
+    bench.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this (default 2)")
+    bench.add_argument("-i", "--stepbytes", type=_size, help="or add this many bytes")
+    bench.add_argument("-d", "--datatype", default="float32", help="float16, float32 (default), float64, int32, int64")
+    bench.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    bench.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations first (default 5)")
+    bench.add_argument("--root", type=int, default=0, help="root of reduce and broadcast (default 0)")
+    bench.add_argument("--gpu", action="store_true", help="cupy buffers, one GPU per rank (shared if fewer)")
+    bench.add_argument("--transport", default="auto", help="with --gpu: auto, host, cuda-aware, ipc")
+    bench.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
+    bandwidth = commands.add_parser(
+        "bandwidth", help="measure link bandwidth and latency, next to each link's theoretical peak",
+        description="Measured here. Without GPUs: the memory copy rate, and MPI ping-pong between two ranks "
+                    "(give -n 2). With GPUs: host<->device pinned and pageable, one way and both ways, device "
+                    "copies, and the peer-to-peer matrix with peer access on and off.")
+    bandwidth.add_argument("-n", "--nranks", type=int, help="start mpiexec with this many ranks (2 for ping-pong)")
+    bandwidth.add_argument("--sizes", default="8,64,1K,16K,256K,4M,64M", help="ping-pong sizes, comma-separated")
+    bandwidth.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
+    commands.add_parser("doctor", help="what this machine has (MPI, GPUs, links, torch, NCCL) and what each lab "
+                                       "will do here")
     return top
+
+
+def _bandwidth(args, argv) -> int:
+    import json
+
+    from mpi4py import MPI
+
+    from .bandwidth import cpu_report, gpu_report
+    from .bench import in_mpi_job
+    from .devices import cupy_module
+    from .machine import describe
+    from .units import parse_size
+
+    if args.nranks and not in_mpi_job():
+        import subprocess
+
+        from .launch import mpiexec_command
+        rest = list(argv)
+        i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
+        del rest[i:i + 2]
+        return subprocess.call(mpiexec_command(args.nranks, ["-m", "ringlab", *rest]))
+    comm = MPI.COMM_WORLD
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    result = {"kind": "ringlab-bandwidth", "schema": 1, "cpu": cpu_report(comm, sizes, sys.stdout)}
+    if cupy_module() is not None and comm.Get_rank() == 0:
+        result["gpu"] = gpu_report(sys.stdout)
+    if comm.Get_rank() == 0 and args.json:
+        result["machine"] = describe(["ringlab", *argv])
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+        print(f"# wrote {args.json}")
+    return 0
+
+
+def _bench(args, argv) -> int:
+    from .bench import in_mpi_job, run, sweep
+
+    if args.nranks and not in_mpi_job():
+        import subprocess
+
+        from .launch import mpiexec_command
+        rest = list(argv)
+        i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
+        del rest[i:i + 2]
+        return subprocess.call(mpiexec_command(args.nranks, ["-m", "ringlab", *rest]))
+    factor = args.stepfactor if args.stepfactor or args.stepbytes else 2
+    sizes = sweep(args.minbytes, args.maxbytes, factor=factor if not args.stepbytes else None,
+                  increment=args.stepbytes)
+    run(args.collective, [a for a in args.algorithms.split(",") if a], sizes, args.datatype, args.iters,
+        args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv])
+    return 0
 
 
 def _presets() -> list[str]:
@@ -106,6 +192,7 @@ def _predict(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     top = parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = top.parse_args(argv)
     if args.command == "demo":
         from .demo import walkthrough
@@ -116,6 +203,22 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             top.exit(2, f"ringlab demo: error: {err}\n")
         _quietly(lambda: print(walkthrough(schedule, args.nbytes)))
+    elif args.command == "bench":
+        try:
+            return _bench(args, argv)
+        except ValueError as err:
+            from mpi4py import MPI
+            if MPI.COMM_WORLD.Get_rank() == 0:
+                print(f"ringlab bench: error: {err}", file=sys.stderr)
+            return 2
+    elif args.command == "bandwidth":
+        try:
+            return _bandwidth(args, argv)
+        except ValueError as err:
+            top.exit(2, f"ringlab bandwidth: error: {err}\n")
+    elif args.command == "doctor":
+        from .doctor import report
+        _quietly(lambda: print("\n".join(report())))
     elif args.command == "predict":
         try:
             _quietly(lambda: _predict(args))

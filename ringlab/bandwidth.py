@@ -1,0 +1,175 @@
+"""``ringlab bandwidth``: what the links of this machine really carry, next to what they could.
+
+Without GPUs: the memory copy rate, and an MPI ping-pong between ranks 0 and 1 (latency and
+bandwidth over shared memory), shown as a fraction of the copy rate measured in the same run.
+With GPUs (cupy): host to device and back, pinned and pageable, one way and both ways at once;
+device-to-device copies; a peer-to-peer matrix over every GPU pair with peer access on and off,
+as CUDA's p2pBandwidthLatencyTest does; each next to the theoretical peak of its link (PCIe from
+the generation and width NVML reports, NVLink from the link count) and the ratio.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+REPEATS = 20  # the CUDA sample's 5 repeats vary 5-10%: take the median of more
+
+
+def _median_seconds(run, repeats: int = REPEATS, sync=None) -> float:
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        if sync is not None:
+            sync()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def memcpy_rate(nbytes: int = 64 << 20, repeats: int = REPEATS) -> float:
+    """Bytes copied per second by one core, numpy array to numpy array (median of ``repeats``)."""
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    return nbytes / _median_seconds(lambda: np.copyto(dst, src), repeats)
+
+
+def pingpong(comm, sizes: list[int], repeats: int = REPEATS) -> list[dict]:
+    """Rank 0 sends to rank 1 and back; one-way time is half a round trip. Other ranks wait."""
+    rank = comm.Get_rank()
+    rows = []
+    for nbytes in sizes:
+        buf = np.zeros(max(nbytes, 1), dtype=np.uint8)[:nbytes]
+        comm.Barrier()
+        if rank == 0:
+            def round_trip():
+                comm.Send(buf, dest=1, tag=7)
+                comm.Recv(buf, source=1, tag=7)
+            half = _median_seconds(round_trip, repeats) / 2
+            rows.append({"bytes": nbytes, "one_way_s": half, "bandwidth_Bps": nbytes / half if nbytes else 0.0})
+        elif rank == 1:
+            for _ in range(repeats + 1):
+                comm.Recv(buf, source=0, tag=7)
+                comm.Send(buf, dest=0, tag=7)
+    return rows
+
+
+def cpu_report(comm, sizes: list[int], out) -> dict:
+    """The no-GPU measurements: copy rate on rank 0, then ping-pong rows against it."""
+    rate = memcpy_rate() if comm.Get_rank() == 0 else 0.0
+    rows = pingpong(comm, sizes) if comm.Get_size() >= 2 else []
+    if comm.Get_rank() != 0:
+        return {}
+    print(f"# measured here, CPU only: memory copy rate {rate / 1e9:.2f} GB/s (numpy, one core, 64 MiB, "
+          f"median of {REPEATS})", file=out)
+    if not rows:
+        print("# MPI ping-pong needs 2 ranks: run with -n 2", file=out)
+    else:
+        print(f"# MPI ping-pong rank 0 <-> rank 1 (shared memory): one-way time and bandwidth; ratio = "
+              f"bandwidth / copy rate", file=out)
+        print(f"# {'size (B)':>12} {'one-way (us)':>13} {'GB/s':>9} {'ratio':>7}", file=out)
+        for row in rows:
+            ratio = row["bandwidth_Bps"] / rate
+            row["ratio_to_memcpy"] = ratio
+            print(f"  {row['bytes']:>12} {row['one_way_s'] * 1e6:>13.2f} {row['bandwidth_Bps'] / 1e9:>9.3f} "
+                  f"{ratio:>7.2f}", file=out)
+        print(f"# small-message latency (smallest size): {rows[0]['one_way_s'] * 1e6:.2f} us one way", file=out)
+    return {"memcpy_Bps": rate, "pingpong": rows}
+
+
+def gpu_report(out, nbytes: int = 256 << 20) -> dict:
+    """Host<->device, device copies and the peer-to-peer matrix, each with its link's peak and the ratio."""
+    from .devices import cupy_module
+    from .discover import discover
+
+    cp = cupy_module()
+    topology, facts = discover()
+    count = cp.cuda.runtime.getDeviceCount()
+    pcie_peak = None
+    if facts.get("gpus"):
+        gen, width = facts["gpus"][0]["pcie_current"]
+        from .discover import pcie_bandwidth
+        pcie_peak = pcie_bandwidth(gen, width)
+    print(f"# measured here on {count} GPU(s); peaks: PCIe from NVML's generation and width, NVLink from link counts",
+          file=out)
+    result = {"gpus": count, "facts": facts, "host_device": [], "p2p": {}}
+    stream = cp.cuda.get_current_stream()
+    device = cp.empty(nbytes, dtype=cp.uint8)
+    for pinned in (True, False):
+        host = (np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes) if pinned
+                else np.empty(nbytes, np.uint8))
+        h2d = nbytes / _median_seconds(lambda: device.set(host), sync=stream.synchronize)
+        d2h = nbytes / _median_seconds(lambda: device.get(out=host), sync=stream.synchronize)
+        other = cp.empty_like(device)
+        back = (np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes) if pinned
+                else np.empty(nbytes, np.uint8))
+        s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+
+        def both():
+            other.set(host, stream=s1)
+            device.get(out=back, stream=s2)
+            s1.synchronize()
+            s2.synchronize()
+        both_ways = 2 * nbytes / _median_seconds(both)
+        for what, rate in (("host->device", h2d), ("device->host", d2h), ("both ways at once", both_ways)):
+            peak = None if pcie_peak is None else (2 * pcie_peak if what.startswith("both") else pcie_peak)
+            row = {"what": what, "pinned": pinned, "Bps": rate, "peak_Bps": peak}
+            result["host_device"].append(row)
+            ratio = f"{rate / peak:.2f}" if peak else "-"
+            print(f"  {what:<18} {'pinned' if pinned else 'pageable':<9} {rate / 1e9:8.2f} GB/s  peak "
+                  f"{peak / 1e9 if peak else float('nan'):8.2f} GB/s  ratio {ratio}", file=out)
+    copy = cp.empty_like(device)
+    d2d = nbytes / _median_seconds(lambda: copy.__setitem__(Ellipsis, device), sync=stream.synchronize)
+    result["device_copy_Bps"] = d2d
+    print(f"  device->device copy          {d2d / 1e9:8.2f} GB/s (bytes copied per second; reads and writes "
+          f"move twice that)", file=out)
+    small = np.zeros(8, np.uint8)
+    small_dev = cp.zeros(8, cp.uint8)
+    latency = _median_seconds(lambda: small_dev.set(small), sync=stream.synchronize)
+    result["small_h2d_latency_s"] = latency
+    print(f"  8-byte host->device latency  {latency * 1e6:8.2f} us", file=out)
+    if count >= 2:
+        result["p2p"] = _p2p_matrix(cp, count, nbytes, topology, out)
+    return result
+
+
+def _p2p_matrix(cp, count: int, nbytes: int, topology, out) -> dict:
+    peaks = topology.bandwidth_matrix() if topology is not None else None
+    result = {}
+    for access in (True, False):
+        matrix = np.zeros((count, count))
+        for a in range(count):
+            for b in range(count):
+                if a == b:
+                    continue
+                with cp.cuda.Device(a):
+                    if access:
+                        try:
+                            cp.cuda.runtime.deviceEnablePeerAccess(b)
+                        except cp.cuda.runtime.CUDARuntimeError:
+                            pass  # already enabled, or not possible: then the copy is staged anyway
+                    src = cp.empty(nbytes, cp.uint8)
+                with cp.cuda.Device(b):
+                    dst = cp.empty(nbytes, cp.uint8)
+                run = lambda: cp.cuda.runtime.memcpyPeer(dst.data.ptr, b, src.data.ptr, a, nbytes)  # noqa: E731
+                matrix[a, b] = nbytes / _median_seconds(run, sync=cp.cuda.runtime.deviceSynchronize)
+                if access:
+                    with cp.cuda.Device(a):
+                        try:
+                            cp.cuda.runtime.deviceDisablePeerAccess(b)
+                        except cp.cuda.runtime.CUDARuntimeError:
+                            pass
+        result["peer_access_on" if access else "peer_access_off"] = matrix.tolist()
+        print(f"# peer-to-peer copy (GB/s), peer access {'on' if access else 'off'}; ratio to the link peak in brackets",
+              file=out)
+        for a in range(count):
+            cells = []
+            for b in range(count):
+                if a == b:
+                    cells.append(f"{'-':>14}")
+                else:
+                    ratio = f"({matrix[a, b] / peaks[a, b]:.2f})" if peaks is not None else ""
+                    cells.append(f"{matrix[a, b] / 1e9:8.2f}{ratio:>6}")
+            print(f"  gpu{a} " + " ".join(cells), file=out)
+    return result

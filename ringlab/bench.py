@@ -1,0 +1,264 @@
+"""``ringlab bench``: a sweep over message sizes in the manner of nccl-tests.
+
+For every size and every implementation (ringlab's algorithms by name, MPI's own collective as
+``mpi``, NCCL as ``nccl`` with two GPUs or more, ``torch`` for torch.distributed) it checks the
+result against MPI's own collective, counts wrong elements, and reports the median time, algbw
+and busbw (nccl-tests' factors). Run it inside an MPI job, or give ``-n`` to start one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from .timing import bandwidths, time_collective
+
+COLLECTIVES = ("allreduce", "reduce", "broadcast", "reduce_scatter", "allgather")
+DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "int32": np.int32,
+          "int64": np.int64}
+SCHEMA = 1
+
+
+def sweep(begin: int, end: int, factor: int | None = None, increment: int | None = None) -> list[int]:
+    """Sizes from ``begin`` to ``end`` bytes, multiplying by ``factor`` or adding ``increment``."""
+    if begin < 1 or end < begin:
+        raise ValueError(f"need 1 <= begin <= end, got begin={begin}, end={end}")
+    if (factor is None) == (increment is None):
+        raise ValueError("give exactly one of factor (-f) and increment (-i)")
+    if factor is not None and factor < 2:
+        raise ValueError(f"factor must be >= 2, got {factor}")
+    if increment is not None and increment < 1:
+        raise ValueError(f"increment must be >= 1, got {increment}")
+    out, size = [], begin
+    while size <= end:
+        out.append(size)
+        size = size * factor if factor else size + increment
+    return out
+
+
+def in_mpi_job() -> bool:
+    """True when this process was started by mpiexec (so -n must not start another job)."""
+    return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALRANKID"))
+
+
+class _Implementations:
+    """The callables being timed for one collective, one buffer: each returns this rank's result."""
+
+    def __init__(self, collective: str, comm, x, root: int, transport: str):
+        self.collective, self.comm, self.x, self.root, self.transport = collective, comm, x, root, transport
+        self.n = comm.Get_size()
+        self._nccl = None
+
+    def ringlab(self, name: str):
+        import ringlab as rl
+
+        c, x = self.collective, self.x
+        if c == "allreduce":
+            return lambda: rl.allreduce(x, name, comm=self.comm, transport=self.transport, check=False)
+        if c == "reduce":
+            return lambda: rl.reduce(x, self.root, name, comm=self.comm, transport=self.transport, check=False)
+        if c == "broadcast":
+            return lambda: rl.broadcast(x, self.root, name, comm=self.comm, transport=self.transport, check=False)
+        schedule = rl.build(name if "." in name else f"{c}.{name}", self.n)
+        return lambda: rl.execute(schedule, x, comm=self.comm, transport=self.transport, check=False)
+
+    def mpi(self):
+        from mpi4py import MPI
+
+        comm, x, n, rank = self.comm, self.x, self.n, self.comm.Get_rank()
+        host = x if isinstance(x, np.ndarray) else x.get()
+        if host.dtype == np.float16:
+            raise ValueError("MPI has no float16 reduction; use -d float32 to compare with MPI")
+        out = np.empty_like(host)
+        block = len(host) // n
+        if self.collective == "allreduce":
+            return lambda: (comm.Allreduce(host, out), out)[1]
+        if self.collective == "reduce":
+            return lambda: (comm.Reduce(host, out, root=self.root), out)[1]
+        if self.collective == "broadcast":
+            out[...] = host
+            return lambda: (comm.Bcast(out, root=self.root), out)[1]
+        if self.collective == "reduce_scatter":
+            return lambda: (comm.Reduce_scatter_block(host, out[rank * block:(rank + 1) * block], op=MPI.SUM), out)[1]
+        mine = np.ascontiguousarray(host[rank * block:(rank + 1) * block])
+        return lambda: (comm.Allgather(mine, out), out)[1]
+
+    def nccl(self):
+        from .devices import cupy_module, gpu_count
+
+        cp = cupy_module()
+        if cp is None or gpu_count() < 2 or self.n > gpu_count():
+            raise ValueError("nccl needs cupy and one GPU per rank, with two GPUs or more "
+                             "(NCCL refuses two ranks of one communicator on the same GPU)")
+        from cupy.cuda import nccl
+
+        if self._nccl is None:
+            uid = self.comm.bcast(nccl.get_unique_id() if self.comm.Get_rank() == 0 else None, root=0)
+            self._nccl = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
+        x, nc, stream = self.x, self._nccl, cp.cuda.get_current_stream().ptr
+        types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
+                 np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int32): nccl.NCCL_INT32,
+                 np.dtype(np.int64): nccl.NCCL_INT64}
+        kind, out = types[x.dtype], cp.empty_like(x)
+        if self.collective == "allreduce":
+            return lambda: (nc.allReduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, stream), out)[1]
+        if self.collective == "broadcast":
+            return lambda: (nc.broadcast(x.data.ptr, out.data.ptr, x.size, kind, self.root, stream), out)[1]
+        if self.collective == "reduce":
+            return lambda: (nc.reduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, self.root, stream), out)[1]
+        raise ValueError(f"nccl: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
+
+    def torch(self):
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            port = self.comm.bcast(29400 + os.getpid() % 500 if self.comm.Get_rank() == 0 else None, root=0)
+            backend = "nccl" if not isinstance(self.x, np.ndarray) else "gloo"
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=self.comm.Get_rank(),
+                                    world_size=self.n)
+        tensor = torch.from_dlpack(self.x).clone()
+        if self.collective == "allreduce":
+            return lambda: (dist.all_reduce(t := tensor.clone()), t)[1]
+        if self.collective == "broadcast":
+            return lambda: (dist.broadcast(t := tensor.clone(), src=self.root), t)[1]
+        if self.collective == "reduce":
+            return lambda: (dist.reduce(t := tensor.clone(), dst=self.root), t)[1]
+        raise ValueError(f"torch: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
+
+    def make(self, name: str):
+        if name in ("mpi", "nccl", "torch"):
+            return getattr(self, name)()
+        return self.ringlab(name)
+
+
+def _defined(collective: str, rank: int, root: int, n: int, count: int) -> slice | None:
+    """Which elements of this rank's result the collective defines (None: none at all)."""
+    if collective == "reduce":
+        return slice(0, count) if rank == root else None
+    if collective == "reduce_scatter":
+        block = count // n
+        return slice(rank * block, (rank + 1) * block)
+    return slice(0, count)
+
+
+def _wrong(got, want, dtype, n: int) -> int:
+    got = np.asarray(got.get() if hasattr(got, "get") and not isinstance(got, np.ndarray) else got)
+    got = np.asarray(got.numpy() if hasattr(got, "numpy") else got)
+    if np.issubdtype(dtype, np.integer):
+        return int(np.count_nonzero(got != want))
+    tolerance = 4 * n * n * np.finfo(dtype).eps
+    return int(np.count_nonzero(np.abs(got.astype(np.float64) - want.astype(np.float64)) > tolerance))
+
+
+def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: str = "float32", iters: int = 20,
+        warmup: int = 5, root: int = 0, gpu: bool = False, transport: str = "auto", json_path: str | None = None,
+        command: list[str] | None = None, out=sys.stdout) -> dict | None:
+    """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results."""
+    from mpi4py import MPI
+
+    from .machine import describe
+
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+    if dtype_name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
+    if not 0 <= root < n:
+        raise ValueError(f"root must be a rank in 0..{n - 1}, got {root}")
+    dtype = np.dtype(DTYPES[dtype_name])
+    xp = np
+    if gpu:
+        from .devices import bind_device, cupy_module
+        xp = cupy_module()
+        if xp is None:
+            raise ValueError("--gpu: cupy cannot see a GPU here")
+        bind_device(comm)
+    show = rank == 0
+    bar = _progress(len(sizes) * len(algorithms)) if show else None
+    if show:
+        where = f"GPU, transport {transport}" if gpu else "CPU, numpy over MPI"
+        print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, median of {iters} after "
+              f"{warmup} warm-up; busbw = algbw x {_factor_text(collective)}", file=out)
+        print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'time (us)':>11} "
+              f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}", file=out, flush=True)
+    rows = []
+    for nbytes in sizes:
+        count = nbytes // dtype.itemsize
+        if collective in ("reduce_scatter", "allgather"):
+            count -= count % n  # equal blocks, as MPI's Reduce_scatter_block and Allgather need
+        if count == 0:
+            continue
+        rng = np.random.default_rng(rank * 7919 + count)
+        host = (rng.integers(-100, 100, count) if dtype.kind == "i" else rng.uniform(-1, 1, count)).astype(dtype)
+        x = xp.asarray(host)
+        reference = _Implementations(collective, comm, host.astype(np.float32) if dtype == np.float16 else host,
+                                     root, "auto").mpi()().copy()
+        implementations = _Implementations(collective, comm, x, root, transport)
+        defined = _defined(collective, rank, root, n, count)
+        for name in algorithms:
+            fn = implementations.make(name)
+            got = fn()
+            wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
+            wrong = comm.allreduce(wrong)
+            seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if xp is not np else None)
+            size = count * dtype.itemsize
+            algbw, busbw = bandwidths(collective, size, seconds, n)
+            row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "who": name,
+                   "time_s": seconds, "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong}
+            rows.append(row)
+            if show:
+                _print_row(row, out, bar)
+    if not show:
+        return None
+    if bar is not None:
+        bar.close()
+    means = {name: float(np.mean([r["busbw_Bps"] for r in rows if r["algorithm"] == name]))
+             for name in algorithms if any(r["algorithm"] == name for r in rows)}
+    print("# mean busbw (GB/s): " + "  ".join(f"{k} {v / 1e9:.3f}" for k, v in means.items()), file=out)
+    if any(r["wrong"] for r in rows):
+        print("# WRONG RESULTS: some elements differ from MPI's own collective (see #wrong)", file=out)
+    result = {"kind": "ringlab-bench", "schema": SCHEMA, "collective": collective, "ranks": n, "dtype": dtype_name,
+              "root": root, "gpu": gpu, "transport": transport, "iters": iters, "warmup": warmup,
+              "machine": describe(command), "rows": rows, "mean_busbw_Bps": means}
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(result, fh, indent=1)
+        print(f"# wrote {json_path}", file=out)
+    return result
+
+
+def _as_host(got):
+    if hasattr(got, "numpy") and not isinstance(got, np.ndarray):
+        return got.cpu().numpy()
+    if hasattr(got, "get") and not isinstance(got, np.ndarray):
+        return got.get()
+    return got
+
+
+def _factor_text(collective: str) -> str:
+    return {"allreduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "allgather": "(n-1)/n"}.get(collective, "1")
+
+
+def _progress(total: int):
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="run", leave=False, file=sys.stderr)
+
+
+def _print_row(row: dict, out, bar) -> None:
+    line = (f"  {row['bytes']:>12} {row['count']:>11} {row['dtype']:>8} {row['algorithm']:>10} "
+            f"{row['time_s'] * 1e6:>11.1f} {row['algbw_Bps'] / 1e9:>13.3f} {row['busbw_Bps'] / 1e9:>13.3f} "
+            f"{row['wrong']:>7}")
+    if bar is not None:
+        bar.write(line, file=out)
+        bar.update(1)
+    else:
+        print(line, file=out, flush=True)

@@ -1,0 +1,83 @@
+"""``ringlab doctor``: what this machine has, and what each lab will do with it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .launch import find_mpiexec
+from .machine import describe
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+LABS = [
+    ("00 Your machine", "gpu", "the PCIe arithmetic and this machine's links"),
+    ("01 Moving bytes", "gpu", "PCIe against NVLink, pinned against pageable, peer copies"),
+    ("02 Reduce and broadcast", "mpi", "direct, tree and chain on MPI ranks"),
+    ("03 Allreduce, naive against ring", "mpi", "every chunk, traffic, busbw"),
+    ("04 Parameter servers", "torch", "single against sharded, sync against async"),
+    ("05 Scaling", "mpi", "sizes and ranks, fitted alpha and beta, predictions"),
+    ("06 Data-parallel training", "torch", "ringlab's allreduce, a parameter server and DDP"),
+]
+
+
+def recorded_gpu_results() -> list[Path]:
+    """JSON results measured on a GPU machine and committed with the project."""
+    return sorted(RESULTS.glob("**/*.json")) if RESULTS.exists() else []
+
+
+def report() -> list[str]:
+    """The doctor's lines (also what ``ringlab doctor`` prints)."""
+    from .devices import cupy_module, gpu_count
+    from .discover import discover
+
+    info = describe()
+    lines = [f"ringlab {info['versions']['ringlab']} on {info['host']}: {info['cpu']}, {info['cpu_count']} cores, "
+             f"Python {info['python']}"]
+    mpi_ok = not str(info["mpi"]).startswith("unavailable")
+    try:
+        mpiexec = find_mpiexec()
+    except FileNotFoundError:
+        mpiexec = None
+    lines.append(f"MPI: {info['mpi']}" + (f"; mpiexec at {mpiexec}" if mpiexec else "; no mpiexec on PATH") +
+                 (f"; CUDA-aware: {'yes' if info.get('mpi_cuda_aware') else 'no'}" if mpi_ok else ""))
+    cp = cupy_module()
+    gpus = gpu_count()
+    if cp is None:
+        lines.append("GPUs: none usable here (cupy not installed or no device): every lab runs on numpy buffers")
+    else:
+        names = ", ".join(g.get("name", "?") for g in info["gpus"]) or f"{gpus} device(s)"
+        lines.append(f"GPUs: {gpus} ({names}); driver {info['driver'] or 'unknown'}; cupy {cp.__version__}")
+    topology, facts = discover()
+    if topology is None:
+        lines.append(f"topology: not discovered ({facts.get('reason', 'no GPU')})")
+    else:
+        lines.append(f"topology: {topology} via {facts['method']}")
+        if facts.get("codes"):
+            lines.append("  links: " + "; ".join(f"gpu{i}-gpu{j} {c}" for i, row in enumerate(facts["codes"])
+                                                    for j, c in enumerate(row) if j > i))
+    torch_version = info["versions"]["torch"]
+    nccl = None
+    if torch_version:
+        import torch
+        cuda = torch.cuda.is_available()
+        if cuda:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        lines.append(f"torch {torch_version}: CUDA {'available' if cuda else 'not available'}"
+                     + (f", NCCL {nccl}" if nccl else "") + f"; gloo {'yes' if torch.distributed.is_gloo_available() else 'no'}")
+    else:
+        lines.append("torch: not installed (labs 04 and 06 need it: pip install torch==2.13.0)")
+    recorded = recorded_gpu_results()
+    lines.append(f"recorded GPU results: {len(recorded)} file(s) in {RESULTS}" if recorded
+                 else "recorded GPU results: none yet (they are committed under results/ from a GPU machine)")
+    lines.append("What each lab will do here:")
+    for title, needs, what in LABS:
+        if needs == "gpu":
+            plan = ("measure on this GPU" if gpus else "measure CPU copies and MPI ping-pong"
+                    + ("; show the recorded GPU results" if recorded else "; no recorded GPU results to show yet"))
+        elif needs == "torch":
+            plan = "train for real on MPI ranks" if torch_version and mpi_ok else "cannot run: needs torch and MPI"
+        else:
+            plan = "measure on MPI ranks" + (" (and on the GPU)" if gpus else "") if mpi_ok else "cannot run: no MPI"
+        if title.startswith("05") or title.startswith("06"):
+            plan += "; NCCL comparisons need 2 GPUs or more" if gpus < 2 else "; with NCCL"
+        lines.append(f"  {title:<34} {plan} ({what})")
+    return lines

@@ -1,0 +1,62 @@
+"""What machine a measurement was taken on: recorded with every result, so numbers travel with their context."""
+from __future__ import annotations
+
+import datetime
+import platform
+import sys
+from importlib import metadata
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe(command: list[str] | None = None) -> dict:
+    """CPU, GPUs, driver, MPI library, package versions, the command and the date (UTC)."""
+    import os
+
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(command if command is not None else sys.argv),
+        "host": platform.node(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": {p: _version(p) for p in ("ringlab", "numpy", "mpi4py", "mpich", "cupy", "cupy-cuda12x",
+                                               "cupy-cuda13x", "torch")},
+        "mpi": None,
+        "gpus": [],
+        "driver": None,
+    }
+    try:
+        from mpi4py import MPI
+        info["mpi"] = MPI.Get_library_version().strip().splitlines()[0]
+        from .transports import mpi_is_cuda_aware
+        info["mpi_cuda_aware"] = mpi_is_cuda_aware()
+    except Exception as err:
+        info["mpi"] = f"unavailable ({type(err).__name__})"
+    try:
+        from .discover import discover_nvml
+        _, facts = discover_nvml()
+        info["gpus"], info["driver"] = facts["gpus"], facts["driver"]
+    except Exception:
+        from .devices import cupy_module
+        cp = cupy_module()
+        if cp is not None:
+            info["gpus"] = [{"name": cp.cuda.runtime.getDeviceProperties(i)["name"].decode()}
+                            for i in range(cp.cuda.runtime.getDeviceCount())]
+    return info
