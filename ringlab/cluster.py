@@ -62,6 +62,7 @@ class MPICluster:
         ranks = self.client[:].apply_sync(_abort_on_exception)
         by_rank = [engine for _, engine in sorted(zip(ranks, self.client.ids))]
         self.view = self.client[by_rank]
+        self.view.block = True  # %%px waits for every rank, so an error fails its own cell
         if self.activate:
             self.view.activate()
         _RUNNING.append(self)

@@ -77,7 +77,7 @@ def test_ci_runs_the_readme_test_command():
 def test_notebooks_are_committed_without_outputs():
     import nbformat
 
-    for path in sorted((ROOT / "labs").glob("*.ipynb")):
+    for path in sorted((ROOT / "labs").glob("**/*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
         for cell in notebook.cells:
             if cell.cell_type == "code":

@@ -1,0 +1,129 @@
+# %% [markdown]
+# # Lab 03: allreduce, naive against ring
+#
+# **What you'll do:** count what a naive allreduce and a ring allreduce send, write the ring's
+# chunk-index rule yourself and see the checker's verdict, then run both on real MPI ranks and
+# measure them against MPI's own `Allreduce`.
+#
+# **What you'll learn:** why the ring's per-rank traffic, 2(n-1)/n of the buffer, hardly grows with
+# the number of ranks while the naive root's grows as n-1; and what "bus bandwidth" measures.
+#
+# **What you need:** lab 00. Everything runs on this machine's CPU: four MPI ranks as ipyparallel
+# engines, on numpy buffers.
+
+# %%
+import numpy as np
+import ringlab as rl
+from ringlab.exercises import check_reduce_scatter_rule
+from ringlab.viz import StepThrough, busbw_plot, use_renderer
+
+use_renderer()
+
+# %% [markdown]
+# ## Counting bytes
+#
+# The naive allreduce sends every buffer to one root, which adds them up and sends the sum back.
+# The ring cuts the buffer into n chunks and passes them around. Here are the bytes that the
+# busiest rank sends and receives for a 1 MiB buffer. These are counted from the schedules; nothing
+# is measured yet.
+
+# %%
+K = 1 << 20
+for n in (2, 4, 8, 16):
+    ring = max(rl.traffic(rl.build("allreduce.ring", n), K)["received"]) / K
+    naive = max(rl.traffic(rl.build("allreduce.naive", n), K)["received"]) / K
+    print(f"{n:>2} ranks: ring {ring:.3f} K, naive root {naive:.0f} K")
+
+# %% [markdown]
+# ## Exercise 1: the ring's reduce-scatter
+#
+# At step i of the reduce-scatter, rank j sends one chunk to rank j+1, which adds it to its own
+# copy. Write `send_chunk(j, i, n)`, which returns which chunk that is, so that after n-1 steps every
+# chunk has been summed over all ranks. The check builds a ring with your rule, runs it through
+# ringlab's checker for several rank counts, and tells you where it goes wrong.
+
+# %% tags=["solution"]
+def send_chunk(j, i, n):
+    """The chunk rank j sends to rank j+1 at reduce-scatter step i."""
+    # solution
+    return (j - i) % n
+
+
+# %%
+check_reduce_scatter_rule(send_chunk)
+
+# %% [markdown]
+# What does a wrong rule look like? Here every rank always sends its own chunk, so the same
+# contribution arrives twice:
+
+# %%
+try:
+    check_reduce_scatter_rule(lambda j, i, n: j)
+except AssertionError as err:
+    print(err)
+
+# %% [markdown]
+# Step through the correct ring. After the reduce-scatter each rank holds one complete (green)
+# chunk, and the allgather then passes those around:
+
+# %%
+StepThrough(rl.build("allreduce.ring", 4))
+
+# %% [markdown]
+# ## On real ranks
+#
+# Start four MPI ranks. Cells that begin with `%%px` run on all four at once. If a rank raises,
+# the whole job is aborted, so the cell fails instead of hanging; `ranks.restart()` brings fresh ones.
+
+# %%
+from ringlab.cluster import MPICluster
+
+ranks = MPICluster(4).start()
+
+# %%
+# %%px
+import numpy as np
+import ringlab as rl
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+x = np.random.default_rng(comm.Get_rank()).standard_normal(1 << 18).astype(np.float32)
+want = np.empty_like(x)
+comm.Allreduce(x, want)
+for name in ("ring", "naive", "rhd"):
+    assert np.allclose(rl.allreduce(x, name), want, atol=1e-4), name
+print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
+
+# %% [markdown]
+# Now time them, from 64 KiB to 4 MiB, against MPI's own `Allreduce`. Every result is checked
+# first. Bus bandwidth is bytes/time x 2(n-1)/n: what each rank's link carries, so that a
+# bandwidth-optimal allreduce shows the link's speed whatever n is.
+
+# %%
+# %%px
+from ringlab.bench import run
+
+result = run("allreduce", ["ring", "naive", "mpi"], [1 << 16, 1 << 18, 1 << 20, 1 << 22], iters=5, warmup=1)
+
+# %%
+rows = ranks.view.pull("result", block=True)[0]["rows"]  # rank 0 holds the table
+busbw_plot(rows, title="measured here: allreduce bus bandwidth on 4 CPU ranks")
+
+# %%
+ranks.stop()
+
+# %% [markdown]
+# ## Summary
+#
+# - The naive allreduce funnels (n-1)·K bytes into one root and (n-1)·K out of it. A ring rank sends
+#   and receives 2(n-1)/n·K, which tends to 2K: the ring is bandwidth-optimal.
+# - At reduce-scatter step i, rank j sends chunk (j-i) mod n. The allgather passes the finished
+#   chunks on, starting one chunk later.
+# - Bus bandwidth puts algorithms and rank counts on one scale. On four CPU ranks sharing two cores,
+#   latency dominates small messages; compare the lines above with the prediction of lab 05.
+#
+# ## Exercises
+#
+# 1. (Above) the reduce-scatter index rule.
+# 2. Run the measurement again with `"rhd"` and `"ps"` added. Which one wins at 4 MiB, and why does
+#    `ps` (one server) behave like `naive`?

@@ -1,0 +1,39 @@
+"""Checks for the labs' exercises: they run your code through ringlab and explain what is wrong."""
+from __future__ import annotations
+
+from .algorithms.ring import allgather_steps
+from .schedule import REDUCE, Step, make_schedule
+from .simulate import ScheduleError, check
+
+
+def ring_with_rule(rule, nranks: int):
+    """A ring allreduce whose reduce-scatter sends chunk ``rule(j, i, n)`` from rank j at step i,
+    followed by the textbook allgather (rank j sends chunk (j-i+1) mod n)."""
+    steps = []
+    for i in range(nranks - 1):
+        chunks = []
+        for j in range(nranks):
+            chunk = rule(j, i, nranks)
+            if isinstance(chunk, bool) or not isinstance(chunk, int):
+                raise AssertionError(f"send_chunk({j}, {i}, {nranks}) returned {chunk!r}; it must return an int")
+            if not 0 <= chunk < nranks:
+                raise AssertionError(f"send_chunk({j}, {i}, {nranks}) returned {chunk}, but chunks are 0..{nranks - 1} "
+                                     "(hint: % n keeps an index in range)")
+            chunks.append(chunk)
+        steps.append(Step.columns(list(range(nranks)), [(j + 1) % nranks for j in range(nranks)], chunks, REDUCE,
+                                  "reduce-scatter"))
+    steps += allgather_steps(nranks, shift=1)
+    return make_schedule("allreduce", nranks, nranks, steps, name="your ring")
+
+
+def check_reduce_scatter_rule(rule, sizes=(2, 3, 4, 5, 8)) -> None:
+    """Build a ring with ``rule`` for 2, 3, 4, 5 and 8 ranks and put each through the checker."""
+    for n in sizes:
+        try:
+            check(ring_with_rule(rule, n))
+        except ScheduleError as err:
+            raise AssertionError(
+                f"with {n} ranks your rule does not give an allreduce. The checker says:\n  {err}\n"
+                "Hint: at step 0 rank j sends its own chunk j; each step after that it passes on the chunk "
+                "it has just added into, which came from rank j-1.") from None
+    print(f"Correct: with {', '.join(map(str, sizes))} ranks every rank ends with every chunk complete.")

@@ -1,0 +1,109 @@
+"""Lab sources and the notebooks made from them.
+
+Each lab is written once, with its solutions, as a jupytext percent script: ``labs/src/NN_name.py``
+(text, so diffs read well). From it, :func:`build` writes
+
+- ``labs/NN_name.ipynb``: the exercise version learners open. In cells tagged ``solution``,
+  everything after a line ``# solution`` becomes ``# Write your code here.``;
+- ``labs/solutions/NN_name.ipynb``: the solution version, which CI runs under nbval.
+
+Notebooks are written without outputs. ``python -m ringlab.labtools check`` (and a test) fails
+when a notebook and its source have drifted apart; ``python -m ringlab.labtools build`` mends it.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+MARKER = "# solution"
+PLACEHOLDER = "# Write your code here."
+
+
+def _read(source: Path):
+    import jupytext
+
+    notebook = jupytext.read(source)
+    notebook.metadata.pop("jupytext", None)
+    notebook.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    notebook.metadata["language_info"] = {"name": "python"}
+    for i, cell in enumerate(notebook.cells):
+        cell["id"] = f"{source.stem[:2]}-{i:02d}"
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}  # jupytext's layout hints go
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return notebook
+
+
+def exercise_version(notebook):
+    """The notebook with every solution cut out after its ``# solution`` line."""
+    out = copy.deepcopy(notebook)
+    for cell in out.cells:
+        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
+            lines = cell.source.splitlines()
+            if MARKER not in [line.strip() for line in lines]:
+                raise ValueError(f"a cell tagged 'solution' has no '{MARKER}' line:\n{cell.source}")
+            cut = [line.strip() for line in lines].index(MARKER)
+            indent = lines[cut][:len(lines[cut]) - len(lines[cut].lstrip())]
+            cell.source = "\n".join(lines[:cut] + [indent + PLACEHOLDER])
+    return out
+
+
+def targets(source: Path) -> dict[str, object]:
+    """{path: notebook} that ``source`` should produce."""
+    solution = _read(source)
+    return {str(LABS / f"{source.stem}.ipynb"): exercise_version(solution),
+            str(LABS / "solutions" / f"{source.stem}.ipynb"): solution}
+
+
+def sources() -> list[Path]:
+    return sorted((LABS / "src").glob("[0-9][0-9]_*.py"))
+
+
+def _text(notebook) -> str:
+    import nbformat
+
+    return nbformat.writes(notebook) + "\n"
+
+
+def build() -> list[str]:
+    """Write every lab's notebooks from its source; return the paths written."""
+    written = []
+    for source in sources():
+        for path, notebook in targets(source).items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            text = _text(notebook)
+            if not Path(path).exists() or Path(path).read_text() != text:
+                Path(path).write_text(text)
+                written.append(path)
+    return written
+
+
+def stale() -> list[str]:
+    """Notebooks that differ from what their sources would build (empty when all is in step)."""
+    out = []
+    for source in sources():
+        for path, notebook in targets(source).items():
+            if not Path(path).exists() or Path(path).read_text() != _text(notebook):
+                out.append(path)
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["build"]:
+        for path in build():
+            print(f"wrote {path}")
+        return 0
+    if argv == ["check"]:
+        behind = stale()
+        for path in behind:
+            print(f"out of date with its source: {path} (run: python -m ringlab.labtools build)")
+        return 1 if behind else 0
+    print("usage: python -m ringlab.labtools build|check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The labs: notebooks in step with their sources, exercises hidden, a wrong solution caught, and a
+rank that raises failing the run fast instead of hanging it."""
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from ringlab import labtools
+
+ROOT = labtools.LABS.parent
+
+
+def test_notebooks_are_built_from_their_sources():
+    assert labtools.sources(), "no lab sources found"
+    assert labtools.stale() == [], "run: python -m ringlab.labtools build"
+
+
+def test_exercise_versions_hide_the_solutions():
+    for source in labtools.sources():
+        exercise = nbformat.read(labtools.LABS / f"{source.stem}.ipynb", as_version=4)
+        solution = nbformat.read(labtools.LABS / "solutions" / f"{source.stem}.ipynb", as_version=4)
+        for mine, theirs in zip(exercise.cells, solution.cells):
+            if "solution" in theirs.metadata.get("tags", []):
+                assert mine.source.endswith(labtools.PLACEHOLDER) and mine.source != theirs.source
+                compile(mine.source, source.name, "exec")  # still valid Python for the learner
+            else:
+                assert mine.source == theirs.source
+
+
+def test_a_solution_cell_needs_its_marker():
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["solution"]})])
+    with pytest.raises(ValueError, match="has no '# solution' line"):
+        labtools.exercise_version(notebook)
+
+
+def _run_until(notebook, last_source_fragment: str, replace: dict[str, str] | None = None):
+    """Execute the notebook's cells in order up to the one containing the fragment (no cluster cells)."""
+    from nbclient import NotebookClient
+
+    cells = []
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            source = cell.source
+            for old, new in (replace or {}).items():
+                source = source.replace(old, new)
+            cells.append(nbformat.v4.new_code_cell(source))
+            if last_source_fragment in cell.source:
+                break
+    client = NotebookClient(nbformat.v4.new_notebook(cells=cells), timeout=120, kernel_name="python3")
+    return client.execute()
+
+
+def test_a_wrong_solution_fails_the_check_with_a_helpful_message():
+    from nbclient.exceptions import CellExecutionError
+
+    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    _run_until(lab, "check_reduce_scatter_rule(send_chunk)")  # the right one passes
+    with pytest.raises(CellExecutionError) as info:
+        _run_until(lab, "check_reduce_scatter_rule(send_chunk)", {"return (j - i) % n": "return (j + i) % n"})
+    assert "your rule does not give an allreduce" in str(info.value)
+    assert "Hint:" in str(info.value)
+
+
+@pytest.mark.timeout(300)
+def test_a_lab_whose_rank_raises_fails_the_run_fast(tmp_path):
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from ringlab.cluster import MPICluster\nranks = MPICluster(2).start()"),
+        nbformat.v4.new_code_cell("%%px\nimport numpy as np\nfrom mpi4py import MPI\n"
+                                  "if MPI.COMM_WORLD.Get_rank() == 1:\n    raise RuntimeError('boom on rank 1')\n"
+                                  "MPI.COMM_WORLD.Allreduce(np.ones(3), np.empty(3))"),
+        nbformat.v4.new_code_cell("ranks.stop()"),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    path = tmp_path / "raises.ipynb"
+    nbformat.write(notebook, path)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
+                           "-p", "no:cacheprovider", "-o", "addopts=", str(path)],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "1 failed" in done.stdout
+    assert time.monotonic() - start < 120
+    leftover = subprocess.run(["pgrep", "-f", "ipyparallel.engine"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
