@@ -37,3 +37,23 @@ def check_reduce_scatter_rule(rule, sizes=(2, 3, 4, 5, 8)) -> None:
                 "Hint: at step 0 rank j sends its own chunk j; each step after that it passes on the chunk "
                 "it has just added into, which came from rank j-1.") from None
     print(f"Correct: with {', '.join(map(str, sizes))} ranks every rank ends with every chunk complete.")
+
+
+def check_chain_time(chain_time) -> None:
+    """Compare ``chain_time(K, n, S, B)`` with the cost model's pipelined chain broadcast on a
+    network with no latency (bandwidth B everywhere)."""
+    import math
+
+    from .algorithms import build
+    from .costmodel import predict
+    from .topology import uniform
+
+    for n, S, K, B in [(2, 1, 1 << 20, 1e9), (4, 4, 1 << 20, 1e9), (8, 16, 1 << 24, 10e9), (16, 64, 1 << 26, 25e9)]:
+        want = predict(build("broadcast.chain", n, segments=S), K, uniform(n, bandwidth=B, latency=0.0)).seconds
+        got = chain_time(K, n, S, B)
+        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-6):
+            raise AssertionError(
+                f"chain_time(K={K}, n={n}, S={S}, B={B:g}) returned {got!r}, but the cost model gives {want:.6g} s.\n"
+                "Hint: the first segment needs n-1 steps to reach the last rank, and the other S-1 segments "
+                "follow one step apart; each step moves one segment of K/S bytes at B bytes/s.")
+    print("Correct: K(S+n-2)/(S B) matches the cost model.")

@@ -45,7 +45,7 @@ class Fit:
         worst = np.abs(self.relative_residuals).max() if len(self.sizes) else 0.0
         rate = "" if not np.isfinite(self.reduce_rate) else f", reduce {self.reduce_rate / 1e9:.3g} GB/s"
         return (f"Fit(alpha={self.alpha * 1e6:.3g} us, bandwidth={self.bandwidth / 1e9:.3g} GB/s{rate}; "
-                f"worst residual {worst:.1%} over {len(self.sizes)} sizes)")
+                f"worst residual {worst:.1%} over {len(self.sizes)} measurements)")
 
 
 def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit:
@@ -54,12 +54,16 @@ def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit
     Relative errors are weighted alike at every size (each row is divided by its time), so small
     sizes pin alpha and large sizes the bandwidth. Parameters come out non-negative.
     """
+    return _least_squares([coefficients(schedule, int(k)) for k in sizes], sizes, seconds, with_reduction)
+
+
+def _least_squares(rows, sizes, seconds, with_reduction: bool) -> Fit:
     sizes, seconds = np.asarray(sizes, dtype=np.int64), np.asarray(seconds, dtype=float)
     if len(sizes) != len(seconds) or len(sizes) < 2:
         raise ValueError("fit needs at least two (size, time) measurements of equal count")
     if (seconds <= 0).any():
         raise ValueError("measured times must be > 0")
-    design = np.array([coefficients(schedule, int(k)) for k in sizes])
+    design = np.array(rows)
     if not with_reduction:
         design = design[:, :2]
     weights = 1.0 / seconds
@@ -77,6 +81,15 @@ def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit
     gamma = best[1][2] if with_reduction else 0.0
     return Fit(alpha, 1 / beta if beta > 0 else float("inf"), 1 / gamma if gamma > 0 else float("inf"),
                sizes, seconds, design @ best[1])
+
+
+def fit_schedules(schedules: list[Schedule], sizes, seconds, with_reduction: bool = False) -> Fit:
+    """Like :func:`fit`, over measurements of different schedules (say a chain at several segment
+    counts): row i is ``schedules[i]`` run on ``sizes[i]`` bytes in ``seconds[i]``."""
+    if len(schedules) != len(sizes):
+        raise ValueError("one schedule per measurement")
+    return _least_squares([coefficients(s, int(k)) for s, k in zip(schedules, sizes)], sizes, seconds,
+                          with_reduction)
 
 
 def _subsets(k: int):

@@ -133,3 +133,14 @@ def measured_vs_predicted(sizes, measured, predicted, label: str = "",
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="time (µs)"))
     return fig
+
+
+def segments_plot(segments, measured, predicted=None, title: str = "chain broadcast against segment count") -> go.Figure:
+    """Time against the number of pipeline segments S: measured points, predicted line."""
+    fig = go.Figure()
+    fig.add_scatter(x=list(segments), y=[m * 1e6 for m in measured], mode="markers+lines", name="measured")
+    if predicted is not None:
+        fig.add_scatter(x=list(segments), y=[p * 1e6 for p in predicted], mode="lines", name="predicted",
+                        line=dict(dash="dash"))
+    fig.update_layout(title=title, xaxis=dict(type="log", title="segments S"), yaxis=dict(title="time (µs)"))
+    return fig

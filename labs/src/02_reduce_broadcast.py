@@ -1,0 +1,128 @@
+# %% [markdown]
+# # Lab 02: reduce and broadcast
+#
+# **What you'll do:** see what MPI's reduce and broadcast promise, build them three ways (direct,
+# binomial tree, pipelined chain), derive the chain's time K(S+n-2)/(S·B), then measure a chain
+# broadcast on four MPI ranks for several segment counts S and find the best one, measured and
+# predicted.
+#
+# **What you'll learn:** why pipelining a chain makes a broadcast cost nearly K/B whatever the
+# number of ranks, and how latency sets the best segment count.
+#
+# **What you need:** labs 00 and 03. Everything runs on this machine's CPU.
+
+# %%
+import numpy as np
+import ringlab as rl
+from ringlab.costmodel import best_segments
+from ringlab.exercises import check_chain_time
+from ringlab.fitting import fit_schedules
+from ringlab.viz import StepThrough, segments_plot, use_renderer
+
+use_renderer()
+
+# %% [markdown]
+# ## What they promise
+#
+# Reduce: every rank contributes, and the root ends with the sum. Broadcast: the root's buffer
+# ends up on every rank. Here is a binomial-tree reduce to root 2 on five ranks, played in one
+# process: the root holds 1+2+3+4+5 = 15, while the other ranks keep whatever partial sums the tree
+# left them.
+
+# %%
+inputs = [np.full(4, rank + 1.0) for rank in range(5)]
+outputs = rl.simulate(rl.build("reduce.tree", 5, root=2), inputs)
+[out[0] for out in outputs]
+
+# %% [markdown]
+# ## Three ways, counted
+#
+# For 8 ranks and a 1 MiB buffer: how many steps each takes, and what the root's links carry.
+
+# %%
+K, n = 1 << 20, 8
+for name in ("reduce.direct", "reduce.tree", "reduce.chain", "broadcast.direct", "broadcast.tree", "broadcast.chain"):
+    schedule = rl.build(name, n)
+    counts = rl.traffic(schedule, K)
+    print(f"{name:<17} {len(schedule.steps):>3} steps   root receives {counts['received'][0] / K:.2f} K, "
+          f"sends {counts['sent'][0] / K:.2f} K")
+
+# %% [markdown]
+# A chain broadcast cut into S = 4 segments: a rank passes on segment s on the step after it arrived,
+# so the segments flow down the chain like a pipeline.
+
+# %%
+StepThrough(rl.build("broadcast.chain", 4, segments=4))
+
+# %% [markdown]
+# ## Exercise 1: the pipelined chain's time
+#
+# With bandwidth B and no latency, write the time a chain broadcast of K bytes takes over n ranks
+# when it is cut into S segments. The check compares your formula with ringlab's cost model.
+
+# %% tags=["solution"]
+def chain_time(K, n, S, B):
+    """Seconds for a pipelined chain broadcast of K bytes, n ranks, S segments, B bytes/s."""
+    # solution
+    return K * (S + n - 2) / (S * B)
+
+
+# %%
+check_chain_time(chain_time)
+
+# %% [markdown]
+# As S grows the time tends to K/B, the time to send the buffer once, whatever n is. But each
+# step also pays a latency, so too many segments cost more than they save. On four real ranks:
+
+# %%
+from ringlab.cluster import MPICluster
+
+ranks = MPICluster(4).start()
+
+# %%
+# %%px
+import numpy as np
+import ringlab as rl
+from mpi4py import MPI
+from ringlab.timing import time_collective
+
+comm = MPI.COMM_WORLD
+x = np.ones(1 << 20, np.float32)  # 4 MiB
+segments = [1, 2, 4, 8, 16, 32, 64]
+chain = [time_collective(lambda: rl.broadcast(x, 0, "chain", segments=S, check=False), comm, warmup=2, iters=7)
+         for S in segments]
+tree = time_collective(lambda: rl.broadcast(x, 0, "tree", check=False), comm, warmup=2, iters=7)
+mpi = time_collective(lambda: comm.Bcast(x, root=0), comm, warmup=2, iters=7)
+
+# %%
+segments, chain, tree, mpi = ranks.view.pull(["segments", "chain", "tree", "mpi"], block=True)[0]
+ranks.stop()
+print(f"measured here: tree {tree * 1e6:.0f} us, MPI's Bcast {mpi * 1e6:.0f} us; chain by S:",
+      ", ".join(f"{S}: {t * 1e6:.0f} us" for S, t in zip(segments, chain)))
+
+# %% [markdown]
+# Fit the cost model's latency and bandwidth to these measurements. Its best S (predicted) sits
+# next to the measured best:
+
+# %%
+K = 1 << 22
+fitted = fit_schedules([rl.build("broadcast.chain", 4, segments=S) for S in segments], [K] * len(segments), chain)
+network = fitted.topology(4)
+predicted = [rl.predict(rl.build("broadcast.chain", 4, segments=S), K, network).seconds for S in segments]
+best_predicted, _ = best_segments(4, K, network, max_segments=256)
+print(fitted)
+print(f"best S: measured {segments[int(np.argmin(chain))]}, predicted {best_predicted}")
+segments_plot(segments, chain, predicted, title="measured here (points) and predicted (dashed): 4 MiB over 4 ranks")
+
+# %% [markdown]
+# ## Summary
+#
+# - Direct reduce and broadcast load the root's link with (n-1)·K; a binomial tree takes
+#   ceil(log2 n) steps of the whole buffer; a pipelined chain takes S+n-2 steps of K/S.
+# - The chain's time K(S+n-2)/(S·B) tends to K/B as S grows; latency per step sets the best S,
+#   near sqrt((n-2)·K/(alpha·B)).
+#
+# ## Exercises
+#
+# 1. (Above) the chain's time.
+# 2. Repeat the measurement with a 64 KiB buffer. Where does the best S move, and why?
