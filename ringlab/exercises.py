@@ -57,3 +57,21 @@ def check_chain_time(chain_time) -> None:
                 "Hint: the first segment needs n-1 steps to reach the last rank, and the other S-1 segments "
                 "follow one step apart; each step moves one segment of K/S bytes at B bytes/s.")
     print("Correct: K(S+n-2)/(S B) matches the cost model.")
+
+
+def check_ring_time(ring_time) -> None:
+    """Compare ``ring_time(n, K, alpha, B)`` with the cost model's ring allreduce on a uniform network."""
+    import math
+
+    from .algorithms import build
+    from .costmodel import predict
+    from .topology import uniform
+
+    for n, K, alpha, B in [(2, 1 << 20, 5e-6, 10e9), (8, 1 << 24, 2e-6, 25e9), (64, 1 << 26, 10e-6, 12.5e9)]:
+        want = predict(build("allreduce.ring", n), K, uniform(n, bandwidth=B, latency=alpha)).seconds
+        got = ring_time(n, K, alpha, B)
+        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-6):
+            raise AssertionError(
+                f"ring_time(n={n}, K={K}, alpha={alpha:g}, B={B:g}) returned {got!r}; the cost model gives "
+                f"{want:.6g} s.\nHint: 2(n-1) steps, each one latency plus one chunk of K/n bytes at B.")
+    print("Correct: 2(n-1)(alpha + K/(nB)) matches the cost model.")

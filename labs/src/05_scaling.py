@@ -1,0 +1,126 @@
+# %% [markdown]
+# # Lab 05: scaling
+#
+# **What you'll do:** sweep message sizes on 2 and 4 MPI ranks, see where time stops being latency
+# and starts being bandwidth, fit the alpha-beta model to your own measurements, then use the model
+# to predict what nobody here can run: DGX-1, DGX-2 and 1024 GPUs.
+#
+# **What you'll learn:** how to read busbw curves, why NCCL switches from tree to ring as messages
+# grow, and why the order of ranks in a ring matters on a real machine.
+#
+# **What you need:** labs 03 and 02. Measurements run on this machine's CPU. The predictions use
+# published figures for the machines (each preset's `source` names them) and assume latencies.
+
+# %%
+import ringlab as rl
+from ringlab.cluster import MPICluster
+from ringlab.costmodel import crossover, whatif
+from ringlab.exercises import check_ring_time
+from ringlab.fitting import fit_rows
+from ringlab.rings import ring_report
+from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer
+
+use_renderer()
+sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
+
+# %% [markdown]
+# ## Measure: sizes and ranks
+#
+# The same sweep on 2 ranks, then 4: ringlab's ring against MPI's own Allreduce, every result
+# checked.
+
+# %%
+rows = {}
+for n in (2, 4):
+    with MPICluster(n) as ranks:
+        ranks.view.execute(f"from ringlab.bench import run\nresult = run('allreduce', ['ring', 'mpi'], {sizes}, "
+                           f"iters=5, warmup=1)", block=True)
+        rows[n] = ranks.view.pull("result", block=True)[0]["rows"]
+busbw_plot([dict(r, who=f"{r['who']} on {n} ranks") for n in rows for r in rows[n]],
+           title="measured here: allreduce bus bandwidth")
+
+# %% [markdown]
+# Small messages are latency-bound: the time barely changes with size, so busbw climbs with size.
+# Large messages are bandwidth-bound and busbw flattens. Fit alpha (latency) and B (bandwidth) to
+# the 4-rank ring measurements:
+
+# %%
+fitted = fit_rows(rows[4], "ring", 4)
+print(fitted)
+measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ring, 4 ranks",
+                      title="measured here against the fitted alpha-beta model")
+
+# %% [markdown]
+# ## Exercise 1: the ring's time
+#
+# On a network where every message costs alpha plus bytes/B, write the time of a ring allreduce of
+# K bytes over n ranks (leave out the time to add).
+
+# %% tags=["solution"]
+def ring_time(n, K, alpha, B):
+    """Seconds for a ring allreduce: 2(n-1) steps of one K/n chunk each."""
+    # solution
+    return 2 * (n - 1) * (alpha + K / (n * B))
+
+
+# %%
+check_ring_time(ring_time)
+
+# %% [markdown]
+# ## Predict: what nobody here can run
+#
+# The same model on topologies built from published figures, with 64 MiB per GPU. These are
+# predictions, not measurements:
+
+# %%
+for row in whatif(["allreduce.ring", "allreduce.tree"], 64 << 20,
+                  [rl.topology.preset(p) for p in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8")]):
+    print(f"{row['topology']:<14} {row['algorithm']:<15} {row['seconds'] * 1e3:7.2f} ms  "
+          f"busbw {row['busbw'] / 1e9:6.1f} GB/s  bounded by {row['bottleneck']}")
+
+# %% [markdown]
+# And 1024 GPUs with 100 Gbit/s links (12.5 GB/s each way) and an assumed 5 µs per message:
+
+# %%
+network = rl.topology.uniform(1024, bandwidth=12.5e9, latency=5e-6)
+for name in ("allreduce.ring", "allreduce.tree", "allreduce.rhd"):
+    print(f"{name:<15} {rl.predict(rl.build(name, 1024), 64 << 20, network).seconds * 1e3:8.2f} ms (predicted)")
+print(f"your formula: {ring_time(1024, 64 << 20, 5e-6, 12.5e9) * 1e3:8.2f} ms")
+
+# %% [markdown]
+# ## Tree against ring
+#
+# A tree takes log2(n) steps of the whole buffer; a ring takes 2(n-1) steps of K/n. The tree wins
+# while latency dominates, so NCCL picks its algorithm by message size. Where is the crossover?
+
+# %%
+for preset in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8"):
+    size = crossover("allreduce.tree", "allreduce.ring", rl.topology.preset(preset))
+    print(f"{preset:<14} ring beats tree from {size / 1024:.0f} KiB up (predicted)")
+
+# %% [markdown]
+# ## The order of the ring
+#
+# On a DGX-1 not every pair of GPUs has an NVLink, and some pairs have two. The plain order
+# 0, 1, ..., 7 sends some ring edges over slower or shared paths:
+
+# %%
+for preset in ("dgx1-p100", "dgx1-v100", "dual-socket-qpi-8"):
+    report = ring_report(rl.topology.preset(preset))
+    print(f"{preset:<18} best ring {report['best_order']}: the plain order is "
+          f"{report['slowdown_of_plain']:.2f}x slower (predicted)")
+
+# %% [markdown]
+# ## Summary
+#
+# - busbw climbs with size while latency dominates, then flattens at what the links carry.
+# - Two numbers, alpha and B, fitted to your own runs, predict other sizes and algorithms.
+# - A ring costs 2(n-1)(alpha + K/(nB)): the bandwidth term hardly grows with n, the latency term
+#   does, which is why trees (or NCCL's double binary trees) take over for small messages.
+# - On machines with uneven links, the ring's order matters as much as the algorithm.
+#
+# ## Exercises
+#
+# 1. (Above) the ring's time.
+# 2. With your fitted alpha and B, at what size does `allreduce.rhd` beat `allreduce.ring` on 4 ranks?
+#    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
