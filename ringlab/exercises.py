@@ -75,3 +75,20 @@ def check_ring_time(ring_time) -> None:
                 f"ring_time(n={n}, K={K}, alpha={alpha:g}, B={B:g}) returned {got!r}; the cost model gives "
                 f"{want:.6g} s.\nHint: 2(n-1) steps, each one latency plus one chunk of K/n bytes at B.")
     print("Correct: 2(n-1)(alpha + K/(nB)) matches the cost model.")
+
+
+def check_server_load(server_load) -> None:
+    """Compare ``server_load(n, M, K)`` with the bytes a server rank receives in ``allreduce.ps``."""
+    from .algorithms import build
+    from .simulate import traffic
+
+    for n, M in [(4, 1), (8, 1), (8, 2), (8, 4), (12, 3), (16, 16)]:
+        K = 720720
+        want = traffic(build("allreduce.ps", n, servers=M), K)["received"][0]
+        got = server_load(n, M, K)
+        if got != want:
+            raise AssertionError(
+                f"server_load(n={n}, M={M}, K={K}) returned {got!r}, but server rank 0 receives {want} bytes.\n"
+                "Hint: as a server it receives its shard (K/M bytes) from each of the other n-1 ranks; as a worker "
+                "it also receives the M-1 shards it does not serve.")
+    print("Correct: a server receives (n-1)K/M as a server plus (M-1)K/M as a worker.")

@@ -144,3 +144,13 @@ def segments_plot(segments, measured, predicted=None, title: str = "chain broadc
                         line=dict(dash="dash"))
     fig.update_layout(title=title, xaxis=dict(type="log", title="segments S"), yaxis=dict(title="time (µs)"))
     return fig
+
+
+def staleness_plot(pushes, title: str = "measured here: staleness of every push") -> go.Figure:
+    """A histogram of push staleness per worker; ``pushes`` is a list of (worker, staleness)."""
+    fig = go.Figure()
+    for worker in sorted({w for w, _ in pushes}):
+        fig.add_histogram(x=[s for w, s in pushes if w == worker], name=f"worker {worker}", xbins=dict(size=1))
+    fig.update_layout(title=title, barmode="group", xaxis_title="staleness (updates the shard saw meanwhile)",
+                      yaxis_title="pushes")
+    return fig
