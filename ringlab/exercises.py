@@ -92,3 +92,19 @@ def check_server_load(server_load) -> None:
                 "Hint: as a server it receives its shard (K/M bytes) from each of the other n-1 ranks; as a worker "
                 "it also receives the M-1 shards it does not serve.")
     print("Correct: a server receives (n-1)K/M as a server plus (M-1)K/M as a worker.")
+
+
+def check_scaled_lr(scaled_lr) -> None:
+    """The linear scaling rule with linear warm-up: base_lr at step 0, base_lr * k from ``warmup`` on."""
+    import math
+
+    cases = [(0.001, 4, 0, 10, 0.001), (0.001, 4, 5, 10, 0.0025), (0.001, 4, 10, 10, 0.004),
+             (0.001, 4, 500, 10, 0.004), (0.1, 1, 3, 5, 0.1), (0.01, 8, 2, 4, 0.045)]
+    for base, k, step, warmup, want in cases:
+        got = scaled_lr(base, k, step, warmup)
+        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-9):
+            raise AssertionError(
+                f"scaled_lr(base_lr={base}, k={k}, step={step}, warmup={warmup}) returned {got!r}, expected {want}.\n"
+                "Hint: at step 0 it is base_lr; it rises in a straight line to base_lr * k at step warmup; "
+                "after that it stays at base_lr * k.")
+    print("Correct: linear scaling with a linear warm-up.")
