@@ -108,3 +108,18 @@ def check_scaled_lr(scaled_lr) -> None:
                 "Hint: at step 0 it is base_lr; it rises in a straight line to base_lr * k at step warmup; "
                 "after that it stays at base_lr * k.")
     print("Correct: linear scaling with a linear warm-up.")
+
+
+def check_pcie(pcie_gbytes) -> None:
+    """Compare ``pcie_gbytes(gt_per_s, encoding, lanes)`` (GB/s per direction) with the PCIe arithmetic."""
+    import math
+
+    cases = [(2.5, 8 / 10, 16, 4.0), (5.0, 8 / 10, 8, 4.0), (8.0, 128 / 130, 16, 15.754), (16.0, 128 / 130, 4, 7.877)]
+    for rate, encoding, lanes, want in cases:
+        got = pcie_gbytes(rate, encoding, lanes)
+        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-3):
+            raise AssertionError(
+                f"pcie_gbytes({rate}, {encoding:.4f}, {lanes}) returned {got!r}; expected about {want} GB/s.\n"
+                "Hint: GT/s is billions of bit transfers per second per lane; multiply by the encoding's "
+                "share of useful bits and by the lanes, then divide by 8 bits per byte.")
+    print("Correct: PCIe 3.0 x16 carries 15.754 GB/s each way.")
