@@ -98,6 +98,17 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _relaunch(nranks: int, argv: list[str]) -> int:
+    """Run this same command again as an MPI job of ``nranks`` ranks (without its -n)."""
+    import subprocess
+
+    from .launch import mpiexec_command
+    rest = list(argv)
+    i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
+    del rest[i:i + 2]
+    return subprocess.call(mpiexec_command(nranks, ["-m", "ringlab", *rest]))
+
+
 def _bandwidth(args, argv) -> int:
     import json
 
@@ -110,13 +121,7 @@ def _bandwidth(args, argv) -> int:
     from .units import parse_size
 
     if args.nranks and not in_mpi_job():
-        import subprocess
-
-        from .launch import mpiexec_command
-        rest = list(argv)
-        i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
-        del rest[i:i + 2]
-        return subprocess.call(mpiexec_command(args.nranks, ["-m", "ringlab", *rest]))
+        return _relaunch(args.nranks, argv)
     comm = MPI.COMM_WORLD
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     result = {"kind": "ringlab-bandwidth", "schema": 1, "cpu": cpu_report(comm, sizes, sys.stdout)}
@@ -134,13 +139,7 @@ def _bench(args, argv) -> int:
     from .bench import in_mpi_job, run, sweep
 
     if args.nranks and not in_mpi_job():
-        import subprocess
-
-        from .launch import mpiexec_command
-        rest = list(argv)
-        i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
-        del rest[i:i + 2]
-        return subprocess.call(mpiexec_command(args.nranks, ["-m", "ringlab", *rest]))
+        return _relaunch(args.nranks, argv)
     factor = args.stepfactor if args.stepfactor or args.stepbytes else 2
     sizes = sweep(args.minbytes, args.maxbytes, factor=factor if not args.stepbytes else None,
                   increment=args.stepbytes)
