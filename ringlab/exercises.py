@@ -1,9 +1,17 @@
 """Checks for the labs' exercises: they run your code through ringlab and explain what is wrong."""
 from __future__ import annotations
 
+import math
+
 from .algorithms.ring import allgather_steps
 from .schedule import REDUCE, Step, make_schedule
 from .simulate import ScheduleError, check
+
+
+def _expect_close(got, want: float, rel_tol: float, message: str) -> None:
+    """Raise ``message`` unless ``got`` is a number within ``rel_tol`` of ``want``."""
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isclose(got, want, rel_tol=rel_tol):
+        raise AssertionError(message)
 
 
 def ring_with_rule(rule, nranks: int):
@@ -42,8 +50,6 @@ def check_reduce_scatter_rule(rule, sizes=(2, 3, 4, 5, 8)) -> None:
 def check_chain_time(chain_time) -> None:
     """Compare ``chain_time(K, n, S, B)`` with the cost model's pipelined chain broadcast on a
     network with no latency (bandwidth B everywhere)."""
-    import math
-
     from .algorithms import build
     from .costmodel import predict
     from .topology import uniform
@@ -51,8 +57,7 @@ def check_chain_time(chain_time) -> None:
     for n, S, K, B in [(2, 1, 1 << 20, 1e9), (4, 4, 1 << 20, 1e9), (8, 16, 1 << 24, 10e9), (16, 64, 1 << 26, 25e9)]:
         want = predict(build("broadcast.chain", n, segments=S), K, uniform(n, bandwidth=B, latency=0.0)).seconds
         got = chain_time(K, n, S, B)
-        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-6):
-            raise AssertionError(
+        _expect_close(got, want, 1e-6,
                 f"chain_time(K={K}, n={n}, S={S}, B={B:g}) returned {got!r}, but the cost model gives {want:.6g} s.\n"
                 "Hint: the first segment needs n-1 steps to reach the last rank, and the other S-1 segments "
                 "follow one step apart; each step moves one segment of K/S bytes at B bytes/s.")
@@ -61,8 +66,6 @@ def check_chain_time(chain_time) -> None:
 
 def check_ring_time(ring_time) -> None:
     """Compare ``ring_time(n, K, alpha, B)`` with the cost model's ring allreduce on a uniform network."""
-    import math
-
     from .algorithms import build
     from .costmodel import predict
     from .topology import uniform
@@ -70,8 +73,7 @@ def check_ring_time(ring_time) -> None:
     for n, K, alpha, B in [(2, 1 << 20, 5e-6, 10e9), (8, 1 << 24, 2e-6, 25e9), (64, 1 << 26, 10e-6, 12.5e9)]:
         want = predict(build("allreduce.ring", n), K, uniform(n, bandwidth=B, latency=alpha)).seconds
         got = ring_time(n, K, alpha, B)
-        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-6):
-            raise AssertionError(
+        _expect_close(got, want, 1e-6,
                 f"ring_time(n={n}, K={K}, alpha={alpha:g}, B={B:g}) returned {got!r}; the cost model gives "
                 f"{want:.6g} s.\nHint: 2(n-1) steps, each one latency plus one chunk of K/n bytes at B.")
     print("Correct: 2(n-1)(alpha + K/(nB)) matches the cost model.")
@@ -96,14 +98,11 @@ def check_server_load(server_load) -> None:
 
 def check_scaled_lr(scaled_lr) -> None:
     """The linear scaling rule with linear warm-up: base_lr at step 0, base_lr * k from ``warmup`` on."""
-    import math
-
     cases = [(0.001, 4, 0, 10, 0.001), (0.001, 4, 5, 10, 0.0025), (0.001, 4, 10, 10, 0.004),
              (0.001, 4, 500, 10, 0.004), (0.1, 1, 3, 5, 0.1), (0.01, 8, 2, 4, 0.045)]
     for base, k, step, warmup, want in cases:
         got = scaled_lr(base, k, step, warmup)
-        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-9):
-            raise AssertionError(
+        _expect_close(got, want, 1e-9,
                 f"scaled_lr(base_lr={base}, k={k}, step={step}, warmup={warmup}) returned {got!r}, expected {want}.\n"
                 "Hint: at step 0 it is base_lr; it rises in a straight line to base_lr * k at step warmup; "
                 "after that it stays at base_lr * k.")
@@ -112,13 +111,10 @@ def check_scaled_lr(scaled_lr) -> None:
 
 def check_pcie(pcie_gbytes) -> None:
     """Compare ``pcie_gbytes(gt_per_s, encoding, lanes)`` (GB/s per direction) with the PCIe arithmetic."""
-    import math
-
     cases = [(2.5, 8 / 10, 16, 4.0), (5.0, 8 / 10, 8, 4.0), (8.0, 128 / 130, 16, 15.754), (16.0, 128 / 130, 4, 7.877)]
     for rate, encoding, lanes, want in cases:
         got = pcie_gbytes(rate, encoding, lanes)
-        if not isinstance(got, (int, float)) or not math.isclose(got, want, rel_tol=1e-3):
-            raise AssertionError(
+        _expect_close(got, want, 1e-3,
                 f"pcie_gbytes({rate}, {encoding:.4f}, {lanes}) returned {got!r}; expected about {want} GB/s.\n"
                 "Hint: GT/s is billions of bit transfers per second per lane; multiply by the encoding's "
                 "share of useful bits and by the lanes, then divide by 8 bits per byte.")
