@@ -35,24 +35,58 @@ def memcpy_rate(nbytes: int = 64 << 20, repeats: int = REPEATS) -> float:
     return nbytes / _median_seconds(lambda: np.copyto(dst, src), repeats)
 
 
-def pingpong(comm, sizes: list[int], repeats: int = REPEATS) -> list[dict]:
-    """Rank 0 sends to rank 1 and back; one-way time is half a round trip. Other ranks wait."""
+def pingpong(comm, sizes: list[int], repeats: int = REPEATS, staged: bool = False) -> list[dict]:
+    """Rank 0 sends to rank 1 and back; one-way time is half a round trip. Other ranks wait.
+
+    ``staged=True`` passes every message through a second buffer on each side (one copy before the
+    send, one after the receive), as a GPU message staged through host memory does: the CPU analogue
+    of host-staged against direct transfers. Rows are returned on rank 0 only.
+    """
     rank = comm.Get_rank()
     rows = []
     for nbytes in sizes:
         buf = np.zeros(max(nbytes, 1), dtype=np.uint8)[:nbytes]
+        stage = np.zeros_like(buf) if staged else buf
+
+        def send(dest):
+            if staged:
+                np.copyto(stage, buf)
+            comm.Send(stage, dest=dest, tag=7)
+
+        def recv(source):
+            comm.Recv(stage, source=source, tag=7)
+            if staged:
+                np.copyto(buf, stage)
+
         comm.Barrier()
         if rank == 0:
             def round_trip():
-                comm.Send(buf, dest=1, tag=7)
-                comm.Recv(buf, source=1, tag=7)
+                send(1)
+                recv(1)
             half = _median_seconds(round_trip, repeats) / 2
-            rows.append({"bytes": nbytes, "one_way_s": half, "bandwidth_Bps": nbytes / half if nbytes else 0.0})
+            rows.append({"bytes": nbytes, "one_way_s": half, "bandwidth_Bps": nbytes / half if nbytes else 0.0,
+                         "staged": staged})
         elif rank == 1:
             for _ in range(repeats + 1):
-                comm.Recv(buf, source=0, tag=7)
-                comm.Send(buf, dest=0, tag=7)
+                recv(0)
+                send(0)
     return rows
+
+
+def fit_alpha_beta(rows: list[dict]) -> tuple[float, float]:
+    """(alpha in seconds, bandwidth in bytes/s) of t = alpha + K / B fitted to ping-pong rows.
+
+    A least-squares fit on relative error, so the 8-byte rows weigh as much as the 64 MiB ones.
+    """
+    if len(rows) < 2:
+        raise ValueError(f"need ping-pong rows for at least two sizes to fit alpha and B, got {len(rows)}")
+    sizes = np.array([r["bytes"] for r in rows], dtype=float)
+    times = np.array([r["one_way_s"] for r in rows], dtype=float)
+    design = np.stack([np.ones_like(sizes), sizes], axis=1) / times[:, None]
+    (alpha, per_byte), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
+    if per_byte <= 0 or alpha < 0:
+        raise ValueError("these rows do not fit t = alpha + K/B (time does not grow with size): measure larger sizes")
+    return float(alpha), float(1 / per_byte)
 
 
 def cpu_report(comm, sizes: list[int], out) -> dict:

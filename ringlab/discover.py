@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -241,3 +242,23 @@ def discover() -> tuple[Topology | None, dict]:
         except Exception as err:
             reason += f"; nvidia-smi: {err}"
     return None, {"method": None, "reason": reason + ("" if smi else "; no nvidia-smi on PATH")}
+
+
+RECORDED_TOPO = Path(__file__).resolve().parent / "data" / "topo"
+
+
+def recorded_topo(name: str) -> tuple[str, TopoMatrix]:
+    """A published ``nvidia-smi topo -m`` output shipped with ringlab, and its parse.
+
+    ``name`` is one of ``recorded_topo_names()`` (for example ``"rtx4090x8"``); each file's first line
+    says where it was published. Returns (the text, the parsed matrix).
+    """
+    path = RECORDED_TOPO / f"{name}.txt"
+    if not path.exists():
+        raise ValueError(f"no recorded topology {name!r}; there are: {', '.join(recorded_topo_names())}")
+    text = path.read_text()
+    return text, parse_topo(text)
+
+
+def recorded_topo_names() -> list[str]:
+    return sorted(p.stem for p in RECORDED_TOPO.glob("*.txt"))

@@ -1,16 +1,13 @@
 """``ringlab doctor``: what this machine has, and what each lab will do with it."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from .launch import find_mpiexec
 from .machine import describe
-
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+from .recorded import RESULTS, Recorded, load
 
 LABS = [
-    ("00 Your machine", "gpu", "the PCIe arithmetic and this machine's links"),
-    ("01 Moving bytes", "gpu", "PCIe against NVLink, pinned against pageable, peer copies"),
+    ("00 Your machine", "gpu", "topology, the PCIe arithmetic, copies against the link's peak"),
+    ("01 Moving bytes", "gpu", "latency and bandwidth, staged against direct, pinned against pageable"),
     ("02 Reduce and broadcast", "mpi", "direct, tree and chain on MPI ranks"),
     ("03 Allreduce, naive against ring", "mpi", "every chunk, traffic, busbw"),
     ("04 Parameter servers", "torch", "single against sharded, sync against async"),
@@ -19,9 +16,9 @@ LABS = [
 ]
 
 
-def recorded_gpu_results() -> list[Path]:
-    """JSON results measured on a GPU machine and committed with the project."""
-    return sorted(RESULTS.glob("**/*.json")) if RESULTS.exists() else []
+def recorded_gpu_results() -> list[Recorded]:
+    """Results measured on a GPU machine and committed with the project, newest first."""
+    return load()
 
 
 def report() -> list[str]:
@@ -66,12 +63,13 @@ def report() -> list[str]:
     else:
         lines.append("torch: not installed (labs 04 and 06 need it: pip install torch==2.13.0)")
     recorded = recorded_gpu_results()
-    lines.append(f"recorded GPU results: {len(recorded)} file(s) in {RESULTS}" if recorded
+    lines.append(f"recorded GPU results: {len(recorded)} file(s) in {RESULTS}, newest {recorded[0].label}" if recorded
                  else "recorded GPU results: none yet (they are committed under results/ from a GPU machine)")
     lines.append("What each lab will do here:")
     for title, needs, what in LABS:
         if needs == "gpu":
-            plan = ("measure on this GPU" if gpus else "measure CPU copies and MPI ping-pong"
+            here = "read published topologies" if title.startswith("00") else "measure MPI ping-pong, direct and staged"
+            plan = ("measure on this GPU" if gpus else here
                     + ("; show the recorded GPU results" if recorded else "; no recorded GPU results to show yet"))
         elif needs == "torch":
             plan = "train for real on MPI ranks" if torch_version and mpi_ok else "cannot run: needs torch and MPI"

@@ -119,3 +119,30 @@ def check_pcie(pcie_gbytes) -> None:
                 "Hint: GT/s is billions of bit transfers per second per lane; multiply by the encoding's "
                 "share of useful bits and by the lanes, then divide by 8 bits per byte.")
     print("Correct: PCIe 3.0 x16 carries 15.754 GB/s each way.")
+
+
+def check_message_time(message_time) -> None:
+    """``message_time(nbytes, alpha, bandwidth)``: the alpha-beta model of one message, in seconds."""
+    cases = [(0, 2e-6, 10e9, 2e-6), (8, 2e-6, 10e9, 2.0008e-6), (1 << 20, 2e-6, 10e9, 2e-6 + (1 << 20) / 10e9),
+             (64 << 20, 1e-6, 25e9, 1e-6 + (64 << 20) / 25e9)]
+    for nbytes, alpha, bandwidth, want in cases:
+        got = message_time(nbytes, alpha, bandwidth)
+        _expect_close(got, want, 1e-6,
+                f"message_time({nbytes}, alpha={alpha}, bandwidth={bandwidth:g}) returned {got!r}; expected "
+                f"{want:.4g} s.\nHint: a fixed start-up cost alpha, plus the bytes divided by the bandwidth "
+                "(bytes per second).")
+    print("Correct: t = alpha + K / B.")
+
+
+def check_staged_time(staged_time) -> None:
+    """``staged_time(nbytes, alpha, link, copy)``: a message copied into a staging buffer, sent, and
+    copied out again, one after the other (no pipelining)."""
+    cases = [(0, 2e-6, 10e9, 5e9, 2e-6), (1 << 20, 2e-6, 10e9, 5e9, 2e-6 + (1 << 20) / 10e9 + 2 * (1 << 20) / 5e9),
+             (64 << 20, 1e-6, 15.754e9, 20e9, 1e-6 + (64 << 20) / 15.754e9 + 2 * (64 << 20) / 20e9)]
+    for nbytes, alpha, link, copy, want in cases:
+        got = staged_time(nbytes, alpha, link, copy)
+        _expect_close(got, want, 1e-6,
+                f"staged_time({nbytes}, alpha={alpha}, link={link:g}, copy={copy:g}) returned {got!r}; expected "
+                f"{want:.4g} s.\nHint: the message itself costs alpha + K / link; staging adds one copy of K "
+                "bytes at the copy rate before the send and another after the receive.")
+    print("Correct: staging adds 2K / copy rate to every message.")

@@ -57,6 +57,19 @@ def targets(source: Path) -> dict[str, object]:
             str(LABS / "solutions" / f"{source.stem}.ipynb"): solution}
 
 
+def cut(notebook, fragment: str):
+    """A copy of ``notebook`` that ends with the first code cell containing ``fragment``.
+
+    For running the opening of a lab on its own, for example its figures without its MPI cells.
+    """
+    out = copy.deepcopy(notebook)
+    for i, cell in enumerate(out.cells):
+        if cell.cell_type == "code" and fragment in cell.source:
+            out.cells = out.cells[:i + 1]
+            return out
+    raise ValueError(f"no code cell contains {fragment!r}")
+
+
 def sources() -> list[Path]:
     return sorted((LABS / "src").glob("[0-9][0-9]_*.py"))
 

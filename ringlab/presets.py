@@ -18,6 +18,24 @@ H100_NVLINK = 450 * GB    # H100 SXM: NVLink 4, 900 GB/s bidirectional per GPU (
 V100_REDUCE = 900 * GB / 3   # V100 HBM2 900 GB/s
 H100_REDUCE = 3350 * GB / 3  # H100 SXM HBM3 3.35 TB/s (NVIDIA's public figure)
 
+# Published figures for one direction of one GPU's connection (spec arithmetic and vendor figures,
+# then measurements published for a K40 server): (what, bytes/s, "spec" or "published measurement").
+PUBLISHED_LINKS = [
+    ("PCIe 2.0 x16", 16 * 0.5 * GB, "spec: 5 GT/s, 8b/10b"),
+    ("PCIe 3.0 x16", PCIE3_X16, "spec: 8 GT/s, 128b/130b"),
+    ("QPI (20-bit)", QPI, "spec: 25.6 GB/s both directions"),
+    ("100 Gbit/s InfiniBand", IB_100G, "spec"),
+    ("NVLink 1.0, one link", NVLINK1, "spec: 40 GB/s bidirectional"),
+    ("NVLink 2.0, DGX-1 pair (2 links)", 2 * NVLINK2, "spec: 100 GB/s bidirectional"),
+    ("NVLink 1.0, P100 (4 links)", 4 * NVLINK1, "spec: 160 GB/s bidirectional"),
+    ("NVLink 2.0, V100 (6 links)", 6 * NVLINK2, "spec: 300 GB/s bidirectional"),
+    ("NVSwitch, DGX-2 any pair", DGX2_PER_GPU, "spec: 300 GB/s bidirectional"),
+    ("NVLink 4, H100 SXM", H100_NVLINK, "NVIDIA: 900 GB/s bidirectional"),
+    ("K40: GPU-GPU, one PCIe switch", 10.59 * GB, "published measurement"),
+    ("K40: GPU-GPU across QPI", 9.15 * GB, "published measurement"),
+    ("GPU-GPU over NVLink", 35 * GB, "published measurement"),
+]
+
 LATENCY = {"nvlink": 1e-6, "nvswitch": 1e-6, "pcie": 1.5e-6, "qpi": 1e-6, "ib": 2e-6}  # assumed
 ASSUMED = "latencies assumed (1-2 us a hop), not published"
 

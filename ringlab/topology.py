@@ -187,3 +187,13 @@ def preset_names() -> list[str]:
     from .presets import PRESETS
 
     return list(PRESETS)
+
+
+def discover():
+    """This machine's GPU topology: (Topology, facts), or (None, {"reason": ...}) without GPUs.
+
+    Reads NVML (nvidia-ml-py), falling back to ``nvidia-smi topo -m``; see :mod:`ringlab.discover`.
+    """
+    from .discover import discover as _discover
+
+    return _discover()

@@ -1,5 +1,5 @@
-"""One real browser: JupyterLab on a loopback port, the first lab run in headless Chromium, the
-step-through widget rendered and stepped. Skips, saying why, where Chromium or Playwright is missing
+"""One real browser: JupyterLab on a loopback port, the opening of lab 03 (up to its step-through
+widget) run in headless Chromium, the widget rendered and stepped. Skips, saying why, where Chromium or Playwright is missing
 (.ci/run installs Debian's chromium so that CI runs it)."""
 import os
 import shutil
@@ -10,7 +10,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from ringlab import labtools
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -28,8 +31,10 @@ def free_port() -> int:
 
 @pytest.fixture
 def jupyterlab(tmp_path):
-    """A JupyterLab server on a copy of labs/ (running a notebook must not touch the committed one)."""
-    shutil.copy(ROOT / "labs" / "00_first_look.ipynb", tmp_path)
+    """A JupyterLab server on a copy of lab 03's opening (running it must not touch the committed one,
+    and must start no MPI engines)."""
+    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    nbformat.write(labtools.cut(lab, "StepThrough(ring)"), tmp_path / "lab.ipynb")
     port, token = free_port(), "ringlab-browser-test"
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=",
@@ -47,7 +52,7 @@ def jupyterlab(tmp_path):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("JupyterLab did not start")
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/lab/tree/00_first_look.ipynb?token={token}"
+        yield f"http://127.0.0.1:{port}/lab/tree/lab.ipynb?token={token}"
     finally:
         server.terminate()
         try:

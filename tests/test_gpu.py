@@ -16,3 +16,25 @@ def test_gpu_transport_matches_mpi(transport, nranks):
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"ok {nranks} ranks" in done.stdout
     print(done.stdout)
+
+
+def test_gpu_copies_are_measured_against_their_link_peak(capsys):
+    from ringlab.recorded import gpu_bandwidth
+
+    shown = gpu_bandwidth()
+    assert shown["source"] == "measured here"
+    rows = shown["host_device"]
+    assert {(r["what"], r["pinned"]) for r in rows} == {(w, p) for w in ("host->device", "device->host",
+                                                                          "both ways at once") for p in (True, False)}
+    assert all(r["Bps"] > 0 for r in rows) and shown["device_copy_Bps"] > 0
+    assert all(r["peak_Bps"] is None or r["Bps"] < 1.2 * r["peak_Bps"] for r in rows)  # nothing beats its link
+    assert "measured here on" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(600)
+def test_gpu_bench_runs_and_checks_every_result():
+    from ringlab.recorded import gpu_bench
+
+    sweep = gpu_bench("allreduce", sizes="-b 64K -e 1M -f 4")
+    assert sweep.label == "measured here" and sweep.data["gpu"] is True
+    assert sweep.data["rows"] and all(r["wrong"] == 0 for r in sweep.data["rows"])

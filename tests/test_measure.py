@@ -11,7 +11,9 @@ from ringlab.bench import _wrong, sweep
 from ringlab.devices import cupy_module
 from ringlab.discover import discover, parse_topo, pcie_bandwidth, topology_from_codes
 
-DATA = Path(__file__).parent / "data" / "topo"
+import ringlab as rl
+
+DATA = Path(rl.__file__).parent / "data" / "topo"
 
 
 def ringlab(*args, timeout=300):
@@ -156,3 +158,4 @@ def test_pcie_tree_from_codes():
 def test_discover_without_a_gpu_says_why():
     topology, facts = discover()
     assert topology is None and "NVML" in facts["reason"]
+    assert rl.topology.discover() == (topology, facts)  # the public name of DESIGN.md

@@ -138,21 +138,36 @@ def test_renderer_is_chosen_on_purpose():
 
 
 def test_the_animated_figure_survives_export_to_html(tmp_path):
-    """nbconvert's HTML of the first lab carries the animation and loads plotly.js (the renderer
-    chosen by use_renderer), so it plays with no kernel."""
-    import shutil
+    """nbconvert's HTML of lab 03's opening (up to its step figure) carries the animation and loads
+    plotly.js (the renderer chosen by use_renderer), so it plays with no kernel."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    lab = Path(__file__).resolve().parent.parent / "labs" / "00_first_look.ipynb"
-    shutil.copy(lab, tmp_path / "lab.ipynb")
+    import nbformat
+
+    from ringlab import labtools
+
+    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    nbformat.write(labtools.cut(lab, "step_figure(ring)"), tmp_path / "lab.ipynb")
     done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute",
                            str(tmp_path / "lab.ipynb")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     html = (tmp_path / "lab.html").read_text()
     assert "Plotly.newPlot" in html and "Plotly.addFrames" in html
     assert "cdn.plot.ly/plotly-" in html
+
+
+def test_a_lab_can_be_cut_after_a_cell():
+    import nbformat
+
+    from ringlab import labtools
+
+    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    opening = labtools.cut(lab, "StepThrough(ring)")
+    assert "StepThrough(ring)" in opening.cells[-1].source
+    assert not any("%%px" in c.source for c in opening.cells)  # no MPI engines needed
+    with pytest.raises(ValueError, match="no code cell contains 'nowhere to be found'"):
+        labtools.cut(lab, "nowhere to be found")
 
 
 def test_ranks_can_sit_where_the_topology_puts_them():

@@ -1,103 +1,159 @@
 # %% [markdown]
-# # Lab 01: your machine, and moving bytes
+# # Lab 01: moving bytes
 #
-# **What you'll do:** ask `doctor` what this machine has, work out what a PCIe link can carry from
-# its transfer rate, encoding and lanes, then measure what this machine moves: memory copies, and
-# messages between two MPI ranks from 8 bytes to 64 MiB, next to the copy rate.
+# **What you'll do:** set the published bandwidths of PCIe and NVLink side by side; measure what
+# two MPI ranks on this machine move, from 8 bytes to 64 MiB; fit the two numbers that describe a
+# link (latency and bandwidth); measure what staging a message through an extra buffer costs; and,
+# with a GPU, pinned against pageable host memory and peer-to-peer copies.
 #
-# **What you'll learn:** latency against bandwidth, and how far apart the published figures of
-# PCIe and NVLink are.
+# **What you'll learn:** latency against bandwidth; why NVLink-connected GPUs run collectives an
+# order of magnitude faster than PCIe ones; what host-staged transfers cost compared with direct ones.
 #
-# **What you need:** nothing else. With an NVIDIA GPU here, the lab also measures host<->device and
-# peer copies next to their links' peaks. Without one, it says so: it does not show GPU numbers
-# that were not measured.
+# **What you need:** lab 00. Two MPI ranks run on this machine's CPU. GPU figures are measured when
+# there is a GPU; otherwise recorded ones are shown, labelled with their machine and date.
 
 # %%
 import ringlab as rl
+from ringlab.bandwidth import fit_alpha_beta
 from ringlab.cluster import MPICluster
-from ringlab.devices import gpu_count
-from ringlab.discover import pcie_bandwidth
-from ringlab.doctor import report
-from ringlab.exercises import check_pcie
+from ringlab.exercises import check_message_time, check_staged_time
+from ringlab.presets import PUBLISHED_LINKS
+from ringlab.recorded import gpu_bandwidth, host_device_figure
+from ringlab.viz import bandwidth_heatmap, links_figure, measured_vs_predicted, use_renderer
 
-print("\n".join(report()))
+use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %% [markdown]
-# ## Exercise 1: the PCIe arithmetic
+# ## PCIe against NVLink: the published figures
 #
-# A PCIe link's throughput is its transfer rate (GT/s per lane) times the share of useful bits
-# (8b/10b encoding for PCIe 1.x and 2.x, 128b/130b from 3.0 on) times the number of lanes. Write it
-# in GB/s per direction.
-
-# %% tags=["solution"]
-def pcie_gbytes(gt_per_s, encoding, lanes):
-    """GB/s per direction of a PCIe link."""
-    # solution
-    return gt_per_s * encoding * lanes / 8
-
+# One direction of one GPU's connection, from the specifications (PCIe arithmetic, NVLink link
+# counts) and from measurements published for a K40 server. None of these bars was measured here;
+# hover over one to see where it comes from. The axis is logarithmic: NVLink 2.0 on a V100 is about
+# ten times PCIe 3.0 x16.
 
 # %%
-check_pcie(pcie_gbytes)
+links_figure(PUBLISHED_LINKS, title="published figures: bandwidth per direction")
 
 # %% [markdown]
-# Published figures to set beside it (none of them measured here): PCIe 3.0 x16 carries 15.754 GB/s
-# each way; NVLink 1.0 gives a P100 4 links of 40 GB/s (both directions); NVLink 2.0 gives a V100 6
-# links of 50 GB/s. A published measurement on a K40 server: 10.59 GB/s between two GPUs under one
-# PCIe switch, 9.15 GB/s across QPI, and 35 GB/s between GPUs joined by NVLink.
-
-# %%
-for generation in (1, 2, 3, 4, 5):
-    print(f"PCIe {generation}.0 x16: {pcie_bandwidth(generation, 16) / 1e9:6.2f} GB/s per direction")
-
-# %% [markdown]
-# ## Measured here: copies and messages
+# ## Latency against bandwidth, measured here
 #
-# Two MPI ranks: rank 0 sends to rank 1 and back, for sizes from 8 bytes to 64 MiB. Small messages
-# take a nearly constant time (latency); large ones approach what memory copies can do (bandwidth).
+# Two MPI ranks on this machine, as ipyparallel engines. Rank 0 sends a message to rank 1, which
+# sends it back; half the round trip is the one-way time. The same run measures how fast one core
+# copies memory, the rate that shared-memory MPI cannot beat. A second pass sends every message
+# through an extra buffer on each side (a copy before the send, one after the receive), the way a
+# GPU message is staged through host memory when MPI cannot read GPU memory.
 
 # %%
 ranks = MPICluster(2).start()
 
 # %%
 # %%px
-import io
 from mpi4py import MPI
-from ringlab.bandwidth import cpu_report
+from ringlab.bandwidth import memcpy_rate, pingpong
 
-text = io.StringIO()
-measured = cpu_report(MPI.COMM_WORLD, [8, 64, 1024, 16 << 10, 256 << 10, 4 << 20, 64 << 20], text)
+sizes = [8, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+comm = MPI.COMM_WORLD
+copy_rate = memcpy_rate() if comm.Get_rank() == 0 else None
+direct = pingpong(comm, sizes)
+staged = pingpong(comm, sizes, staged=True)
 
 # %%
-print(ranks.view.pull("text", block=True)[0].getvalue())
-measured = ranks.view.pull("measured", block=True)[0]
+copy_rate, direct, staged = (ranks.view.pull(name, block=True)[0] for name in ("copy_rate", "direct", "staged"))
 ranks.stop()
+print(f"measured here: memory copy rate {copy_rate / 1e9:.2f} GB/s (one core)")
+print(f"{'size (B)':>10} {'direct (us)':>12} {'GB/s':>7} {'staged (us)':>12} {'GB/s':>7}")
+for d, s in zip(direct, staged):
+    print(f"{d['bytes']:>10} {d['one_way_s'] * 1e6:>12.2f} {d['bandwidth_Bps'] / 1e9:>7.2f} "
+          f"{s['one_way_s'] * 1e6:>12.2f} {s['bandwidth_Bps'] / 1e9:>7.2f}")
 
 # %% [markdown]
-# ## On a GPU
+# Small messages all take about the same time: that floor is the **latency**. Large ones take time
+# in proportion to their size: the slope is one over the **bandwidth**.
 #
-# With an NVIDIA GPU, host<->device copies (pinned and pageable, one way and both ways), device
-# copies and peer-to-peer copies are measured next to their links' peaks.
+# ## Exercise 1: the alpha-beta model
+#
+# A message of K bytes over a link with latency alpha (seconds) and bandwidth B (bytes per second)
+# takes alpha + K/B. Write it.
+
+# %% tags=["solution"]
+def message_time(nbytes, alpha, bandwidth):
+    """Seconds for one message of ``nbytes`` bytes."""
+    # solution
+    return alpha + nbytes / bandwidth
+
 
 # %%
-if gpu_count():
-    import sys
-    from ringlab.bandwidth import gpu_report
-    gpu_report(sys.stdout)
-else:
-    print("No GPU here: nothing measured on a GPU, and no recorded GPU results yet.")
+check_message_time(message_time)
+
+# %% [markdown]
+# Now fit alpha and B to the measured rows (least squares on relative error) and draw the model
+# through the measurements:
+
+# %%
+alpha, bandwidth = fit_alpha_beta(direct)
+print(f"fitted to the measurements: alpha = {alpha * 1e6:.2f} us, B = {bandwidth / 1e9:.2f} GB/s")
+measured_vs_predicted([r["bytes"] for r in direct], [r["one_way_s"] for r in direct],
+                      [message_time(r["bytes"], alpha, bandwidth) for r in direct], label="(alpha-beta fit)",
+                      title="MPI ping-pong, measured here, and the fitted alpha + K/B")
+
+# %% [markdown]
+# ## Exercise 2: what staging costs
+#
+# A staged message is copied into the staging buffer, sent, and copied out on the other side, one
+# after the other. Write its time from alpha, the link's bandwidth and the copy rate; the plot then
+# sets your formula, fed with the alpha, B and copy rate measured above, against the staged
+# measurements.
+
+# %% tags=["solution"]
+def staged_time(nbytes, alpha, link, copy):
+    """Seconds for one message staged through a buffer on each side."""
+    # solution
+    return alpha + nbytes / link + 2 * nbytes / copy
+
+
+# %%
+check_staged_time(staged_time)
+measured_vs_predicted([r["bytes"] for r in staged], [r["one_way_s"] for r in staged],
+                      [staged_time(r["bytes"], alpha, bandwidth, copy_rate) for r in staged], label="(staged)",
+                      title="staged ping-pong, measured here, against your formula")
+
+# %% [markdown]
+# GPUs have the same choice. Without peer access, a copy from one GPU to another goes through host
+# memory; with it, the GPUs copy directly over PCIe or NVLink. A published measurement on 8 P100s
+# in a cloud VM: enabling GPUDirect peer-to-peer roughly halved the latency between GPUs compared
+# with copying through the CPU.
+#
+# ## On a GPU: pinned against pageable, and peer copies
+#
+# Pageable host memory can be moved by the operating system, so the driver first copies it into a
+# pinned buffer of its own; pinned memory is copied by the GPU's DMA engines directly. With two GPUs
+# or more the peer-to-peer matrix is measured with peer access on and off, as CUDA's
+# p2pBandwidthLatencyTest does. Measured here when there is a GPU; otherwise recorded results, with
+# their machine and date.
+
+# %%
+gpu = gpu_bandwidth()
+
+# %%
+if gpu is not None:
+    host_device_figure(gpu, f"pinned against pageable, {gpu['source']}").show()
+    for access, matrix in gpu.get("p2p", {}).items():
+        bandwidth_heatmap(matrix, title=f"peer copies, {access.replace('_', ' ')}, {gpu['source']}").show()
 
 # %% [markdown]
 # ## Summary
 #
-# - Throughput = transfer rate x encoding efficiency x lanes: PCIe 3.0 x16 is 15.754 GB/s each way.
-# - A message costs a fixed latency plus its size over the bandwidth: small messages measure the
-#   first, large ones the second.
-# - NVLink's published per-GPU bandwidth is an order of magnitude above PCIe's, which is why
+# - A message costs a latency plus its size over the bandwidth: small messages measure the first,
+#   large ones the second. Two numbers, alpha and B, describe a link well enough to predict it.
+# - NVLink's published per-GPU bandwidth is about ten times that of PCIe 3.0 x16, which is why
 #   NVLink-connected GPUs run collectives so much faster (lab 05 predicts by how much).
+# - Staging through another buffer adds two copies to every message; peer access and CUDA-aware MPI
+#   exist to remove them.
+# - Pinned host memory is copied directly by the GPU; pageable memory takes an extra copy.
 #
 # ## Exercises
 #
-# 1. (Above) the PCIe arithmetic.
-# 2. From the ping-pong table, estimate alpha (the one-way time of the smallest message) and B (the
-#    bandwidth of the largest). How long would a 1 MiB message take by alpha + K/B? Compare with
-#    the measured row.
+# 1. (Above) the alpha-beta model.
+# 2. (Above) the cost of staging.
+# 3. From the fitted alpha and B, at what message size is half the time latency and half transfer?
+#    (Solve alpha = K/B.) Which rows of the table are latency-bound?

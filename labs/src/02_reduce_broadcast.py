@@ -19,7 +19,7 @@ from ringlab.exercises import check_chain_time
 from ringlab.fitting import fit_schedules
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
-use_renderer()
+use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %% [markdown]
 # ## What they promise

@@ -8,16 +8,17 @@
 # **What you'll learn:** why the ring's per-rank traffic, 2(n-1)/n of the buffer, hardly grows with
 # the number of ranks while the naive root's grows as n-1; and what "bus bandwidth" measures.
 #
-# **What you need:** lab 00. Everything runs on this machine's CPU: four MPI ranks as ipyparallel
+# **What you need:** labs 00 and 01 help but are not required. Everything runs on this machine's CPU: four MPI ranks as ipyparallel
 # engines, on numpy buffers.
 
 # %%
 import numpy as np
 import ringlab as rl
+from ringlab.demo import walkthrough
 from ringlab.exercises import check_reduce_scatter_rule
-from ringlab.viz import StepThrough, busbw_plot, use_renderer
+from ringlab.viz import StepThrough, busbw_plot, step_figure, use_renderer
 
-use_renderer()
+use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %% [markdown]
 # ## Counting bytes
@@ -67,7 +68,33 @@ except AssertionError as err:
 # chunk, and the allgather then passes those around:
 
 # %%
-StepThrough(rl.build("allreduce.ring", 4))
+ring = rl.build("allreduce.ring", 4)
+StepThrough(ring)
+
+# %% [markdown]
+# The same steps as text. Each cell says whose inputs a rank's copy of a chunk holds: `r0+r1` is
+# rank 0's data plus rank 1's. A chunk grows by one contribution per step during the reduce-scatter,
+# then travels around the ring unchanged during the allgather.
+
+# %%
+print(walkthrough(ring))
+
+# %% [markdown]
+# On real numbers: give rank *r* the value 10<sup>r</sup> everywhere, so the digits of a result say
+# which ranks it contains (1111 is everybody). `rl.simulate` plays all four ranks in this process.
+
+# %%
+inputs = [np.full(8, 10.0 ** rank) for rank in range(4)]
+outputs = rl.simulate(ring, inputs)
+print(outputs[2])
+assert all(np.array_equal(out, sum(inputs)) for out in outputs)
+
+# %% [markdown]
+# A widget needs a running kernel. This figure plays without one, for example in this notebook
+# exported to HTML:
+
+# %%
+step_figure(ring)
 
 # %% [markdown]
 # ## On real ranks

@@ -16,7 +16,7 @@ from ringlab.cluster import MPICluster
 from ringlab.exercises import check_server_load
 from ringlab.viz import staleness_plot, use_renderer
 
-use_renderer()
+use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %% [markdown]
 # ## The server's links

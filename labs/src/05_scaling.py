@@ -8,8 +8,9 @@
 # **What you'll learn:** how to read busbw curves, why NCCL switches from tree to ring as messages
 # grow, and why the order of ranks in a ring matters on a real machine.
 #
-# **What you need:** labs 03 and 02. Measurements run on this machine's CPU. The predictions use
-# published figures for the machines (each preset's `source` names them) and assume latencies.
+# **What you need:** labs 03 and 02. Measurements run on this machine's CPU (and on its GPU, when
+# it has one; otherwise recorded GPU results are shown, labelled). The predictions use published
+# figures for the machines (each preset's `source` names them) and assume latencies.
 
 # %%
 import ringlab as rl
@@ -17,10 +18,11 @@ from ringlab.cluster import MPICluster
 from ringlab.costmodel import crossover, whatif
 from ringlab.exercises import check_ring_time
 from ringlab.fitting import fit_rows
+from ringlab.recorded import gpu_bench
 from ringlab.rings import ring_report
 from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer
 
-use_renderer()
+use_renderer()  # plotly figures show in JupyterLab and in exported HTML
 sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 
 # %% [markdown]
@@ -49,6 +51,18 @@ fitted = fit_rows(rows[4], "ring", 4)
 print(fitted)
 measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ring, 4 ranks",
                       title="measured here against the fitted alpha-beta model")
+
+# %% [markdown]
+# ## On GPUs: ringlab against MPI and NCCL
+#
+# The same comparison on GPU buffers: ringlab's ring, MPI's own collective, and NCCL (and
+# torch.distributed) when every rank has a GPU of its own. Measured here when there is a GPU;
+# otherwise the newest recorded sweep, labelled with its machine and date.
+
+# %%
+gpu_sweep = gpu_bench("allreduce")
+if gpu_sweep is not None:
+    busbw_plot(gpu_sweep.data["rows"], title=f"allreduce bus bandwidth on GPUs, {gpu_sweep.label}").show()
 
 # %% [markdown]
 # ## Exercise 1: the ring's time

@@ -5,8 +5,8 @@ once: plotly figures then show in JupyterLab and in exported HTML alike.
 """
 from __future__ import annotations
 
-from .plots import (bandwidth_heatmap, busbw_plot, measured_vs_predicted, segments_plot, staleness_plot,
-                    time_vs_ranks, timeline, topology_figure)
+from .plots import (bandwidth_heatmap, busbw_plot, links_figure, measured_vs_predicted, segments_plot,
+                    staleness_plot, time_vs_ranks, timeline, topology_figure)
 from .stepview import frames, step_figure
 from .widget import StepThrough
 
@@ -25,4 +25,4 @@ def use_renderer(offline: bool = False) -> str:
 
 
 __all__ = ["StepThrough", "step_figure", "frames", "timeline", "bandwidth_heatmap", "topology_figure",
-           "busbw_plot", "time_vs_ranks", "measured_vs_predicted", "segments_plot", "staleness_plot", "use_renderer"]
+           "busbw_plot", "links_figure", "time_vs_ranks", "measured_vs_predicted", "segments_plot", "staleness_plot", "use_renderer"]

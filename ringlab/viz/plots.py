@@ -154,3 +154,19 @@ def staleness_plot(pushes, title: str = "measured here: staleness of every push"
     fig.update_layout(title=title, barmode="group", xaxis_title="staleness (updates the shard saw meanwhile)",
                       yaxis_title="pushes")
     return fig
+
+
+def links_figure(published, measured=None, title: str = "link bandwidth per direction") -> go.Figure:
+    """Horizontal bars: published link figures (``(what, bytes/s, note)``, e.g. presets.PUBLISHED_LINKS)
+    and, in another colour, figures measured here (``{what: bytes/s}``); log scale, GB/s."""
+    fig = go.Figure()
+    fig.add_bar(y=[w for w, _, _ in published], x=[b / 1e9 for _, b, _ in published], orientation="h",
+                name="published figure", hovertext=[f"{w}: {b / 1e9:.3g} GB/s ({note})" for w, b, note in published],
+                hoverinfo="text")
+    if measured:
+        fig.add_bar(y=list(measured), x=[b / 1e9 for b in measured.values()], orientation="h", name="measured here",
+                    hovertext=[f"{w}: {b / 1e9:.3g} GB/s, measured here" for w, b in measured.items()],
+                    hoverinfo="text")
+    fig.update_layout(title=title, xaxis=dict(type="log", title="GB/s per direction"), height=120 + 28 * (
+        len(published) + len(measured or {})), margin=dict(l=260), yaxis=dict(autorange="reversed"))
+    return fig

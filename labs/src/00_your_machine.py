@@ -1,0 +1,131 @@
+# %% [markdown]
+# # Lab 00: your machine
+#
+# **What you'll do:** ask `doctor` what this machine has; read a GPU topology, this machine's or a
+# published one; work out what a PCIe link can carry from its transfer rate, encoding and lanes; and
+# set measured host<->device copies against that peak.
+#
+# **What you'll learn:** the parts between two GPUs (PCIe switches, host bridges, the link between
+# CPU sockets, NVLink), how to read `nvidia-smi topo -m`, and how close real copies come to a link's
+# theoretical rate.
+#
+# **What you need:** nothing else. On a machine with an NVIDIA GPU the copies are measured here.
+# Without one, the lab shows GPU results recorded on a GPU machine, labelled with that machine and
+# date, when the project has some. It never shows GPU numbers that nobody measured.
+
+# %%
+import ringlab as rl
+from ringlab.discover import pcie_bandwidth, recorded_topo, topology_from_codes
+from ringlab.doctor import report
+from ringlab.exercises import check_pcie
+from ringlab.recorded import gpu_bandwidth, host_device_figure
+from ringlab.viz import topology_figure, use_renderer
+
+use_renderer()
+print("\n".join(report()))
+
+# %% [markdown]
+# ## The topology
+#
+# Between two GPUs there may be one PCIe switch, several bridges, the CPU's host bridge, the link
+# between two CPU sockets (QPI or UPI), or NVLink. `nvidia-smi topo -m` prints one code for each
+# pair of devices, from closest to farthest:
+#
+# | code | the path between the two devices |
+# |---|---|
+# | `NV#` | a bonded set of # NVLinks |
+# | `PIX` | at most one PCIe bridge (one switch) |
+# | `PXB` | several PCIe bridges, without the CPU's host bridge |
+# | `PHB` | PCIe and a host bridge (typically the CPU) |
+# | `NODE` | PCIe and the link between host bridges within one NUMA node |
+# | `SYS` | PCIe and the link between NUMA nodes (QPI/UPI) |
+#
+# ringlab reads the same facts through NVML (`rl.topology.discover()`), or from `nvidia-smi topo -m`
+# when NVML is missing. Here is what it finds on this machine:
+
+# %%
+topology, facts = rl.topology.discover()
+print(topology if topology is not None else f"no GPU topology here: {facts['reason']}")
+if topology is not None:
+    topology_figure(topology).show()
+
+# %% [markdown]
+# A published example: `nvidia-smi topo -m` of a server with eight RTX 4090s and two network cards
+# (the file's first line says where it was posted). Every GPU pair is `SYS`: each copy between GPUs
+# crosses PCIe, the host bridges and the link between the two sockets.
+
+# %%
+text, matrix = recorded_topo("rtx4090x8")
+print(text.split("Legend")[0])
+
+# %% [markdown]
+# The same matrix as a ringlab topology: a tree of PCIe links with the sockets joined at the top.
+# The codes give the shape only, so the link rates in this picture are assumptions (PCIe 3.0 x16
+# everywhere), not figures read from that machine.
+
+# %%
+topology_figure(topology_from_codes(matrix.gpu_codes(), name="8 x RTX 4090 (published topo -m)",
+                                    source="nvidia-smi topo -m; link rates assumed"))
+
+# %% [markdown]
+# And a machine built around NVLink: the DGX-1 with V100s, from published figures. Each GPU has six
+# NVLinks (some pairs get two), on top of its PCIe link to the CPU.
+
+# %%
+topology_figure(rl.topology.preset("dgx1-v100"))
+
+# %% [markdown]
+# ## Exercise 1: the PCIe arithmetic
+#
+# A PCIe link's throughput is its transfer rate (GT/s per lane) times the share of useful bits
+# (8b/10b encoding for PCIe 1.x and 2.x, 128b/130b from 3.0 on) times the number of lanes. Write it
+# in GB/s per direction.
+
+# %% tags=["solution"]
+def pcie_gbytes(gt_per_s, encoding, lanes):
+    """GB/s per direction of a PCIe link."""
+    # solution
+    return gt_per_s * encoding * lanes / 8
+
+
+# %%
+check_pcie(pcie_gbytes)
+
+# %% [markdown]
+# ringlab's own `pcie_bandwidth(generation, lanes)` does the same from the generation (published
+# spec figures: 2.5, 5, 8, 16 and 32 GT/s; 8b/10b up to 2.0, then 128b/130b):
+
+# %%
+for generation in (1, 2, 3, 4, 5):
+    print(f"PCIe {generation}.0 x16: {pcie_bandwidth(generation, 16) / 1e9:6.2f} GB/s per direction")
+
+# %% [markdown]
+# ## Measured against theoretical
+#
+# Copies between host memory and a GPU cross that GPU's PCIe link. With a GPU here, ringlab
+# measures them now, with pinned (page-locked) and pageable host memory, one way and both ways at
+# once, and divides each by the peak of the PCIe generation and width the driver reports. Without
+# one, it shows recorded results and says where and when they were measured.
+
+# %%
+gpu = gpu_bandwidth()
+
+# %%
+if gpu is not None:
+    host_device_figure(gpu, f"host<->device copies, {gpu['source']}").show()
+
+# %% [markdown]
+# ## Summary
+#
+# - `doctor` lists what this machine has and what each lab will do with it.
+# - `nvidia-smi topo -m` (or NVML) tells how GPUs connect: NVLink, or a path through PCIe switches,
+#   host bridges and the link between sockets; the farther apart, the slower the copy.
+# - Throughput = transfer rate x encoding efficiency x lanes: PCIe 3.0 x16 carries 15.754 GB/s each
+#   way, and every later generation doubles it.
+# - Real copies reach a share of that peak, and pinned host memory gets closer than pageable memory.
+#
+# ## Exercises
+#
+# 1. (Above) the PCIe arithmetic.
+# 2. A GPU in a x16 slot that is wired as x8: what does the same arithmetic give for PCIe 4.0? Where
+#    in `doctor`'s output, or in NVML's facts (`facts["gpus"]`), would you notice?

@@ -1,0 +1,192 @@
+"""Results measured on a GPU machine and committed under ``results/``, for the machines that have none.
+
+``ringlab bandwidth --json`` and ``ringlab bench --json`` write the measurements together with the
+machine's description (GPUs, driver, MPI library, versions, the command, the date). A lab on a
+laptop without a GPU cannot measure NVLink or pinned host memory, so it shows those files instead,
+each labelled with the machine, the date and the command that produced it. Nothing here invents a
+number: with no GPU and no recorded file, the labs say so.
+
+    >>> from ringlab import recorded
+    >>> recorded.load("ringlab-bandwidth")      # newest first; [] when nothing is recorded
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+KINDS = ("ringlab-bandwidth", "ringlab-bench")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One committed JSON file: what ``ringlab bandwidth`` or ``ringlab bench`` wrote."""
+
+    path: Path
+    data: dict
+
+    @property
+    def kind(self) -> str:
+        return self.data["kind"]
+
+    @property
+    def machine(self) -> dict:
+        return self.data.get("machine", {})
+
+    @property
+    def date(self) -> str:
+        return self.machine.get("date", "unknown date")
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the file holds GPU measurements (bandwidth with a ``gpu`` part, or a bench run with --gpu)."""
+        return bool(self.data.get("gpu")) if self.kind == "ringlab-bench" else "gpu" in self.data
+
+    @property
+    def label(self) -> str:
+        """Where, when and how it was measured, for the caption of every table and plot made from it."""
+        if "label" in self.data:
+            return self.data["label"]
+        gpus = self.machine.get("gpus") or []
+        names = sorted({g.get("name", "?") for g in gpus})
+        where = (f"{len(gpus)} x {', '.join(names)}" if gpus else "no GPU") + \
+            (f", driver {self.machine['driver']}" if self.machine.get("driver") else "")
+        return (f"recorded on {self.machine.get('host', 'an unnamed host')} ({where}) on {self.date[:10]} "
+                f"with `{self.machine.get('command', '?')}`")
+
+
+def _read(path: Path) -> Recorded:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable ringlab result ({err})") from None
+    if not isinstance(data, dict) or data.get("kind") not in KINDS or "machine" not in data:
+        raise ValueError(f"{path}: not a ringlab result (needs 'kind' in {KINDS} and 'machine')")
+    return Recorded(path, data)
+
+
+def load(kind: str | None = None, gpu_only: bool = True, root: Path | str | None = None) -> list[Recorded]:
+    """The recorded results under ``root`` (default: the project's ``results/``), newest first.
+
+    ``kind`` is ``"ringlab-bandwidth"`` or ``"ringlab-bench"`` (None: both). ``gpu_only`` leaves out
+    CPU-only files. A JSON file that is not a ringlab result raises ValueError naming it.
+    """
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    root = RESULTS if root is None else Path(root)
+    found = [_read(p) for p in sorted(root.glob("**/*.json"))] if root.exists() else []
+    found = [r for r in found if (kind is None or r.kind == kind) and (r.on_gpu or not gpu_only)]
+    return sorted(found, key=lambda r: r.date, reverse=True)
+
+
+def _gbs(value) -> str:
+    return f"{value / 1e9:8.2f}" if value else f"{'-':>8}"
+
+
+def print_gpu_bandwidth(gpu: dict, out=None) -> None:
+    """The GPU part of a ``ringlab bandwidth`` result as a table: each figure, its link's peak, the ratio."""
+    out = sys.stdout if out is None else out
+    print(f"  {'copy':<18} {'host memory':<11} {'GB/s':>8}  {'peak':>8}  ratio", file=out)
+    for row in gpu.get("host_device", []):
+        ratio = f"{row['Bps'] / row['peak_Bps']:.2f}" if row.get("peak_Bps") else "-"
+        print(f"  {row['what']:<18} {'pinned' if row['pinned'] else 'pageable':<11} {_gbs(row['Bps'])}  "
+              f"{_gbs(row.get('peak_Bps'))}  {ratio}", file=out)
+    if "device_copy_Bps" in gpu:
+        print(f"  {'device->device':<18} {'':<11} {_gbs(gpu['device_copy_Bps'])}  (bytes copied per second)",
+              file=out)
+    if "small_h2d_latency_s" in gpu:
+        print(f"  8-byte host->device latency: {gpu['small_h2d_latency_s'] * 1e6:.2f} us", file=out)
+    for access, matrix in gpu.get("p2p", {}).items():
+        print(f"  peer-to-peer copy, {access.replace('_', ' ')} (GB/s):", file=out)
+        for a, row in enumerate(matrix):
+            print(f"    gpu{a} " + " ".join(f"{'-':>8}" if a == b else _gbs(v) for b, v in enumerate(row)), file=out)
+
+
+def host_device_figure(gpu: dict, title: str):
+    """Bars: host<->device rates, pinned against pageable, with the PCIe peak as a line."""
+    import plotly.graph_objects as go
+
+    rows = gpu.get("host_device", [])
+    fig = go.Figure()
+    for pinned in (True, False):
+        mine = [r for r in rows if r["pinned"] == pinned]
+        fig.add_bar(name="pinned" if pinned else "pageable", x=[r["what"] for r in mine],
+                    y=[r["Bps"] / 1e9 for r in mine])
+    peaks = [r for r in rows if r.get("peak_Bps") and r["pinned"]]
+    if peaks:
+        fig.add_scatter(name="link peak (from generation and width)", x=[r["what"] for r in peaks],
+                        y=[r["peak_Bps"] / 1e9 for r in peaks], mode="markers", marker={"symbol": "line-ew-open",
+                                                                                      "size": 40})
+    fig.update_layout(title=title, yaxis_title="GB/s", barmode="group", height=380)
+    return fig
+
+
+def gpu_bandwidth(out=None, root: Path | str | None = None, measure: bool | None = None) -> dict | None:
+    """Host<->device, device and peer copies: measured on this GPU when there is one, otherwise the
+    newest recorded GPU result (labelled with its machine and date), otherwise a line saying there is
+    neither. Returns the GPU part of the result shown (with ``"source"``: "measured here" or the label),
+    or None.
+    """
+    from .devices import gpu_count
+
+    out = sys.stdout if out is None else out
+    if measure is None:
+        measure = gpu_count() > 0
+    if measure:
+        from .bandwidth import gpu_report
+        result = gpu_report(out)
+        result["source"] = "measured here"
+        return result
+    found = load("ringlab-bandwidth", root=root)
+    if not found:
+        print("No GPU here, and no recorded GPU results in results/ yet: nothing on a GPU is shown, "
+              "because nothing was measured. (On a GPU machine, `ringlab bandwidth --json FILE` records them.)",
+              file=out)
+        return None
+    newest = found[0]
+    print(f"No GPU here. Showing GPU results {newest.label}:", file=out)
+    print_gpu_bandwidth(newest.data["gpu"], out)
+    return {**newest.data["gpu"], "source": newest.label}
+
+
+def gpu_bench(collective: str = "allreduce", out=None, root: Path | str | None = None,
+              measure: bool | None = None, sizes: str = "-b 64K -e 256M -f 4") -> Recorded | None:
+    """ringlab's ring against MPI (and NCCL and torch.distributed with a GPU per rank) on GPUs.
+
+    With a GPU here, runs ``ringlab bench --gpu`` now on max(2, GPUs) ranks (ranks may share a GPU;
+    NCCL is left out then, since it refuses two ranks on one GPU) and returns it labelled
+    "measured here". Otherwise the newest recorded GPU bench of ``collective``, with its label, or
+    None with a line saying there is none.
+    """
+    import os
+    import subprocess
+    import tempfile
+
+    from .devices import gpu_count
+
+    out = sys.stdout if out is None else out
+    gpus = gpu_count()
+    if measure is None:
+        measure = gpus > 0
+    if measure:
+        ranks = max(2, gpus)
+        algorithms = f"{collective}.ring,mpi" + (",nccl,torch" if gpus >= ranks and collective == "allreduce" else "")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "bench.json"
+            command = [sys.executable, "-m", "ringlab", "bench", "-n", str(ranks), "--gpu", "-c", collective,
+                       "-a", algorithms, *sizes.split(), "--json", str(path)]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ.copy())
+            print(done.stdout, file=out)
+            if done.returncode != 0:
+                raise RuntimeError(f"ringlab bench --gpu failed:\n{done.stderr[-2000:]}")
+            result = Recorded(path, json.loads(path.read_text()))
+        return Recorded(Path("measured here"), {**result.data, "label": "measured here"})
+    found = [r for r in load("ringlab-bench", root=root) if r.data.get("collective") == collective]
+    if not found:
+        print(f"No GPU here, and no recorded GPU {collective} results in results/ yet: no GPU figures are shown, "
+              "because none were measured. (On a GPU machine, benchmarks/record_results.py records them.)", file=out)
+        return None
+    print(f"No GPU here. Showing the {collective} sweep {found[0].label}.", file=out)
+    return found[0]

@@ -1,0 +1,158 @@
+"""Recorded results (the files the labs show on machines without a GPU), the script that records
+them, the alpha-beta fit, and every exercise check (a right answer passes, a wrong one fails with a hint)."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ringlab import exercises, recorded
+from ringlab.bandwidth import fit_alpha_beta
+from ringlab.devices import gpu_count
+from ringlab.doctor import LABS as DOCTOR_LABS
+from ringlab.labtools import LABS
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "benchmarks" / "record_results.py"
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")
+def test_the_recorder_refuses_a_machine_without_a_gpu():
+    done = subprocess.run([sys.executable, str(RECORD)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "no GPU here" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_the_recorder_writes_files_the_loader_reads_back(tmp_path):
+    done = subprocess.run([sys.executable, str(RECORD), "--allow-cpu", "--out", str(tmp_path), "-b", "1K", "-e", "8K",
+                           "-f", "8", "--iters", "2"], capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    names = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert names == ["bandwidth.json", "bench-allgather-2ranks.json", "bench-allreduce-2ranks.json",
+                     "bench-reduce_scatter-2ranks.json"]
+    found = recorded.load(root=tmp_path, gpu_only=False)
+    assert len(found) == 4
+    assert {r.kind for r in found} == {"ringlab-bandwidth", "ringlab-bench"}
+    for r in found:
+        assert r.machine["command"].startswith("ringlab ")
+        assert r.date[:10] in r.label and r.machine["host"] in r.label and "no GPU" in r.label
+        if r.kind == "ringlab-bench":
+            assert r.data["ranks"] == 2 and all(row["wrong"] == 0 for row in r.data["rows"])
+            assert {row["algorithm"] for row in r.data["rows"]} == {f"{r.data['collective']}.ring", "mpi"}
+    assert recorded.load(root=tmp_path) == []  # CPU runs are not GPU results
+    assert recorded.load("ringlab-bench", root=tmp_path, gpu_only=False)[0].kind == "ringlab-bench"
+
+
+def _gpu_result(tmp_path) -> Path:
+    """A file in the shape ``ringlab bandwidth --json`` writes on a GPU machine. The numbers are made up
+    for this test of the display; nothing like it is ever committed under results/."""
+    gpu = {"gpus": 2, "host_device": [
+        {"what": w, "pinned": p, "Bps": rate, "peak_Bps": peak}
+        for p, scale in ((True, 1.0), (False, 0.5))
+        for w, rate, peak in (("host->device", 20e9 * scale, 25e9), ("device->host", 15e9 * scale, 25e9),
+                              ("both ways at once", 30e9 * scale, 50e9))],
+        "device_copy_Bps": 1e12, "small_h2d_latency_s": 4e-6,
+        "p2p": {"peer_access_on": [[0, 40e9], [40e9, 0]], "peer_access_off": [[0, 10e9], [10e9, 0]]}}
+    machine = {"date": "2030-01-02T03:04:05+00:00", "command": "ringlab bandwidth -n 2 --json b.json",
+               "host": "testhost", "gpus": [{"name": "Test GPU"}, {"name": "Test GPU"}], "driver": "999.1"}
+    path = tmp_path / "bandwidth.json"
+    path.write_text(json.dumps({"kind": "ringlab-bandwidth", "schema": 1, "cpu": {}, "gpu": gpu, "machine": machine}))
+    return path
+
+
+def test_without_a_gpu_the_newest_recording_is_shown_with_its_label(tmp_path, capsys):
+    _gpu_result(tmp_path)
+    shown = recorded.gpu_bandwidth(root=tmp_path, measure=False)
+    text = capsys.readouterr().out
+    label = "recorded on testhost (2 x Test GPU, driver 999.1) on 2030-01-02 with `ringlab bandwidth -n 2 --json b.json`"
+    assert shown["source"] == label and label in text
+    row = re.search(r"host->device\s+pinned\s+(\S+)\s+(\S+)\s+(\S+)", text)
+    assert row.groups() == ("20.00", "25.00", "0.80")
+    assert "peer access off" in text and "8-byte host->device latency: 4.00 us" in text
+    figure = recorded.host_device_figure(shown, shown["source"])
+    assert [t.name for t in figure.data] == ["pinned", "pageable", "link peak (from generation and width)"]
+    assert list(figure.data[1].y) == [10.0, 7.5, 15.0]
+    from ringlab.viz import bandwidth_heatmap
+    assert bandwidth_heatmap(shown["p2p"]["peer_access_on"]).data
+
+
+def test_without_a_gpu_or_a_recording_nothing_is_shown(tmp_path, capsys):
+    assert recorded.gpu_bandwidth(root=tmp_path, measure=False) is None
+    assert "no recorded GPU results" in capsys.readouterr().out
+
+
+def test_a_broken_results_file_is_named(tmp_path):
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(ValueError, match="x.json: not a readable ringlab result"):
+        recorded.load(root=tmp_path)
+    (tmp_path / "x.json").write_text('{"kind": "something else"}')
+    with pytest.raises(ValueError, match="x.json: not a ringlab result"):
+        recorded.load(root=tmp_path)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        recorded.load("bench")
+
+
+def test_committed_results_are_gpu_results_with_their_metadata():
+    for r in recorded.load(gpu_only=False):
+        assert r.on_gpu, f"{r.path}: results/ is for GPU measurements; the labs measure CPUs themselves"
+        for key in ("date", "command", "gpus", "driver", "mpi", "versions"):
+            assert r.machine.get(key), f"{r.path}: machine description lacks {key!r}"
+
+
+def test_doctor_lists_the_labs_that_exist():
+    notebooks = sorted(p.stem for p in LABS.glob("[0-9][0-9]_*.ipynb"))
+    assert [title[:2] for title, _, _ in DOCTOR_LABS] == [name[:2] for name in notebooks]
+    assert len(notebooks) == 7
+
+
+def test_alpha_and_bandwidth_are_fitted_from_ping_pong_rows():
+    rows = [{"bytes": k, "one_way_s": 3e-6 + k / 8e9} for k in (8, 1024, 1 << 20, 64 << 20)]
+    alpha, bandwidth = fit_alpha_beta(rows)
+    assert alpha == pytest.approx(3e-6) and bandwidth == pytest.approx(8e9)
+    noisy = [{**r, "one_way_s": r["one_way_s"] * f} for r, f in zip(rows, (1.05, 0.95, 1.02, 0.98))]
+    alpha, bandwidth = fit_alpha_beta(noisy)
+    assert alpha == pytest.approx(3e-6, rel=0.1) and bandwidth == pytest.approx(8e9, rel=0.1)
+    with pytest.raises(ValueError, match="at least two sizes"):
+        fit_alpha_beta(rows[:1])
+    with pytest.raises(ValueError, match="do not fit"):
+        fit_alpha_beta([{"bytes": 8, "one_way_s": 2e-6}, {"bytes": 1 << 20, "one_way_s": 1e-6}])
+
+
+CHECKS = [
+    (exercises.check_reduce_scatter_rule, lambda j, i, n: (j - i) % n, lambda j, i, n: (j + i) % n),
+    (exercises.check_chain_time, lambda K, n, S, B: K * (S + n - 2) / (S * B), lambda K, n, S, B: (n - 1) * K / B),
+    (exercises.check_ring_time, lambda n, K, a, B: 2 * (n - 1) * (a + K / (n * B)), lambda n, K, a, B: 2 * K / B),
+    (exercises.check_server_load, lambda n, M, K: (n - 1) * K // M + (M - 1) * K // M, lambda n, M, K: (n - 1) * K),
+    (exercises.check_scaled_lr, lambda b, k, s, w: b * (1 + (k - 1) * min(s, w) / w), lambda b, k, s, w: b * k),
+    (exercises.check_pcie, lambda r, e, lanes: r * e * lanes / 8, lambda r, e, lanes: r * lanes / 8),
+    (exercises.check_message_time, lambda K, a, B: a + K / B, lambda K, a, B: K / B),
+    (exercises.check_staged_time, lambda K, a, link, c: a + K / link + 2 * K / c, lambda K, a, link, c: a + K / link),
+]
+
+
+@pytest.mark.parametrize("check, right, wrong", CHECKS, ids=[c[0].__name__ for c in CHECKS])
+def test_every_exercise_check_passes_the_right_answer_and_explains_a_wrong_one(check, right, wrong, capsys):
+    check(right)
+    assert capsys.readouterr().out.startswith("Correct")
+    with pytest.raises(AssertionError, match="Hint:"):
+        check(wrong)
+    with pytest.raises(AssertionError):
+        check(lambda *args: np.nan)
+
+
+def test_without_a_gpu_a_recorded_gpu_sweep_is_found_by_collective(tmp_path, capsys):
+    bench = {"kind": "ringlab-bench", "schema": 1, "collective": "allreduce", "ranks": 2, "gpu": True,
+             "rows": [{"bytes": 1 << 20, "who": "nccl", "busbw_Bps": 1e9, "time_s": 1e-3, "wrong": 0}],
+             "machine": {"date": "2030-01-02T00:00:00+00:00", "command": "ringlab bench --gpu", "host": "h",
+                         "gpus": [{"name": "Test GPU"}]}}  # made-up numbers: a test of the lookup only
+    assert recorded.gpu_bench("allreduce", root=tmp_path, measure=False) is None
+    assert "no recorded GPU allreduce results" in capsys.readouterr().out
+    (tmp_path / "a.json").write_text(json.dumps(bench))
+    (tmp_path / "b.json").write_text(json.dumps({**bench, "collective": "allgather"}))
+    found = recorded.gpu_bench("allreduce", root=tmp_path, measure=False)
+    assert found.path.name == "a.json" and found.label in capsys.readouterr().out
+    assert recorded.gpu_bench("reduce", root=tmp_path, measure=False) is None
