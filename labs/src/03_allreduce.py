@@ -8,8 +8,8 @@
 # **What you'll learn:** why the ring's per-rank traffic, 2(n-1)/n of the buffer, hardly grows with
 # the number of ranks while the naive root's grows as n-1; and what "bus bandwidth" measures.
 #
-# **What you need:** labs 00 and 01 help but are not required. Everything runs on this machine's CPU: four MPI ranks as ipyparallel
-# engines, on numpy buffers.
+# **What you need:** nothing but this notebook (labs 00 to 02 help). Everything runs on this
+# machine's CPU: four MPI ranks as ipyparallel engines, on numpy buffers.
 
 # %%
 import numpy as np
