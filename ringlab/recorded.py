@@ -160,7 +160,6 @@ def gpu_bench(collective: str = "allreduce", out=None, root: Path | str | None =
     "measured here". Otherwise the newest recorded GPU bench of ``collective``, with its label, or
     None with a line saying there is none.
     """
-    import os
     import subprocess
     import tempfile
 
@@ -175,14 +174,14 @@ def gpu_bench(collective: str = "allreduce", out=None, root: Path | str | None =
         algorithms = f"{collective}.ring,mpi" + (",nccl,torch" if gpus >= ranks and collective == "allreduce" else "")
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bench.json"
-            command = [sys.executable, "-m", "ringlab", "bench", "-n", str(ranks), "--gpu", "-c", collective,
-                       "-a", algorithms, *sizes.split(), "--json", str(path)]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ.copy())
+            done = subprocess.run([sys.executable, "-m", "ringlab", "bench", "-n", str(ranks), "--gpu", "-c", collective,
+                                   "-a", algorithms, *sizes.split(), "--json", str(path)],
+                                  capture_output=True, text=True, timeout=600)
             print(done.stdout, file=out)
             if done.returncode != 0:
                 raise RuntimeError(f"ringlab bench --gpu failed:\n{done.stderr[-2000:]}")
-            result = Recorded(path, json.loads(path.read_text()))
-        return Recorded(Path("measured here"), {**result.data, "label": "measured here"})
+            data = json.loads(path.read_text())
+        return Recorded(Path("measured here"), {**data, "label": "measured here"})
     found = [r for r in load("ringlab-bench", root=root) if r.data.get("collective") == collective]
     if not found:
         print(f"No GPU here, and no recorded GPU {collective} results in results/ yet: no GPU figures are shown, "

@@ -141,6 +141,21 @@ if gpu is not None:
         bandwidth_heatmap(matrix, title=f"peer copies, {access.replace('_', ' ')}, {gpu['source']}").show()
 
 # %% [markdown]
+# ## Side by side
+#
+# The published figures again, now with what was measured in this notebook (and on a GPU, measured
+# here or recorded, as labelled):
+
+# %%
+measured = {"memory copy, one core (measured here)": copy_rate,
+            "MPI shared memory, best ping-pong (measured here)": max(r["bandwidth_Bps"] for r in direct)}
+if gpu is not None:
+    pinned = {r["what"]: r["Bps"] for r in gpu["host_device"] if r["pinned"]}
+    where = "measured here" if gpu["source"] == "measured here" else "recorded: see the label above"
+    measured[f"host->device, pinned ({where})"] = pinned["host->device"]
+links_figure(PUBLISHED_LINKS, measured, title="published figures and measured ones, per direction")
+
+# %% [markdown]
 # ## Summary
 #
 # - A message costs a latency plus its size over the bandwidth: small messages measure the first,
