@@ -9,6 +9,8 @@ Each lab is written once, with its solutions, as a jupytext percent script: ``la
 
 Notebooks are written without outputs. ``python -m ringlab.labtools check`` (and a test) fails
 when a notebook and its source have drifted apart; ``python -m ringlab.labtools build`` mends it.
+``python -m ringlab.labtools script 03`` prints a lab's ``%%px`` cells as one script, which runs
+under ``mpiexec`` just as the cells run on the notebook's MPI engines.
 """
 from __future__ import annotations
 
@@ -70,6 +72,31 @@ def cut(notebook, fragment: str):
     raise ValueError(f"no code cell contains {fragment!r}")
 
 
+def rank_script(lab: str) -> tuple[int, str]:
+    """The per-rank code of a lab as one script for mpiexec: (ranks the lab starts, script text).
+
+    ``lab`` is a lab's number or name (``"03"``, ``"03_allreduce"``). The script is the lab's ``%%px``
+    cells, in order, with their solutions, so that
+    ``mpiexec -n N python -m mpi4py script.py`` runs on N ranks exactly what the notebook runs on its
+    ipyparallel engines.
+    """
+    import re
+
+    matches = [p for p in sources() if p.stem == lab or p.stem.startswith(f"{lab}_")]
+    if len(matches) != 1:
+        raise ValueError(f"no single lab named {lab!r}; the labs are {', '.join(p.stem for p in sources())}")
+    notebook = _read(matches[0])
+    cells = [c.source for c in notebook.cells if c.cell_type == "code" and c.source.startswith("%%px")]
+    if not cells:
+        raise ValueError(f"{matches[0].stem} has no %%px cells: it runs in the notebook's own process")
+    ranks = re.search(r"MPICluster\((\d+)\)", "\n".join(c.source for c in notebook.cells))
+    n = int(ranks.group(1)) if ranks else 2
+    body = "\n\n".join(cell.split("\n", 1)[1] if "\n" in cell else "" for cell in cells)
+    header = (f'"""The per-rank cells of lab {matches[0].stem}, as one script.\n\n'
+              f'    mpiexec -n {n} python -m mpi4py {matches[0].stem}_ranks.py\n"""\n')
+    return n, header + body + "\n"
+
+
 def sources() -> list[Path]:
     return sorted((LABS / "src").glob("[0-9][0-9]_*.py"))
 
@@ -114,7 +141,18 @@ def main(argv=None) -> int:
         for path in behind:
             print(f"out of date with its source: {path} (run: python -m ringlab.labtools build)")
         return 1 if behind else 0
-    print("usage: python -m ringlab.labtools build|check", file=sys.stderr)
+    if len(argv) == 2 and argv[0] == "script":
+        try:
+            print(rank_script(argv[1])[1], end="")
+        except ValueError as err:
+            print(f"labtools: {err}", file=sys.stderr)
+            return 2
+        return 0
+    print("usage: python -m ringlab.labtools build | check | script LAB\n"
+          "  build         write labs/*.ipynb and labs/solutions/*.ipynb from labs/src/\n"
+          "  check         fail when a notebook and its source differ\n"
+          "  script LAB    print a lab's %%px cells as one script for mpiexec (LAB: 03 or 03_allreduce)",
+          file=sys.stderr)
     return 2
 
 

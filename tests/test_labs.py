@@ -83,3 +83,28 @@ def test_a_lab_whose_rank_raises_fails_the_run_fast(tmp_path):
     assert time.monotonic() - start < 120
     leftover = subprocess.run(["pgrep", "-f", "ipyparallel.engine"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+
+
+MULTI_RANK_LABS = [p.stem for p in labtools.sources() if "%%px" in p.read_text()]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("lab", MULTI_RANK_LABS)
+def test_the_per_rank_cells_run_as_a_script_under_mpiexec(lab, tmp_path):
+    from ringlab.launch import run_mpi
+
+    nranks, text = labtools.rank_script(lab)
+    assert "%%px" not in text and nranks >= 2
+    script = tmp_path / f"{lab}_ranks.py"
+    script.write_text(text)
+    done = run_mpi(nranks, [str(script)], timeout=280, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_rank_scripts_need_a_lab_with_per_rank_cells():
+    assert len(MULTI_RANK_LABS) >= 4
+    with pytest.raises(ValueError, match="no single lab named '9'"):
+        labtools.rank_script("9")
+    with pytest.raises(ValueError, match="05_scaling has no %%px cells"):
+        labtools.rank_script("05")
+    assert labtools.rank_script("03_allreduce") == labtools.rank_script("03")

@@ -101,6 +101,9 @@ step_figure(ring)
 #
 # Start four MPI ranks. Cells that begin with `%%px` run on all four at once. If a rank raises,
 # the whole job is aborted, so the cell fails instead of hanging; `ranks.restart()` brings fresh ones.
+#
+# Nothing here is special to notebooks: in a terminal, `python -m ringlab.labtools script 03 > ranks.py`
+# writes this lab's `%%px` cells as one script, and `mpiexec -n 4 python -m mpi4py ranks.py` runs it.
 
 # %%
 from ringlab.cluster import MPICluster
