@@ -212,6 +212,11 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
             rows.append(row)
             if show:
                 _print_row(row, out, bar)
+    if "torch" in algorithms:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.barrier()  # every rank done before rank 0's store goes away (else torch may abort at exit)
+            dist.destroy_process_group()
     if not show:
         return None
     if bar is not None:

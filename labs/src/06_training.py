@@ -58,6 +58,7 @@ for step in range(30):
     sgd.zero_grad()
     loss_fn(reference(batch(rank, step)[0]), batch(rank, step)[1]).backward()
     sgd.step()
+dist.barrier()  # all ranks done before rank 0's store goes away
 dist.destroy_process_group()
 theirs = weights(reference.module)
 

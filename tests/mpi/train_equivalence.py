@@ -40,6 +40,7 @@ for step in range(STEPS):
     inputs, targets = batch(rank, step)
     loss_fn(ddp(inputs), targets).backward()
     sgd.step()
+dist.barrier()  # all ranks done before rank 0's store goes away
 dist.destroy_process_group()
 theirs = weights(reference)
 everyone = comm.gather(ours, root=0)
