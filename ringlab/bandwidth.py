@@ -122,9 +122,12 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     count = cp.cuda.runtime.getDeviceCount()
     pcie_peak = None
     if facts.get("gpus"):
-        gen, width = facts["gpus"][0]["pcie_current"]
-        from .discover import pcie_bandwidth
-        pcie_peak = pcie_bandwidth(gen, width)
+        # the most this GPU and its slot can do: an idle GPU may have dropped to a slower generation
+        gen, width = facts["gpus"][0]["pcie_max"]
+        from .discover import ENCODING, pcie_bandwidth
+        pcie_peak = pcie_bandwidth(min(gen, max(ENCODING)), width)
+        now = facts["gpus"][0]["pcie_current"]
+        print(f"# PCIe link: gen {gen} x{width} at most (gen {now[0]} x{now[1]} when NVML looked)", file=out)
     print(f"# measured here on {count} GPU(s); peaks: PCIe from NVML's generation and width, NVLink from link counts",
           file=out)
     result = {"gpus": count, "facts": facts, "host_device": [], "p2p": {}}

@@ -21,7 +21,20 @@ from .topology import GB, Link, Topology
 # NVML's common-ancestor levels, which nvidia-smi prints as these codes
 LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
 NVML_LEVEL_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-NVLINK_PER_LINK = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 50 * GB}  # per direction
+# Bytes/s per direction of one NVLink, by NVML's nvmlNvlinkVersion_t: 1 = NVLink 1.0 (P100), 2 = 2.0
+# (V100), 3 = 2.2, 4 = 3.0 (A100), 5 = 3.1, 6 = 4.0 (H100), 7 = 5.0 (B200). Public figures.
+NVLINK_PER_LINK = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 25 * GB, 6: 25 * GB, 7: 50 * GB}
+
+
+def nvlink_per_link(version: int, hopper: bool = False) -> float:
+    """One NVLink's bytes/s per direction from NVML's version number (25 GB/s when unknown).
+
+    Some drivers report NVLink 5.0 for an H100, whose NVLink 4 links carry 25 GB/s each way: pass
+    ``hopper=True`` for a Hopper GPU and that figure is used.
+    """
+    if hopper:
+        return 25 * GB
+    return NVLINK_PER_LINK.get(version, 25 * GB)
 ENCODING = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130)}
 SMP_LINK = 25.6 * GB / 2  # assumed when nothing better is known: a 20-bit QPI, per direction
 LATENCY = 1.5e-6          # assumed per hop
@@ -191,8 +204,8 @@ def discover_nvml():
                         continue
                     version = max(version, pynvml.nvmlDeviceGetNvLinkVersion(h, link))
                     remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
-                except pynvml.NVMLError:
-                    break
+                except pynvml.NVMLError:  # no such link on this GPU
+                    continue
                 if remote in buses:
                     nvlinks[i, buses.index(remote)] += 1
         for i in range(count):
@@ -203,7 +216,11 @@ def discover_nvml():
         facts["p2p_read"] = [[_p2p(pynvml, handles[i], handles[j]) if i != j else "X" for j in range(count)]
                              for i in range(count)]
         facts["nvlink_version"] = version
-        per_link = NVLINK_PER_LINK.get(version, 25 * GB)
+        try:
+            hopper = pynvml.nvmlDeviceGetArchitecture(handles[0]) == getattr(pynvml, "NVML_DEVICE_ARCH_HOPPER", -1)
+        except (pynvml.NVMLError, IndexError):
+            hopper = False
+        per_link = nvlink_per_link(version, hopper)
         topology = topology_from_codes(codes, pcie=pcie, nvlink_per_link=per_link, name="discovered (NVML)",
                                        source=f"NVML: driver {facts['driver']}; PCIe and NVLink peaks from link counts")
         facts["codes"] = codes

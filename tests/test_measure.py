@@ -159,3 +159,15 @@ def test_discover_without_a_gpu_says_why():
     topology, facts = discover()
     assert topology is None and "NVML" in facts["reason"]
     assert rl.topology.discover() == (topology, facts)  # the public name of DESIGN.md
+
+
+def test_nvlink_rates_follow_nvml_version_numbers():
+    from ringlab.discover import nvlink_per_link
+
+    assert nvlink_per_link(1) == pytest.approx(20e9)   # NVML_NVLINK_VERSION_1_0: P100, 40 GB/s both ways
+    assert nvlink_per_link(2) == pytest.approx(25e9)   # 2.0: V100, 50 GB/s both ways
+    assert nvlink_per_link(6) == pytest.approx(25e9)   # 4.0: H100, 18 links = 450 GB/s each way
+    assert 18 * nvlink_per_link(6) == pytest.approx(450e9)
+    assert nvlink_per_link(7) == pytest.approx(50e9)   # 5.0
+    assert nvlink_per_link(7, hopper=True) == pytest.approx(25e9)  # drivers that report 5.0 for an H100
+    assert nvlink_per_link(0) == pytest.approx(25e9)   # unknown
