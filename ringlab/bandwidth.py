@@ -171,6 +171,17 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     return result
 
 
+def _peer_access(cp, a: int, b: int, on: bool) -> None:
+    """Turn peer access between GPUs a and b on or off, both ways. Where it is impossible (or already
+    so) CUDA says so and nothing changes: the copy is then staged through the host."""
+    for here, there in ((a, b), (b, a)):
+        with cp.cuda.Device(here):
+            try:
+                (cp.cuda.runtime.deviceEnablePeerAccess if on else cp.cuda.runtime.deviceDisablePeerAccess)(there)
+            except cp.cuda.runtime.CUDARuntimeError:
+                pass
+
+
 def _p2p_matrix(cp, count: int, nbytes: int, topology, out) -> dict:
     peaks = topology.bandwidth_matrix() if topology is not None else None
     result = {}
@@ -180,23 +191,16 @@ def _p2p_matrix(cp, count: int, nbytes: int, topology, out) -> dict:
             for b in range(count):
                 if a == b:
                     continue
+                if access:  # both directions, as p2pBandwidthLatencyTest does
+                    _peer_access(cp, a, b, True)
                 with cp.cuda.Device(a):
-                    if access:
-                        try:
-                            cp.cuda.runtime.deviceEnablePeerAccess(b)
-                        except cp.cuda.runtime.CUDARuntimeError:
-                            pass  # already enabled, or not possible: then the copy is staged anyway
                     src = cp.empty(nbytes, cp.uint8)
                 with cp.cuda.Device(b):
                     dst = cp.empty(nbytes, cp.uint8)
                 run = lambda: cp.cuda.runtime.memcpyPeer(dst.data.ptr, b, src.data.ptr, a, nbytes)  # noqa: E731
                 matrix[a, b] = nbytes / _median_seconds(run, sync=cp.cuda.runtime.deviceSynchronize)
                 if access:
-                    with cp.cuda.Device(a):
-                        try:
-                            cp.cuda.runtime.deviceDisablePeerAccess(b)
-                        except cp.cuda.runtime.CUDARuntimeError:
-                            pass
+                    _peer_access(cp, a, b, False)
         result["peer_access_on" if access else "peer_access_off"] = matrix.tolist()
         print(f"# peer-to-peer copy (GB/s), peer access {'on' if access else 'off'}; ratio to the link peak in brackets",
               file=out)

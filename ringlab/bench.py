@@ -43,13 +43,15 @@ def in_mpi_job() -> bool:
     return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALRANKID"))
 
 
+_NCCL: dict[int, object] = {}  # NCCL communicators, by MPI communicator handle
+
+
 class _Implementations:
     """The callables being timed for one collective, one buffer: each returns this rank's result."""
 
     def __init__(self, collective: str, comm, x, root: int, transport: str):
         self.collective, self.comm, self.x, self.root, self.transport = collective, comm, x, root, transport
         self.n = comm.Get_size()
-        self._nccl = None
 
     def ringlab(self, name: str):
         import ringlab as rl
@@ -86,18 +88,19 @@ class _Implementations:
         return lambda: (comm.Allgather(mine, out), out)[1]
 
     def nccl(self):
-        from .devices import cupy_module, gpu_count
+        from .devices import cupy_module, gpu_count, local_comm
 
         cp = cupy_module()
-        if cp is None or gpu_count() < 2 or self.n > gpu_count():
+        if cp is None or gpu_count() < 2 or local_comm(self.comm).Get_size() > gpu_count():
             raise ValueError("nccl needs cupy and one GPU per rank, with two GPUs or more "
                              "(NCCL refuses two ranks of one communicator on the same GPU)")
         from cupy.cuda import nccl
 
-        if self._nccl is None:
+        key = self.comm.py2f()
+        if key not in _NCCL:  # one communicator per MPI communicator, for the whole sweep
             uid = self.comm.bcast(nccl.get_unique_id() if self.comm.Get_rank() == 0 else None, root=0)
-            self._nccl = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
-        x, nc, stream = self.x, self._nccl, cp.cuda.get_current_stream().ptr
+            _NCCL[key] = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
+        x, nc, stream = self.x, _NCCL[key], cp.cuda.get_current_stream().ptr
         types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
                  np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int32): nccl.NCCL_INT32,
                  np.dtype(np.int64): nccl.NCCL_INT64}

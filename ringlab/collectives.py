@@ -127,8 +127,9 @@ def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_pla
         raise ValueError(f"{_what}: the schedule is for {schedule.nranks} ranks; the communicator has {comm.Get_size()}")
     if not hasattr(x, "dtype") or not hasattr(x, "shape") or x.dtype.kind not in "biufc":
         raise ValueError(f"{_what}: x must be a numeric numpy or cupy array, got {type(x).__name__}")
-    if is_device_array(x):
-        bind_device(comm)
+    if is_device_array(x):  # work on the GPU that holds x; a rank's own GPU for anything else
+        device = getattr(x, "device", None)
+        device.use() if hasattr(device, "use") else bind_device(comm)
     xp = array_module(x)
     name = choose(x, comm, transport)
     if in_place:

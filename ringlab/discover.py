@@ -191,6 +191,7 @@ def discover_nvml():
         facts = {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": []}
         pcie, codes = [], [["X"] * count for _ in range(count)]
         nvlinks = np.zeros((count, count), dtype=int)
+        to_switch = np.zeros(count, dtype=int)
         version = 0
         for i, h in enumerate(handles):
             gen, width = pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h), pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)
@@ -198,16 +199,20 @@ def discover_nvml():
             pcie.append(pcie_bandwidth(min(max_gen, max(ENCODING)), max_width))
             facts["gpus"].append({"name": _text(pynvml.nvmlDeviceGetName(h)), "bus": buses[i],
                                   "pcie_current": [gen, width], "pcie_max": [max_gen, max_width]})
-            for link in range(18):  # NVML_NVLINK_MAX_LINKS
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
                 try:
                     if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
                         continue
                     version = max(version, pynvml.nvmlDeviceGetNvLinkVersion(h, link))
+                    if _remote_is_switch(pynvml, h, link):
+                        to_switch[i] += 1
+                        continue
                     remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
                 except pynvml.NVMLError:  # no such link on this GPU
                     continue
                 if remote in buses:
                     nvlinks[i, buses.index(remote)] += 1
+        nvlinks += switch_links(to_switch)
         for i in range(count):
             for j in range(count):
                 if i != j:
@@ -227,6 +232,25 @@ def discover_nvml():
         return topology, facts
     finally:
         pynvml.nvmlShutdown()
+
+
+def _remote_is_switch(pynvml, handle, link: int) -> bool:
+    """Whether an NVLink ends at an NVSwitch (DGX/HGX) rather than at another GPU."""
+    try:
+        kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+    except (AttributeError, pynvml.NVMLError):  # older nvidia-ml-py or driver: assume a GPU
+        return False
+    return kind == getattr(pynvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
+
+
+def switch_links(to_switch) -> np.ndarray:
+    """NVLinks between each pair of GPUs that reach each other through NVSwitches: a GPU with k links
+    into the switches talks to any other at min(k, its k) links, as ``nvidia-smi topo -m`` shows
+    (NV18 for every pair of an HGX H100)."""
+    to_switch = np.asarray(to_switch, dtype=int)
+    pairs = np.minimum.outer(to_switch, to_switch)
+    np.fill_diagonal(pairs, 0)
+    return pairs
 
 
 def _p2p(pynvml, a, b) -> str:

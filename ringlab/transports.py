@@ -33,7 +33,7 @@ def scratch(xp, nelems: int, dtype, kind: str = "scratch"):
     key = (kind, xp.__name__, np.dtype(dtype).str)
     have = _POOL.get(key)
     if have is None or have.size < nelems:
-        if kind == "pinned":
+        if kind.startswith("pinned"):
             have = pinned_empty(max(nelems, 1), dtype)
         else:
             have = xp.empty(max(nelems, 1), dtype=dtype)
@@ -86,7 +86,9 @@ class StagedOps:
         self.arrived = scratch(cp, plan.scratch, dtype)
 
     def before_step(self):
-        pass
+        # the previous step's host->device copies (ndarray.set is asynchronous) must finish before
+        # MPI receives the next step's data into the same pinned slots
+        self.cp.cuda.get_current_stream().synchronize()
 
     def outgoing(self, buf, m):
         host = self.send_host[m.slot:m.slot + m.size]
@@ -111,10 +113,17 @@ def mpi_is_cuda_aware() -> bool:
     forced = os.environ.get("RINGLAB_CUDA_AWARE")
     if forced in ("0", "1"):
         return forced == "1"
-    from mpi4py import MPI  # noqa: F401  (loads libmpi into the process)
+    return bool(_query_cuda_support())
 
-    this = ctypes.CDLL(None)
-    try:  # Open MPI's extension
+
+def _query_cuda_support() -> bool | None:
+    """The MPI library's own answer (MPIX_Query_cuda_support or MPIX_GPU_query_support), or None when
+    it has neither. mpi4py loads libmpi with RTLD_LOCAL, so the symbols are looked up through
+    mpi4py's extension module, which links it, not in the global namespace."""
+    from mpi4py import MPI
+
+    this = ctypes.CDLL(MPI.__file__)
+    try:  # Open MPI's extension, also in MPICH
         return bool(this.MPIX_Query_cuda_support())
     except AttributeError:
         pass
@@ -123,7 +132,7 @@ def mpi_is_cuda_aware() -> bool:
         this.MPIX_GPU_query_support(0, ctypes.byref(supported))
         return bool(supported.value)
     except AttributeError:
-        return False
+        return None
 
 
 _NOTICED: set[str] = set()
@@ -138,8 +147,28 @@ def _notice(comm, text: str) -> None:
 
 
 def ipc_possible(comm) -> bool:
-    """All ranks of ``comm`` share this node and can see a GPU, so CUDA IPC can work."""
-    return cupy_module() is not None and local_comm(comm).Get_size() == comm.Get_size()
+    """All ranks of ``comm`` share this node, and every rank's GPU can read every other rank's
+    (the same GPU, or peer access between them), so CUDA IPC can work. Collective over ``comm``."""
+    from mpi4py import MPI
+
+    cp = cupy_module()
+    alone = cp is not None and local_comm(comm).Get_size() == comm.Get_size()
+    if not comm.allreduce(alone, op=MPI.LAND):
+        return False
+    runtime = cp.cuda.runtime
+    mine = cp.cuda.Device().id
+    buses = comm.allgather(runtime.deviceGetPCIBusId(mine))
+    reachable = True
+    for bus in buses:
+        try:
+            theirs = runtime.deviceGetByPCIBusId(bus)
+        except runtime.CUDARuntimeError:  # that GPU is hidden from this rank (CUDA_VISIBLE_DEVICES)
+            reachable = False
+            break
+        if theirs != mine and not runtime.deviceCanAccessPeer(mine, theirs):
+            reachable = False
+            break
+    return comm.allreduce(reachable, op=MPI.LAND)
 
 
 def choose(x, comm, requested: str = "auto") -> str:
@@ -160,7 +189,8 @@ def choose(x, comm, requested: str = "auto") -> str:
         _notice(comm, "this MPI library is not CUDA-aware; using the host transport instead")
         return "host"
     if requested == "ipc" and not ipc_possible(comm):
-        raise ValueError("transport='ipc' needs every rank on one node with a GPU")
+        raise ValueError("transport='ipc' needs every rank on one node, each with a GPU that can reach the "
+                         "others' (the same GPU, or peer access between them)")
     return requested
 
 

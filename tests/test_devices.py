@@ -25,3 +25,15 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
     assert bandwidths("broadcast", 1000, 2.0, 8) == (500.0, 500.0)
     with pytest.raises(ValueError, match="no bus factor for 'gossip'"):
         bandwidths("gossip", 1, 1.0, 2)
+
+
+def test_the_mpi_library_itself_is_asked_whether_it_is_cuda_aware(monkeypatch):
+    from ringlab.transports import _query_cuda_support, mpi_is_cuda_aware
+
+    # the mpich wheel answers (MPIX_Query_cuda_support): not found would mean the lookup is broken,
+    # and every GPU run would quietly fall back to staging through the host
+    assert _query_cuda_support() is False
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "1")
+    assert mpi_is_cuda_aware() is True
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "0")
+    assert mpi_is_cuda_aware() is False

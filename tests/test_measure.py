@@ -171,3 +171,11 @@ def test_nvlink_rates_follow_nvml_version_numbers():
     assert nvlink_per_link(7) == pytest.approx(50e9)   # 5.0
     assert nvlink_per_link(7, hopper=True) == pytest.approx(25e9)  # drivers that report 5.0 for an H100
     assert nvlink_per_link(0) == pytest.approx(25e9)   # unknown
+
+
+def test_gpus_behind_nvswitches_are_linked_to_each_other():
+    from ringlab.discover import switch_links
+
+    links = switch_links([18, 18, 18, 18])  # an HGX H100 board: every GPU's 18 links go to the switches
+    assert links.tolist() == [[0 if i == j else 18 for j in range(4)] for i in range(4)]
+    assert switch_links([12, 0, 12]).tolist() == [[0, 0, 12], [0, 0, 0], [12, 0, 0]]  # GPU 1 has none

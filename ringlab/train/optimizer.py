@@ -121,7 +121,7 @@ class DistributedOptimizer:
 
     def _reduce(self, bucket: _Bucket) -> None:
         if bucket.flat.is_cuda:
-            torch.cuda.current_stream().synchronize()
+            torch.cuda.current_stream(bucket.flat.device).synchronize()  # this thread's device may differ
         allreduce(bucket.array, self.algorithm, comm=self.comm, transport=self.transport, in_place=True,
                   check=False)
         bucket.flat.div_(self.comm.Get_size())
