@@ -18,8 +18,8 @@ import sys
 import numpy as np
 
 import ringlab as rl
-from ringlab.timing import bandwidths, time_collective
-from ringlab.units import format_bytes, parse_size
+from ringlab.measure.timing import bandwidths, time_collective
+from ringlab.measure.units import format_bytes, parse_size
 
 
 def arguments(argv=None):
@@ -42,7 +42,7 @@ def main(argv=None):
     if args.nranks:  # start our own MPI job and run this script in it, without -n
         import subprocess
 
-        from ringlab.launch import mpiexec_command
+        from ringlab.mpi.launch import mpiexec_command
         rest = list(sys.argv[1:] if argv is None else argv)
         i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
         del rest[i:i + 2]
@@ -53,7 +53,7 @@ def main(argv=None):
     n, rank = comm.Get_size(), comm.Get_rank()
     xp = np
     if args.gpu:
-        from ringlab.devices import bind_device, cupy_module
+        from ringlab.mpi.devices import bind_device, cupy_module
         xp = cupy_module()
         if xp is None:
             sys.exit("--gpu: cupy cannot see a GPU here")

@@ -65,8 +65,8 @@ def plan(gpus: int, ranks: list[int], sizes: list[str], iters: str, out: Path) -
 
 def main(argv=None) -> int:
     args = arguments(argv)
-    from ringlab.devices import gpu_count
-    from ringlab.machine import describe
+    from ringlab.mpi.devices import gpu_count
+    from ringlab.measure.machine import describe
 
     gpus = gpu_count()
     if not gpus and not args.allow_cpu:

@@ -56,7 +56,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.steps, args.algorithm)
-    from ringlab.launch import mpiexec_command
+    from ringlab.mpi.launch import mpiexec_command
 
     print(f"# measured here: {args.algorithm} allreduce, 32 samples per rank per step, {args.steps} steps")
     print(f"# {'ranks':>5} {'samples/s':>10} {'speed-up':>9} {'communicating':>14} {'test accuracy':>14}")

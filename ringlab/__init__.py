@@ -12,21 +12,35 @@ the cost model and the widgets::
 and on MPI ranks (``mpiexec -n 4 python -m mpi4py script.py``)::
 
     total = rl.allreduce(x, algorithm="ring")
+
+The parts, one folder each: ``schedule``, ``simulate`` and ``algorithms`` (the data model),
+``mpi`` (running it on MPI ranks), ``topology`` and ``predict`` (the cost model), ``measure``,
+``train``, ``viz`` and ``lab``. ``rl.train``, ``rl.viz``, ``rl.measure`` and ``rl.lab`` load
+when first used, since they bring torch, plotly or ipyparallel with them.
 """
+import importlib
+
+from . import topology
 from .algorithms import ALGORITHMS, build
+from .mpi import StepTimeout, Trace, allreduce, broadcast, execute, reduce, which_transport
+from .predict import Prediction, predict
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
 from .simulate import ScheduleError, Simulation, check, holding_str, simulate, traffic
-from .executor import StepTimeout, Trace
-from .collectives import allreduce, broadcast, execute, reduce, which_transport
-from . import topology
-from .costmodel import Prediction, predict
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
-    "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation",
-    "ScheduleError", "holding_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout", "topology", "predict", "Prediction",
-    "Trace", "__version__",
+    "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
+    "holding_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout",
+    "Trace", "topology", "predict", "Prediction", "__version__",
 ]
+
+_ON_FIRST_USE = ("train", "viz", "measure", "lab")
+
+
+def __getattr__(name):
+    if name in _ON_FIRST_USE:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'ringlab' has no attribute {name!r}")

@@ -6,7 +6,7 @@ import inspect
 import sys
 
 from .algorithms import ALGORITHMS, build, options_of
-from .units import parse_size
+from .measure.units import parse_size
 
 
 def _algorithm_help() -> str:
@@ -102,7 +102,7 @@ def _relaunch(nranks: int, argv: list[str]) -> int:
     """Run this same command again as an MPI job of ``nranks`` ranks (without its -n)."""
     import subprocess
 
-    from .launch import mpiexec_command
+    from .mpi.launch import mpiexec_command
     rest = list(argv)
     i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
     del rest[i:i + 2]
@@ -114,11 +114,11 @@ def _bandwidth(args, argv) -> int:
 
     from mpi4py import MPI
 
-    from .bandwidth import cpu_report, gpu_report
-    from .bench import in_mpi_job
-    from .devices import cupy_module
-    from .machine import describe
-    from .units import parse_size
+    from .measure.bandwidth import cpu_report, gpu_report
+    from .measure.bench import in_mpi_job
+    from .mpi.devices import cupy_module
+    from .measure.machine import describe
+    from .measure.units import parse_size
 
     if args.nranks and not in_mpi_job():
         return _relaunch(args.nranks, argv)
@@ -136,7 +136,7 @@ def _bandwidth(args, argv) -> int:
 
 
 def _bench(args, argv) -> int:
-    from .bench import in_mpi_job, run, sweep
+    from .measure.bench import in_mpi_job, run, sweep
 
     if args.nranks and not in_mpi_job():
         return _relaunch(args.nranks, argv)
@@ -154,10 +154,10 @@ def _presets() -> list[str]:
 
 
 def _predict(args) -> None:
-    from .costmodel import crossover, predict, whatif
-    from .rings import ring_report
+    from .predict.costmodel import crossover, predict, whatif
+    from .predict.rings import ring_report
     from .topology import preset
-    from .units import format_bytes
+    from .measure.units import format_bytes
 
     names = _presets() if args.topology == "all" else [args.topology]
     topologies = [preset(name) for name in names]
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = top.parse_args(argv)
     if args.command == "demo":
-        from .demo import walkthrough
+        from .lab.demo import walkthrough
 
         options = {k: getattr(args, k) for k in ("root", "segments", "servers") if getattr(args, k) is not None}
         try:
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             top.exit(2, f"ringlab bandwidth: error: {err}\n")
     elif args.command == "doctor":
-        from .doctor import report
+        from .measure.doctor import report
         _quietly(lambda: print("\n".join(report())))
     elif args.command == "predict":
         try:

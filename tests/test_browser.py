@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ringlab import labtools
+from ringlab.lab import notebooks as labtools
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (the lab extra)")
 
-from ringlab.cluster import MPICluster  # noqa: E402
+from ringlab.lab.cluster import MPICluster  # noqa: E402
 
 
 @pytest.mark.timeout(240)
@@ -37,7 +37,7 @@ def test_ranks_collective_abort_and_restart():
 
 def test_engines_are_gone_after_the_process_exits():
     """atexit stops the cluster even when the program forgets to."""
-    code = ("from ringlab.cluster import MPICluster\nMPICluster(2, activate=False).start()\nprint('started')\n")
+    code = ("from ringlab.lab.cluster import MPICluster\nMPICluster(2, activate=False).start()\nprint('started')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0 and "started" in done.stdout, done.stderr[-2000:]
     leftover = subprocess.run(["pgrep", "-f", "ipyparallel.engine"], capture_output=True, text=True)

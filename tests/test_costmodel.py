@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.costmodel import best_segments, crossover, whatif
+from ringlab.predict.costmodel import best_segments, crossover, whatif
 from ringlab.topology import uniform
 
 ALPHA, B, RATE = 5e-6, 10e9, 50e9  # a made-up network: 5 us, 10 GB/s, adds at 50 GB/s

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from ringlab import devices
-from ringlab.timing import bandwidths
+from ringlab.mpi import devices
+from ringlab.measure.timing import bandwidths
 
 
 def test_numpy_is_the_default():
@@ -28,7 +28,7 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
 
 
 def test_the_mpi_library_itself_is_asked_whether_it_is_cuda_aware(monkeypatch):
-    from ringlab.transports import _query_cuda_support, mpi_is_cuda_aware
+    from ringlab.mpi.transports import _query_cuda_support, mpi_is_cuda_aware
 
     # the mpich wheel answers (MPIX_Query_cuda_support): not found would mean the lookup is broken,
     # and every GPU run would quietly fall back to staging through the host

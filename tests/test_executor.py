@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.executor import compile_plan
-from ringlab.launch import run_mpi
+from ringlab.mpi.executor import compile_plan
+from ringlab.mpi.launch import run_mpi
 
 HERE = Path(__file__).parent / "mpi"
 
@@ -109,7 +109,7 @@ def test_plans_merge_neighbouring_chunks_and_segment_reductions():
 
 
 def test_transport_choice_on_numpy():
-    from ringlab.transports import choose
+    from ringlab.mpi.transports import choose
 
     class FakeComm:
         def Get_rank(self):
@@ -124,7 +124,7 @@ def test_transport_choice_on_numpy():
 
 
 def test_resolve_names():
-    from ringlab.collectives import resolve
+    from ringlab.mpi.collectives import resolve
 
     assert resolve("allreduce", "ring", 4).name == "allreduce.ring"
     assert resolve("allreduce", "allreduce.rhd", 4).name == "allreduce.rhd"

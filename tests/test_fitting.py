@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.fitting import coefficients, fit, fit_rows
+from ringlab.predict.fitting import coefficients, fit, fit_rows
 from ringlab.topology import uniform
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,8 +1,8 @@
 """GPU transports under mpiexec: skipped, with the reason, where there is no GPU."""
 import pytest
 
-from ringlab.devices import cupy_module
-from ringlab.launch import run_mpi
+from ringlab.mpi.devices import cupy_module
+from ringlab.mpi.launch import run_mpi
 
 from test_executor import HERE
 
@@ -19,7 +19,7 @@ def test_gpu_transport_matches_mpi(transport, nranks):
 
 
 def test_gpu_copies_are_measured_against_their_link_peak(capsys):
-    from ringlab.recorded import gpu_bandwidth
+    from ringlab.measure.recorded import gpu_bandwidth
 
     shown = gpu_bandwidth()
     assert shown["source"] == "measured here"
@@ -33,7 +33,7 @@ def test_gpu_copies_are_measured_against_their_link_peak(capsys):
 
 @pytest.mark.timeout(600)
 def test_gpu_bench_runs_and_checks_every_result():
-    from ringlab.recorded import gpu_bench
+    from ringlab.measure.recorded import gpu_bench
 
     sweep = gpu_bench("allreduce", sizes="-b 64K -e 1M -f 4")
     assert sweep.label == "measured here" and sweep.data["gpu"] is True

@@ -7,14 +7,14 @@ import time
 import nbformat
 import pytest
 
-from ringlab import labtools
+from ringlab.lab import notebooks as labtools
 
 ROOT = labtools.LABS.parent
 
 
 def test_notebooks_are_built_from_their_sources():
     assert labtools.sources(), "no lab sources found"
-    assert labtools.stale() == [], "run: python -m ringlab.labtools build"
+    assert labtools.stale() == [], "run: python -m ringlab.lab build"
 
 
 def test_exercise_versions_hide_the_solutions():
@@ -66,7 +66,7 @@ def test_a_wrong_solution_fails_the_check_with_a_helpful_message():
 @pytest.mark.timeout(300)
 def test_a_lab_whose_rank_raises_fails_the_run_fast(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("from ringlab.cluster import MPICluster\nranks = MPICluster(2).start()"),
+        nbformat.v4.new_code_cell("from ringlab.lab.cluster import MPICluster\nranks = MPICluster(2).start()"),
         nbformat.v4.new_code_cell("%%px\nimport numpy as np\nfrom mpi4py import MPI\n"
                                   "if MPI.COMM_WORLD.Get_rank() == 1:\n    raise RuntimeError('boom on rank 1')\n"
                                   "MPI.COMM_WORLD.Allreduce(np.ones(3), np.empty(3))"),
@@ -91,7 +91,7 @@ MULTI_RANK_LABS = [p.stem for p in labtools.sources() if "%%px" in p.read_text()
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("lab", MULTI_RANK_LABS)
 def test_the_per_rank_cells_run_as_a_script_under_mpiexec(lab, tmp_path):
-    from ringlab.launch import run_mpi
+    from ringlab.mpi.launch import run_mpi
 
     nranks, text = labtools.rank_script(lab)
     assert "%%px" not in text and nranks >= 2

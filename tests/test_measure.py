@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringlab.bench import _wrong, sweep
-from ringlab.devices import cupy_module
-from ringlab.discover import discover, parse_topo, pcie_bandwidth, topology_from_codes
+from ringlab.measure.bench import _wrong, sweep
+from ringlab.mpi.devices import cupy_module
+from ringlab.topology import discover, parse_topo, pcie_bandwidth, topology_from_codes
 
 import ringlab as rl
 
@@ -162,7 +162,7 @@ def test_discover_without_a_gpu_says_why():
 
 
 def test_nvlink_rates_follow_nvml_version_numbers():
-    from ringlab.discover import nvlink_per_link
+    from ringlab.topology.presets import nvlink_per_link
 
     assert nvlink_per_link(1) == pytest.approx(20e9)   # NVML_NVLINK_VERSION_1_0: P100, 40 GB/s both ways
     assert nvlink_per_link(2) == pytest.approx(25e9)   # 2.0: V100, 50 GB/s both ways
@@ -174,7 +174,7 @@ def test_nvlink_rates_follow_nvml_version_numbers():
 
 
 def test_gpus_behind_nvswitches_are_linked_to_each_other():
-    from ringlab.discover import switch_links
+    from ringlab.topology.nvml import switch_links
 
     links = switch_links([18, 18, 18, 18])  # an HGX H100 board: every GPU's 18 links go to the switches
     assert links.tolist() == [[0 if i == j else 18 for j in range(4)] for i in range(4)]

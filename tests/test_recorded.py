@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringlab import exercises, recorded
-from ringlab.bandwidth import fit_alpha_beta
-from ringlab.devices import gpu_count
-from ringlab.doctor import LABS as DOCTOR_LABS
-from ringlab.labtools import LABS
+from ringlab.lab import exercises
+from ringlab.measure import recorded
+from ringlab.measure.bandwidth import fit_alpha_beta
+from ringlab.mpi.devices import gpu_count
+from ringlab.measure.doctor import LABS as DOCTOR_LABS
+from ringlab.lab.notebooks import LABS
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "benchmarks" / "record_results.py"

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.presets import NVLINK1, NVLINK2, PCIE3_X16, QPI
-from ringlab.rings import best_ring, ring_report, ring_time_per_byte
+from ringlab.topology.presets import NVLINK1, NVLINK2, PCIE3_X16, QPI
+from ringlab.predict.rings import best_ring, ring_report, ring_time_per_byte
 from ringlab.topology import from_matrix, preset_names, uniform
 
 

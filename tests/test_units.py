@@ -1,6 +1,6 @@
 import pytest
 
-from ringlab.units import format_bytes, parse_size
+from ringlab.measure.units import format_bytes, parse_size
 
 
 @pytest.mark.parametrize("text, nbytes", [("8", 8), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30),

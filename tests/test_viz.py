@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.executor import Trace
+from ringlab.mpi.executor import Trace
 from ringlab.viz import (StepThrough, bandwidth_heatmap, busbw_plot, frames, measured_vs_predicted, step_figure,
                          time_vs_ranks, timeline, topology_figure, use_renderer)
 
@@ -145,7 +145,7 @@ def test_the_animated_figure_survives_export_to_html(tmp_path):
 
     import nbformat
 
-    from ringlab import labtools
+    from ringlab.lab import notebooks as labtools
 
     lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
     nbformat.write(labtools.cut(lab, "step_figure(ring)"), tmp_path / "lab.ipynb")
@@ -160,7 +160,7 @@ def test_the_animated_figure_survives_export_to_html(tmp_path):
 def test_a_lab_can_be_cut_after_a_cell():
     import nbformat
 
-    from ringlab import labtools
+    from ringlab.lab import notebooks as labtools
 
     lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
     opening = labtools.cut(lab, "StepThrough(ring)")

@@ -15,10 +15,10 @@
 
 # %%
 import ringlab as rl
-from ringlab.discover import pcie_bandwidth, recorded_topo, topology_from_codes
-from ringlab.doctor import report
-from ringlab.exercises import check_pcie
-from ringlab.recorded import gpu_bandwidth, host_device_figure
+from ringlab.topology import pcie_bandwidth, recorded_topo, topology_from_codes
+from ringlab.measure.doctor import report
+from ringlab.lab.exercises import check_pcie
+from ringlab.measure.recorded import gpu_bandwidth, host_device_figure
 from ringlab.viz import topology_figure, use_renderer
 
 use_renderer()

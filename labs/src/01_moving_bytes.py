@@ -14,11 +14,11 @@
 
 # %%
 import ringlab as rl
-from ringlab.bandwidth import fit_alpha_beta
-from ringlab.cluster import MPICluster
-from ringlab.exercises import check_message_time, check_staged_time
-from ringlab.presets import PUBLISHED_LINKS
-from ringlab.recorded import gpu_bandwidth, host_device_figure
+from ringlab.measure.bandwidth import fit_alpha_beta
+from ringlab.lab.cluster import MPICluster
+from ringlab.lab.exercises import check_message_time, check_staged_time
+from ringlab.topology.presets import PUBLISHED_LINKS
+from ringlab.measure.recorded import gpu_bandwidth, host_device_figure
 from ringlab.viz import bandwidth_heatmap, links_figure, measured_vs_predicted, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -49,7 +49,7 @@ ranks = MPICluster(2).start()
 # %%
 # %%px
 from mpi4py import MPI
-from ringlab.bandwidth import memcpy_rate, pingpong
+from ringlab.measure.bandwidth import memcpy_rate, pingpong
 
 sizes = [8, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 comm = MPI.COMM_WORLD

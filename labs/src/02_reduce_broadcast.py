@@ -14,9 +14,9 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.costmodel import best_segments
-from ringlab.exercises import check_chain_time
-from ringlab.fitting import fit_schedules
+from ringlab.predict.costmodel import best_segments
+from ringlab.lab.exercises import check_chain_time
+from ringlab.predict.fitting import fit_schedules
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -75,7 +75,7 @@ check_chain_time(chain_time)
 # step also pays a latency, so too many segments cost more than they save. On four real ranks:
 
 # %%
-from ringlab.cluster import MPICluster
+from ringlab.lab.cluster import MPICluster
 
 ranks = MPICluster(4).start()
 
@@ -84,7 +84,7 @@ ranks = MPICluster(4).start()
 import numpy as np
 import ringlab as rl
 from mpi4py import MPI
-from ringlab.timing import time_collective
+from ringlab.measure.timing import time_collective
 
 comm = MPI.COMM_WORLD
 x = np.ones(1 << 20, np.float32)  # 4 MiB

@@ -14,8 +14,8 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.demo import walkthrough
-from ringlab.exercises import check_reduce_scatter_rule
+from ringlab.lab.demo import walkthrough
+from ringlab.lab.exercises import check_reduce_scatter_rule
 from ringlab.viz import StepThrough, busbw_plot, step_figure, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -102,11 +102,11 @@ step_figure(ring)
 # Start four MPI ranks. Cells that begin with `%%px` run on all four at once. If a rank raises,
 # the whole job is aborted, so the cell fails instead of hanging; `ranks.restart()` brings fresh ones.
 #
-# Nothing here is special to notebooks: in a terminal, `python -m ringlab.labtools script 03 > ranks.py`
+# Nothing here is special to notebooks: in a terminal, `python -m ringlab.lab script 03 > ranks.py`
 # writes this lab's `%%px` cells as one script, and `mpiexec -n 4 python -m mpi4py ranks.py` runs it.
 
 # %%
-from ringlab.cluster import MPICluster
+from ringlab.lab.cluster import MPICluster
 
 ranks = MPICluster(4).start()
 
@@ -131,7 +131,7 @@ print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 
 # %%
 # %%px
-from ringlab.bench import run
+from ringlab.measure.bench import run
 
 result = run("allreduce", ["ring", "naive", "mpi"], [1 << 16, 1 << 18, 1 << 20, 1 << 22], iters=5, warmup=1)
 

@@ -12,8 +12,8 @@
 
 # %%
 import ringlab as rl
-from ringlab.cluster import MPICluster
-from ringlab.exercises import check_server_load
+from ringlab.lab.cluster import MPICluster
+from ringlab.lab.exercises import check_server_load
 from ringlab.viz import staleness_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML

@@ -14,12 +14,12 @@
 
 # %%
 import ringlab as rl
-from ringlab.cluster import MPICluster
-from ringlab.costmodel import crossover, whatif
-from ringlab.exercises import check_ring_time
-from ringlab.fitting import fit_rows
-from ringlab.recorded import gpu_bench
-from ringlab.rings import ring_report
+from ringlab.lab.cluster import MPICluster
+from ringlab.predict.costmodel import crossover, whatif
+from ringlab.lab.exercises import check_ring_time
+from ringlab.predict.fitting import fit_rows
+from ringlab.measure.recorded import gpu_bench
+from ringlab.predict.rings import ring_report
 from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer
 
 use_renderer()  # plotly figures show in JupyterLab and in exported HTML
@@ -35,7 +35,7 @@ sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 rows = {}
 for n in (2, 4):
     with MPICluster(n) as ranks:
-        ranks.view.execute(f"from ringlab.bench import run\nresult = run('allreduce', ['ring', 'mpi'], {sizes}, "
+        ranks.view.execute(f"from ringlab.measure.bench import run\nresult = run('allreduce', ['ring', 'mpi'], {sizes}, "
                            f"iters=5, warmup=1)", block=True)
         rows[n] = ranks.view.pull("result", block=True)[0]["rows"]
 busbw_plot([dict(r, who=f"{r['who']} on {n} ranks") for n in rows for r in rows[n]],

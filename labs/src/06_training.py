@@ -13,8 +13,8 @@
 
 # %%
 import numpy as np
-from ringlab.cluster import MPICluster
-from ringlab.exercises import check_scaled_lr
+from ringlab.lab.cluster import MPICluster
+from ringlab.lab.exercises import check_scaled_lr
 
 # %% [markdown]
 # ## Three trainers, one result

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from ..collectives import allreduce, broadcast
+from ..mpi.collectives import allreduce, broadcast
 
 
 def _array(tensor: torch.Tensor):

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from ..units import format_bytes
+from ..measure.units import format_bytes
 
 KIND_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
 
@@ -18,7 +18,7 @@ KIND_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
 def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
     """One lane per rank, one bar per transfer side (send or receive) of a measured Trace.
 
-    ``predicted`` (a :class:`ringlab.costmodel.Prediction` of the same schedule) adds its step
+    ``predicted`` (a :class:`ringlab.predict.costmodel.Prediction` of the same schedule) adds its step
     boundaries as dashed lines, so each step's measured length sits next to the predicted one.
     """
     rows = trace.records

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from ..schedule import REDUCE, Schedule
 from ..simulate import ScheduleError, check, holding_str, traffic_by_step
-from ..units import format_bytes
+from ..measure.units import format_bytes
 
 LABELS_UP_TO = 24     # ranks; above this, arrows lose their chunk labels and cells their text
 COLORSCALE = [[0.0, "#f4f4f4"], [1e-9, "#fde2c4"], [0.5, "#f59b42"], [0.999, "#c4541b"], [1.0, "#2a7f3f"]]

@@ -6,8 +6,8 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
-from ringlab.devices import bind_device, cupy_module
-from ringlab.transports import choose
+from ringlab.mpi.devices import bind_device, cupy_module
+from ringlab.mpi.transports import choose
 
 cp = cupy_module()
 comm = MPI.COMM_WORLD

@@ -6,7 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
-from ringlab.fitting import compare_trace
+from ringlab.predict.fitting import compare_trace
 
 comm = MPI.COMM_WORLD
 out, trace = rl.allreduce(np.ones(1250), "ring", trace=True, timeout=30)

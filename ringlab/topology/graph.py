@@ -6,8 +6,7 @@ the link's bandwidth per direction and its latency. A message from rank a to ran
 route the topology gives it (fewest seconds per byte, then fewest hops), and the cost model
 shares each channel's bandwidth among the messages crossing it.
 
-Presets carry published figures (see FACTS.md); they are labelled as such and never as
-measurements. ``uniform`` and ``ring`` are the generic cases the closed forms are written for.
+Presets carry published figures; they are labelled as such and never as measurements. ``uniform`` and ``ring`` are the generic cases the closed forms are written for.
 """
 from __future__ import annotations
 
@@ -171,29 +170,3 @@ def _positive(**values):
     for key, value in values.items():
         if not value > 0:
             raise ValueError(f"{key} must be > 0, got {value!r}")
-
-
-def preset(name: str) -> Topology:
-    """A topology from published figures: ``pcie3-switch-4``, ``dual-socket-qpi-8``, ``dgx1-p100``,
-    ``dgx1-v100``, ``dgx2-nvswitch``, ``ib-2x4``, ``hgx-h100-8``."""
-    from .presets import PRESETS
-
-    if name not in PRESETS:
-        raise ValueError(f"unknown topology preset {name!r}; known: {', '.join(PRESETS)}")
-    return PRESETS[name]()
-
-
-def preset_names() -> list[str]:
-    from .presets import PRESETS
-
-    return list(PRESETS)
-
-
-def discover():
-    """This machine's GPU topology: (Topology, facts), or (None, {"reason": ...}) without GPUs.
-
-    Reads NVML (nvidia-ml-py), falling back to ``nvidia-smi topo -m``; see :mod:`ringlab.discover`.
-    """
-    from .discover import discover as _discover
-
-    return _discover()

@@ -88,7 +88,7 @@ class _Implementations:
         return lambda: (comm.Allgather(mine, out), out)[1]
 
     def nccl(self):
-        from .devices import cupy_module, gpu_count, local_comm
+        from ..mpi.devices import cupy_module, gpu_count, local_comm
 
         cp = cupy_module()
         if cp is None or gpu_count() < 2 or local_comm(self.comm).Get_size() > gpu_count():
@@ -175,7 +175,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     dtype = np.dtype(DTYPES[dtype_name])
     xp = np
     if gpu:
-        from .devices import bind_device, cupy_module
+        from ..mpi.devices import bind_device, cupy_module
         xp = cupy_module()
         if xp is None:
             raise ValueError("--gpu: cupy cannot see a GPU here")

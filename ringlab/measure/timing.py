@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from .devices import synchronize
+from ..mpi.devices import synchronize
 
 # busbw = algbw x factor: what each rank's link must carry relative to the buffer (nccl-tests' definitions)
 BUS_FACTORS = {

@@ -20,10 +20,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from .algorithms import ALGORITHMS, build, options_of
+from ..algorithms import ALGORITHMS, build, options_of
 from .devices import array_module, bind_device, cupy_module, is_device_array, synchronize
 from .executor import StepTimeout, Trace, Tracer, compile_plan, run_plan
-from .schedule import Schedule, chunk_bounds
+from ..schedule import Schedule, chunk_bounds
 from .transports import IpcRunner, choose, make_ops
 
 

@@ -1,6 +1,6 @@
 """MPI ranks for notebooks: ipyparallel engines started under mpiexec, and always stopped.
 
-    from ringlab.cluster import MPICluster
+    from ringlab.lab.cluster import MPICluster
     ranks = MPICluster(4).start()     # then %%px cells run on every rank
     ...
     ranks.stop()                      # also at exit, and by `with MPICluster(4) as ranks:`

@@ -45,16 +45,16 @@ def describe(command: list[str] | None = None) -> dict:
     try:
         from mpi4py import MPI
         info["mpi"] = MPI.Get_library_version().strip().splitlines()[0]
-        from .transports import mpi_is_cuda_aware
+        from ..mpi.transports import mpi_is_cuda_aware
         info["mpi_cuda_aware"] = mpi_is_cuda_aware()
     except Exception as err:
         info["mpi"] = f"unavailable ({type(err).__name__})"
     try:
-        from .discover import discover_nvml
-        _, facts = discover_nvml()
+        from ..topology.nvml import read_nvml
+        _, facts = read_nvml()
         info["gpus"], info["driver"] = facts["gpus"], facts["driver"]
     except Exception:
-        from .devices import cupy_module
+        from ..mpi.devices import cupy_module
         cp = cupy_module()
         if cp is not None:
             info["gpus"] = [{"name": cp.cuda.runtime.getDeviceProperties(i)["name"].decode()}

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .costmodel import predict
-from .schedule import Schedule
-from .topology import uniform
+from ..schedule import Schedule
+from ..topology import uniform
 
 
 def coefficients(schedule: Schedule, nbytes: int) -> np.ndarray:
@@ -99,7 +99,7 @@ def _subsets(k: int):
 
 def fit_rows(rows: list[dict], algorithm: str, nranks: int, **options) -> Fit:
     """Fit from benchmark JSON rows ({"bytes", "time_s", "who"}), using those of ``who == algorithm``."""
-    from .algorithms import build
+    from ..algorithms import build
 
     mine = [r for r in rows if r.get("who") == algorithm.split(".")[-1] or r.get("who") == algorithm]
     if not mine:

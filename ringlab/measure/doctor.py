@@ -1,7 +1,7 @@
 """``ringlab doctor``: what this machine has, and what each lab will do with it."""
 from __future__ import annotations
 
-from .launch import find_mpiexec
+from ..mpi.launch import find_mpiexec
 from .machine import describe
 from .recorded import RESULTS, Recorded, load
 
@@ -23,8 +23,8 @@ def recorded_gpu_results() -> list[Recorded]:
 
 def report() -> list[str]:
     """The doctor's lines (also what ``ringlab doctor`` prints)."""
-    from .devices import cupy_module, gpu_count
-    from .discover import discover
+    from ..mpi.devices import cupy_module, gpu_count
+    from ..topology import discover
 
     info = describe()
     lines = [f"ringlab {info['versions']['ringlab']} on {info['host']}: {info['cpu']}, {info['cpu_count']} cores, "

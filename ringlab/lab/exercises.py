@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-from .algorithms.ring import allgather_steps
-from .schedule import REDUCE, Step, make_schedule
-from .simulate import ScheduleError, check
+from ..algorithms.ring import allgather_steps
+from ..schedule import REDUCE, Step, make_schedule
+from ..simulate import ScheduleError, check
 
 
 def _expect_close(got, want: float, rel_tol: float, message: str) -> None:
@@ -50,9 +50,9 @@ def check_reduce_scatter_rule(rule, sizes=(2, 3, 4, 5, 8)) -> None:
 def check_chain_time(chain_time) -> None:
     """Compare ``chain_time(K, n, S, B)`` with the cost model's pipelined chain broadcast on a
     network with no latency (bandwidth B everywhere)."""
-    from .algorithms import build
-    from .costmodel import predict
-    from .topology import uniform
+    from ..algorithms import build
+    from ..predict.costmodel import predict
+    from ..topology import uniform
 
     for n, S, K, B in [(2, 1, 1 << 20, 1e9), (4, 4, 1 << 20, 1e9), (8, 16, 1 << 24, 10e9), (16, 64, 1 << 26, 25e9)]:
         want = predict(build("broadcast.chain", n, segments=S), K, uniform(n, bandwidth=B, latency=0.0)).seconds
@@ -66,9 +66,9 @@ def check_chain_time(chain_time) -> None:
 
 def check_ring_time(ring_time) -> None:
     """Compare ``ring_time(n, K, alpha, B)`` with the cost model's ring allreduce on a uniform network."""
-    from .algorithms import build
-    from .costmodel import predict
-    from .topology import uniform
+    from ..algorithms import build
+    from ..predict.costmodel import predict
+    from ..topology import uniform
 
     for n, K, alpha, B in [(2, 1 << 20, 5e-6, 10e9), (8, 1 << 24, 2e-6, 25e9), (64, 1 << 26, 10e-6, 12.5e9)]:
         want = predict(build("allreduce.ring", n), K, uniform(n, bandwidth=B, latency=alpha)).seconds
@@ -81,8 +81,8 @@ def check_ring_time(ring_time) -> None:
 
 def check_server_load(server_load) -> None:
     """Compare ``server_load(n, M, K)`` with the bytes a server rank receives in ``allreduce.ps``."""
-    from .algorithms import build
-    from .simulate import traffic
+    from ..algorithms import build
+    from ..simulate import traffic
 
     for n, M in [(4, 1), (8, 1), (8, 2), (8, 4), (12, 3), (16, 16)]:
         K = 720720

@@ -4,10 +4,10 @@ from __future__ import annotations
 import inspect
 from itertools import groupby
 
-from .algorithms import ALGORITHMS
-from .schedule import REDUCE, Schedule, Step
-from .simulate import check, holding_str, traffic
-from .units import format_bytes
+from ..algorithms import ALGORITHMS
+from ..schedule import REDUCE, Schedule, Step
+from ..simulate import check, holding_str, traffic
+from ..measure.units import format_bytes
 
 LEGEND = ("Each cell is whose inputs that rank's copy of the chunk holds: r0+r1 means rank 0's plus "
           "rank 1's;\n'-' means no data yet; '*' marks what changed in the step.")

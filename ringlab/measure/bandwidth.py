@@ -114,8 +114,8 @@ def cpu_report(comm, sizes: list[int], out) -> dict:
 
 def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     """Host<->device, device copies and the peer-to-peer matrix, each with its link's peak and the ratio."""
-    from .devices import cupy_module
-    from .discover import discover
+    from ..mpi.devices import cupy_module
+    from ..topology import discover
 
     cp = cupy_module()
     topology, facts = discover()
@@ -124,7 +124,7 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     if facts.get("gpus"):
         # the most this GPU and its slot can do: an idle GPU may have dropped to a slower generation
         gen, width = facts["gpus"][0]["pcie_max"]
-        from .discover import ENCODING, pcie_bandwidth
+        from ..topology.presets import ENCODING, pcie_bandwidth
         pcie_peak = pcie_bandwidth(min(gen, max(ENCODING)), width)
         now = facts["gpus"][0]["pcie_current"]
         print(f"# PCIe link: gen {gen} x{width} at most (gen {now[0]} x{now[1]} when NVML looked)", file=out)

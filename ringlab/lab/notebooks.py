@@ -7,9 +7,9 @@ Each lab is written once, with its solutions, as a jupytext percent script: ``la
   everything after a line ``# solution`` becomes ``# Write your code here.``;
 - ``labs/solutions/NN_name.ipynb``: the solution version, which CI runs under nbval.
 
-Notebooks are written without outputs. ``python -m ringlab.labtools check`` (and a test) fails
-when a notebook and its source have drifted apart; ``python -m ringlab.labtools build`` mends it.
-``python -m ringlab.labtools script 03`` prints a lab's ``%%px`` cells as one script, which runs
+Notebooks are written without outputs. ``python -m ringlab.lab check`` (and a test) fails
+when a notebook and its source have drifted apart; ``python -m ringlab.lab build`` mends it.
+``python -m ringlab.lab script 03`` prints a lab's ``%%px`` cells as one script, which runs
 under ``mpiexec`` just as the cells run on the notebook's MPI engines.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import copy
 import sys
 from pathlib import Path
 
-LABS = Path(__file__).resolve().parent.parent / "labs"
+LABS = Path(__file__).resolve().parents[2] / "labs"
 MARKER = "# solution"
 PLACEHOLDER = "# Write your code here."
 
@@ -139,16 +139,16 @@ def main(argv=None) -> int:
     if argv == ["check"]:
         behind = stale()
         for path in behind:
-            print(f"out of date with its source: {path} (run: python -m ringlab.labtools build)")
+            print(f"out of date with its source: {path} (run: python -m ringlab.lab build)")
         return 1 if behind else 0
     if len(argv) == 2 and argv[0] == "script":
         try:
             print(rank_script(argv[1])[1], end="")
         except ValueError as err:
-            print(f"labtools: {err}", file=sys.stderr)
+            print(f"ringlab.lab: {err}", file=sys.stderr)
             return 2
         return 0
-    print("usage: python -m ringlab.labtools build | check | script LAB\n"
+    print("usage: python -m ringlab.lab build | check | script LAB\n"
           "  build         write labs/*.ipynb and labs/solutions/*.ipynb from labs/src/\n"
           "  check         fail when a notebook and its source differ\n"
           "  script LAB    print a lab's %%px cells as one script for mpiexec (LAB: 03 or 03_allreduce)",

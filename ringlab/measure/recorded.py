@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 KINDS = ("ringlab-bandwidth", "ringlab-bench")
 
 
@@ -129,7 +129,7 @@ def gpu_bandwidth(out=None, root: Path | str | None = None, measure: bool | None
     neither. Returns the GPU part of the result shown (with ``"source"``: "measured here" or the label),
     or None.
     """
-    from .devices import gpu_count
+    from ..mpi.devices import gpu_count
 
     out = sys.stdout if out is None else out
     if measure is None:
@@ -163,7 +163,7 @@ def gpu_bench(collective: str = "allreduce", out=None, root: Path | str | None =
     import subprocess
     import tempfile
 
-    from .devices import gpu_count
+    from ..mpi.devices import gpu_count
 
     out = sys.stdout if out is None else out
     gpus = gpu_count()

@@ -1,4 +1,4 @@
-"""Topology presets built from published figures (FACTS.md), for predicting what nobody here can run.
+"""Topology presets built from published figures, for predicting what nobody here can run.
 
 Bandwidths are per direction. Latencies are not among the published figures: every preset uses
 the assumed values below, and says so in its ``notes``. Reduction rates are derived from the
@@ -6,9 +6,43 @@ published memory bandwidth where there is one (an add reads two bytes and writes
 """
 from __future__ import annotations
 
-from .topology import GB, Link, SwitchTopology, Topology
+from .graph import GB, Link, SwitchTopology, Topology
 
-PCIE3_X16 = 15.754 * GB   # PCIe 3.0: 8 GT/s x 128b/130b x 16 lanes, per direction
+# PCIe: (transfer rate in GT/s per lane, encoding efficiency) by generation (public spec figures)
+ENCODING = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130)}
+
+
+def pcie_bandwidth(generation: int, lanes: int) -> float:
+    """Theoretical bytes/s per direction: transfer rate x encoding efficiency x lanes / 8 bits.
+
+    PCIe 1.x/2.x use 8b/10b (20% overhead), 3.0 and later 128b/130b: 2.0 x8 gives 4 GB/s,
+    3.0 x16 gives 15.754 GB/s.
+    """
+    if generation not in ENCODING:
+        raise ValueError(f"PCIe generation must be one of {sorted(ENCODING)}, got {generation!r}")
+    if lanes not in (1, 2, 4, 8, 12, 16, 32):
+        raise ValueError(f"PCIe width must be x1, x2, x4, x8, x12, x16 or x32, got x{lanes}")
+    rate, efficiency = ENCODING[generation]
+    return rate * 1e9 * efficiency * lanes / 8
+
+
+# Bytes/s per direction of one NVLink, by NVML's nvmlNvlinkVersion_t: 1 = NVLink 1.0 (P100), 2 = 2.0
+# (V100), 3 = 2.2, 4 = 3.0 (A100), 5 = 3.1, 6 = 4.0 (H100), 7 = 5.0 (B200). Public figures.
+NVLINK_PER_LINK = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 25 * GB, 6: 25 * GB, 7: 50 * GB}
+
+
+def nvlink_per_link(version: int, hopper: bool = False) -> float:
+    """One NVLink's bytes/s per direction from NVML's version number (25 GB/s when unknown).
+
+    Some drivers report NVLink 5.0 for an H100, whose NVLink 4 links carry 25 GB/s each way: pass
+    ``hopper=True`` for a Hopper GPU and that figure is used.
+    """
+    if hopper:
+        return 25 * GB
+    return NVLINK_PER_LINK.get(version, 25 * GB)
+
+
+PCIE3_X16 = pcie_bandwidth(3, 16)  # 15.754 GB/s per direction
 NVLINK1 = 20 * GB         # NVLink 1.0 (P100): 40 GB/s bidirectional per link
 NVLINK2 = 25 * GB         # NVLink 2.0 (V100): 50 GB/s bidirectional per link
 QPI = 12.8 * GB           # 20-bit QPI: 25.6 GB/s both directions
@@ -132,3 +166,15 @@ PRESETS = {
     "ib-2x4": ib_2x4,
     "hgx-h100-8": hgx_h100_8,
 }
+
+
+def preset(name: str) -> Topology:
+    """A topology from published figures: ``pcie3-switch-4``, ``dual-socket-qpi-8``, ``dgx1-p100``,
+    ``dgx1-v100``, ``dgx2-nvswitch``, ``ib-2x4``, ``hgx-h100-8``."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown topology preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name]()
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)

@@ -11,7 +11,7 @@ anything of that step lands in it.
 Reduce messages are cut into segments (``SEGMENT_BYTES``) so that adding one segment overlaps
 receiving the next. Scratch space is allocated once per (size, dtype, device) and reused.
 How bytes travel (straight from numpy, staged through pinned host memory, handed to a
-CUDA-aware MPI) is the job of a transport's ``Ops``; see :mod:`ringlab.transports`.
+CUDA-aware MPI) is the job of a transport's ``Ops``; see :mod:`ringlab.mpi.transports`.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .schedule import Schedule, chunk_bounds
+from ..schedule import Schedule, chunk_bounds
 
 SEGMENT_BYTES = 1 << 20  # reduce messages travel in pieces of this size
 TAG_LIMIT = 32767        # the smallest tag upper bound MPI guarantees

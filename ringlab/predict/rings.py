@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .topology import Topology
+from ..topology import Topology
 
 EXHAUSTIVE_UP_TO = 9  # ranks; beyond this, a local search
 
@@ -68,7 +68,7 @@ def best_ring(topology: Topology, nranks: int | None = None) -> tuple[list[int],
 
 def ring_report(topology: Topology, nbytes: int = 1 << 28) -> dict:
     """The plain order 0..n-1 against the best ring: predicted ring-allreduce times and the loss."""
-    from .algorithms import build
+    from ..algorithms import build
     from .costmodel import predict
 
     n = topology.nranks

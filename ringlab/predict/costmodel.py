@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .schedule import Schedule, chunk_bounds, check_count
-from .topology import Topology
+from ..schedule import Schedule, chunk_bounds, check_count
+from ..topology import Topology
 
 STEP_DTYPE = np.dtype([("latency", "f8"), ("transfer", "f8"), ("reduce", "f8"), ("time", "f8"),
                        ("bottleneck", "i8"), ("messages", "i8"), ("nbytes", "i8")])
@@ -109,7 +109,7 @@ def best_segments(nranks: int, nbytes: int, topology: Topology, algorithm: str =
 
     On a uniform topology (n+S-2)(alpha + K/(S B)) is smallest near S = sqrt((n-2) K / (alpha B)).
     """
-    from .algorithms import build
+    from ..algorithms import build
 
     best = (1, float("inf"))
     for segments in range(1, max_segments + 1):
@@ -128,7 +128,7 @@ def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int 
     None when ``second`` is never faster in [lo, hi], ``lo`` when it is faster already there.
     This is why NCCL switches from tree to ring by message size.
     """
-    from .algorithms import build
+    from ..algorithms import build
 
     a = build(first, topology.nranks, **options.get(first, {}))
     b = build(second, topology.nranks, **options.get(second, {}))
@@ -148,8 +148,8 @@ def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int 
 
 def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology]) -> list[dict]:
     """One row per (topology, algorithm): predicted time, busbw, and the step bottleneck seen most."""
-    from .algorithms import build
-    from .timing import bandwidths
+    from ..algorithms import build
+    from ..measure.timing import bandwidths
 
     rows = []
     for topo in topologies:

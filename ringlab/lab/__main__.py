@@ -1,0 +1,5 @@
+import sys
+
+from .notebooks import main
+
+sys.exit(main())

@@ -1,0 +1,10 @@
+"""Measuring this machine, and reading measurements made elsewhere.
+
+- ``bench``: a sweep over message sizes in the manner of nccl-tests, every result checked against
+  MPI's own collective; ``timing``: the timing loop and nccl-tests' algbw and busbw;
+- ``bandwidth``: memory copy rate and MPI ping-pong; on GPUs host<->device, device and peer copies,
+  each next to its link's peak;
+- ``machine``: the description that travels with every result; ``recorded``: results measured on
+  a GPU machine and committed under ``results/``; ``doctor``: what this machine has;
+- ``units``: sizes as people type and read them (``64M``, ``1.5 KiB``).
+"""

@@ -1,0 +1,12 @@
+"""Running a schedule for real, one MPI process per rank, each on its own numpy or cupy buffer.
+
+- ``collectives``: the public calls, ``rl.allreduce``, ``rl.reduce``, ``rl.broadcast``, ``rl.execute``;
+- ``executor``: a schedule compiled into each rank's plan of messages, and the step loop that runs it;
+- ``transports``: how a step's bytes travel (host memory, a CUDA-aware MPI, CUDA IPC);
+- ``devices``: numpy or cupy, which GPU a rank uses, pinned host buffers;
+- ``launch``: starting MPI jobs (``mpiexec``) and torch process groups from Python.
+"""
+from .collectives import allreduce, broadcast, execute, reduce, which_transport
+from .executor import StepTimeout, Trace
+
+__all__ = ["allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout", "Trace"]

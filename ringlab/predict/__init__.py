@@ -1,0 +1,17 @@
+"""Predicting what you cannot run: the alpha-beta cost model, fitted to measurements, and ring search.
+
+- ``costmodel``: :func:`predict`, a schedule's time on a topology step by step (with links shared),
+  the best segment count, the crossover size of two algorithms, what-if tables over presets;
+- ``fitting``: alpha, bandwidth and the reduction rate fitted to measured times, and a measured
+  Trace set against the prediction step by step;
+- ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it.
+
+``rl.predict`` is the function :func:`predict`; the package itself is reached with
+``from ringlab.predict import ...``.
+"""
+from .costmodel import Prediction, best_segments, crossover, predict, whatif
+from .fitting import Fit, compare_trace, fit, fit_schedules
+from .rings import best_ring, ring_report
+
+__all__ = ["predict", "Prediction", "best_segments", "crossover", "whatif", "fit", "fit_schedules", "Fit",
+           "compare_trace", "best_ring", "ring_report"]

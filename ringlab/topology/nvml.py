@@ -1,0 +1,126 @@
+"""This machine's GPU topology: NVML (nvidia-ml-py) first, ``nvidia-smi topo -m`` as a fallback.
+
+:func:`discover` returns the same :class:`Topology` the presets and the cost model use, with what
+it learnt on the way (driver, GPUs, PCIe generation and width, NVLink version, P2P support).
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+
+from .codes import parse_topo, topology_from_codes
+from .graph import Topology
+from .presets import ENCODING, nvlink_per_link, pcie_bandwidth
+
+NVML_LEVEL_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+def read_nvml():
+    """(Topology, facts) from NVML, or raise when there is no driver (nvmlInit raises then)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        buses = [pynvml.nvmlDeviceGetPciInfo(h).busId for h in handles]
+        buses = [b.decode() if isinstance(b, bytes) else b for b in buses]
+        facts = {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": []}
+        pcie, codes = [], [["X"] * count for _ in range(count)]
+        nvlinks = np.zeros((count, count), dtype=int)
+        to_switch = np.zeros(count, dtype=int)
+        version = 0
+        for i, h in enumerate(handles):
+            gen, width = pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h), pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)
+            max_gen, max_width = pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h), pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)
+            # the most this GPU and its slot can do: an idle GPU may have dropped to a slower generation
+            pcie.append(pcie_bandwidth(min(max_gen, max(ENCODING)), max_width))
+            facts["gpus"].append({"name": _text(pynvml.nvmlDeviceGetName(h)), "bus": buses[i],
+                                  "pcie_current": [gen, width], "pcie_max": [max_gen, max_width],
+                                  "pcie_peak_Bps": pcie[-1]})
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
+                        continue
+                    version = max(version, pynvml.nvmlDeviceGetNvLinkVersion(h, link))
+                    if _remote_is_switch(pynvml, h, link):
+                        to_switch[i] += 1
+                        continue
+                    remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
+                except pynvml.NVMLError:  # no such link on this GPU
+                    continue
+                if remote in buses:
+                    nvlinks[i, buses.index(remote)] += 1
+        nvlinks += switch_links(to_switch)
+        for i in range(count):
+            for j in range(count):
+                if i != j:
+                    level = pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                    codes[i][j] = f"NV{nvlinks[i, j]}" if nvlinks[i, j] else NVML_LEVEL_CODES.get(level, "SYS")
+        facts["p2p_read"] = [[_p2p(pynvml, handles[i], handles[j]) if i != j else "X" for j in range(count)]
+                             for i in range(count)]
+        facts["nvlink_version"] = version
+        try:
+            hopper = pynvml.nvmlDeviceGetArchitecture(handles[0]) == getattr(pynvml, "NVML_DEVICE_ARCH_HOPPER", -1)
+        except (pynvml.NVMLError, IndexError):
+            hopper = False
+        per_link = nvlink_per_link(version, hopper)
+        topology = topology_from_codes(codes, pcie=pcie, nvlink_per_link=per_link, name="discovered (NVML)",
+                                       source=f"NVML: driver {facts['driver']}; PCIe and NVLink peaks from link counts")
+        facts["codes"] = codes
+        return topology, facts
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _remote_is_switch(pynvml, handle, link: int) -> bool:
+    """Whether an NVLink ends at an NVSwitch (DGX/HGX) rather than at another GPU."""
+    try:
+        kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+    except (AttributeError, pynvml.NVMLError):  # older nvidia-ml-py or driver: assume a GPU
+        return False
+    return kind == getattr(pynvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2)
+
+
+def switch_links(to_switch) -> np.ndarray:
+    """NVLinks between each pair of GPUs that reach each other through NVSwitches: a GPU with k links
+    into the switches talks to any other at min(k, its k) links, as ``nvidia-smi topo -m`` shows
+    (NV18 for every pair of an HGX H100)."""
+    to_switch = np.asarray(to_switch, dtype=int)
+    pairs = np.minimum.outer(to_switch, to_switch)
+    np.fill_diagonal(pairs, 0)
+    return pairs
+
+
+def _p2p(pynvml, a, b) -> str:
+    index = pynvml.NVML_P2P_CAPS_INDEX_READ
+    index = index[0] if isinstance(index, tuple) else index  # a tuple in nvidia-ml-py
+    status = pynvml.nvmlDeviceGetP2PStatus(a, b, index)
+    return "OK" if status == pynvml.NVML_P2P_STATUS_OK else f"no ({status})"
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def discover() -> tuple[Topology | None, dict]:
+    """This machine's GPU topology and what was learnt on the way; (None, {"reason": ...}) without GPUs."""
+    try:
+        topology, facts = read_nvml()
+        facts["method"] = "NVML"
+        return topology, facts
+    except Exception as err:  # no nvidia-ml-py, no driver (nvmlInit raises), no GPU
+        reason = f"NVML: {type(err).__name__}: {err}"
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            text = subprocess.run([smi, "topo", "-m"], capture_output=True, text=True, timeout=30, check=True).stdout
+            matrix = parse_topo(text)
+            topology = topology_from_codes(matrix.gpu_codes(), name="discovered (nvidia-smi topo -m)",
+                                           source="nvidia-smi topo -m; link rates assumed")
+            return topology, {"method": "nvidia-smi topo -m", "codes": matrix.gpu_codes(), "nvml_error": reason}
+        except Exception as err:
+            reason += f"; nvidia-smi: {err}"
+    return None, {"method": None, "reason": reason + ("" if smi else "; no nvidia-smi on PATH")}
+
