@@ -87,7 +87,7 @@ def main(argv=None):
             got = got if xp is np else got.get()
             if not np.allclose(got, host_want, rtol=1e-4, atol=1e-5 * n):
                 raise SystemExit(f"rank {rank}: {name} at {nbytes} bytes differs from MPI's Allreduce")
-            seconds = time_collective(lambda: rl.allreduce(x, name, transport=args.transport, check=False), comm,
+            seconds = time_collective(lambda: rl.allreduce(x, name, transport=args.transport, agree=False), comm,
                                       warmup=args.warmup, iters=args.iters, buffer=x if xp is not np else None)
             results.append((name, seconds, bandwidths("allreduce", nbytes, seconds, n)[1]))
         if args.gpu:

@@ -26,14 +26,14 @@ from .mpi import StepTimeout, Trace, allreduce, broadcast, execute, reduce, whic
 from .predict import Prediction, predict
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
-from .simulate import ScheduleError, Simulation, check, holding_str, simulate, traffic
+from .simulate import ScheduleError, Simulation, check, provenance_str, simulate, traffic
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
-    "holding_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout",
+    "provenance_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout",
     "Trace", "topology", "predict", "Prediction", "__version__",
 ]
 

@@ -25,6 +25,18 @@ OPS = (REDUCE, COPY)
 
 COLLECTIVES = ("reduce", "broadcast", "allreduce", "reduce_scatter", "allgather")
 
+# nccl-tests' bus bandwidth: busbw = algbw x factor, what each rank's link carries relative to the buffer
+BUS_FACTORS = {"allreduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "allgather": "(n-1)/n", "reduce": "1",
+               "broadcast": "1"}
+
+
+def bus_factor(kind: str, nranks: int) -> float:
+    """nccl-tests' busbw / algbw for collective ``kind`` on ``nranks`` ranks (:data:`BUS_FACTORS`)."""
+    if kind not in BUS_FACTORS:
+        raise ValueError(f"no bus factor for {kind!r}; known: {', '.join(BUS_FACTORS)}")
+    n = check_count("nranks", nranks)
+    return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": 1.0}[BUS_FACTORS[kind]]
+
 
 def chunk_bounds(count: int, nchunks: int) -> np.ndarray:
     """Offsets of ``nchunks`` near-equal contiguous slices of ``count`` elements (numpy.array_split's rule).
@@ -38,6 +50,17 @@ def chunk_bounds(count: int, nchunks: int) -> np.ndarray:
     sizes = np.full(nchunks, quotient, dtype=np.int64)
     sizes[:extra] += 1
     return np.concatenate(([0], np.cumsum(sizes)))
+
+
+def chunk_runs(chunks) -> list[tuple[int, int]]:
+    """Consecutive chunk indices grouped into runs: ``[0, 1, 2, 5]`` -> ``[(0, 2), (5, 5)]`` (sorted first)."""
+    runs: list[tuple[int, int]] = []
+    for chunk in sorted(int(c) for c in chunks):
+        if runs and chunk == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], chunk)
+        else:
+            runs.append((chunk, chunk))
+    return runs
 
 
 class Transfer(NamedTuple):
@@ -55,25 +78,32 @@ def _readonly(values, dtype) -> np.ndarray:
     return array
 
 
+OP_DTYPE = np.dtype("<U6")  # "reduce" or "copy"
+
+
 @dataclass(frozen=True, eq=False)
 class Step:
     """Transfers that happen at the same time; they all read the state left by the previous step.
 
-    Build one from transfers with :meth:`of`, or from columns with :meth:`columns`.
+    Build one from transfers with :meth:`of`, or from columns with :meth:`columns`. The columns
+    are read-only arrays, one entry per transfer: ``step.op == REDUCE`` picks the ones that add.
     """
 
     src: np.ndarray     # sending rank of each transfer
     dst: np.ndarray     # receiving rank
     chunk: np.ndarray   # chunk index
-    reduce: np.ndarray  # True: add into the receiver's copy; False: replace it
+    op: np.ndarray      # "reduce": add into the receiver's copy; "copy": replace it
     label: str = ""     # what the step is part of, e.g. "reduce-scatter"
 
     def __post_init__(self):
-        columns = {name: _readonly(getattr(self, name), bool if name == "reduce" else np.int64)
-                   for name in ("src", "dst", "chunk", "reduce")}
+        columns = {name: _readonly(getattr(self, name), OP_DTYPE if name == "op" else np.int64)
+                   for name in ("src", "dst", "chunk", "op")}
         lengths = {len(column) for column in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"step columns differ in length: { {k: len(v) for k, v in columns.items()} }")
+        unknown = set(columns["op"].tolist()) - set(OPS)
+        if unknown:
+            raise ValueError(f"op must be 'reduce' or 'copy', not {sorted(unknown)[0]!r}")
         for name, column in columns.items():
             object.__setattr__(self, name, column)
 
@@ -85,7 +115,7 @@ class Step:
             if t.op not in OPS:
                 raise ValueError(f"transfer {tuple(t)}: op must be 'reduce' or 'copy', not {t.op!r}")
         return cls(src=[t.src for t in rows], dst=[t.dst for t in rows], chunk=[t.chunk for t in rows],
-                   reduce=[t.op == REDUCE for t in rows], label=label)
+                   op=[t.op for t in rows], label=label)
 
     @classmethod
     def columns(cls, src, dst, chunk, op: str, label: str = "") -> "Step":
@@ -93,20 +123,20 @@ class Step:
         if op not in OPS:
             raise ValueError(f"op must be 'reduce' or 'copy', not {op!r}")
         src, dst, chunk = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (src, dst, chunk)))
-        return cls(src=src, dst=dst, chunk=chunk, reduce=np.full(src.shape, op == REDUCE), label=label)
+        return cls(src=src, dst=dst, chunk=chunk, op=np.full(src.shape, op, dtype=OP_DTYPE), label=label)
 
     def __len__(self) -> int:
         return len(self.src)
 
     def __iter__(self) -> Iterator[Transfer]:
-        for s, d, c, r in zip(self.src.tolist(), self.dst.tolist(), self.chunk.tolist(), self.reduce.tolist()):
-            yield Transfer(s, d, c, REDUCE if r else COPY)
+        for s, d, c, o in zip(self.src.tolist(), self.dst.tolist(), self.chunk.tolist(), self.op.tolist()):
+            yield Transfer(s, d, c, o)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Step):
             return NotImplemented
         return self.label == other.label and all(
-            np.array_equal(getattr(self, n), getattr(other, n)) for n in ("src", "dst", "chunk", "reduce"))
+            np.array_equal(getattr(self, n), getattr(other, n)) for n in ("src", "dst", "chunk", "op"))
 
     __hash__ = None  # mutable-looking arrays inside: compare, don't hash
 
@@ -281,5 +311,5 @@ def check_root(root, nranks: int) -> int:
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
         raise ValueError(f"root must be an integer rank, got {root!r}")
     if not 0 <= root < nranks:
-        raise ValueError(f"root must be in 0..{nranks - 1} for {nranks} ranks, got {root}")
+        raise ValueError(f"root must be a rank in 0..{nranks - 1}, got {root}")
     return int(root)

@@ -14,23 +14,23 @@ import numpy as np
 
 from .schedule import Schedule, chunk_bounds, check_count
 
-Holding = frozenset  # the ranks whose inputs a chunk contains
+Provenance = frozenset  # the ranks whose inputs a chunk contains
 
 
 class ScheduleError(ValueError):
     """A schedule that does not do what its collective promises; ``step``, ``rank`` and ``chunk`` say where.
 
-    ``step`` is ``None`` when the end condition fails (after the last step). ``history`` holds the
-    provenance before each step that did complete (as :func:`check` returns it), so a viewer can
+    ``step`` is ``None`` when the end condition fails (after the last step). ``provenance`` holds
+    the provenance before each step that did complete (as :func:`check` returns it), so a viewer can
     show everything up to the mistake.
     """
 
-    def __init__(self, message: str, step: int | None, rank: int, chunk: int, history=()):
+    def __init__(self, message: str, step: int | None, rank: int, chunk: int, provenance=()):
         super().__init__(message)
-        self.step, self.rank, self.chunk, self.history = step, rank, chunk, tuple(history)
+        self.step, self.rank, self.chunk, self.provenance = step, rank, chunk, tuple(provenance)
 
 
-def holding_str(ranks: frozenset[int], nranks: int | None = None) -> str:
+def provenance_str(ranks: frozenset[int], nranks: int | None = None) -> str:
     """Provenance as learners read it: ``r0+r1+r2``; long runs shortened to ``r0..r7``; ``-`` for nothing."""
     if not ranks:
         return "-"
@@ -47,8 +47,8 @@ def holding_str(ranks: frozenset[int], nranks: int | None = None) -> str:
     return "+".join(parts)
 
 
-def check(schedule: Schedule) -> tuple[tuple[tuple[Holding, ...], ...], ...]:
-    """Validate ``schedule`` by provenance alone; return the holdings before and after every step.
+def check(schedule: Schedule) -> tuple[tuple[tuple[Provenance, ...], ...], ...]:
+    """Validate ``schedule`` by provenance alone; return the provenance before and after every step.
 
     ``result[s][rank][chunk]`` is the set of ranks whose inputs ``rank`` holds in ``chunk``
     after ``s`` steps (``result[0]`` is the start). Raises :class:`ScheduleError` naming the
@@ -63,7 +63,7 @@ def check(schedule: Schedule) -> tuple[tuple[tuple[Holding, ...], ...], ...]:
     try:
         _walk(schedule, state, history)
     except ScheduleError as err:
-        err.history = tuple(history)
+        err.provenance = tuple(history)
         raise
     result = tuple(history)
     schedule.__dict__["_provenance"] = result  # a schedule is immutable: check it once
@@ -99,9 +99,9 @@ def _walk(schedule: Schedule, state: list, history: list) -> None:
                                         f"(use 'copy')", index, t.dst, t.chunk)
                 twice = mine & held
                 if twice:
-                    raise ScheduleError(f"step {index}: rank {t.src} adds {holding_str(twice)}'s data to chunk "
+                    raise ScheduleError(f"step {index}: rank {t.src} adds {provenance_str(twice)}'s data to chunk "
                                         f"{t.chunk} on rank {t.dst} a second time (rank {t.dst} holds "
-                                        f"{holding_str(mine)}, rank {t.src} sends {holding_str(held)})",
+                                        f"{provenance_str(mine)}, rank {t.src} sends {provenance_str(held)})",
                                         index, t.dst, t.chunk)
                 state[t.dst][t.chunk] = mine | held
             else:
@@ -112,8 +112,8 @@ def _walk(schedule: Schedule, state: list, history: list) -> None:
             need, have = coll.end(rank, chunk), state[rank][chunk]
             if need is not None and have != need:
                 raise ScheduleError(f"after the last step (step {len(schedule.steps) - 1}) rank {rank} holds "
-                                    f"{holding_str(have)} in chunk {chunk}, but {coll.kind} needs "
-                                    f"{holding_str(need)} there", None, rank, chunk)
+                                    f"{provenance_str(have)} in chunk {chunk}, but {coll.kind} needs "
+                                    f"{provenance_str(need)} there", None, rank, chunk)
 
 
 class Simulation(Sequence):

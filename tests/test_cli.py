@@ -51,7 +51,7 @@ def test_help_lists_every_algorithm():
 
 @pytest.mark.parametrize("args, message", [
     (["demo", "-a", "allreduce.rnig"], "did you mean 'allreduce.ring'"),
-    (["demo", "-a", "reduce.tree", "--root", "9"], "root must be in 0..3 for 4 ranks, got 9"),
+    (["demo", "-a", "reduce.tree", "--root", "9"], "root must be a rank in 0..3, got 9"),
     (["demo", "-n", "0"], "nranks must be >= 1, got 0"),
     (["demo", "-a", "allreduce.ps", "--servers", "5"], "servers must be in 1..4"),
     (["demo", "-b", "lots"], "cannot read 'lots' as a size"),

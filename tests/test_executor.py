@@ -103,9 +103,9 @@ def test_plans_merge_neighbouring_chunks_and_segment_reductions():
     # rank 0 keeps chunks 0-1 and sends chunks 2-3 to rank 2 as one message
     assert [(m.peer, m.lo, m.hi, m.first, m.last) for m in first.sends] == [(2, 2000, 4000, 2, 3)]
     big = compile_plan(rl.build("allreduce.ring", 2), 1, 1 << 20, 8)  # 4 MiB chunks, 1 MiB segments
-    assert len(big.steps[0].recvs) == 4 and all(m.reduce for m in big.steps[0].recvs)
+    assert len(big.steps[0].recvs) == 4 and all(m.op == "reduce" for m in big.steps[0].recvs)
     assert big.scratch == 1 << 19
-    assert not big.steps[1].recvs[0].reduce and big.steps[1].recvs[0].slot == -1  # copies land in place
+    assert big.steps[1].recvs[0].op == "copy" and big.steps[1].recvs[0].slot == -1  # copies land in place
 
 
 def test_transport_choice_on_numpy():

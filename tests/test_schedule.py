@@ -62,7 +62,7 @@ def test_malformed_schedule_is_rejected_when_built(steps, message):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(kind="gather", nranks=2, nchunks=1), "unknown collective 'gather'"),
-    (dict(kind="reduce", nranks=2, nchunks=1, root=2), "root must be in 0..1"),
+    (dict(kind="reduce", nranks=2, nchunks=1, root=2), "root must be a rank in 0..1"),
     (dict(kind="allreduce", nranks=2, nchunks=1, root=0), "allreduce has no root"),
     (dict(kind="allgather", nranks=2, nchunks=3), "one owner per chunk"),
     (dict(kind="allgather", nranks=2, nchunks=2, owners=(0, 5)), "chunk owners must be ranks 0..1"),

@@ -173,7 +173,7 @@ def test_schedule_error_is_a_value_error():
     assert issubclass(rl.ScheduleError, ValueError)
 
 
-def test_holding_str():
-    assert rl.holding_str(frozenset({0, 1, 2})) == "r0+r1+r2"
-    assert rl.holding_str(frozenset()) == "-"
-    assert rl.holding_str(frozenset(range(8)) | {10}) == "r0..r7+r10"
+def test_provenance_str():
+    assert rl.provenance_str(frozenset({0, 1, 2})) == "r0+r1+r2"
+    assert rl.provenance_str(frozenset()) == "-"
+    assert rl.provenance_str(frozenset(range(8)) | {10}) == "r0..r7+r10"

@@ -16,7 +16,7 @@ def test_frames_follow_the_ring():
     assert sorted(moments[1].arrows) == [(0, 1, "+c0"), (1, 2, "+c1"), (2, 3, "+c2"), (3, 0, "+c3")]
     assert sorted(moments[4].arrows)[0] == (0, 1, "=c1")  # allgather step 0: rank 0 passes chunk 1
     assert moments[-1].sent.tolist() == rl.traffic(ring, 4096)["sent"]
-    assert moments[2].cells[2][0] == "r0+r1+r2"
+    assert moments[2].provenance[2][0] == "r0+r1+r2"
 
 
 def test_widget_state_drives_every_view():

@@ -89,9 +89,9 @@ from ringlab.measure.timing import time_collective
 comm = MPI.COMM_WORLD
 x = np.ones(1 << 20, np.float32)  # 4 MiB
 segments = [1, 2, 4, 8, 16, 32, 64]
-chain = [time_collective(lambda: rl.broadcast(x, 0, "chain", segments=S, check=False), comm, warmup=2, iters=7)
+chain = [time_collective(lambda: rl.broadcast(x, 0, "chain", segments=S, agree=False), comm, warmup=2, iters=7)
          for S in segments]
-tree = time_collective(lambda: rl.broadcast(x, 0, "tree", check=False), comm, warmup=2, iters=7)
+tree = time_collective(lambda: rl.broadcast(x, 0, "tree", agree=False), comm, warmup=2, iters=7)
 mpi = time_collective(lambda: comm.Bcast(x, root=0), comm, warmup=2, iters=7)
 
 # %%

@@ -1,12 +1,15 @@
-"""Every collective algorithm as a builder: a pure function ``(nranks, **options) -> Schedule``.
+"""Every collective algorithm as a builder, one short page each, registered by name.
 
-Builders are registered under ``"<collective>.<algorithm>"`` names in :data:`ALGORITHMS`;
-:func:`build` looks one up and checks its options first, so a bad option is a clear ValueError
-whichever builder it was meant for.
+A builder is a pure function of ``nranks`` and its options that says how many chunks the buffer
+is cut into and returns the steps; :func:`register` files it in :data:`ALGORITHMS` under
+``"<collective>.<algorithm>"`` and turns what it returns into a :class:`~ringlab.schedule.Schedule`
+of that collective. :func:`build` looks one up and checks its options first, so a bad option is a
+clear ValueError whichever builder it was meant for.
 """
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from typing import Callable
 
@@ -16,28 +19,55 @@ ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
 
 
 def register(name: str):
-    """Decorator: add a builder to :data:`ALGORITHMS` under ``name``."""
-    def add(builder):
-        ALGORITHMS[name] = builder
-        return builder
-    return add
+    """Decorator: file a builder under ``name`` (``"allreduce.ring"``); the collective is the part before the dot.
 
-
-def schedule(kind: str, name: str, nranks: int, nchunks: int, steps, **options) -> Schedule:
-    """A builder's result: its non-empty steps as a Schedule of collective ``kind``.
-
-    ``options`` record how it was built; a ``root`` among them is also the collective's root
-    when the collective has one (reduce, broadcast).
+    The builder returns ``(nchunks, steps)``. What gets registered returns a Schedule of that
+    collective and name, its empty steps dropped, with the options it was built with (those not
+    None) recorded; a ``root`` is also the collective's root for reduce and broadcast.
     """
-    steps = tuple(step for step in steps if len(step))
-    root = options.get("root") if kind in ("reduce", "broadcast") else None
-    return Schedule(Collective(kind, nranks, nchunks, root=root), steps, name=name, options=options)
+    collective = name.split(".", 1)[0]
+
+    def add(builder):
+        signature = inspect.signature(builder)
+
+        @functools.wraps(builder)
+        def build_schedule(nranks: int, *args, **options) -> Schedule:
+            nchunks, steps = builder(nranks, *args, **options)
+            bound = signature.bind(nranks, *args, **options)
+            bound.apply_defaults()
+            recorded = {k: v for k, v in list(bound.arguments.items())[1:] if v is not None}
+            root = recorded.get("root") if collective in ("reduce", "broadcast") else None
+            return Schedule(Collective(collective, nranks, nchunks, root=root), tuple(s for s in steps if len(s)),
+                            name=name, options=recorded)
+
+        ALGORITHMS[name] = build_schedule
+        return build_schedule
+    return add
 
 
 def options_of(name: str) -> dict[str, object]:
     """The options a registered algorithm takes, with their defaults."""
     params = list(inspect.signature(ALGORITHMS[name]).parameters.values())[1:]
     return {p.name: p.default for p in params}
+
+
+def checked_options(name: str, nranks: int, options: dict) -> dict:
+    """``options`` for algorithm ``name`` on ``nranks`` ranks, or a ValueError saying what is wrong."""
+    accepted = options_of(name)
+    for key in options:
+        if key not in accepted:
+            takes = ", ".join(accepted) or "no options"
+            raise ValueError(f"{name} does not take option {key!r} (it takes: {takes})")
+    options = dict(options)
+    if "root" in options:
+        options["root"] = check_root(options["root"], nranks)
+    if options.get("segments") is not None:
+        options["segments"] = check_count("segments", options["segments"])
+    if options.get("servers") is not None:
+        servers = check_count("servers", options["servers"])
+        if servers > nranks:
+            raise ValueError(f"servers must be in 1..{nranks} for {nranks} ranks, got {servers}")
+    return options
 
 
 def build(name: str, nranks: int, **options) -> Schedule:
@@ -51,21 +81,8 @@ def build(name: str, nranks: int, **options) -> Schedule:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown algorithm {name!r}{hint}; known: {', '.join(sorted(ALGORITHMS))}")
     nranks = check_count("nranks", nranks)
-    accepted = options_of(name)
-    for key in options:
-        if key not in accepted:
-            takes = ", ".join(accepted) or "no options"
-            raise ValueError(f"{name} does not take option {key!r} (it takes: {takes})")
-    if "root" in options:
-        options["root"] = check_root(options["root"], nranks)
-    if options.get("segments") is not None:
-        options["segments"] = check_count("segments", options["segments"])
-    if options.get("servers") is not None:
-        servers = check_count("servers", options["servers"])
-        if servers > nranks:
-            raise ValueError(f"servers must be in 1..{nranks} for {nranks} ranks, got {servers}")
-    return ALGORITHMS[name](nranks, **options)
+    return ALGORITHMS[name](nranks, **checked_options(name, nranks, options))
 
 
-# Importing the modules registers their builders.
+# Importing the pages registers their builders.
 from . import broadcast, reduce, ring, allreduce  # noqa: E402,F401

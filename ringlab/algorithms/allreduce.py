@@ -1,24 +1,20 @@
-"""Allreduce without a ring: through one root, through a parameter server, a tree, halving-doubling."""
+"""Allreduce without a ring: through one root, a tree, a parameter server, halving-doubling."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..schedule import COPY, REDUCE, Step
-from . import broadcast, reduce, register, schedule
+from . import broadcast, reduce, register
 
 
 @register("allreduce.naive")
 def naive(nranks: int, root: int = 0):
     """Reduce to the root, then broadcast from it: the root's links carry (n-1)K in and (n-1)K out."""
-    steps = reduce.direct(nranks, root).steps + broadcast.direct(nranks, root).steps
-    return schedule("allreduce", "allreduce.naive", nranks, 1, steps, root=root)
+    return 1, reduce.direct(nranks, root).steps + broadcast.direct(nranks, root).steps
 
 
 @register("allreduce.tree")
 def tree(nranks: int, root: int = 0):
     """Binomial-tree reduce to the root, then binomial-tree broadcast: 2 ceil(log2 n) steps of the whole buffer."""
-    steps = reduce.tree(nranks, root).steps + broadcast.tree(nranks, root).steps
-    return schedule("allreduce", "allreduce.tree", nranks, 1, steps, root=root)
+    return 1, reduce.tree(nranks, root).steps + broadcast.tree(nranks, root).steps
 
 
 @register("allreduce.ps")
@@ -28,15 +24,7 @@ def parameter_server(nranks: int, servers: int = 1):
     server) its links carry (n-1)K each way; M shards divide that load by M."""
     push = [(r, s, s, REDUCE) for s in range(servers) for r in range(nranks) if r != s]
     pull = [(s, r, s, COPY) for s in range(servers) for r in range(nranks) if r != s]
-    steps = [Step.of(push, "push gradients"), Step.of(pull, "pull parameters")]
-    return schedule("allreduce", "allreduce.ps", nranks, servers, steps, servers=servers)
-
-
-def _chunk_ranges(src, dst, first, count, op, label) -> Step:
-    """One step in which src[i] sends chunks first[i] .. first[i]+count-1 to dst[i]."""
-    offsets = np.arange(count)
-    return Step.columns(np.repeat(src, count), np.repeat(dst, count),
-                        (np.asarray(first)[:, None] + offsets).reshape(-1), op, label)
+    return servers, [Step.of(push, "push gradients"), Step.of(pull, "pull parameters")]
 
 
 @register("allreduce.rhd")
@@ -46,26 +34,34 @@ def halving_doubling(nranks: int):
     p/2, p/4, ... 1 away, then an allgather doubling back. When n is not a power of two, the first
     2(n-p) ranks pair up first: even ranks fold their buffer into the odd neighbour, sit out, and
     get the result back at the end (MPICH's approach)."""
-    p = 1 << (nranks.bit_length() - 1)  # largest power of two <= n
+    p = 1 << (nranks.bit_length() - 1)  # the largest power of two <= n
     extra = nranks - p
-    # The p active ranks: the odd ones of the first 2*extra, then all ranks from 2*extra on.
-    active = np.array([2 * v + 1 if v < extra else v + extra for v in range(p)])
-    folded = np.arange(0, 2 * extra, 2)
-    v = np.arange(p)
+    rank = [2 * v + 1 if v < extra else v + extra for v in range(p)]  # who plays position v of p
+    everything = range(p)
     steps = []
-    if extra:
-        steps.append(_chunk_ranges(folded, folded + 1, np.zeros(extra, int), p, REDUCE, "fold in extra ranks"))
+    if extra:  # ranks 2v and 2v+1 pair up: 2v adds its buffer into 2v+1 and sits out
+        steps.append(Step.of([(2 * v, 2 * v + 1, c, REDUCE) for v in range(extra) for c in everything],
+                             "fold in extra ranks"))
     mask = p // 2
-    while mask >= 1:  # halving: keep the half your bit says, send the other half to the partner
-        base = v & ~(2 * mask - 1)
-        first = base + np.where(v & mask, 0, mask)
-        steps.append(_chunk_ranges(active[v], active[v ^ mask], first, mask, REDUCE, "reduce-scatter (halving)"))
+    while mask >= 1:  # halving: of the 2*mask chunks v still works on, send the partner's half, keep yours
+        transfers = []
+        for v in range(p):
+            partner = v ^ mask
+            block = v & ~(2 * mask - 1)  # the first chunk v and its partner share
+            theirs = block + (0 if v & mask else mask)
+            transfers += [(rank[v], rank[partner], c, REDUCE) for c in range(theirs, theirs + mask)]
+        steps.append(Step.of(transfers, "reduce-scatter (halving)"))
         mask //= 2
     mask = 1
-    while mask < p:  # doubling: send everything you hold, receive as much back
-        base = v & ~(mask - 1)
-        steps.append(_chunk_ranges(active[v], active[v ^ mask], base, mask, COPY, "allgather (doubling)"))
+    while mask < p:  # doubling: send the mask complete chunks you hold, receive as many back
+        transfers = []
+        for v in range(p):
+            partner = v ^ mask
+            mine = v & ~(mask - 1)
+            transfers += [(rank[v], rank[partner], c, COPY) for c in range(mine, mine + mask)]
+        steps.append(Step.of(transfers, "allgather (doubling)"))
         mask *= 2
     if extra:
-        steps.append(_chunk_ranges(folded + 1, folded, np.zeros(extra, int), p, COPY, "unfold to extra ranks"))
-    return schedule("allreduce", "allreduce.rhd", nranks, p, steps)
+        steps.append(Step.of([(2 * v + 1, 2 * v, c, COPY) for v in range(extra) for c in everything],
+                             "unfold to extra ranks"))
+    return p, steps

@@ -4,15 +4,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import COPY, Step
-from . import register, schedule
+from . import register
+from .chain import pipeline
 
 
 @register("broadcast.direct")
 def direct(nranks: int, root: int = 0):
     """The root sends its whole buffer to every other rank in one step: its link carries (n-1)K."""
     others = [r for r in range(nranks) if r != root]
-    steps = [Step.columns(root, others, 0, COPY, "broadcast")]
-    return schedule("broadcast", "broadcast.direct", nranks, 1, steps, root=root)
+    return 1, [Step.columns(root, others, 0, COPY, "broadcast")]
 
 
 @register("broadcast.tree")
@@ -27,7 +27,7 @@ def tree(nranks: int, root: int = 0):
         steps.append(Step.columns((senders + root) % nranks, (senders + mask + root) % nranks, 0, COPY,
                                   f"broadcast (tree level {len(steps)})"))
         mask //= 2
-    return schedule("broadcast", "broadcast.tree", nranks, 1, steps, root=root)
+    return 1, steps
 
 
 @register("broadcast.chain")
@@ -36,12 +36,5 @@ def chain(nranks: int, root: int = 0, segments: int | None = None):
     segment flows root -> root+1 -> ... -> root+n-1, a rank passing segment s on the step after it
     arrived; S+n-2 steps, so time K(S+n-2)/(S B), which tends to K/B when S >> n."""
     segments = segments or nranks
-    distance = np.arange(nranks - 1)  # rank root+d sends to root+d+1
-    steps = []
-    for t in range(segments + nranks - 2 if nranks > 1 else 0):
-        segment = t - distance
-        moving = (segment >= 0) & (segment < segments)
-        d = distance[moving]
-        steps.append(Step.columns((d + root) % nranks, (d + 1 + root) % nranks, segment[moving], COPY,
-                                  "broadcast (pipeline)"))
-    return schedule("broadcast", "broadcast.chain", nranks, segments, steps, root=root, segments=segments)
+    hops = [((root + d) % nranks, (root + d + 1) % nranks) for d in range(nranks - 1)]
+    return segments, pipeline(hops, segments, COPY, "broadcast (pipeline)")

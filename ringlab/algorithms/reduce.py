@@ -4,15 +4,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import REDUCE, Step
-from . import register, schedule
+from . import register
+from .chain import pipeline
 
 
 @register("reduce.direct")
 def direct(nranks: int, root: int = 0):
     """Every rank sends its whole buffer to the root in one step; the root adds n-1 buffers."""
     others = [r for r in range(nranks) if r != root]
-    steps = [Step.columns(others, root, 0, REDUCE, "reduce")]
-    return schedule("reduce", "reduce.direct", nranks, 1, steps, root=root)
+    return 1, [Step.columns(others, root, 0, REDUCE, "reduce")]
 
 
 @register("reduce.tree")
@@ -25,7 +25,7 @@ def tree(nranks: int, root: int = 0):
         steps.append(Step.columns((senders + root) % nranks, (senders - mask + root) % nranks, 0, REDUCE,
                                   f"reduce (tree level {len(steps)})"))
         mask *= 2
-    return schedule("reduce", "reduce.tree", nranks, 1, steps, root=root)
+    return 1, steps
 
 
 @register("reduce.chain")
@@ -34,12 +34,5 @@ def chain(nranks: int, root: int = 0, segments: int | None = None):
     every segment flows root+n-1 -> ... -> root+1 -> root, each rank adding its own part on the
     way; a rank passes on segment s one step after receiving it, so S+n-2 steps in all."""
     segments = segments or nranks
-    distance = np.arange(1, nranks)  # rank root+d sends to root+d-1
-    steps = []
-    for t in range(segments + nranks - 2 if nranks > 1 else 0):
-        segment = t - (nranks - 1 - distance)  # the farthest rank starts, one segment per step
-        moving = (segment >= 0) & (segment < segments)
-        d = distance[moving]
-        steps.append(Step.columns((d + root) % nranks, (d - 1 + root) % nranks, segment[moving], REDUCE,
-                                  "reduce (pipeline)"))
-    return schedule("reduce", "reduce.chain", nranks, segments, steps, root=root, segments=segments)
+    hops = [((root + d) % nranks, (root + d - 1) % nranks) for d in range(nranks - 1, 0, -1)]  # farthest first
+    return segments, pipeline(hops, segments, REDUCE, "reduce (pipeline)")

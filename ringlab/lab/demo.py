@@ -5,8 +5,8 @@ import inspect
 from itertools import groupby
 
 from ..algorithms import ALGORITHMS
-from ..schedule import REDUCE, Schedule, Step
-from ..simulate import check, holding_str, traffic
+from ..schedule import REDUCE, Schedule, Step, chunk_runs
+from ..simulate import check, provenance_str, traffic
 from ..measure.units import format_bytes
 
 LEGEND = ("Each cell is whose inputs that rank's copy of the chunk holds: r0+r1 means rank 0's plus "
@@ -21,11 +21,7 @@ def describe(schedule: Schedule) -> str:
 
 def _chunk_list(chunks: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"chunks 0..2, 5"``."""
-    runs, start = [], chunks[0]
-    for prev, cur in zip(chunks, chunks[1:] + [None]):
-        if cur != prev + 1:
-            runs.append(str(start) if start == prev else f"{start}..{prev}")
-            start = cur
+    runs = [str(first) if first == last else f"{first}..{last}" for first, last in chunk_runs(chunks)]
     return ("chunk " if len(chunks) == 1 else "chunks ") + ", ".join(runs)
 
 
@@ -39,10 +35,10 @@ def transfer_lines(step: Step) -> list[str]:
     return lines
 
 
-def holdings_table(holdings, before=None, width: int = 0) -> list[str]:
+def provenance_table(provenance, before=None, width: int = 0) -> list[str]:
     """A rank-by-chunk table of provenance; cells that differ from ``before`` get a '*'."""
-    nranks, nchunks = len(holdings), len(holdings[0])
-    cells = [[("*" if before is not None and before[r][c] != holdings[r][c] else " ") + holding_str(holdings[r][c])
+    nranks, nchunks = len(provenance), len(provenance[0])
+    cells = [[("*" if before is not None and before[r][c] != provenance[r][c] else " ") + provenance_str(provenance[r][c])
               for c in range(nchunks)] for r in range(nranks)]
     width = max(width, max(len(cell) for row in cells for cell in row), len(f"chunk {nchunks - 1}") + 1)
     header = "           " + " ".join(f" chunk {c}".ljust(width) for c in range(nchunks))
@@ -65,7 +61,7 @@ def traffic_lines(schedule: Schedule, nbytes: int) -> list[str]:
 
 
 def walkthrough(schedule: Schedule, nbytes: int = 1 << 20) -> str:
-    """The whole story of ``schedule`` as text: every step's transfers and everyone's holdings after it."""
+    """The whole story of ``schedule`` as text: every step's transfers and everyone's provenance after it."""
     history = check(schedule)  # raises ScheduleError, naming step, rank and chunk, on a wrong schedule
     coll = schedule.collective
     opts = "".join(f", {k}={v}" for k, v in schedule.options.items())
@@ -75,8 +71,8 @@ def walkthrough(schedule: Schedule, nbytes: int = 1 << 20) -> str:
     about = describe(schedule)
     if about:
         out += ["", *("  " + line for line in about.splitlines())]
-    width = 1 + max(len(holding_str(h)) for state in history for row in state for h in row)
-    out += ["", LEGEND, "", "Start:", *holdings_table(history[0], width=width)]
+    width = 1 + max(len(provenance_str(h)) for state in history for row in state for h in row)
+    out += ["", LEGEND, "", "Start:", *provenance_table(history[0], width=width)]
     phase_step, labels = 0, [step.label for step in schedule.steps]
     for index, step in enumerate(schedule.steps):
         phase_step = phase_step + 1 if index and step.label == labels[index - 1] else 0
@@ -84,6 +80,6 @@ def walkthrough(schedule: Schedule, nbytes: int = 1 << 20) -> str:
         label = f" ({step.label}{numbered})" if step.label else ""
         out += ["", f"Step {index}{label}: {len(step)} transfer{'s' * (len(step) != 1)} at once",
                 *transfer_lines(step), "  Afterwards:",
-                *holdings_table(history[index + 1], history[index], width=width)]
+                *provenance_table(history[index + 1], history[index], width=width)]
     out += ["", f"Checked: the end state is what {coll.kind} promises.", "", *traffic_lines(schedule, nbytes)]
     return "\n".join(out)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ..algorithms.ring import allgather_steps
+from ..algorithms import build
 from ..schedule import REDUCE, Step, make_schedule
 from ..simulate import ScheduleError, check
 
@@ -30,7 +30,7 @@ def ring_with_rule(rule, nranks: int):
             chunks.append(chunk)
         steps.append(Step.columns(list(range(nranks)), [(j + 1) % nranks for j in range(nranks)], chunks, REDUCE,
                                   "reduce-scatter"))
-    steps += allgather_steps(nranks, shift=1)
+    steps += build("allreduce.ring", nranks).steps[nranks - 1:]  # the textbook allgather
     return make_schedule("allreduce", nranks, nranks, steps, name="your ring")
 
 
@@ -50,7 +50,6 @@ def check_reduce_scatter_rule(rule, sizes=(2, 3, 4, 5, 8)) -> None:
 def check_chain_time(chain_time) -> None:
     """Compare ``chain_time(K, n, S, B)`` with the cost model's pipelined chain broadcast on a
     network with no latency (bandwidth B everywhere)."""
-    from ..algorithms import build
     from ..predict.costmodel import predict
     from ..topology import uniform
 
@@ -66,7 +65,6 @@ def check_chain_time(chain_time) -> None:
 
 def check_ring_time(ring_time) -> None:
     """Compare ``ring_time(n, K, alpha, B)`` with the cost model's ring allreduce on a uniform network."""
-    from ..algorithms import build
     from ..predict.costmodel import predict
     from ..topology import uniform
 
@@ -81,7 +79,6 @@ def check_ring_time(ring_time) -> None:
 
 def check_server_load(server_load) -> None:
     """Compare ``server_load(n, M, K)`` with the bytes a server rank receives in ``allreduce.ps``."""
-    from ..algorithms import build
     from ..simulate import traffic
 
     for n, M in [(4, 1), (8, 1), (8, 2), (8, 4), (12, 3), (16, 16)]:

@@ -58,13 +58,13 @@ class _Implementations:
 
         c, x = self.collective, self.x
         if c == "allreduce":
-            return lambda: rl.allreduce(x, name, comm=self.comm, transport=self.transport, check=False)
+            return lambda: rl.allreduce(x, name, comm=self.comm, transport=self.transport, agree=False)
         if c == "reduce":
-            return lambda: rl.reduce(x, self.root, name, comm=self.comm, transport=self.transport, check=False)
+            return lambda: rl.reduce(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
         if c == "broadcast":
-            return lambda: rl.broadcast(x, self.root, name, comm=self.comm, transport=self.transport, check=False)
+            return lambda: rl.broadcast(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
         schedule = rl.build(name if "." in name else f"{c}.{name}", self.n)
-        return lambda: rl.execute(schedule, x, comm=self.comm, transport=self.transport, check=False)
+        return lambda: rl.execute(schedule, x, comm=self.comm, transport=self.transport, agree=False)
 
     def mpi(self):
         from mpi4py import MPI

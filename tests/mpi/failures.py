@@ -42,7 +42,7 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
 elif mode in ("stuck", "absent"):  # rank 2 never joins: a timeout names the step and the peer
     if rank != 2:
         try:
-            rl.allreduce(np.ones(30), "ring", timeout=1.0, check=(mode == "absent"))
+            rl.allreduce(np.ones(30), "ring", timeout=1.0, agree=(mode == "absent"))
         except rl.StepTimeout as err:
             if rank == 0:  # to a file: what a rank prints just before an abort may never reach mpiexec
                 with open(sys.argv[2], "w") as fh:
