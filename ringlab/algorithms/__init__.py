@@ -51,6 +51,12 @@ def options_of(name: str) -> dict[str, object]:
     return {p.name: p.default for p in params}
 
 
+def about(name: str) -> str:
+    """What a registered algorithm does: its builder's docstring ("" for a name not registered)."""
+    builder = ALGORITHMS.get(name)
+    return inspect.cleandoc(builder.__doc__ or "") if builder else ""
+
+
 def checked_options(name: str, nranks: int, options: dict) -> dict:
     """``options`` for algorithm ``name`` on ``nranks`` ranks, or a ValueError saying what is wrong."""
     accepted = options_of(name)

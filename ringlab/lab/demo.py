@@ -1,22 +1,15 @@
 """A terminal walk-through of one schedule: who sends which chunk to whom, and what everyone holds."""
 from __future__ import annotations
 
-import inspect
 from itertools import groupby
 
-from ..algorithms import ALGORITHMS
+from ..algorithms import about as algorithm_about
 from ..schedule import REDUCE, Schedule, Step, chunk_runs
 from ..simulate import check, provenance_str, traffic
 from ..measure.units import format_bytes
 
 LEGEND = ("Each cell is whose inputs that rank's copy of the chunk holds: r0+r1 means rank 0's plus "
           "rank 1's;\n'-' means no data yet; '*' marks what changed in the step.")
-
-
-def describe(schedule: Schedule) -> str:
-    """The builder's docstring for a registered algorithm, else an empty string."""
-    builder = ALGORITHMS.get(schedule.name)
-    return inspect.cleandoc(builder.__doc__ or "") if builder else ""
 
 
 def _chunk_list(chunks: list[int]) -> str:
@@ -68,7 +61,7 @@ def walkthrough(schedule: Schedule, nbytes: int = 1 << 20) -> str:
     out = [f"{schedule.name} ({coll.kind}{opts}) on {coll.nranks} ranks: the buffer is cut into "
            f"{coll.nchunks} chunk{'s' * (coll.nchunks != 1)}; {len(schedule.steps)} steps, "
            f"{schedule.num_transfers} transfers."]
-    about = describe(schedule)
+    about = algorithm_about(schedule.name)
     if about:
         out += ["", *("  " + line for line in about.splitlines())]
     width = 1 + max(len(provenance_str(h)) for state in history for row in state for h in row)

@@ -30,14 +30,14 @@ class StepTimeout(TimeoutError):
     """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
 
 
-def wait(request, deadline: float | None, describe) -> None:
-    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``describe()``)."""
+def wait(request, deadline: float | None, message) -> None:
+    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``)."""
     if deadline is None:
         request.Wait()
         return
     while not request.Test():
         if time.monotonic() > deadline:
-            raise StepTimeout(describe())
+            raise StepTimeout(message())
 
 
 @dataclass(frozen=True)
