@@ -13,6 +13,7 @@ ring over thousands of ranks stays cheap; iterating a step still yields plain ``
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
@@ -272,6 +273,19 @@ class Schedule:
         for index, step in enumerate(self.steps):
             for t in step:
                 yield index, t
+
+    def fingerprint(self) -> str:
+        """A digest of everything the schedule does (collective, chunks, every transfer), for comparing
+        schedules across processes; computed once."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            digest = hashlib.sha256(repr((self.collective, self.name)).encode())
+            for step in self.steps:
+                digest.update(step.label.encode())
+                for column in (step.src, step.dst, step.chunk, step.op):
+                    digest.update(column.tobytes())
+            cached = self.__dict__["_fingerprint"] = digest.hexdigest()
+        return cached
 
     def __len__(self) -> int:
         return len(self.steps)

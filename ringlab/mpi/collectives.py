@@ -22,8 +22,11 @@ import numpy as np
 
 from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, chunk_bounds
+from ..simulate import ScheduleError, check
 from .devices import array_module, bind_device, is_device_array, synchronize
-from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan, wait
+from .executor import TAG_LIMIT, Recorder, StepTimeout, Trace, compile_plan, run_plan, wait
+
+AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
 from .transports import choose, make_ops
 
 
@@ -39,19 +42,28 @@ def _built(name: str, nranks: int, options: tuple) -> Schedule:
     return build(name, nranks, **dict(options))
 
 
-def resolve(kind: str, algorithm, nranks: int, **options) -> Schedule:
-    """The schedule for collective ``kind``: ``algorithm`` as a short name, a full name or a Schedule."""
+def resolve(kind: str | None, algorithm, nranks: int, **options) -> Schedule:
+    """The schedule for collective ``kind``: ``algorithm`` as a short name, a full name or a Schedule
+    (``kind=None``: any collective, named in full)."""
     if isinstance(algorithm, Schedule):
-        if algorithm.collective.kind != kind:
+        if kind is not None and algorithm.collective.kind != kind:
             raise ValueError(f"this schedule is for {algorithm.collective.kind}, not {kind}")
         if algorithm.nranks != nranks:
             raise ValueError(f"this schedule is for {algorithm.nranks} ranks; the communicator has {nranks}")
         root = options.get("root")
         if root is not None and algorithm.collective.root is not None and algorithm.collective.root != root:
             raise ValueError(f"this schedule has root {algorithm.collective.root}, but root={root} was asked for")
+        try:
+            check(algorithm)  # a schedule of one's own runs only if it does what its collective promises
+        except ScheduleError as err:
+            raise ValueError(f"this schedule is wrong, so it is not run: {err}") from None
         return algorithm
     if not isinstance(algorithm, str):
         raise ValueError(f"algorithm must be a name or a Schedule, got {algorithm!r}")
+    if kind is None:
+        if algorithm not in ALGORITHMS:
+            build(algorithm, nranks)  # raises, saying which names there are
+        kind = algorithm.split(".", 1)[0]
     name = algorithm if "." in algorithm else f"{kind}.{algorithm}"
     mine = sorted(n for n in ALGORITHMS if n.startswith(kind + "."))
     if name not in mine:
@@ -63,73 +75,113 @@ def resolve(kind: str, algorithm, nranks: int, **options) -> Schedule:
 
 def _array_fields(x) -> dict:
     """What the ranks must agree on about their arrays, without trusting that x is one."""
-    return {"type": type(x).__name__, "shape": list(getattr(x, "shape", ())), "dtype": str(getattr(x, "dtype", "-"))}
+    return {"memory": "device" if is_device_array(x) else "host", "shape": list(getattr(x, "shape", ())),
+            "dtype": str(getattr(x, "dtype", "-"))}
+
+
+def _problems(x, kind: str | None, in_place: bool, timeout) -> list[str]:
+    """What is wrong with this rank's arguments, found before any rank waits for another."""
+    problems = []
+    if not hasattr(x, "dtype") or not hasattr(x, "shape") or getattr(x.dtype, "kind", "") not in "biufc":
+        problems.append(f"x must be a numeric numpy or cupy array, got {type(x).__name__}")
+    else:
+        if x.dtype.kind == "b" and kind in (None, "reduce", "allreduce", "reduce_scatter"):
+            problems.append("x holds booleans, which have no sum (MPI refuses them too): cast it to an integer type")
+        if in_place and not x.flags.c_contiguous:
+            problems.append("in_place=True needs a C-contiguous array")
+        if in_place and not getattr(x.flags, "writeable", True):
+            problems.append("in_place=True needs a writable array")
+    if not _usable_timeout(timeout):
+        problems.append(f"timeout must be a number of seconds > 0 (or None: no limit), got {timeout!r}")
+    return problems
+
+
+def _usable_timeout(timeout) -> bool:
+    return timeout is None or (not isinstance(timeout, bool) and isinstance(timeout, (int, float, np.number))
+                               and 0 < timeout < float("inf"))
 
 
 def _agree(comm, what: str, fields: dict, timeout: float | None) -> None:
     """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch.
 
-    A digest travels first, non-blocking so that a rank that never comes is a timeout, not a
-    hang; the full fields follow only when the digests differ, to say what differs.
+    Every rank sends a digest of its fields to every other, non-blocking, so that a rank that
+    never comes is a StepTimeout naming it rather than a hang; the full fields follow only when
+    the digests differ, to say what differs.
     """
     text = json.dumps(fields, sort_keys=True, default=str)
     mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
-    everyone = np.zeros((comm.Get_size(), mine.size), np.uint8)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    everyone = np.zeros((size, mine.size), np.uint8)
+    everyone[rank] = mine
+    others = [r for r in range(size) if r != rank]
+    receives = {r: comm.Irecv(everyone[r], source=r, tag=AGREE_TAG) for r in others}
+    sends = [comm.Isend(mine, dest=r, tag=AGREE_TAG) for r in others]
     deadline = None if timeout is None else time.monotonic() + timeout
-    wait(comm.Iallgather(mine, everyone), deadline,
-         lambda: f"rank {comm.Get_rank()}: {what}: not every rank of the communicator called it within {timeout:g} s")
+
+    def absent() -> str:
+        missing = [q for q in others if not receives[q].Test()]
+        for q in missing:
+            receives[q].Cancel()
+        return (f"rank {rank}: {what}: rank{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} "
+                f"did not call it within {timeout:g} s")
+
+    for r in others:
+        wait(receives[r], deadline, absent)
+    for request in sends:
+        wait(request, deadline, lambda: f"rank {rank}: {what}: the other ranks did not take its arguments")
     if (everyone == everyone[0]).all():
         return
     seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
-    for rank, theirs in enumerate(seen):
+    for other, theirs in enumerate(seen):
         if theirs != seen[0]:
-            detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {rank} has {theirs.get(k)}"
+            detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {other} has {theirs.get(k)}"
                                for k in sorted(set(seen[0]) | set(theirs)) if seen[0].get(k) != theirs.get(k))
             raise ValueError(f"{what}: the ranks disagree ({detail})")
 
 
-def _run(kind: str, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
-         trace: bool, timeout: float | None, what: str):
-    """Agree on the arguments (so a mistake raises on every rank alike), then build and execute."""
+def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
+         trace: bool, timeout, what: str):
+    """Find what is wrong on this rank, agree with the others (so that a mistake anywhere raises the
+    same ValueError everywhere), then execute."""
     comm = _world(comm)
-    if agree:
-        label = f"{algorithm.name} ({len(algorithm.steps)} steps)" if isinstance(algorithm, Schedule) else algorithm
-        _agree(comm, what, {**_array_fields(x), "algorithm": label, "transport": transport, "in_place": in_place,
-                            **options}, timeout)
+    problems = _problems(x, kind, in_place, timeout)
     try:
         schedule = resolve(kind, algorithm, comm.Get_size(), **options)
     except ValueError as err:
-        raise ValueError(f"{what}: {err}") from None
-    return execute(schedule, x, comm, transport, in_place=in_place, agree=False, trace=trace, timeout=timeout,
-                   _what=what)
+        schedule = None
+        problems.append(str(err))
+    if agree:
+        label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
+        fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
+                  "transport": transport, "in_place": in_place, **options, "problems": problems}
+        if isinstance(algorithm, Schedule):
+            fields["schedule"] = algorithm.fingerprint()
+        _agree(comm, what, fields, timeout if _usable_timeout(timeout) else None)
+    if problems:
+        raise ValueError(f"{what}: {'; '.join(problems)}")
+    return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=timeout)
 
 
-def execute(schedule: Schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False,
-            agree: bool = True, trace: bool = False, timeout: float | None = None, _what: str = "rl.execute"):
-    """Run ``schedule`` on this rank's array ``x``; return the array this rank ends with.
+def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False, agree: bool = True,
+            trace: bool = False, timeout: float | None = None):
+    """Run ``schedule`` (a Schedule, checked first, or a registered name such as ``"allreduce.ring"``)
+    on this rank's array ``x``; return the array this rank ends with.
 
     The input is left untouched unless ``in_place=True``. With ``trace=True`` return
     ``(array, trace)``: rank 0's trace holds every rank's transfers, the others their own.
     """
-    comm = _world(comm)
-    if agree:
-        _agree(comm, _what, {**_array_fields(x), "algorithm": schedule.name, "steps": len(schedule.steps),
-                             "transport": transport, "in_place": in_place}, timeout)
-    if schedule.nranks != comm.Get_size():
-        raise ValueError(f"{_what}: the schedule is for {schedule.nranks} ranks; the communicator has {comm.Get_size()}")
-    if not hasattr(x, "dtype") or not hasattr(x, "shape") or x.dtype.kind not in "biufc":
-        raise ValueError(f"{_what}: x must be a numeric numpy or cupy array, got {type(x).__name__}")
+    return _run(None, x, schedule, comm, transport, {}, in_place=in_place, agree=agree, trace=trace,
+                timeout=timeout, what="rl.execute")
+
+
+def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, trace: bool, timeout):
+    """Run a checked schedule on arguments every rank agreed on."""
     if is_device_array(x):  # work on the GPU that holds x; a rank's own GPU for anything else
         device = getattr(x, "device", None)
         device.use() if hasattr(device, "use") else bind_device(comm)
     xp = array_module(x)
     name = choose(x, comm, transport)
-    if in_place:
-        if not x.flags.c_contiguous:
-            raise ValueError(f"{_what}: in_place=True needs a C-contiguous array")
-        out = x
-    else:
-        out = xp.array(x, order="C", copy=True)
+    out = x if in_place else xp.array(x, order="C", copy=True)
     flat = out.reshape(-1)
     count, itemsize = flat.size, flat.dtype.itemsize
     staged = name == "ipc" or (name == "host" and xp is not np)
