@@ -8,6 +8,7 @@ same float32 buffer, checks every result against MPI's, and prints the median ti
 bandwidth (nccl-tests' definition, 2(n-1)/n x bytes/time) and the ratio of busbw to MPI's
 from this run. With --gpu (cupy and a GPU needed) it runs on device buffers through
 --transport and also prints the device-to-device copy rate measured in the same run.
+The sweep is ``ringlab bench``'s (``ringlab.measure.bench.run``); this script adds the ratios.
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ import argparse
 import json
 import sys
 
-import numpy as np
-
-import ringlab as rl
-from ringlab.measure.timing import bandwidths, time_collective
-from ringlab.measure.units import format_bytes, parse_size
+from ringlab.lab.tables import table
+from ringlab.measure.bench import run, sweep
+from ringlab.measure.timing import time_collective
+from ringlab.measure.units import parse_size
+from ringlab.mpi.launch import relaunch
 
 
 def arguments(argv=None):
@@ -37,74 +38,55 @@ def arguments(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None):
-    args = arguments(argv)
-    if args.nranks:  # start our own MPI job and run this script in it, without -n
-        import subprocess
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Each row with ``ratio_to_mpi``: its busbw over MPI's at the same size."""
+    mpi = {r["bytes"]: r["busbw_Bps"] for r in rows if r["algorithm"] == "mpi"}
+    return [{**r, "ratio_to_mpi": r["busbw_Bps"] / mpi[r["bytes"]]} for r in rows]
 
-        from ringlab.mpi.launch import mpiexec_command
-        rest = list(sys.argv[1:] if argv is None else argv)
-        i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
-        del rest[i:i + 2]
-        return subprocess.call(mpiexec_command(args.nranks, [__file__, *rest]))
+
+def device_copies(sizes: list[int], iters: int) -> list[dict]:
+    """Bytes copied per second from one device buffer to another, per size (call on every rank)."""
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
-    n, rank = comm.Get_size(), comm.Get_rank()
-    xp = np
-    if args.gpu:
-        from ringlab.mpi.devices import bind_device, cupy_module
-        xp = cupy_module()
-        if xp is None:
-            sys.exit("--gpu: cupy cannot see a GPU here")
-        bind_device(comm)
-    sizes, size = [], parse_size(args.min_bytes)
-    while size <= parse_size(args.max_bytes):
-        sizes.append(size)
-        size *= args.factor
-    algorithms = args.algorithms.split(",")
+    from ringlab.mpi.devices import cupy_module
+
+    cp = cupy_module()
     rows = []
-    if rank == 0:
-        where = "GPU " + args.transport if args.gpu else "CPU, numpy over MPI"
-        print(f"# allreduce on {n} ranks ({where}); busbw = 2(n-1)/n x bytes/time; ratio = busbw / MPI's busbw")
-        print(f"# {'size':>9} {'who':>8} {'time (us)':>11} {'busbw (GB/s)':>13} {'ratio':>7}")
     for nbytes in sizes:
-        count = nbytes // 4
-        x = xp.asarray(np.random.default_rng(rank).uniform(-1, 1, count).astype(np.float32))
-        want = xp.empty_like(x)
-        host = x if xp is np else x.get()
-        host_want = np.empty_like(host)
-        comm.Allreduce(host, host_want)  # the reference: MPI's own result
-        if xp is np:
-            mpi_time = time_collective(lambda: comm.Allreduce(x, want), comm, warmup=args.warmup, iters=args.iters)
-        else:
-            mpi_time = time_collective(lambda: comm.Allreduce(x.get(), host_want), comm, warmup=args.warmup,
-                                       iters=args.iters, buffer=x)
-        mpi_bus = bandwidths("allreduce", nbytes, mpi_time, n)[1]
-        results = [("MPI", mpi_time, mpi_bus)]
-        for name in algorithms:
-            got = rl.allreduce(x, name, transport=args.transport)
-            got = got if xp is np else got.get()
-            if not np.allclose(got, host_want, rtol=1e-4, atol=1e-5 * n):
-                raise SystemExit(f"rank {rank}: {name} at {nbytes} bytes differs from MPI's Allreduce")
-            seconds = time_collective(lambda: rl.allreduce(x, name, transport=args.transport, agree=False), comm,
-                                      warmup=args.warmup, iters=args.iters, buffer=x if xp is not np else None)
-            results.append((name, seconds, bandwidths("allreduce", nbytes, seconds, n)[1]))
-        if args.gpu:
-            dst = xp.empty_like(x)
-            copy_time = time_collective(lambda: dst.__setitem__(Ellipsis, x), comm, warmup=2, iters=args.iters, buffer=dst)
-            results.append(("D2D copy", copy_time, 2 * nbytes / copy_time))  # read + write
-        for who, seconds, bus in results:
-            ratio = bus / mpi_bus if who != "D2D copy" else float("nan")  # a copy rate: compare by eye
-            rows.append({"bytes": nbytes, "who": who, "ranks": n, "time_s": seconds, "busbw_Bps": bus,
-                         "ratio_to_mpi": ratio})
-            if rank == 0:
-                print(f"  {format_bytes(nbytes):>9} {who:>8} {seconds * 1e6:>11.1f} {bus / 1e9:>13.3f} {ratio:>7.2f}",
-                      flush=True)
-    if rank == 0 and args.json:
+        src, dst = cp.ones(nbytes // 4, cp.float32), cp.empty(nbytes // 4, cp.float32)
+
+        def copy():
+            dst[...] = src
+        seconds = time_collective(copy, MPI.COMM_WORLD, warmup=2, iters=iters, buffer=dst)
+        rows.append({"bytes": nbytes, "algorithm": "D2D copy", "time_s": seconds, "Bps": 2 * nbytes / seconds})
+    return rows  # 2 x bytes: a copy reads and writes them; compare by eye, not as a ratio
+
+
+def main(argv=None):
+    args = arguments(argv)
+    if args.nranks:  # start our own MPI job and run this script in it
+        return relaunch(args.nranks, sys.argv[1:] if argv is None else argv, [__file__])
+    sizes = sweep(parse_size(args.min_bytes), parse_size(args.max_bytes), factor=args.factor)
+    algorithms = ["mpi", *(a for a in args.algorithms.split(",") if a and a != "mpi")]
+    result = run("allreduce", algorithms, sizes, "float32", args.iters, args.warmup,
+                 gpu=args.gpu, transport=args.transport, command=sys.argv)
+    copies = device_copies(sizes, args.iters) if args.gpu else []
+    if result is None:  # not rank 0
+        return 0
+    result["rows"] = with_ratios(result["rows"])
+    print("# ratio = busbw / MPI's busbw at the same size, both measured in this run")
+    table([r for r in result["rows"] if r["algorithm"] != "mpi"],
+          {"size (B)": "bytes", "algorithm": "algorithm", "busbw (GB/s)": "busbw_Bps", "ratio to MPI": "ratio_to_mpi"})
+    if copies:
+        print("# device-to-device copy in this run (bytes read and written per second)")
+        table(copies, {"size (B)": "bytes", "time (us)": "time_s", "copy (GB/s)": "Bps"})
+        result["device_copy"] = copies
+    if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"command": " ".join(sys.argv), "ranks": n, "rows": rows,
-                       "mpi": MPI.Get_library_version().splitlines()[0]}, fh, indent=1)
+            json.dump(result, fh, indent=1)
+    wrong = [f"{r['algorithm']} at {r['bytes']} B" for r in result["rows"] if r["wrong"]]
+    if wrong:
+        sys.exit("differs from MPI's Allreduce: " + ", ".join(wrong))
     return 0
 
 

@@ -66,14 +66,14 @@ def plan(gpus: int, ranks: list[int], sizes: list[str], iters: str, out: Path) -
 def main(argv=None) -> int:
     args = arguments(argv)
     from ringlab.mpi.devices import gpu_count
-    from ringlab.measure.machine import describe
+    from ringlab.measure.machine import describe_machine
 
     gpus = gpu_count()
     if not gpus and not args.allow_cpu:
         print("record_results: no GPU here (cupy sees none). The labs measure CPUs themselves; recorded results "
               "are for GPU machines. Use --allow-cpu to try the script anyway.", file=sys.stderr)
         return 2
-    info = describe()
+    info = describe_machine()
     name = info["gpus"][0].get("name", "gpu") if info["gpus"] else "cpu"
     out = Path(args.out) if args.out else ROOT / "results" / f"{datetime.date.today():%Y-%m-%d}_{slug(name)}"
     out.mkdir(parents=True, exist_ok=True)

@@ -98,17 +98,6 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _relaunch(nranks: int, argv: list[str]) -> int:
-    """Run this same command again as an MPI job of ``nranks`` ranks (without its -n)."""
-    import subprocess
-
-    from .mpi.launch import mpiexec_command
-    rest = list(argv)
-    i = rest.index("-n") if "-n" in rest else rest.index("--nranks")
-    del rest[i:i + 2]
-    return subprocess.call(mpiexec_command(nranks, ["-m", "ringlab", *rest]))
-
-
 def _bandwidth(args, argv) -> int:
     import json
 
@@ -116,19 +105,20 @@ def _bandwidth(args, argv) -> int:
 
     from .measure.bandwidth import cpu_report, gpu_report
     from .measure.bench import in_mpi_job
-    from .mpi.devices import cupy_module
-    from .measure.machine import describe
+    from .measure.machine import describe_machine
     from .measure.units import parse_size
+    from .mpi.devices import cupy_module
+    from .mpi.launch import relaunch
 
     if args.nranks and not in_mpi_job():
-        return _relaunch(args.nranks, argv)
+        return relaunch(args.nranks, argv, ["-m", "ringlab"])
     comm = MPI.COMM_WORLD
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     result = {"kind": "ringlab-bandwidth", "schema": 1, "cpu": cpu_report(comm, sizes, sys.stdout)}
     if cupy_module() is not None and comm.Get_rank() == 0:
         result["gpu"] = gpu_report(sys.stdout)
     if comm.Get_rank() == 0 and args.json:
-        result["machine"] = describe(["ringlab", *argv])
+        result["machine"] = describe_machine(["ringlab", *argv])
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)
         print(f"# wrote {args.json}")
@@ -137,9 +127,10 @@ def _bandwidth(args, argv) -> int:
 
 def _bench(args, argv) -> int:
     from .measure.bench import in_mpi_job, run, sweep
+    from .mpi.launch import relaunch
 
     if args.nranks and not in_mpi_job():
-        return _relaunch(args.nranks, argv)
+        return relaunch(args.nranks, argv, ["-m", "ringlab"])
     factor = args.stepfactor if args.stepfactor or args.stepbytes else 2
     sizes = sweep(args.minbytes, args.maxbytes, factor=factor if not args.stepbytes else None,
                   increment=args.stepbytes)

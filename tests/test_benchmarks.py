@@ -14,8 +14,9 @@ def test_allreduce_benchmark_runs_and_compares_with_mpi(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert {r["who"] for r in rows} == {"MPI", "ring", "naive", "ps", "rhd"}
+    assert {r["algorithm"] for r in rows} == {"mpi", "ring", "naive", "ps", "rhd"}
     assert {r["bytes"] for r in rows} == {4096, 16384}
     assert all(r["time_s"] > 0 and r["busbw_Bps"] > 0 for r in rows)
-    assert all(abs(r["ratio_to_mpi"] - 1) < 1e-12 for r in rows if r["who"] == "MPI")
-    assert "busbw" in done.stdout and "ring" in done.stdout
+    assert all(abs(r["ratio_to_mpi"] - 1) < 1e-12 for r in rows if r["algorithm"] == "mpi")
+    assert all(r["wrong"] == 0 for r in rows)  # every result checked against MPI's Allreduce
+    assert "busbw" in done.stdout and "ratio to MPI" in done.stdout and "ring" in done.stdout

@@ -20,7 +20,13 @@ def test_ranks_collective_abort_and_restart():
                 "from mpi4py import MPI\n"
                 "total = rl.allreduce(np.full(5, MPI.COMM_WORLD.Get_rank() + 1.0))\n")
         ranks.view.execute(code, block=True)
-        assert ranks.view.pull("total", block=True)[0].tolist() == [6.0] * 5
+        assert ranks.pull_rank0("total").tolist() == [6.0] * 5
+        ranks.view.execute("mine = 10 * me", block=True)
+        me, mine = ranks.pull_rank0("me", "mine")  # rank 0's values, not another rank's
+        assert (me, mine) == (0, 0)
+        assert ranks.pull_rank0("me", "total")[1].tolist() == [6.0] * 5
+        with pytest.raises(ValueError, match="at least one"):
+            ranks.pull_rank0()
         failing = ("from mpi4py import MPI\nimport numpy as np\n"
                    "if MPI.COMM_WORLD.Get_rank() == 1:\n    raise RuntimeError('boom on rank 1')\n"
                    "MPI.COMM_WORLD.Allreduce(np.ones(3), np.empty(3))\n")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.predict.fitting import coefficients, fit, fit_rows
+from ringlab.predict.fitting import coefficients, fit, fit_pingpong, fit_rows
 from ringlab.topology import uniform
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,27 @@ def test_fit_rejects_too_little_data():
     with pytest.raises(ValueError, match="must be > 0"):
         fit(rl.build("allreduce.ring", 2), [100, 200], [1e-5, 0])
     with pytest.raises(ValueError, match="no rows for 'allreduce.tree'"):
-        fit_rows([{"who": "ring", "bytes": 1, "time_s": 1}], "allreduce.tree", 2)
+        fit_rows([{"algorithm": "ring", "bytes": 1, "time_s": 1}], "allreduce.tree", 2)
+
+
+def test_fit_rows_takes_an_algorithm_by_its_full_or_short_name():
+    rows = [{"algorithm": a, "bytes": k, "time_s": t * k} for a, t in (("ring", 1e-9), ("mpi", 1e-6))
+            for k in (1 << 10, 1 << 20)]
+    for name in ("ring", "allreduce.ring"):
+        assert fit_rows(rows, name, 2).measured.tolist() == [1e-9 * (1 << 10), 1e-9 * (1 << 20)]
+
+
+def test_alpha_and_bandwidth_are_fitted_from_ping_pong_rows():
+    rows = [{"bytes": k, "one_way_s": 3e-6 + k / 8e9} for k in (8, 1024, 1 << 20, 64 << 20)]
+    fitted = fit_pingpong(rows)
+    assert fitted.alpha == pytest.approx(3e-6) and fitted.bandwidth == pytest.approx(8e9)
+    noisy = [{**r, "one_way_s": r["one_way_s"] * f} for r, f in zip(rows, (1.05, 0.95, 1.02, 0.98))]
+    fitted = fit_pingpong(noisy)
+    assert fitted.alpha == pytest.approx(3e-6, rel=0.1) and fitted.bandwidth == pytest.approx(8e9, rel=0.1)
+    with pytest.raises(ValueError, match="at least two sizes"):
+        fit_pingpong(rows[:1])
+    with pytest.raises(ValueError, match="do not fit"):
+        fit_pingpong([{"bytes": 8, "one_way_s": 2e-6}, {"bytes": 1 << 20, "one_way_s": 1e-6}])
 
 
 def test_fit_from_a_real_benchmark_run(tmp_path):

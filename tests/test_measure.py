@@ -84,7 +84,7 @@ def test_bench_on_two_and_three_ranks_checks_its_own_results(tmp_path, collectiv
 
 def test_bench_rejects_bad_input():
     done = ringlab("bench", "-n", "2", "-c", "alltoall")
-    assert done.returncode == 2 and "collective must be one of allreduce" in done.stderr
+    assert done.returncode == 2 and "collective must be one of reduce, broadcast, allreduce" in done.stderr
     done = ringlab("bench", "-n", "2", "-a", "gossip")
     assert done.returncode != 0 and "unknown allreduce algorithm 'gossip'" in done.stderr
 

@@ -1,5 +1,5 @@
 """Recorded results (the files the labs show on machines without a GPU), the script that records
-them, the alpha-beta fit, and every exercise check (a right answer passes, a wrong one fails with a hint)."""
+them, and every exercise check (a right answer passes, a wrong one fails with a hint)."""
 import json
 import re
 import subprocess
@@ -11,7 +11,6 @@ import pytest
 
 from ringlab.lab import exercises
 from ringlab.measure import recorded
-from ringlab.measure.bandwidth import fit_alpha_beta
 from ringlab.mpi.devices import gpu_count
 from ringlab.measure.doctor import LABS as DOCTOR_LABS
 from ringlab.lab.notebooks import LABS
@@ -74,10 +73,10 @@ def test_without_a_gpu_the_newest_recording_is_shown_with_its_label(tmp_path, ca
     row = re.search(r"host->device\s+pinned\s+(\S+)\s+(\S+)\s+(\S+)", text)
     assert row.groups() == ("20.00", "25.00", "0.80")
     assert "peer access off" in text and "8-byte host->device latency: 4.00 us" in text
-    figure = recorded.host_device_figure(shown, shown["source"])
+    from ringlab.viz import bandwidth_heatmap, host_device_figure
+    figure = host_device_figure(shown, shown["source"])
     assert [t.name for t in figure.data] == ["pinned", "pageable", "link peak (from generation and width)"]
     assert list(figure.data[1].y) == [10.0, 7.5, 15.0]
-    from ringlab.viz import bandwidth_heatmap
     assert bandwidth_heatmap(shown["p2p"]["peer_access_on"]).data
 
 
@@ -110,19 +109,6 @@ def test_doctor_lists_the_labs_that_exist():
     assert len(notebooks) == 7
 
 
-def test_alpha_and_bandwidth_are_fitted_from_ping_pong_rows():
-    rows = [{"bytes": k, "one_way_s": 3e-6 + k / 8e9} for k in (8, 1024, 1 << 20, 64 << 20)]
-    alpha, bandwidth = fit_alpha_beta(rows)
-    assert alpha == pytest.approx(3e-6) and bandwidth == pytest.approx(8e9)
-    noisy = [{**r, "one_way_s": r["one_way_s"] * f} for r, f in zip(rows, (1.05, 0.95, 1.02, 0.98))]
-    alpha, bandwidth = fit_alpha_beta(noisy)
-    assert alpha == pytest.approx(3e-6, rel=0.1) and bandwidth == pytest.approx(8e9, rel=0.1)
-    with pytest.raises(ValueError, match="at least two sizes"):
-        fit_alpha_beta(rows[:1])
-    with pytest.raises(ValueError, match="do not fit"):
-        fit_alpha_beta([{"bytes": 8, "one_way_s": 2e-6}, {"bytes": 1 << 20, "one_way_s": 1e-6}])
-
-
 CHECKS = [
     (exercises.check_reduce_scatter_rule, lambda j, i, n: (j - i) % n, lambda j, i, n: (j + i) % n),
     (exercises.check_chain_time, lambda K, n, S, B: K * (S + n - 2) / (S * B), lambda K, n, S, B: (n - 1) * K / B),
@@ -147,7 +133,7 @@ def test_every_exercise_check_passes_the_right_answer_and_explains_a_wrong_one(c
 
 def test_without_a_gpu_a_recorded_gpu_sweep_is_found_by_collective(tmp_path, capsys):
     bench = {"kind": "ringlab-bench", "schema": 1, "collective": "allreduce", "ranks": 2, "gpu": True,
-             "rows": [{"bytes": 1 << 20, "who": "nccl", "busbw_Bps": 1e9, "time_s": 1e-3, "wrong": 0}],
+             "rows": [{"bytes": 1 << 20, "algorithm": "nccl", "busbw_Bps": 1e9, "time_s": 1e-3, "wrong": 0}],
              "machine": {"date": "2030-01-02T00:00:00+00:00", "command": "ringlab bench --gpu", "host": "h",
                          "gpus": [{"name": "Test GPU"}]}}  # made-up numbers: a test of the lookup only
     assert recorded.gpu_bench("allreduce", root=tmp_path, measure=False) is None

@@ -116,10 +116,10 @@ def test_topology_drawings(name):
 
 
 def test_scaling_plots_have_log_axes_and_units():
-    rows = [{"who": w, "bytes": b, "busbw_Bps": b / 1e3} for w in ("MPI", "ring") for b in (1024, 4096)]
+    rows = [{"algorithm": a, "bytes": b, "busbw_Bps": b / 1e3} for a in ("mpi", "ring") for b in (1024, 4096)]
     fig = busbw_plot(rows)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
-    assert [t.name for t in fig.data] == ["MPI", "ring"]
+    assert [t.name for t in fig.data] == ["mpi", "ring"]
     fig = time_vs_ranks([2, 4, 8], {"ring": [1e-3, 2e-3, 3e-3]})
     assert fig.layout.yaxis.title.text == "time (µs)" and fig.data[0].y == (1000.0, 2000.0, 3000.0)
     fig = measured_vs_predicted([1024, 2048], [2e-5, 3e-5], [1e-5, 3e-5], label="ring")

@@ -15,11 +15,12 @@
 
 # %%
 import ringlab as rl
-from ringlab.topology import pcie_bandwidth, recorded_topo, topology_from_codes
+from ringlab.topology import pcie_bandwidth, recorded_topo
 from ringlab.measure.doctor import report
 from ringlab.lab.exercises import check_pcie
-from ringlab.measure.recorded import gpu_bandwidth, host_device_figure
-from ringlab.viz import topology_figure, use_renderer
+from ringlab.lab.tables import table
+from ringlab.measure.recorded import gpu_bandwidth
+from ringlab.viz import host_device_figure, topology_figure, use_renderer
 
 use_renderer()
 print("\n".join(report()))
@@ -55,7 +56,7 @@ if topology is not None:
 # crosses PCIe, the host bridges and the link between the two sockets.
 
 # %%
-text, matrix = recorded_topo("rtx4090x8")
+text, _ = recorded_topo("rtx4090x8")
 print(text.split("Legend")[0])
 
 # %% [markdown]
@@ -64,8 +65,7 @@ print(text.split("Legend")[0])
 # everywhere), not figures read from that machine.
 
 # %%
-topology_figure(topology_from_codes(matrix.gpu_codes(), name="8 x RTX 4090 (published topo -m)",
-                                    source="nvidia-smi topo -m; link rates assumed"))
+topology_figure(rl.topology.recorded("rtx4090x8"))
 
 # %% [markdown]
 # And a machine built around NVLink: the DGX-1 with V100s, from published figures. Each GPU has six
@@ -96,8 +96,8 @@ check_pcie(pcie_gbytes)
 # spec figures: 2.5, 5, 8, 16 and 32 GT/s; 8b/10b up to 2.0, then 128b/130b):
 
 # %%
-for generation in (1, 2, 3, 4, 5):
-    print(f"PCIe {generation}.0 x16: {pcie_bandwidth(generation, 16) / 1e9:6.2f} GB/s per direction")
+table([{"link": f"PCIe {generation}.0 x16", "Bps": pcie_bandwidth(generation, 16)} for generation in (1, 2, 3, 4, 5)],
+      {"link": "link", "per direction (GB/s)": "Bps"})
 
 # %% [markdown]
 # ## Measured against theoretical

@@ -14,12 +14,13 @@
 
 # %%
 import ringlab as rl
-from ringlab.measure.bandwidth import fit_alpha_beta
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_message_time, check_staged_time
+from ringlab.lab.tables import table
+from ringlab.measure.recorded import gpu_bandwidth
+from ringlab.predict.fitting import fit_pingpong
 from ringlab.topology.presets import PUBLISHED_LINKS
-from ringlab.measure.recorded import gpu_bandwidth, host_device_figure
-from ringlab.viz import bandwidth_heatmap, links_figure, measured_vs_predicted, use_renderer
+from ringlab.viz import bandwidth_heatmap, host_device_figure, links_figure, measured_vs_predicted, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -58,13 +59,12 @@ direct = pingpong(comm, sizes)
 staged = pingpong(comm, sizes, staged=True)
 
 # %%
-copy_rate, direct, staged = (ranks.view.pull(name, block=True)[0] for name in ("copy_rate", "direct", "staged"))
+copy_rate, direct, staged = ranks.pull_rank0("copy_rate", "direct", "staged")
 ranks.stop()
 print(f"measured here: memory copy rate {copy_rate / 1e9:.2f} GB/s (one core)")
-print(f"{'size (B)':>10} {'direct (us)':>12} {'GB/s':>7} {'staged (us)':>12} {'GB/s':>7}")
-for d, s in zip(direct, staged):
-    print(f"{d['bytes']:>10} {d['one_way_s'] * 1e6:>12.2f} {d['bandwidth_Bps'] / 1e9:>7.2f} "
-          f"{s['one_way_s'] * 1e6:>12.2f} {s['bandwidth_Bps'] / 1e9:>7.2f}")
+table([{**d, "staged_s": s["one_way_s"], "staged_Bps": s["bandwidth_Bps"]} for d, s in zip(direct, staged)],
+      {"size (B)": "bytes", "direct (us)": "one_way_s", "direct (GB/s)": "bandwidth_Bps",
+       "staged (us)": "staged_s", "staged (GB/s)": "staged_Bps"})
 
 # %% [markdown]
 # Small messages all take about the same time: that floor is the **latency**. Large ones take time
@@ -90,7 +90,8 @@ check_message_time(message_time)
 # through the measurements:
 
 # %%
-alpha, bandwidth = fit_alpha_beta(direct)
+fitted = fit_pingpong(direct)
+alpha, bandwidth = fitted.alpha, fitted.bandwidth
 print(f"fitted to the measurements: alpha = {alpha * 1e6:.2f} us, B = {bandwidth / 1e9:.2f} GB/s")
 measured_vs_predicted([r["bytes"] for r in direct], [r["one_way_s"] for r in direct],
                       [message_time(r["bytes"], alpha, bandwidth) for r in direct], label="(alpha-beta fit)",

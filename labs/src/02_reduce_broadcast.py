@@ -16,6 +16,7 @@ import numpy as np
 import ringlab as rl
 from ringlab.predict.costmodel import best_segments
 from ringlab.lab.exercises import check_chain_time
+from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_schedules
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
@@ -41,11 +42,13 @@ outputs = rl.simulate(rl.build("reduce.tree", 5, root=2), inputs)
 
 # %%
 K, n = 1 << 20, 8
+rows = []
 for name in ("reduce.direct", "reduce.tree", "reduce.chain", "broadcast.direct", "broadcast.tree", "broadcast.chain"):
     schedule = rl.build(name, n)
     counts = rl.traffic(schedule, K)
-    print(f"{name:<17} {len(schedule.steps):>3} steps   root receives {counts['received'][0] / K:.2f} K, "
-          f"sends {counts['sent'][0] / K:.2f} K")
+    rows.append({"algorithm": name, "steps": len(schedule.steps), "received": counts["received"][0] / K,
+                 "sent": counts["sent"][0] / K})
+table(rows, {"algorithm": "algorithm", "steps": "steps", "root receives (K)": "received", "root sends (K)": "sent"})
 
 # %% [markdown]
 # A chain broadcast cut into S = 4 segments: a rank passes on segment s on the step after it arrived,
@@ -95,7 +98,7 @@ tree = time_collective(lambda: rl.broadcast(x, 0, "tree", agree=False), comm, wa
 mpi = time_collective(lambda: comm.Bcast(x, root=0), comm, warmup=2, iters=7)
 
 # %%
-segments, chain, tree, mpi = ranks.view.pull(["segments", "chain", "tree", "mpi"], block=True)[0]
+segments, chain, tree, mpi = ranks.pull_rank0("segments", "chain", "tree", "mpi")
 ranks.stop()
 print(f"measured here: tree {tree * 1e6:.0f} us, MPI's Bcast {mpi * 1e6:.0f} us; chain by S:",
       ", ".join(f"{S}: {t * 1e6:.0f} us" for S, t in zip(segments, chain)))

@@ -16,6 +16,7 @@ import numpy as np
 import ringlab as rl
 from ringlab.lab.demo import walkthrough
 from ringlab.lab.exercises import check_reduce_scatter_rule
+from ringlab.lab.tables import table
 from ringlab.viz import StepThrough, busbw_plot, step_figure, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -30,10 +31,10 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %%
 K = 1 << 20
-for n in (2, 4, 8, 16):
-    ring = max(rl.traffic(rl.build("allreduce.ring", n), K)["received"]) / K
-    naive = max(rl.traffic(rl.build("allreduce.naive", n), K)["received"]) / K
-    print(f"{n:>2} ranks: ring {ring:.3f} K, naive root {naive:.0f} K")
+rows = [{"ranks": n, "ring": max(rl.traffic(rl.build("allreduce.ring", n), K)["received"]) / K,
+         "naive": max(rl.traffic(rl.build("allreduce.naive", n), K)["received"]) / K} for n in (2, 4, 8, 16)]
+table(rows, {"ranks": "ranks", "ring: a rank receives (K)": ("ring", ".3f"),
+             "naive: the root receives (K)": ("naive", ".0f")})
 
 # %% [markdown]
 # ## Exercise 1: the ring's reduce-scatter
@@ -136,7 +137,7 @@ from ringlab.measure.bench import run
 result = run("allreduce", ["ring", "naive", "mpi"], [1 << 16, 1 << 18, 1 << 20, 1 << 22], iters=5, warmup=1)
 
 # %%
-rows = ranks.view.pull("result", block=True)[0]["rows"]  # rank 0 holds the table
+rows = ranks.pull_rank0("result")["rows"]  # rank 0 holds the table
 busbw_plot(rows, title="measured here: allreduce bus bandwidth on 4 CPU ranks")
 
 # %%

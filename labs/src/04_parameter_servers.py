@@ -14,6 +14,7 @@
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_server_load
+from ringlab.lab.tables import table
 from ringlab.viz import staleness_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -26,10 +27,10 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %%
 K, n = 1 << 20, 8
-for M in (1, 2, 4, 8):
-    counts = rl.traffic(rl.build("allreduce.ps", n, servers=M), K)
-    print(f"M={M}: the busiest rank receives {max(counts['received']) / K:.2f} K")
-print(f"ring:  every rank receives {max(rl.traffic(rl.build('allreduce.ring', n), K)['received']) / K:.2f} K")
+schedules = {f"ps, M={M}": rl.build("allreduce.ps", n, servers=M) for M in (1, 2, 4, 8)}
+schedules["ring"] = rl.build("allreduce.ring", n)
+table([{"algorithm": name, "received": max(rl.traffic(s, K)["received"]) / K} for name, s in schedules.items()],
+      {"algorithm": "algorithm", "the busiest rank receives (K)": "received"})
 
 # %% [markdown]
 # ## Exercise 1: the server's load
@@ -72,13 +73,12 @@ for mode in ("sync", "async"):
     records[mode]["accuracy"] = accuracy(model, x_test, y_test)
 
 # %%
-everyone = ranks.view.pull("records", block=True)
+everyone = ranks.view.pull("records", block=True)  # every rank's: rank 0 serves, ranks 1-4 are workers 0-3
 ranks.stop()
-for mode in ("sync", "async"):
-    workers = [r[mode] for r in everyone[1:]]
-    print(f"{mode:>5}: {everyone[0][mode]['seconds']:.2f} s, test accuracy {everyone[0][mode]['accuracy']:.3f}; "
-          "waiting / computing per worker: "
-          + ", ".join(f"{w['wait_seconds']:.2f}/{w['compute_seconds']:.2f} s" for w in workers))
+table([{"mode": mode, **everyone[0][mode]} for mode in ("sync", "async")],
+      {"mode": "mode", "time (s)": "seconds", "test accuracy": ("accuracy", ".3f")})
+table([{"mode": mode, "worker": w, **everyone[w + 1][mode]} for mode in ("sync", "async") for w in range(4)],
+      {"mode": "mode", "worker": "worker", "waiting (s)": "wait_seconds", "computing (s)": "compute_seconds"})
 
 # %% [markdown]
 # Synchronously, the fast workers spend most of their time waiting for the straggler. Asynchronously

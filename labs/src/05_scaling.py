@@ -17,6 +17,7 @@ import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.predict.costmodel import crossover, whatif
 from ringlab.lab.exercises import check_ring_time
+from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_rows
 from ringlab.measure.recorded import gpu_bench
 from ringlab.predict.rings import ring_report
@@ -37,8 +38,8 @@ for n in (2, 4):
     with MPICluster(n) as ranks:
         ranks.view.execute(f"from ringlab.measure.bench import run\nresult = run('allreduce', ['ring', 'mpi'], {sizes}, "
                            f"iters=5, warmup=1)", block=True)
-        rows[n] = ranks.view.pull("result", block=True)[0]["rows"]
-busbw_plot([dict(r, who=f"{r['who']} on {n} ranks") for n in rows for r in rows[n]],
+        rows[n] = ranks.pull_rank0("result")["rows"]
+busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks") for n in rows for r in rows[n]],
            title="measured here: allreduce bus bandwidth")
 
 # %% [markdown]
@@ -87,19 +88,20 @@ check_ring_time(ring_time)
 # predictions, not measurements:
 
 # %%
-for row in whatif(["allreduce.ring", "allreduce.tree"], 64 << 20,
-                  [rl.topology.preset(p) for p in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8")]):
-    print(f"{row['topology']:<14} {row['algorithm']:<15} {row['seconds'] * 1e3:7.2f} ms  "
-          f"busbw {row['busbw'] / 1e9:6.1f} GB/s  bounded by {row['bottleneck']}")
+table(whatif(["allreduce.ring", "allreduce.tree"], 64 << 20,
+             [rl.topology.preset(p) for p in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8")]),
+      {"topology": "topology", "algorithm": "algorithm", "predicted (ms)": "seconds",
+       "busbw (GB/s)": ("busbw", ".1f"), "bounded by": "bottleneck"})
 
 # %% [markdown]
 # And 1024 GPUs with 100 Gbit/s links (12.5 GB/s each way) and an assumed 5 µs per message:
 
 # %%
 network = rl.topology.uniform(1024, bandwidth=12.5e9, latency=5e-6)
-for name in ("allreduce.ring", "allreduce.tree", "allreduce.rhd"):
-    print(f"{name:<15} {rl.predict(rl.build(name, 1024), 64 << 20, network).seconds * 1e3:8.2f} ms (predicted)")
-print(f"your formula: {ring_time(1024, 64 << 20, 5e-6, 12.5e9) * 1e3:8.2f} ms")
+table([{"algorithm": name, "seconds": rl.predict(rl.build(name, 1024), 64 << 20, network).seconds}
+       for name in ("allreduce.ring", "allreduce.tree", "allreduce.rhd")],
+      {"algorithm": "algorithm", "predicted (ms)": "seconds"})
+print(f"your formula for the ring: {ring_time(1024, 64 << 20, 5e-6, 12.5e9) * 1e3:.2f} ms")
 
 # %% [markdown]
 # ## Tree against ring
@@ -108,9 +110,9 @@ print(f"your formula: {ring_time(1024, 64 << 20, 5e-6, 12.5e9) * 1e3:8.2f} ms")
 # while latency dominates, so NCCL picks its algorithm by message size. Where is the crossover?
 
 # %%
-for preset in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8"):
-    size = crossover("allreduce.tree", "allreduce.ring", rl.topology.preset(preset))
-    print(f"{preset:<14} ring beats tree from {size / 1024:.0f} KiB up (predicted)")
+table([{"topology": p, "bytes": crossover("allreduce.tree", "allreduce.ring", rl.topology.preset(p))}
+       for p in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8")],
+      {"topology": "topology", "predicted: ring beats tree from (KiB)": "bytes"})
 
 # %% [markdown]
 # ## The order of the ring
@@ -119,10 +121,8 @@ for preset in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8"):
 # 0, 1, ..., 7 sends some ring edges over slower or shared paths:
 
 # %%
-for preset in ("dgx1-p100", "dgx1-v100", "dual-socket-qpi-8"):
-    report = ring_report(rl.topology.preset(preset))
-    print(f"{preset:<18} best ring {report['best_order']}: the plain order is "
-          f"{report['slowdown_of_plain']:.2f}x slower (predicted)")
+table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p100", "dgx1-v100", "dual-socket-qpi-8")],
+      {"topology": "topology", "best ring": "best_order", "predicted: plain order slower by (x)": "slowdown_of_plain"})
 
 # %% [markdown]
 # ## Summary

@@ -15,6 +15,8 @@
 import numpy as np
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_scaled_lr
+from ringlab.lab.tables import table
+from ringlab.train.scaling import COLUMNS, measure_scaling
 
 # %% [markdown]
 # ## Three trainers, one result
@@ -28,16 +30,15 @@ ranks = MPICluster(3).start()
 
 # %%
 # %%px
-import os
 import torch
-import torch.distributed as dist
 from mpi4py import MPI
 from ringlab.train import DistributedOptimizer
-from ringlab.train.task import accuracy, batches, make_data, make_model, weights
+from ringlab.train.reference import ddp_weights
+from ringlab.train.task import batches, make_data, make_model, weights
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-x, y, x_test, y_test = make_data()
+x, y, _, _ = make_data()
 batch = batches(x, y, size, 32)
 loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -45,25 +46,15 @@ model = make_model(seed=rank)  # on purpose: the optimizer broadcasts rank 0's w
 opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model.named_parameters())
 for step in range(30):
     opt.zero_grad()
-    loss_fn(model(batch(rank, step)[0]), batch(rank, step)[1]).backward()
+    inputs, targets = batch(rank, step)
+    loss_fn(model(inputs), targets).backward()
     opt.step()
 opt.close()
 ours = weights(model)
-
-port = comm.bcast(29700 + os.getpid() % 200 if rank == 0 else None, root=0)
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-reference = torch.nn.parallel.DistributedDataParallel(make_model(seed=0))
-sgd = torch.optim.SGD(reference.parameters(), lr=0.05)
-for step in range(30):
-    sgd.zero_grad()
-    loss_fn(reference(batch(rank, step)[0]), batch(rank, step)[1]).backward()
-    sgd.step()
-dist.barrier()  # all ranks done before rank 0's store goes away
-dist.destroy_process_group()
-theirs = weights(reference.module)
+theirs = ddp_weights(make_model(seed=0), batch, steps=30, lr=0.05)  # torch DDP on the same batches
 
 # %%
-ours, theirs = ranks.view.pull(["ours", "theirs"], block=True)[0]
+ours, theirs = ranks.pull_rank0("ours", "theirs")
 ranks.stop()
 print(f"largest difference, relative to the largest weight: {np.abs(ours - theirs).max() / np.abs(theirs).max():.1e}")
 assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
@@ -99,15 +90,7 @@ check_scaled_lr(scaled_lr)
 # cores.
 
 # %%
-import subprocess
-import sys
-from pathlib import Path
-
-import ringlab
-
-script = Path(ringlab.__file__).resolve().parent.parent / "benchmarks" / "train_scaling.py"
-print(subprocess.run([sys.executable, str(script), "--ranks", "1,2,4", "--steps", "300"],
-                     capture_output=True, text=True, check=True).stdout)
+table(measure_scaling([1, 2, 4], steps=300), COLUMNS)
 
 # %% [markdown]
 # ## Summary

@@ -4,5 +4,6 @@
 - ``cluster``: :class:`MPICluster`, MPI ranks as ipyparallel engines for ``%%px`` cells;
 - ``notebooks``: the labs' jupytext sources, the exercise and solution notebooks built from them,
   and their ``%%px`` cells as one script for mpiexec (``python -m ringlab.lab build|check|script``);
-- ``demo``: a terminal walk-through of one collective (``ringlab demo``).
+- ``demo``: a terminal walk-through of one collective (``ringlab demo``);
+- ``tables``: :func:`~ringlab.lab.tables.table`, the labs' aligned text tables with units in the headers.
 """

@@ -3,6 +3,7 @@
     from ringlab.lab.cluster import MPICluster
     ranks = MPICluster(4).start()     # then %%px cells run on every rank
     ...
+    result = ranks.pull_rank0("result")   # what rank 0 computed
     ranks.stop()                      # also at exit, and by `with MPICluster(4) as ranks:`
 
 A rank that raises inside a cell while the others wait in a collective would hang the cell, and
@@ -67,6 +68,15 @@ class MPICluster:
             self.view.activate()
         _RUNNING.append(self)
         return self
+
+    def pull_rank0(self, *names: str):
+        """Rank 0's value of one name, or a tuple of rank 0's values of several (where results are gathered)."""
+        if not names:
+            raise ValueError("name at least one variable to pull")
+        if self.view is None:
+            raise RuntimeError("the ranks are not running: call start() first")
+        values = self.view.pull(list(names), targets=self.view.targets[0], block=True)
+        return values[0] if len(names) == 1 else tuple(values)
 
     def alive(self) -> bool:
         """Whether all engines are still there (an aborted job leaves none)."""

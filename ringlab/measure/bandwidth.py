@@ -73,22 +73,6 @@ def pingpong(comm, sizes: list[int], repeats: int = REPEATS, staged: bool = Fals
     return rows
 
 
-def fit_alpha_beta(rows: list[dict]) -> tuple[float, float]:
-    """(alpha in seconds, bandwidth in bytes/s) of t = alpha + K / B fitted to ping-pong rows.
-
-    A least-squares fit on relative error, so the 8-byte rows weigh as much as the 64 MiB ones.
-    """
-    if len(rows) < 2:
-        raise ValueError(f"need ping-pong rows for at least two sizes to fit alpha and B, got {len(rows)}")
-    sizes = np.array([r["bytes"] for r in rows], dtype=float)
-    times = np.array([r["one_way_s"] for r in rows], dtype=float)
-    design = np.stack([np.ones_like(sizes), sizes], axis=1) / times[:, None]
-    (alpha, per_byte), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
-    if per_byte <= 0 or alpha < 0:
-        raise ValueError("these rows do not fit t = alpha + K/B (time does not grow with size): measure larger sizes")
-    return float(alpha), float(1 / per_byte)
-
-
 def cpu_report(comm, sizes: list[int], out) -> dict:
     """The no-GPU measurements: copy rate on rank 0, then ping-pong rows against it."""
     rate = memcpy_rate() if comm.Get_rank() == 0 else 0.0

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import nullcontext
 
 import numpy as np
 
+from ..mpi.launch import torch_process_group
+from ..schedule import BUS_FACTORS, COLLECTIVES, check_root
 from .timing import bandwidths, time_collective
 
-COLLECTIVES = ("allreduce", "reduce", "broadcast", "reduce_scatter", "allgather")
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "int32": np.int32,
           "int64": np.int64}
 SCHEMA = 1
@@ -69,23 +71,21 @@ class _Implementations:
     def mpi(self):
         from mpi4py import MPI
 
-        comm, x, n, rank = self.comm, self.x, self.n, self.comm.Get_rank()
+        comm, x, n, rank, root = self.comm, self.x, self.n, self.comm.Get_rank(), self.root
         host = x if isinstance(x, np.ndarray) else x.get()
         if host.dtype == np.float16:
             raise ValueError("MPI has no float16 reduction; use -d float32 to compare with MPI")
         out = np.empty_like(host)
         block = len(host) // n
-        if self.collective == "allreduce":
-            return lambda: (comm.Allreduce(host, out), out)[1]
-        if self.collective == "reduce":
-            return lambda: (comm.Reduce(host, out, root=self.root), out)[1]
+        mine = slice(rank * block, (rank + 1) * block)  # this rank's block of reduce_scatter and allgather
         if self.collective == "broadcast":
-            out[...] = host
-            return lambda: (comm.Bcast(out, root=self.root), out)[1]
-        if self.collective == "reduce_scatter":
-            return lambda: (comm.Reduce_scatter_block(host, out[rank * block:(rank + 1) * block], op=MPI.SUM), out)[1]
-        mine = np.ascontiguousarray(host[rank * block:(rank + 1) * block])
-        return lambda: (comm.Allgather(mine, out), out)[1]
+            out[...] = host  # the root's buffer; the others' are overwritten
+        calls = {"allreduce": lambda: comm.Allreduce(host, out),
+                 "reduce": lambda: comm.Reduce(host, out, root=root),
+                 "broadcast": lambda: comm.Bcast(out, root=root),
+                 "reduce_scatter": lambda: comm.Reduce_scatter_block(host, out[mine], op=MPI.SUM),
+                 "allgather": lambda: comm.Allgather(host[mine], out)}
+        return _returning(calls[self.collective], out)
 
     def nccl(self):
         from ..mpi.devices import cupy_module, gpu_count, local_comm
@@ -100,41 +100,49 @@ class _Implementations:
         if key not in _NCCL:  # one communicator per MPI communicator, for the whole sweep
             uid = self.comm.bcast(nccl.get_unique_id() if self.comm.Get_rank() == 0 else None, root=0)
             _NCCL[key] = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
-        x, nc, stream = self.x, _NCCL[key], cp.cuda.get_current_stream().ptr
+        x, nc, stream, root = self.x, _NCCL[key], cp.cuda.get_current_stream().ptr, self.root
         types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
                  np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int32): nccl.NCCL_INT32,
                  np.dtype(np.int64): nccl.NCCL_INT64}
         kind, out = types[x.dtype], cp.empty_like(x)
-        if self.collective == "allreduce":
-            return lambda: (nc.allReduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, stream), out)[1]
-        if self.collective == "broadcast":
-            return lambda: (nc.broadcast(x.data.ptr, out.data.ptr, x.size, kind, self.root, stream), out)[1]
-        if self.collective == "reduce":
-            return lambda: (nc.reduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, self.root, stream), out)[1]
-        raise ValueError(f"nccl: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
+        calls = {"allreduce": lambda: nc.allReduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, stream),
+                 "broadcast": lambda: nc.broadcast(x.data.ptr, out.data.ptr, x.size, kind, root, stream),
+                 "reduce": lambda: nc.reduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, root, stream)}
+        if self.collective not in calls:
+            raise ValueError(f"nccl: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
+        return _returning(calls[self.collective], out)
 
     def torch(self):
+        """torch.distributed's collective, in the process group that :func:`run` starts."""
         import torch
         import torch.distributed as dist
 
-        if not dist.is_initialized():
-            port = self.comm.bcast(29400 + os.getpid() % 500 if self.comm.Get_rank() == 0 else None, root=0)
-            backend = "nccl" if not isinstance(self.x, np.ndarray) else "gloo"
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=self.comm.Get_rank(),
-                                    world_size=self.n)
-        tensor = torch.from_dlpack(self.x).clone()
-        if self.collective == "allreduce":
-            return lambda: (dist.all_reduce(t := tensor.clone()), t)[1]
-        if self.collective == "broadcast":
-            return lambda: (dist.broadcast(t := tensor.clone(), src=self.root), t)[1]
-        if self.collective == "reduce":
-            return lambda: (dist.reduce(t := tensor.clone(), dst=self.root), t)[1]
-        raise ValueError(f"torch: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
+        root = self.root
+        calls = {"allreduce": dist.all_reduce,
+                 "broadcast": lambda t: dist.broadcast(t, src=root),
+                 "reduce": lambda t: dist.reduce(t, dst=root)}
+        if self.collective not in calls:
+            raise ValueError(f"torch: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
+        call, tensor = calls[self.collective], torch.from_dlpack(self.x).clone()
+
+        def run():
+            fresh = tensor.clone()  # the collective works in place: start from the input every time
+            call(fresh)
+            return fresh
+        return run
 
     def make(self, name: str):
         if name in ("mpi", "nccl", "torch"):
             return getattr(self, name)()
         return self.ringlab(name)
+
+
+def _returning(call, out):
+    """A timed function that runs ``call()`` and returns ``out``, the buffer it writes into."""
+    def run():
+        call()
+        return out
+    return run
 
 
 def _defined(collective: str, rank: int, root: int, n: int, count: int) -> slice | None:
@@ -162,7 +170,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results."""
     from mpi4py import MPI
 
-    from .machine import describe
+    from .machine import describe_machine
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -170,8 +178,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
         raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
     if dtype_name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
-    if not 0 <= root < n:
-        raise ValueError(f"root must be a rank in 0..{n - 1}, got {root}")
+    check_root(root, n)
     dtype = np.dtype(DTYPES[dtype_name])
     xp = np
     if gpu:
@@ -185,41 +192,38 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     if show:
         where = f"GPU, transport {transport}" if gpu else "CPU, numpy over MPI"
         print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, median of {iters} after "
-              f"{warmup} warm-up; busbw = algbw x {_factor_text(collective)}", file=out)
+              f"{warmup} warm-up; busbw = algbw x {BUS_FACTORS[collective]}", file=out)
         print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'time (us)':>11} "
               f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}", file=out, flush=True)
     rows = []
-    for nbytes in sizes:
-        count = nbytes // dtype.itemsize
-        if collective in ("reduce_scatter", "allgather"):
-            count -= count % n  # equal blocks, as MPI's Reduce_scatter_block and Allgather need
-        if count == 0:
-            continue
-        rng = np.random.default_rng(rank * 7919 + count)
-        host = (rng.integers(-100, 100, count) if dtype.kind == "i" else rng.uniform(-1, 1, count)).astype(dtype)
-        x = xp.asarray(host)
-        reference = _Implementations(collective, comm, host.astype(np.float32) if dtype == np.float16 else host,
-                                     root, "auto").mpi()().copy()
-        implementations = _Implementations(collective, comm, x, root, transport)
-        defined = _defined(collective, rank, root, n, count)
-        for name in algorithms:
-            fn = implementations.make(name)
-            got = fn()
-            wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
-            wrong = comm.allreduce(wrong)
-            seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if xp is not np else None)
-            size = count * dtype.itemsize
-            algbw, busbw = bandwidths(collective, size, seconds, n)
-            row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "who": name,
-                   "time_s": seconds, "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong}
-            rows.append(row)
-            if show:
-                _print_row(row, out, bar)
-    if "torch" in algorithms:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.barrier()  # every rank done before rank 0's store goes away (else torch may abort at exit)
-            dist.destroy_process_group()
+    # torch's process group, when torch is timed, spans the whole sweep
+    with torch_process_group(comm, "gloo" if xp is np else "nccl") if "torch" in algorithms else nullcontext():
+        for nbytes in sizes:
+            count = nbytes // dtype.itemsize
+            if collective in ("reduce_scatter", "allgather"):
+                count -= count % n  # equal blocks, as MPI's Reduce_scatter_block and Allgather need
+            if count == 0:
+                continue
+            rng = np.random.default_rng(rank * 7919 + count)
+            host = (rng.integers(-100, 100, count) if dtype.kind == "i" else rng.uniform(-1, 1, count)).astype(dtype)
+            x = xp.asarray(host)
+            reference = _Implementations(collective, comm, host.astype(np.float32) if dtype == np.float16 else host,
+                                         root, "auto").mpi()().copy()
+            implementations = _Implementations(collective, comm, x, root, transport)
+            defined = _defined(collective, rank, root, n, count)
+            for name in algorithms:
+                fn = implementations.make(name)
+                got = fn()
+                wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
+                wrong = comm.allreduce(wrong)
+                seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if xp is not np else None)
+                size = count * dtype.itemsize
+                algbw, busbw = bandwidths(collective, size, seconds, n)
+                row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
+                       "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong}
+                rows.append(row)
+                if show:
+                    _print_row(row, out, bar)
     if not show:
         return None
     if bar is not None:
@@ -231,7 +235,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
         print("# WRONG RESULTS: some elements differ from MPI's own collective (see #wrong)", file=out)
     result = {"kind": "ringlab-bench", "schema": SCHEMA, "collective": collective, "ranks": n, "dtype": dtype_name,
               "root": root, "gpu": gpu, "transport": transport, "iters": iters, "warmup": warmup,
-              "machine": describe(command), "rows": rows, "mean_busbw_Bps": means}
+              "machine": describe_machine(command), "rows": rows, "mean_busbw_Bps": means}
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(result, fh, indent=1)
@@ -245,10 +249,6 @@ def _as_host(got):
     if hasattr(got, "get") and not isinstance(got, np.ndarray):
         return got.get()
     return got
-
-
-def _factor_text(collective: str) -> str:
-    return {"allreduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "allgather": "(n-1)/n"}.get(collective, "1")
 
 
 def _progress(total: int):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..mpi.launch import find_mpiexec
-from .machine import describe
+from .machine import describe_machine
 from .recorded import RESULTS, Recorded, load
 
 LABS = [
@@ -26,7 +26,7 @@ def report() -> list[str]:
     from ..mpi.devices import cupy_module, gpu_count
     from ..topology import discover
 
-    info = describe()
+    info = describe_machine()
     lines = [f"ringlab {info['versions']['ringlab']} on {info['host']}: {info['cpu']}, {info['cpu_count']} cores, "
              f"Python {info['python']}"]
     mpi_ok = not str(info["mpi"]).startswith("unavailable")

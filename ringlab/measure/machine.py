@@ -25,7 +25,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def describe(command: list[str] | None = None) -> dict:
+def describe_machine(command: list[str] | None = None) -> dict:
     """CPU, GPUs, driver, MPI library, package versions, the command and the date (UTC)."""
     import os
 

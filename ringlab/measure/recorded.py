@@ -6,7 +6,7 @@ laptop without a GPU cannot measure NVLink or pinned host memory, so it shows th
 each labelled with the machine, the date and the command that produced it. Nothing here invents a
 number: with no GPU and no recorded file, the labs say so.
 
-    >>> from ringlab import recorded
+    >>> from ringlab.measure import recorded
     >>> recorded.load("ringlab-bandwidth")      # newest first; [] when nothing is recorded
 """
 from __future__ import annotations
@@ -102,25 +102,6 @@ def print_gpu_bandwidth(gpu: dict, out=None) -> None:
         print(f"  peer-to-peer copy, {access.replace('_', ' ')} (GB/s):", file=out)
         for a, row in enumerate(matrix):
             print(f"    gpu{a} " + " ".join(f"{'-':>8}" if a == b else _gbs(v) for b, v in enumerate(row)), file=out)
-
-
-def host_device_figure(gpu: dict, title: str):
-    """Bars: host<->device rates, pinned against pageable, with the PCIe peak as a line."""
-    import plotly.graph_objects as go
-
-    rows = gpu.get("host_device", [])
-    fig = go.Figure()
-    for pinned in (True, False):
-        mine = [r for r in rows if r["pinned"] == pinned]
-        fig.add_bar(name="pinned" if pinned else "pageable", x=[r["what"] for r in mine],
-                    y=[r["Bps"] / 1e9 for r in mine])
-    peaks = [r for r in rows if r.get("peak_Bps") and r["pinned"]]
-    if peaks:
-        fig.add_scatter(name="link peak (from generation and width)", x=[r["what"] for r in peaks],
-                        y=[r["peak_Bps"] / 1e9 for r in peaks], mode="markers", marker={"symbol": "line-ew-open",
-                                                                                      "size": 40})
-    fig.update_layout(title=title, yaxis_title="GB/s", barmode="group", height=380)
-    return fig
 
 
 def gpu_bandwidth(out=None, root: Path | str | None = None, measure: bool | None = None) -> dict | None:

@@ -1,10 +1,11 @@
-"""Starting MPI jobs from Python: find mpiexec (the mpich wheel puts it next to python) and run."""
+"""Starting MPI jobs from Python (find mpiexec, run, run again on N ranks) and torch process groups on MPI ranks."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -36,3 +37,54 @@ def run_mpi(nranks: int, args: list[str], timeout: float = 300, env: dict | None
     merged = {**os.environ, "MPIEXEC_TIMEOUT": str(int(timeout) + 5), **(env or {})}
     return subprocess.run(mpiexec_command(nranks, args), capture_output=True, text=True, timeout=timeout,
                           env=merged, **kwargs)
+
+
+def without_nranks(argv: list[str]) -> list[str]:
+    """``argv`` less its rank count: ``-n N``, ``--nranks N``, ``-nN`` and ``--nranks=N`` all go."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-n", "--nranks"):
+            skip = True  # and the count after it
+        elif not (arg.startswith("--nranks=") or (arg.startswith("-n") and arg[2:].isdigit())):
+            out.append(arg)
+    return out
+
+
+def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
+    """Run ``python -m mpi4py TARGET ARGV`` as an MPI job of ``nranks`` ranks, ``argv`` without its -n.
+
+    For commands that take ``-n N`` to start their own job: ``target`` is ``["-m", "ringlab"]`` or a
+    script's path. Output goes to this process's; returns the job's exit status.
+    """
+    return subprocess.call(mpiexec_command(nranks, [*target, *without_nranks(argv)]))
+
+
+@contextmanager
+def torch_process_group(comm=None, backend: str = "gloo"):
+    """torch.distributed's default group over the ranks of ``comm`` (default COMM_WORLD), on this node.
+
+    Rank 0 opens torch's TCP store on a port the system picks (a port probed first and bound later
+    can be taken in between) and broadcasts the port; every rank joins with its MPI rank. On leaving,
+    a barrier, then the group is destroyed: without the barrier rank 0's store may go away while
+    another rank still talks to it, and torch aborts that rank at exit. A group that is already
+    running is used as it is and left running. Call on every rank of ``comm``, and let go of what
+    holds the group (a DistributedDataParallel wrapper) inside the block: freed after the teardown,
+    it may wait forever on rank 0's store.
+    """
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    if dist.is_initialized():
+        yield dist
+        return
+    comm = MPI.COMM_WORLD if comm is None else comm
+    rank, size = comm.Get_rank(), comm.Get_size()
+    server = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False) if rank == 0 else None
+    port = comm.bcast(server.port if rank == 0 else None, root=0)
+    store = server if rank == 0 else dist.TCPStore("127.0.0.1", port, size, is_master=False)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size)
+    yield dist  # an exception skips the teardown: its barrier would wait for ranks that may never come
+    dist.barrier()
+    dist.destroy_process_group()

@@ -1,5 +1,5 @@
-"""Fitting the cost model to measurements: alpha and bandwidth from times over sizes, and a
-measured Trace set against the prediction step by step."""
+"""Fitting the cost model to measurements: alpha and bandwidth from times over sizes (of any
+schedule, a benchmark's rows, a ping-pong), and a measured Trace set against the prediction step by step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .costmodel import predict
-from ..schedule import Schedule
+from ..schedule import Schedule, make_schedule
 from ..topology import uniform
 
 
@@ -98,14 +98,30 @@ def _subsets(k: int):
 
 
 def fit_rows(rows: list[dict], algorithm: str, nranks: int, **options) -> Fit:
-    """Fit from benchmark JSON rows ({"bytes", "time_s", "who"}), using those of ``who == algorithm``."""
+    """Fit from benchmark JSON rows ({"bytes", "time_s", "algorithm"}), using those of ``algorithm``
+    (``"allreduce.ring"`` also takes the rows of ``"ring"``)."""
     from ..algorithms import build
 
-    mine = [r for r in rows if r.get("who") == algorithm.split(".")[-1] or r.get("who") == algorithm]
+    mine = [r for r in rows if r.get("algorithm") in (algorithm, algorithm.split(".")[-1])]
     if not mine:
-        raise ValueError(f"no rows for {algorithm!r}; rows have: {sorted({r.get('who') for r in rows})}")
+        raise ValueError(f"no rows for {algorithm!r}; rows have: {sorted({r.get('algorithm') for r in rows})}")
     name = algorithm if "." in algorithm else f"allreduce.{algorithm}"
     return fit(build(name, nranks, **options), [r["bytes"] for r in mine], [r["time_s"] for r in mine])
+
+
+# one message from rank 0 to rank 1: on a uniform topology it takes alpha + K/B
+PINGPONG = make_schedule("broadcast", 2, 1, [[(0, 1, 0, "copy")]], root=0, name="ping-pong, one way")
+
+
+def fit_pingpong(rows: list[dict]) -> Fit:
+    """alpha (s) and bandwidth (B/s) of t = alpha + K/B, fitted to ping-pong rows ({"bytes", "one_way_s"},
+    sizes > 0), as :func:`fit` does: least squares on relative error."""
+    if len(rows) < 2:
+        raise ValueError(f"need ping-pong rows for at least two sizes to fit alpha and B, got {len(rows)}")
+    fitted = fit(PINGPONG, [r["bytes"] for r in rows], [r["one_way_s"] for r in rows])
+    if not np.isfinite(fitted.bandwidth):
+        raise ValueError("these rows do not fit t = alpha + K/B (time does not grow with size): measure larger sizes")
+    return fitted
 
 
 def compare_trace(trace, nbytes: int, topology) -> np.ndarray:

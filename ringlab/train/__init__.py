@@ -5,6 +5,8 @@
   the backward pass.
 - :class:`ParameterServer`: synchronous and asynchronous parameter servers on MPI ranks.
 - :mod:`ringlab.train.task`: a small generated classification task for both.
+- :mod:`ringlab.train.reference`: torch DDP on the same batches, the weights both must match.
+- :mod:`ringlab.train.scaling`: samples per second, speed-up and communication share against ranks.
 """
 from .optimizer import DistributedOptimizer, broadcast_parameters
 from .ps import ParameterServer

@@ -5,8 +5,8 @@ once: plotly figures then show in JupyterLab and in exported HTML alike.
 """
 from __future__ import annotations
 
-from .plots import (bandwidth_heatmap, busbw_plot, links_figure, measured_vs_predicted, segments_plot,
-                    staleness_plot, time_vs_ranks, timeline, topology_figure)
+from .plots import (bandwidth_heatmap, busbw_plot, host_device_figure, links_figure, measured_vs_predicted,
+                    segments_plot, staleness_plot, time_vs_ranks, timeline, topology_figure)
 from .stepview import frames, step_figure
 from .widget import StepThrough
 
@@ -24,5 +24,6 @@ def use_renderer(offline: bool = False) -> str:
     return pio.renderers.default
 
 
-__all__ = ["StepThrough", "step_figure", "frames", "timeline", "bandwidth_heatmap", "topology_figure",
-           "busbw_plot", "links_figure", "time_vs_ranks", "measured_vs_predicted", "segments_plot", "staleness_plot", "use_renderer"]
+__all__ = ["StepThrough", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",
+           "topology_figure", "busbw_plot", "links_figure", "time_vs_ranks", "measured_vs_predicted", "segments_plot",
+           "staleness_plot", "use_renderer"]

@@ -67,6 +67,24 @@ def bandwidth_heatmap(matrix, peak=None, names=None, title: str = "measured peer
     return fig
 
 
+def host_device_figure(gpu: dict, title: str) -> go.Figure:
+    """Bars: host<->device rates, pinned against pageable, with the PCIe peak as a line (``gpu``: the GPU
+    part of a ``ringlab bandwidth`` result, as :func:`ringlab.measure.recorded.gpu_bandwidth` returns it)."""
+    rows = gpu.get("host_device", [])
+    fig = go.Figure()
+    for pinned in (True, False):
+        mine = [r for r in rows if r["pinned"] == pinned]
+        fig.add_bar(name="pinned" if pinned else "pageable", x=[r["what"] for r in mine],
+                    y=[r["Bps"] / 1e9 for r in mine])
+    peaks = [r for r in rows if r.get("peak_Bps") and r["pinned"]]
+    if peaks:
+        fig.add_scatter(name="link peak (from generation and width)", x=[r["what"] for r in peaks],
+                        y=[r["peak_Bps"] / 1e9 for r in peaks], mode="markers", marker={"symbol": "line-ew-open",
+                                                                                      "size": 40})
+    fig.update_layout(title=title, yaxis_title="GB/s", barmode="group", height=380)
+    return fig
+
+
 def topology_figure(topology) -> go.Figure:
     """The topology's graph: ranks on a circle, other nodes (switches, CPUs, NICs) inside; line width
     grows with bandwidth, and the hover names each link's kind, bandwidth and latency."""
@@ -100,13 +118,14 @@ def topology_figure(topology) -> go.Figure:
 
 
 def busbw_plot(rows: list[dict], title: str = "measured bus bandwidth") -> go.Figure:
-    """Bus bandwidth against message size, one line per ``who`` (rows: bytes, busbw_Bps, who)."""
+    """Bus bandwidth against message size, one line per algorithm (rows: bytes, busbw_Bps, algorithm)."""
     fig = go.Figure()
-    for who in dict.fromkeys(r["who"] for r in rows):
-        mine = sorted((r for r in rows if r["who"] == who), key=lambda r: r["bytes"])
+    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+        mine = sorted((r for r in rows if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
         fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="lines+markers",
-                        name=who, hovertext=[f"{who}: {format_bytes(r['bytes'])}, {r['busbw_Bps'] / 1e9:.3g} GB/s"
-                                             for r in mine], hoverinfo="text")
+                        name=algorithm, hoverinfo="text",
+                        hovertext=[f"{algorithm}: {format_bytes(r['bytes'])}, {r['busbw_Bps'] / 1e9:.3g} GB/s"
+                                   for r in mine])
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
     return fig

@@ -1,14 +1,13 @@
 """Train the same model 50 steps with ringlab's DistributedOptimizer and with torch DDP (gloo) on the
 same ranks and data; rank 0 saves both final weight vectors to argv[1] (.npz)."""
-import os
 import sys
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from mpi4py import MPI
 
 from ringlab.train import DistributedOptimizer
+from ringlab.train.reference import ddp_weights
 from ringlab.train.task import batches, make_data, make_model, weights
 
 comm = MPI.COMM_WORLD
@@ -30,19 +29,7 @@ for step in range(STEPS):
 opt.close()
 ours = weights(model)
 
-port = comm.bcast(29500 + os.getpid() % 1000 if rank == 0 else None, root=0)
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-reference = make_model(seed=0)
-ddp = torch.nn.parallel.DistributedDataParallel(reference)
-sgd = torch.optim.SGD(ddp.parameters(), lr=LR)
-for step in range(STEPS):
-    sgd.zero_grad()
-    inputs, targets = batch(rank, step)
-    loss_fn(ddp(inputs), targets).backward()
-    sgd.step()
-dist.barrier()  # all ranks done before rank 0's store goes away
-dist.destroy_process_group()
-theirs = weights(reference)
+theirs = ddp_weights(make_model(seed=0), batch, STEPS, LR)
 everyone = comm.gather(ours, root=0)
 if rank == 0:
     assert all(np.array_equal(everyone[0], w) for w in everyone), "ranks ended with different weights"

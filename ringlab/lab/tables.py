@@ -1,0 +1,58 @@
+"""Aligned text tables for the labs, with each column's unit in its header.
+
+    table(rows, {"size (B)": "bytes", "time (us)": "time_s", "busbw (GB/s)": "busbw_Bps"})
+
+Rows keep ringlab's units (seconds, bytes, bytes per second); a header's unit in brackets says how
+a column shows them, so a lab never multiplies by 1e6 or divides by 1e9 itself.
+"""
+from __future__ import annotations
+
+import numbers
+import re
+import sys
+
+# unit in a header -> (factor from seconds, bytes or bytes/s, format)
+UNITS = {"s": (1.0, ".2f"), "ms": (1e3, ".2f"), "us": (1e6, ".2f"), "GB/s": (1e-9, ".3f"),
+         "KiB": (2.0 ** -10, ".0f"), "MiB": (2.0 ** -20, ".1f")}
+
+
+def table(rows, columns: dict, out=None) -> None:
+    """Print ``rows`` (dicts) as an aligned table, one column per entry of ``columns``.
+
+    ``columns`` maps a header to a row key, or to ``(key, format spec)``. A header ending in one of
+    :data:`UNITS`, as in ``"time (us)"``, converts the value into that unit. Text is aligned left,
+    numbers right; the header line starts with ``#``, as nccl-tests' does, so that a program can
+    read the rows back by skipping the lines that start with ``#``.
+    """
+    out = sys.stdout if out is None else out
+    specs = [(header, *_spec(header, column)) for header, column in columns.items()]
+    cells = [[_cell(row[key], scale, spec) for _, key, scale, spec in specs] for row in rows]
+    widths = [max([len(header)] + [len(line[i]) for line in cells]) for i, (header, *_) in enumerate(specs)]
+    numeric = [all(_is_number(row[key]) for row in rows) for _, key, _, _ in specs]
+
+    def line(texts):
+        return "  ".join(t.rjust(w) if right else t.ljust(w) for t, w, right in zip(texts, widths, numeric)).rstrip()
+
+    print("# " + line([header for header, *_ in specs]), file=out)
+    for texts in cells:
+        print("  " + line(texts), file=out)
+
+
+def _spec(header: str, column) -> tuple[str, float, str | None]:
+    """(row key, scale, format) for one column."""
+    key, spec = column if isinstance(column, tuple) else (column, None)
+    unit = re.search(r"\(([^()]+)\)$", header)
+    scale, default = UNITS.get(unit.group(1), (1.0, None)) if unit else (1.0, None)
+    return key, scale, spec or default
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _cell(value, scale: float, spec: str | None) -> str:
+    if not _is_number(value):
+        return str(value)
+    if isinstance(value, numbers.Integral) and scale == 1.0 and spec is None:
+        return str(value)
+    return format(value * scale, spec or ".2f")
