@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 
-from .algorithms import ALGORITHMS, build, options_of
+from .algorithms import ALGORITHMS, about, build, options_of
 from .measure.units import parse_size
 
 
 def _algorithm_help() -> str:
     lines = ["algorithms (options in brackets):"]
     for name in sorted(ALGORITHMS):
-        doc = inspect.cleandoc(ALGORITHMS[name].__doc__ or "").split(". ")[0].split("\n")[0]
+        doc = about(name).split(". ")[0].split("\n")[0]
         opts = ", ".join(options_of(name))
         lines.append(f"  {name:<20} {('[' + opts + '] ') if opts else ''}{doc}")
     return "\n".join(lines)
@@ -105,7 +104,7 @@ def _bandwidth(args, argv) -> int:
 
     from .measure.bandwidth import cpu_report, gpu_report
     from .measure.bench import in_mpi_job
-    from .measure.machine import describe_machine
+    from .measure.machine import SCHEMA, describe_machine
     from .measure.units import parse_size
     from .mpi.devices import cupy_module
     from .mpi.launch import relaunch
@@ -114,7 +113,7 @@ def _bandwidth(args, argv) -> int:
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     comm = MPI.COMM_WORLD
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
-    result = {"kind": "ringlab-bandwidth", "schema": 1, "cpu": cpu_report(comm, sizes, sys.stdout)}
+    result = {"kind": "ringlab-bandwidth", "schema": SCHEMA, "cpu": cpu_report(comm, sizes, sys.stdout)}
     if cupy_module() is not None and comm.Get_rank() == 0:
         result["gpu"] = gpu_report(sys.stdout)
     if comm.Get_rank() == 0 and args.json:

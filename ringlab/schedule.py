@@ -260,19 +260,8 @@ class Schedule:
         return self.collective.nchunks
 
     @property
-    def root(self) -> int | None:
-        """The collective's root, or the rank an allreduce was routed through (naive, tree)."""
-        return self.collective.root if self.collective.root is not None else self.options.get("root")
-
-    @property
     def num_transfers(self) -> int:
         return sum(len(step) for step in self.steps)
-
-    def transfers(self) -> Iterator[tuple[int, Transfer]]:
-        """Every transfer with its step index, in step order."""
-        for index, step in enumerate(self.steps):
-            for t in step:
-                yield index, t
 
     def fingerprint(self) -> str:
         """A digest of everything the schedule does (collective, chunks, every transfer), for comparing

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ringlab.lab import notebooks as labtools
+from ringlab.lab import notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -33,8 +33,8 @@ def free_port() -> int:
 def jupyterlab(tmp_path):
     """A JupyterLab server on a copy of lab 03's opening (running it must not touch the committed one,
     and must start no MPI engines)."""
-    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
-    nbformat.write(labtools.cut(lab, "StepThrough(ring)"), tmp_path / "lab.ipynb")
+    lab = nbformat.read(notebooks.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    nbformat.write(notebooks.cut(lab, "StepThrough(ring)"), tmp_path / "lab.ipynb")
     port, token = free_port(), "ringlab-browser-test"
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=",

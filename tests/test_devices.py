@@ -8,7 +8,7 @@ from ringlab.measure.timing import bandwidths
 def test_numpy_is_the_default():
     assert devices.array_module(np.ones(2)) is np
     assert not devices.is_device_array(np.ones(2))
-    devices.synchronize(np.ones(2))  # a no-op for host arrays
+    devices.wait_for_gpu(np.ones(2))  # a no-op for host arrays
 
 
 @pytest.mark.skipif(devices.cupy_module() is not None, reason="this machine has a GPU")

@@ -83,8 +83,8 @@ def test_trace_has_a_row_for_each_side_of_each_transfer():
     assert len(rows) == 2 * ring.num_transfers
     for step_index, step in enumerate(ring.steps):
         for t in step:
-            sent = [r for r in rows if r["step"] == step_index and r["rank"] == t.src and r["kind"] == "send"]
-            got = [r for r in rows if r["step"] == step_index and r["rank"] == t.dst and r["kind"] == "recv"]
+            sent = [r for r in rows if r["step"] == step_index and r["rank"] == t.src and r["side"] == "send"]
+            got = [r for r in rows if r["step"] == step_index and r["rank"] == t.dst and r["side"] == "recv"]
             assert [(r["peer"], r["chunk"]) for r in sent if r["chunk"] == t.chunk] == [(t.dst, t.chunk)]
             assert [(r["peer"], r["chunk"]) for r in got if r["chunk"] == t.chunk] == [(t.src, t.chunk)]
     assert all(0 <= r["start"] <= r["end"] for r in rows)
@@ -104,7 +104,7 @@ def test_plans_merge_neighbouring_chunks_and_segment_reductions():
     assert [(m.peer, m.lo, m.hi, m.first, m.last) for m in first.sends] == [(2, 2000, 4000, 2, 3)]
     big = compile_plan(rl.build("allreduce.ring", 2), 1, 1 << 20, 8)  # 4 MiB chunks, 1 MiB segments
     assert len(big.steps[0].recvs) == 4 and all(m.op == "reduce" for m in big.steps[0].recvs)
-    assert big.scratch == 1 << 19
+    assert big.scratch_elems == 1 << 19
     assert big.steps[1].recvs[0].op == "copy" and big.steps[1].recvs[0].slot == -1  # copies land in place
 
 

@@ -7,23 +7,23 @@ import time
 import nbformat
 import pytest
 
-from ringlab.lab import notebooks as labtools
+from ringlab.lab import notebooks
 
-ROOT = labtools.LABS.parent
+ROOT = notebooks.LABS.parent
 
 
 def test_notebooks_are_built_from_their_sources():
-    assert labtools.sources(), "no lab sources found"
-    assert labtools.stale() == [], "run: python -m ringlab.lab build"
+    assert notebooks.sources(), "no lab sources found"
+    assert notebooks.stale() == [], "run: python -m ringlab.lab build"
 
 
 def test_exercise_versions_hide_the_solutions():
-    for source in labtools.sources():
-        exercise = nbformat.read(labtools.LABS / f"{source.stem}.ipynb", as_version=4)
-        solution = nbformat.read(labtools.LABS / "solutions" / f"{source.stem}.ipynb", as_version=4)
+    for source in notebooks.sources():
+        exercise = nbformat.read(notebooks.LABS / f"{source.stem}.ipynb", as_version=4)
+        solution = nbformat.read(notebooks.LABS / "solutions" / f"{source.stem}.ipynb", as_version=4)
         for mine, theirs in zip(exercise.cells, solution.cells):
             if "solution" in theirs.metadata.get("tags", []):
-                assert mine.source.endswith(labtools.PLACEHOLDER) and mine.source != theirs.source
+                assert mine.source.endswith(notebooks.PLACEHOLDER) and mine.source != theirs.source
                 compile(mine.source, source.name, "exec")  # still valid Python for the learner
             else:
                 assert mine.source == theirs.source
@@ -32,7 +32,7 @@ def test_exercise_versions_hide_the_solutions():
 def test_a_solution_cell_needs_its_marker():
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["solution"]})])
     with pytest.raises(ValueError, match="has no '# solution' line"):
-        labtools.exercise_version(notebook)
+        notebooks.exercise_version(notebook)
 
 
 def _run_until(notebook, last_source_fragment: str, replace: dict[str, str] | None = None):
@@ -55,7 +55,7 @@ def _run_until(notebook, last_source_fragment: str, replace: dict[str, str] | No
 def test_a_wrong_solution_fails_the_check_with_a_helpful_message():
     from nbclient.exceptions import CellExecutionError
 
-    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    lab = nbformat.read(notebooks.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
     _run_until(lab, "check_reduce_scatter_rule(send_chunk)")  # the right one passes
     with pytest.raises(CellExecutionError) as info:
         _run_until(lab, "check_reduce_scatter_rule(send_chunk)", {"return (j - i) % n": "return (j + i) % n"})
@@ -85,7 +85,7 @@ def test_a_lab_whose_rank_raises_fails_the_run_fast(tmp_path):
     assert leftover.stdout.strip() == ""
 
 
-MULTI_RANK_LABS = [p.stem for p in labtools.sources() if "%%px" in p.read_text()]
+MULTI_RANK_LABS = [p.stem for p in notebooks.sources() if "%%px" in p.read_text()]
 
 
 @pytest.mark.timeout(300)
@@ -93,7 +93,7 @@ MULTI_RANK_LABS = [p.stem for p in labtools.sources() if "%%px" in p.read_text()
 def test_the_per_rank_cells_run_as_a_script_under_mpiexec(lab, tmp_path):
     from ringlab.mpi.launch import run_mpi
 
-    nranks, text = labtools.rank_script(lab)
+    nranks, text = notebooks.rank_script(lab)
     assert "%%px" not in text and nranks >= 2
     script = tmp_path / f"{lab}_ranks.py"
     script.write_text(text)
@@ -104,7 +104,7 @@ def test_the_per_rank_cells_run_as_a_script_under_mpiexec(lab, tmp_path):
 def test_rank_scripts_need_a_lab_with_per_rank_cells():
     assert len(MULTI_RANK_LABS) >= 4
     with pytest.raises(ValueError, match="no single lab named '9'"):
-        labtools.rank_script("9")
+        notebooks.rank_script("9")
     with pytest.raises(ValueError, match="05_scaling has no %%px cells"):
-        labtools.rank_script("05")
-    assert labtools.rank_script("03_allreduce") == labtools.rank_script("03")
+        notebooks.rank_script("05")
+    assert notebooks.rank_script("03_allreduce") == notebooks.rank_script("03")

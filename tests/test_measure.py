@@ -158,7 +158,7 @@ def test_pcie_tree_from_codes():
 def test_discover_without_a_gpu_says_why():
     topology, facts = discover()
     assert topology is None and "NVML" in facts["reason"]
-    assert rl.topology.discover() == (topology, facts)  # the public name of DESIGN.md
+    assert rl.topology.discover() == (topology, facts)  # the public name
 
 
 def test_nvlink_rates_follow_nvml_version_numbers():

@@ -12,7 +12,7 @@ import pytest
 from ringlab.lab import exercises
 from ringlab.measure import recorded
 from ringlab.mpi.devices import gpu_count
-from ringlab.measure.doctor import LABS as DOCTOR_LABS
+from ringlab.measure.doctor import LAB_PLANS as DOCTOR_LABS
 from ringlab.lab.notebooks import LABS
 
 ROOT = Path(__file__).resolve().parent.parent

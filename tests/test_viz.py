@@ -145,10 +145,10 @@ def test_the_animated_figure_survives_export_to_html(tmp_path):
 
     import nbformat
 
-    from ringlab.lab import notebooks as labtools
+    from ringlab.lab import notebooks
 
-    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
-    nbformat.write(labtools.cut(lab, "step_figure(ring)"), tmp_path / "lab.ipynb")
+    lab = nbformat.read(notebooks.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    nbformat.write(notebooks.cut(lab, "step_figure(ring)"), tmp_path / "lab.ipynb")
     done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute",
                            str(tmp_path / "lab.ipynb")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -160,14 +160,14 @@ def test_the_animated_figure_survives_export_to_html(tmp_path):
 def test_a_lab_can_be_cut_after_a_cell():
     import nbformat
 
-    from ringlab.lab import notebooks as labtools
+    from ringlab.lab import notebooks
 
-    lab = nbformat.read(labtools.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
-    opening = labtools.cut(lab, "StepThrough(ring)")
+    lab = nbformat.read(notebooks.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
+    opening = notebooks.cut(lab, "StepThrough(ring)")
     assert "StepThrough(ring)" in opening.cells[-1].source
     assert not any("%%px" in c.source for c in opening.cells)  # no MPI engines needed
     with pytest.raises(ValueError, match="no code cell contains 'nowhere to be found'"):
-        labtools.cut(lab, "nowhere to be found")
+        notebooks.cut(lab, "nowhere to be found")
 
 
 def test_ranks_can_sit_where_the_topology_puts_them():

@@ -15,7 +15,7 @@
 
 # %%
 import ringlab as rl
-from ringlab.topology import pcie_bandwidth, recorded_topo
+from ringlab.topology import pcie_bandwidth, published_topo
 from ringlab.measure.doctor import report
 from ringlab.lab.exercises import check_pcie
 from ringlab.lab.tables import table
@@ -56,7 +56,7 @@ if topology is not None:
 # crosses PCIe, the host bridges and the link between the two sockets.
 
 # %%
-text, _ = recorded_topo("rtx4090x8")
+text, _ = published_topo("rtx4090x8")
 print(text.split("Legend")[0])
 
 # %% [markdown]
@@ -65,7 +65,7 @@ print(text.split("Legend")[0])
 # everywhere), not figures read from that machine.
 
 # %%
-topology_figure(rl.topology.recorded("rtx4090x8"))
+topology_figure(rl.topology.published("rtx4090x8"))
 
 # %% [markdown]
 # And a machine built around NVLink: the DGX-1 with V100s, from published figures. Each GPU has six

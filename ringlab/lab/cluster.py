@@ -113,8 +113,3 @@ class MPICluster:
 def _stop_all() -> None:
     for cluster in list(_RUNNING):
         cluster.stop()
-
-
-def stop_all() -> None:
-    """Stop every cluster this process started (call it at the end of a notebook, too)."""
-    _stop_all()

@@ -14,13 +14,14 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from ..algorithms import build
+from ..mpi.collectives import allreduce, broadcast, execute, reduce
 from ..mpi.launch import torch_process_group
 from ..schedule import BUS_FACTORS, COLLECTIVES, check_root
 from .timing import bandwidths, time_collective
 
 DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "int32": np.int32,
           "int64": np.int64}
-SCHEMA = 1
 
 
 def sweep(begin: int, end: int, factor: int | None = None, increment: int | None = None) -> list[int]:
@@ -56,17 +57,15 @@ class _Implementations:
         self.n = comm.Get_size()
 
     def ringlab(self, name: str):
-        import ringlab as rl
-
         c, x = self.collective, self.x
         if c == "allreduce":
-            return lambda: rl.allreduce(x, name, comm=self.comm, transport=self.transport, agree=False)
+            return lambda: allreduce(x, name, comm=self.comm, transport=self.transport, agree=False)
         if c == "reduce":
-            return lambda: rl.reduce(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
+            return lambda: reduce(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
         if c == "broadcast":
-            return lambda: rl.broadcast(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
-        schedule = rl.build(name if "." in name else f"{c}.{name}", self.n)
-        return lambda: rl.execute(schedule, x, comm=self.comm, transport=self.transport, agree=False)
+            return lambda: broadcast(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
+        schedule = build(name if "." in name else f"{c}.{name}", self.n)
+        return lambda: execute(schedule, x, comm=self.comm, transport=self.transport, agree=False)
 
     def mpi(self):
         from mpi4py import MPI
@@ -170,7 +169,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results."""
     from mpi4py import MPI
 
-    from .machine import describe_machine
+    from .machine import SCHEMA, describe_machine
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()

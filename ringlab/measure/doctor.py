@@ -5,7 +5,7 @@ from ..mpi.launch import find_mpiexec
 from .machine import describe_machine
 from .recorded import RESULTS, Recorded, load
 
-LABS = [
+LAB_PLANS = [  # (lab, what it needs, what it does)
     ("00 Your machine", "gpu", "topology, the PCIe arithmetic, copies against the link's peak"),
     ("01 Moving bytes", "gpu", "latency and bandwidth, staged against direct, pinned against pageable"),
     ("02 Reduce and broadcast", "mpi", "direct, tree and chain on MPI ranks"),
@@ -14,11 +14,6 @@ LABS = [
     ("05 Scaling", "mpi", "sizes and ranks, fitted alpha and beta, predictions"),
     ("06 Data-parallel training", "torch", "ringlab's allreduce, a parameter server and DDP"),
 ]
-
-
-def recorded_gpu_results() -> list[Recorded]:
-    """Results measured on a GPU machine and committed with the project, newest first."""
-    return load()
 
 
 def report() -> list[str]:
@@ -62,11 +57,11 @@ def report() -> list[str]:
                      + (f", NCCL {nccl}" if nccl else "") + f"; gloo {'yes' if torch.distributed.is_gloo_available() else 'no'}")
     else:
         lines.append("torch: not installed (labs 04 and 06 need it: pip install torch==2.13.0)")
-    recorded = recorded_gpu_results()
+    recorded = load()  # GPU results committed under results/, newest first
     lines.append(f"recorded GPU results: {len(recorded)} file(s) in {RESULTS}, newest {recorded[0].label}" if recorded
                  else "recorded GPU results: none yet (they are committed under results/ from a GPU machine)")
     lines.append("What each lab will do here:")
-    for title, needs, what in LABS:
+    for title, needs, what in LAB_PLANS:
         if needs == "gpu":
             here = "read published topologies" if title.startswith("00") else "measure MPI ping-pong, direct and staged"
             plan = ("measure on this GPU" if gpus else here

@@ -7,6 +7,8 @@ import sys
 from importlib import metadata
 
 
+SCHEMA = 1  # the version of the JSON that ringlab bench and ringlab bandwidth write
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)

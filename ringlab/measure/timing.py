@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from ..mpi.devices import synchronize
+from ..mpi.devices import wait_for_gpu
 from ..schedule import bus_factor
 
 
@@ -32,7 +32,7 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None)
         start = time.perf_counter()
         run()
         if buffer is not None:
-            synchronize(buffer)
+            wait_for_gpu(buffer)
         times[i] = time.perf_counter() - start
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=MPI.MAX)

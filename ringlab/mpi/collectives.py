@@ -23,7 +23,7 @@ import numpy as np
 from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, chunk_bounds
 from ..simulate import ScheduleError, check
-from .devices import array_module, bind_device, is_device_array, synchronize
+from .devices import array_module, bind_device, is_device_array, wait_for_gpu
 from .executor import TAG_LIMIT, Recorder, StepTimeout, Trace, compile_plan, run_plan, wait
 
 AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
@@ -187,7 +187,7 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
     staged = name == "ipc" or (name == "host" and xp is not np)
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged)
     recorder = _recorder(comm, flat, itemsize) if trace else None
-    synchronize(flat)
+    wait_for_gpu(flat)
     ops = make_ops(name, xp, plan, flat.dtype, comm, count)
     bounds = chunk_bounds(count, schedule.nchunks)
     run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
@@ -208,7 +208,7 @@ def _recorder(comm, flat, itemsize: int) -> Recorder:
 
     def clock() -> float:
         if on_gpu:  # so kernel time is counted
-            synchronize(flat)
+            wait_for_gpu(flat)
         return MPI.Wtime() - start
 
     recorder = Recorder(comm.Get_rank(), itemsize, clock)

@@ -71,7 +71,7 @@ def bind_device(comm=None) -> int | None:
     return device
 
 
-def synchronize(x) -> None:
+def wait_for_gpu(x) -> None:
     """Wait for the GPU work on ``x``'s device, so MPI sees finished data (no-op for numpy)."""
     if is_device_array(x):
         cupy_module().cuda.get_current_stream().synchronize()

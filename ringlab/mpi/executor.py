@@ -7,7 +7,7 @@ its buffer in place for a reduce, copied for a copy. There is no barrier between
 moves on as soon as its own messages of a step are done, which is exactly the lockstep semantics
 of the simulator, because sends read the buffer before anything of that step lands in it.
 
-Reduce messages are cut into segments (``SEGMENT_BYTES``) so that adding one segment overlaps
+Reduce messages are cut into pieces (``PIECE_BYTES``) so that adding one piece overlaps
 receiving the next. How bytes travel (straight from numpy, staged through pinned host memory,
 handed to a CUDA-aware MPI, read from a peer GPU over CUDA IPC) is the job of a transport's
 ``Ops``, which :func:`run_plan` drives the same way for all of them; see :mod:`ringlab.mpi.transports`.
@@ -22,7 +22,7 @@ import numpy as np
 
 from ..schedule import REDUCE, Schedule, chunk_bounds, chunk_runs
 
-SEGMENT_BYTES = 1 << 20  # reduce messages travel in pieces of this size
+PIECE_BYTES = 1 << 20  # reduce messages travel in pieces of this size
 TAG_LIMIT = 32767        # the smallest tag upper bound MPI guarantees
 
 
@@ -72,13 +72,13 @@ class RankPlan:
 
     rank: int
     steps: tuple[StepPlan, ...]
-    scratch: int        # receive scratch, elements
-    send_staging: int   # send staging (only when every send is staged), elements
+    scratch_elems: int  # receive scratch, elements
+    staging_elems: int  # send staging (only when every send is staged), elements
 
 
-def _messages(step, rank: int, bounds, sending: bool, segment: int) -> list[Message]:
+def _messages(step, rank: int, bounds, sending: bool, piece_size: int) -> list[Message]:
     """This rank's messages in ``step``: runs of consecutive chunks to (or from) one peer with one op,
-    reduce messages cut into segments."""
+    reduce messages cut into pieces."""
     me, other = (step.src, step.dst) if sending else (step.dst, step.src)
     groups: dict[tuple[int, str], list[int]] = {}
     for i in np.flatnonzero(me == rank):
@@ -87,7 +87,7 @@ def _messages(step, rank: int, bounds, sending: bool, segment: int) -> list[Mess
     for (peer, op), chunks in sorted(groups.items()):  # both ends sort alike, so messages match in order
         for first, last in chunk_runs(chunks):
             lo, hi = int(bounds[first]), int(bounds[last + 1])
-            piece = segment if op == REDUCE else max(hi - lo, 1)
+            piece = piece_size if op == REDUCE else max(hi - lo, 1)
             for a in range(lo, hi, piece):
                 out.append(Message(peer, a, min(a + piece, hi), first, last, op))
     return out
@@ -107,11 +107,11 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
     data the same step still sends, or another receive of the step lands on the same elements.
     """
     bounds = chunk_bounds(count, schedule.nchunks)
-    segment = max(1, SEGMENT_BYTES // itemsize)
+    piece = max(1, PIECE_BYTES // itemsize)
     steps, scratch, staging = [], 0, 0
     for index, step in enumerate(schedule.steps):
-        sends = _messages(step, rank, bounds, True, segment)
-        recvs = _messages(step, rank, bounds, False, segment)
+        sends = _messages(step, rank, bounds, True, piece)
+        recvs = _messages(step, rank, bounds, False, piece)
         placed, offset = [], 0
         for i, m in enumerate(recvs):
             clash = any(overlaps(m, s) for s in sends) or any(overlaps(m, o) for j, o in enumerate(recvs) if j != i)
@@ -131,16 +131,16 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
 
 
 class Recorder:
-    """Collects this rank's rows of a :class:`Trace`: rank, step, peer, chunk, bytes, kind (send/recv), start, end."""
+    """Collects this rank's rows of a :class:`Trace`: rank, step, peer, chunk, bytes, side (send/recv), start, end."""
 
     def __init__(self, rank: int, itemsize: int, clock):
         self.rank, self.itemsize, self.clock, self.rows = rank, itemsize, clock, []
 
-    def record(self, step: int, message: Message, kind: str, start: float, end: float, bounds) -> None:
+    def record(self, step: int, message: Message, side: str, start: float, end: float, bounds) -> None:
         for chunk in range(message.first, message.last + 1):
             lo, hi = max(message.lo, bounds[chunk]), min(message.hi, bounds[chunk + 1])
             if hi > lo:
-                self.rows.append((self.rank, step, message.peer, chunk, (hi - lo) * self.itemsize, kind, start, end))
+                self.rows.append((self.rank, step, message.peer, chunk, (hi - lo) * self.itemsize, side, start, end))
 
 
 def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, recorder: Recorder | None = None,
@@ -185,14 +185,14 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
 
 
 TRACE_DTYPE = np.dtype([("rank", "i4"), ("step", "i4"), ("peer", "i4"), ("chunk", "i4"), ("nbytes", "i8"),
-                        ("kind", "U4"), ("start", "f8"), ("end", "f8")])
+                        ("side", "U4"), ("start", "f8"), ("end", "f8")])
 
 
 class Trace:
     """Every transfer of one run as a table: one row per side (send or recv) of each transfer.
 
     Times are seconds from a common start (a barrier just before the run). ``records`` is a numpy
-    structured array with columns rank, step, peer, chunk, nbytes, kind, start, end.
+    structured array with columns rank, step, peer, chunk, nbytes, side, start, end.
     """
 
     def __init__(self, rows, schedule: Schedule, clock: str, itemsize: int = 1):

@@ -30,12 +30,12 @@ TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 _POOL: dict[tuple, object] = {}
 
 
-def scratch(xp, nelems: int, dtype, kind: str = "scratch"):
-    """A reusable flat buffer of at least ``nelems`` elements, one per (kind, library, dtype)."""
-    key = (kind, xp.__name__, np.dtype(dtype).str)
+def reusable(xp, nelems: int, dtype, purpose: str = "scratch"):
+    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, dtype)."""
+    key = (purpose, xp.__name__, np.dtype(dtype).str)
     have = _POOL.get(key)
     if have is None or have.size < nelems:
-        if kind.startswith("pinned"):
+        if purpose.startswith("pinned"):
             have = pinned_empty(max(nelems, 1), dtype)
         else:
             have = xp.empty(max(nelems, 1), dtype=dtype)
@@ -95,7 +95,7 @@ class DirectOps(Ops):
 
     def __init__(self, xp, plan: RankPlan, dtype):
         self.xp = xp
-        self.scratch = scratch(xp, plan.scratch, dtype)
+        self.scratch = reusable(xp, plan.scratch_elems, dtype)
         self.device = xp is not np
 
     def before_step(self):
@@ -118,9 +118,9 @@ class StagedOps(Ops):
 
     def __init__(self, cp, plan: RankPlan, dtype):
         self.cp = cp
-        self.recv_host = scratch(np, plan.scratch, dtype, "pinned")
-        self.send_host = scratch(np, plan.send_staging, dtype, "pinned-send") if plan.send_staging else None
-        self.arrived = scratch(cp, plan.scratch, dtype)
+        self.recv_host = reusable(np, plan.scratch_elems, dtype, "pinned")
+        self.send_host = reusable(np, plan.staging_elems, dtype, "pinned-send") if plan.staging_elems else None
+        self.arrived = reusable(cp, plan.scratch_elems, dtype)
 
     def before_step(self):
         # the previous step's host->device copies (ndarray.set is asynchronous) must finish before
@@ -300,7 +300,7 @@ class IpcOps(Ops):
 
     def __init__(self, cp, shared: IpcBuffer, plan: RankPlan):
         self.cp, self.shared = cp, shared
-        self.scratch = shared.scratch_for(plan.scratch)
+        self.scratch = shared.scratch_for(plan.scratch_elems)
         self.stream = cp.cuda.get_current_stream()
         self.direct = True
 

@@ -5,14 +5,14 @@
 - ``presets``: machines built from published figures (``preset("dgx1-v100")``), and the link
   arithmetic they rest on (PCIe generations, NVLink versions).
 - ``codes``: ``nvidia-smi topo -m`` text and its connection codes, and published printouts shipped
-  with ringlab (:func:`recorded`).
+  with ringlab (:func:`published`).
 - ``nvml``: :func:`discover`, this machine's GPUs read through NVML or ``nvidia-smi``.
 """
-from .codes import parse_topo, recorded, recorded_topo, recorded_topo_names, topology_from_codes
+from .codes import parse_topo, published, published_topo, published_topo_names, topology_from_codes
 from .graph import GB, Link, SwitchTopology, Topology, from_matrix, ring, uniform
 from .nvml import discover
 from .presets import PUBLISHED_LINKS, pcie_bandwidth, preset, preset_names
 
 __all__ = ["Topology", "Link", "SwitchTopology", "GB", "uniform", "ring", "from_matrix", "preset", "preset_names",
-           "discover", "recorded", "recorded_topo", "recorded_topo_names", "parse_topo", "topology_from_codes",
+           "discover", "published", "published_topo", "published_topo_names", "parse_topo", "topology_from_codes",
            "pcie_bandwidth", "PUBLISHED_LINKS"]

@@ -5,7 +5,7 @@ or how far apart they sit in the PCIe tree (PIX: one switch; PXB: several bridge
 bridge; NODE: host bridges within a NUMA node; SYS: across the SMP interconnect such as QPI/UPI).
 :func:`topology_from_codes` turns them into the same :class:`Topology` the presets and the cost
 model use, whether they came from NVML, from ``nvidia-smi`` here, or from a published printout
-shipped with ringlab (:func:`recorded`).
+shipped with ringlab (:func:`published`).
 """
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .graph import GB, Link, Topology
-from .presets import PCIE3_X16
+from .graph import Link, Topology
+from .presets import LATENCY, NVLINK2, PCIE3_X16, QPI
 
 # NVML's common-ancestor levels, which nvidia-smi prints as these codes
 LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
-SMP_LINK = 25.6 * GB / 2  # assumed when nothing better is known: a 20-bit QPI, per direction
-LATENCY = 1.5e-6          # assumed per hop
 
 @dataclass
 class TopoMatrix:
@@ -86,13 +84,14 @@ def _is_header(tokens: list[str]) -> bool:
 
 
 def topology_from_codes(codes: list[list[str]], names=None, pcie: float | list[float] = PCIE3_X16,
-                        nvlink_per_link: float = 25 * GB, smp: float = SMP_LINK, name: str = "discovered",
+                        nvlink_rate: float = NVLINK2, smp: float = QPI, name: str = "discovered",
                         source: str = "discovered") -> Topology:
     """A Topology from a GPU-by-GPU code matrix: NV# links directly; the PCIe tree as nested groups.
 
     GPUs whose code is at most PIX share a switch, at most PXB a bridge, at most PHB a host bridge,
     at most NODE a NUMA node; NUMA nodes meet at the SMP interconnect. ``pcie`` is each GPU's link
-    (bytes/s per direction, one figure or one per GPU).
+    (bytes/s per direction, one figure or one per GPU), ``nvlink_rate`` one NVLink's and ``smp`` the
+    link between sockets; latencies are the presets' assumed ones.
     """
     n = len(codes)
     names = list(names or (f"gpu{i}" for i in range(n)))
@@ -102,7 +101,7 @@ def topology_from_codes(codes: list[list[str]], names=None, pcie: float | list[f
         for j in range(i + 1, n):
             match = re.fullmatch(r"NV(\d+)", codes[i][j] or "")
             if match:
-                links.append(Link(names[i], names[j], int(match.group(1)) * nvlink_per_link, LATENCY, "nvlink"))
+                links.append(Link(names[i], names[j], int(match.group(1)) * nvlink_rate, LATENCY["nvlink"], "nvlink"))
 
     # NVLink says nothing about PCIe distance: on NVLink-only printouts treat the PCIe tree as flat
     parent = {i: names[i] for i in range(n)}
@@ -117,14 +116,14 @@ def topology_from_codes(codes: list[list[str]], names=None, pcie: float | list[f
             node = f"{label}{g}"
             for child in sorted({parent[m] for m in members}):
                 bandwidth = min(per_gpu[m] for m in members)
-                links.append(Link(child, node, bandwidth, LATENCY, "pcie"))
+                links.append(Link(child, node, bandwidth, LATENCY["pcie"], "pcie"))
             for m in members:
                 new_parent[m] = node
         parent = new_parent
     tops = sorted(set(parent.values()))
     for top in tops:
         if len(tops) > 1:
-            links.append(Link(top, "smp-interconnect", smp, LATENCY, "qpi"))
+            links.append(Link(top, "smp-interconnect", smp, LATENCY["qpi"], "qpi"))
     return Topology(name, tuple(names), tuple(links), source=source,
                     notes="PCIe tree from topology codes; NVLink per-link rate, SMP link and latencies as given or assumed")
 
@@ -147,31 +146,31 @@ def _components(n: int, joined) -> list[list[int]]:
     return out
 
 
-RECORDED_TOPO = Path(__file__).resolve().parent.parent / "data" / "topo"
+PUBLISHED_TOPO = Path(__file__).resolve().parent.parent / "data" / "topo"
 
-def recorded_topo(name: str) -> tuple[str, TopoMatrix]:
+def published_topo(name: str) -> tuple[str, TopoMatrix]:
     """A published ``nvidia-smi topo -m`` output shipped with ringlab, and its parse.
 
-    ``name`` is one of ``recorded_topo_names()`` (for example ``"rtx4090x8"``); each file's first line
+    ``name`` is one of ``published_topo_names()`` (for example ``"rtx4090x8"``); each file's first line
     says where it was published. Returns (the text, the parsed matrix).
     """
-    path = RECORDED_TOPO / f"{name}.txt"
+    path = PUBLISHED_TOPO / f"{name}.txt"
     if not path.exists():
-        raise ValueError(f"no recorded topology {name!r}; there are: {', '.join(recorded_topo_names())}")
+        raise ValueError(f"no published topology {name!r}; there are: {', '.join(published_topo_names())}")
     text = path.read_text()
     return text, parse_topo(text)
 
 
-def recorded_topo_names() -> list[str]:
-    return sorted(p.stem for p in RECORDED_TOPO.glob("*.txt"))
+def published_topo_names() -> list[str]:
+    return sorted(p.stem for p in PUBLISHED_TOPO.glob("*.txt"))
 
 
-def recorded(name: str, pcie: float = PCIE3_X16) -> Topology:
+def published(name: str, pcie: float = PCIE3_X16) -> Topology:
     """A published ``nvidia-smi topo -m`` shipped with ringlab, as a Topology.
 
     The codes give the shape only: every GPU's PCIe link is taken to carry ``pcie`` bytes/s
     (PCIe 3.0 x16 unless told), and the SMP link and latencies are assumed; ``source`` says so.
     """
-    _, matrix = recorded_topo(name)
+    _, matrix = published_topo(name)
     return topology_from_codes(matrix.gpu_codes(), pcie=pcie, name=f"{name} (published topo -m)",
                                source="published nvidia-smi topo -m; link rates assumed")

@@ -26,12 +26,12 @@ class Link:
     b: str
     bandwidth: float
     latency: float
-    kind: str = ""  # nvlink, pcie, qpi, ib, nvswitch, port
+    kind: str = ""  # nvlink, pcie, qpi, ib, nvswitch; port, ring, direct in the generic models
 
 
 @dataclass(frozen=True, eq=False)
 class Topology:
-    """Ranks ``rank0..`` (or named ``gpus``) and the links between them and other nodes.
+    """Named ranks (``rank0``.. or ``gpu0``..) and the links between them and other nodes (switches, CPUs, NICs).
 
     ``reduce_rate`` is how many bytes per second a rank adds (the per-byte reduction cost);
     ``source`` says where the figures come from (published, measured, or made up for a model).

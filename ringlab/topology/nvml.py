@@ -25,7 +25,7 @@ def read_nvml():
         count = pynvml.nvmlDeviceGetCount()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         buses = [pynvml.nvmlDeviceGetPciInfo(h).busId for h in handles]
-        buses = [b.decode() if isinstance(b, bytes) else b for b in buses]
+        buses = [_text(b) for b in buses]
         facts = {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": []}
         pcie, codes = [], [["X"] * count for _ in range(count)]
         nvlinks = np.zeros((count, count), dtype=int)
@@ -66,7 +66,7 @@ def read_nvml():
         except (pynvml.NVMLError, IndexError):
             hopper = False
         per_link = nvlink_per_link(version, hopper)
-        topology = topology_from_codes(codes, pcie=pcie, nvlink_per_link=per_link, name="discovered (NVML)",
+        topology = topology_from_codes(codes, pcie=pcie, nvlink_rate=per_link, name="discovered (NVML)",
                                        source=f"NVML: driver {facts['driver']}; PCIe and NVLink peaks from link counts")
         facts["codes"] = codes
         return topology, facts

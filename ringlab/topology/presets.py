@@ -38,13 +38,13 @@ def nvlink_per_link(version: int, hopper: bool = False) -> float:
     ``hopper=True`` for a Hopper GPU and that figure is used.
     """
     if hopper:
-        return 25 * GB
-    return NVLINK_PER_LINK.get(version, 25 * GB)
+        return NVLINK_PER_LINK[6]
+    return NVLINK_PER_LINK.get(version, NVLINK_PER_LINK[2])
 
 
 PCIE3_X16 = pcie_bandwidth(3, 16)  # 15.754 GB/s per direction
-NVLINK1 = 20 * GB         # NVLink 1.0 (P100): 40 GB/s bidirectional per link
-NVLINK2 = 25 * GB         # NVLink 2.0 (V100): 50 GB/s bidirectional per link
+NVLINK1 = NVLINK_PER_LINK[1]  # NVLink 1.0 (P100): 40 GB/s bidirectional per link
+NVLINK2 = NVLINK_PER_LINK[2]  # NVLink 2.0 (V100): 50 GB/s bidirectional per link
 QPI = 12.8 * GB           # 20-bit QPI: 25.6 GB/s both directions
 IB_100G = 12.5 * GB       # 100 Gbit/s InfiniBand
 DGX2_PER_GPU = 150 * GB   # DGX-2: every GPU pair at 300 GB/s bidirectional through NVSwitch
@@ -129,12 +129,16 @@ def dgx1_v100() -> Topology:
                  "published figures: NVLink 2.0, 6 links of 50 GB/s bidirectional per V100; HBM2 900 GB/s")
 
 
+def _nvswitch(name: str, n: int, per_gpu: float, reduce_rate: float, source: str, notes: str) -> Topology:
+    """n GPUs whose NVLinks all go into NVSwitches, modelled as one non-blocking switch."""
+    links = tuple(_link(g, "nvswitch", per_gpu, "nvswitch") for g in _gpus(n))
+    return SwitchTopology(name, _gpus(n), links, reduce_rate, source=source, notes=notes + " " + ASSUMED)
+
+
 def dgx2_nvswitch() -> Topology:
-    gpus = _gpus(16)
-    links = tuple(_link(g, "nvswitch", DGX2_PER_GPU, "nvswitch") for g in gpus)
-    return SwitchTopology("dgx2-nvswitch", gpus, links, V100_REDUCE,
-                          source="published figures: every GPU pair at 300 GB/s bidirectional; 2400 GB/s bisection",
-                          notes="16 V100 on 6 NVSwitches per baseboard, modelled as one non-blocking switch. " + ASSUMED)
+    return _nvswitch("dgx2-nvswitch", 16, DGX2_PER_GPU, V100_REDUCE,
+                     "published figures: every GPU pair at 300 GB/s bidirectional; 2400 GB/s bisection",
+                     "16 V100 on 6 NVSwitches per baseboard, modelled as one non-blocking switch.")
 
 
 def ib_2x4() -> Topology:
@@ -150,11 +154,9 @@ def ib_2x4() -> Topology:
 
 
 def hgx_h100_8() -> Topology:
-    gpus = _gpus(8)
-    links = tuple(_link(g, "nvswitch", H100_NVLINK, "nvswitch") for g in gpus)
-    return SwitchTopology("hgx-h100-8", gpus, links, H100_REDUCE,
-                          source="NVIDIA's public figures: H100 SXM NVLink 900 GB/s bidirectional per GPU, HBM3 3.35 TB/s",
-                          notes="8 H100 on NVSwitch, modelled as one non-blocking switch. " + ASSUMED)
+    return _nvswitch("hgx-h100-8", 8, H100_NVLINK, H100_REDUCE,
+                     "NVIDIA's public figures: H100 SXM NVLink 900 GB/s bidirectional per GPU, HBM3 3.35 TB/s",
+                     "8 H100 on NVSwitch, modelled as one non-blocking switch.")
 
 
 PRESETS = {

@@ -58,8 +58,8 @@ class DistributedOptimizer:
 
     ``named_parameters`` as in Horovod (``model.named_parameters()``); initial parameters are
     broadcast from rank 0 at construction. ``algorithm`` and ``transport`` go to
-    :func:`ringlab.allreduce`. ``comm_seconds`` and ``compute_seconds`` accumulate the time spent
-    waiting for communication in :meth:`step` and the rest, for per-step breakdowns.
+    :func:`ringlab.allreduce`. ``comm_seconds`` accumulates the time :meth:`step` spent waiting
+    for communication, for per-step breakdowns.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, named_parameters, algorithm="ring", comm=None,

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 
 from ..measure.units import format_bytes
 
-KIND_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
+SIDE_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
 
 
 def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
@@ -23,13 +23,13 @@ def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
     """
     rows = trace.records
     fig = go.Figure()
-    for kind in ("send", "recv"):
-        mine = rows[rows["kind"] == kind]
-        lane = mine["rank"] + (0.2 if kind == "send" else -0.2)
-        hover = [f"rank {r['rank']} {kind} step {r['step']} chunk {r['chunk']} {'to' if kind == 'send' else 'from'} "
+    for side in ("send", "recv"):
+        mine = rows[rows["side"] == side]
+        lane = mine["rank"] + (0.2 if side == "send" else -0.2)
+        hover = [f"rank {r['rank']} {side} step {r['step']} chunk {r['chunk']} {'to' if side == 'send' else 'from'} "
                  f"rank {r['peer']}: {r['nbytes']:,} B in {(r['end'] - r['start']) * 1e6:.1f} us" for r in mine]
         fig.add_bar(y=lane, x=(mine["end"] - mine["start"]) * 1e6, base=mine["start"] * 1e6, orientation="h",
-                    width=0.35, name=kind, marker_color=KIND_COLORS[kind], hovertext=hover, hoverinfo="text")
+                    width=0.35, name=side, marker_color=SIDE_COLORS[side], hovertext=hover, hoverinfo="text")
     if predicted is not None:
         ends = np.cumsum(predicted.steps["time"]) * 1e6
         for i, end in enumerate(ends):
