@@ -1,8 +1,11 @@
 """ipyparallel MPI engines for the labs: ordered by rank, an exception on one rank ends the cell at
 once instead of hanging it, and the helper restarts and always stops cleanly."""
+import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,10 +44,63 @@ def test_ranks_collective_abort_and_restart():
     assert ranks.client is None
 
 
-def test_engines_are_gone_after_the_process_exits():
-    """atexit stops the cluster even when the program forgets to."""
-    code = ("from ringlab.lab.cluster import MPICluster\nMPICluster(2, activate=False).start()\nprint('started')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0 and "started" in done.stdout, done.stderr[-2000:]
-    leftover = subprocess.run(["pgrep", "-f", "ipyparallel.engine"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+OWNER = """
+import json, os, signal, sys
+from ringlab.lab.cluster import MPICluster
+ranks = MPICluster(2, activate=False).start()
+cluster = ranks._cluster
+pids = ranks.client[:].apply_sync(os.getpid) + [cluster.controller.process.pid]
+print(json.dumps({"pids": pids, "folder": ranks.profile_dir}), flush=True)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _gone_within(pids, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+                   for pid in pids):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_engines_end_with_the_process_that_started_them(how, tmp_path):
+    """atexit stops the cluster on a normal exit; the watchdog when the owner is killed (SIGKILL)."""
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")}
+    done = subprocess.run([sys.executable, "-c", OWNER, how], capture_output=True, text=True, timeout=180, env=env)
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(said["pids"]) == 3
+    assert _gone_within(said["pids"], 30), f"still running after 30 s: {said['pids']}"
+    deadline = time.monotonic() + 15
+    while Path(said["folder"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not Path(said["folder"]).exists()  # the cluster's own folder went with it
+    assert not (tmp_path / "ipython" / "profile_default" / "log").exists() or \
+        not any((tmp_path / "ipython" / "profile_default" / "log").iterdir())  # nothing written elsewhere
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_that_raises_in_apply_ends_the_job_with_its_error():
+    with MPICluster(2, activate=False) as ranks:
+        def raise_on_rank_1():
+            from mpi4py import MPI
+            import numpy as np
+            if MPI.COMM_WORLD.Get_rank() == 1:
+                raise ValueError("bad input on rank 1")
+            MPI.COMM_WORLD.Allreduce(np.ones(3), np.empty(3))  # rank 0 waits here
+        raise_on_rank_1.__module__ = "__main__"  # sent by value: the engines cannot import this test file
+        start = time.monotonic()
+        with pytest.raises(Exception):
+            ranks.view.apply_async(raise_on_rank_1).get(timeout=60)
+        assert time.monotonic() - start < 20
+        said = ranks.rank_errors()
+        assert any("rank 1 raised ValueError: bad input on rank 1" in text for text in said), said
+        ranks.restart()
+        assert ranks.rank_errors() == []
+        with pytest.raises(NameError, match="rank 0 has no variable named 'nothing'"):
+            ranks.pull_rank0("nothing")
+        assert ranks.alive()  # a missing name is an error here, not an abort there

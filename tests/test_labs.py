@@ -1,5 +1,6 @@
 """The labs: notebooks in step with their sources, exercises hidden, a wrong solution caught, and a
 rank that raises failing the run fast instead of hanging it."""
+import os
 import subprocess
 import sys
 import time
@@ -75,14 +76,16 @@ def test_a_lab_whose_rank_raises_fails_the_run_fast(tmp_path):
     path = tmp_path / "raises.ipynb"
     nbformat.write(notebook, path)
     start = time.monotonic()
+    (tmp_path / "tmp").mkdir()  # where the cluster keeps its folder, so that we see it go
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
                            "-p", "no:cacheprovider", "-o", "addopts=", str(path)],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     assert done.returncode != 0, done.stdout[-2000:]
     assert "1 failed" in done.stdout
+    assert "boom on rank 1" in done.stdout  # the rank's own error is shown
     assert time.monotonic() - start < 120
-    leftover = subprocess.run(["pgrep", "-f", "ipyparallel.engine"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    assert list((tmp_path / "tmp").glob("ringlab-cluster-*")) == []  # stopped, folder and all
 
 
 MULTI_RANK_LABS = [p.stem for p in notebooks.sources() if "%%px" in p.read_text()]

@@ -6,39 +6,80 @@
     result = ranks.pull_rank0("result")   # what rank 0 computed
     ranks.stop()                      # also at exit, and by `with MPICluster(4) as ranks:`
 
-A rank that raises inside a cell while the others wait in a collective would hang the cell, and
-nbval's timeout cannot interrupt it through ipyparallel. So every engine gets an exception hook
-that prints the traceback and aborts the whole MPI job: the cell fails at once, and
-:meth:`MPICluster.start` (or :meth:`restart`) brings up fresh engines. Engine ids need not equal
-MPI ranks: :attr:`MPICluster.view` is ordered by rank.
+A rank that raises while the others wait in a collective would hang the cell, and nbval's
+timeout cannot interrupt it through ipyparallel. So on every engine an exception, in a ``%%px``
+cell or in a function sent with ``apply``, writes what it was to the cluster's folder and aborts
+the whole MPI job: the cell fails at once, showing each rank's own error, and :meth:`MPICluster.start`
+(or :meth:`restart`) brings up fresh engines. Engine ids need not equal MPI ranks:
+:attr:`MPICluster.view` is ordered by rank.
+
+Everything a cluster writes (connection files, logs, those errors) goes into its own temporary
+profile folder, removed when it stops. A watchdog process stops the engines and the controller
+within seconds when the Python process that started them ends, however it ends (a kernel that
+is restarted or killed included).
 """
 from __future__ import annotations
 
 import atexit
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 _RUNNING: list["MPICluster"] = []
+ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised
 
 
-def _abort_on_exception() -> int:
-    """Runs on each engine: on any exception in a cell, show it, then abort every rank."""
+def _abort_on_exception(errors: str) -> int:
+    """Runs on each engine: on any exception in a cell or an applied function, record it in the
+    folder ``errors``, show it, then abort every rank."""
     import sys as _sys
+    import time as _time
+    import traceback as _traceback
 
     from IPython import get_ipython
     from mpi4py import MPI
 
-    def abort(shell, etype, value, tb, tb_offset=None):
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-        rank = MPI.COMM_WORLD.Get_rank()
-        print(f"ringlab: rank {rank} raised {etype.__name__}: {value}; aborting every rank", file=_sys.stderr)
+    rank = MPI.COMM_WORLD.Get_rank()
+
+    def abort_with(name: str, value, text: str) -> None:
+        with open(f"{errors}/rank-{rank}.txt", "w") as fh:
+            fh.write(f"rank {rank} raised {name}: {value}\n{text}")
+        print(f"ringlab: rank {rank} raised {name}: {value}; aborting every rank", file=_sys.stderr)
         _sys.stdout.flush()
         _sys.stderr.flush()
+        _time.sleep(0.3)  # let the output reach the notebook before the job goes
         MPI.COMM_WORLD.Abort(1)
 
-    get_ipython().set_custom_exc((Exception,), abort)
-    return MPI.COMM_WORLD.Get_rank()
+    def abort(shell, etype, value, tb, tb_offset=None):
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        abort_with(etype.__name__, value, "".join(_traceback.format_exception(etype, value, tb)))
+
+    shell = get_ipython()
+    shell.set_custom_exc((Exception,), abort)
+    kernel = shell.kernel
+    plain_apply = kernel.do_apply
+
+    def do_apply(*args, **kwargs):
+        reply, result = plain_apply(*args, **kwargs)
+        if reply.get("status") == "error":
+            abort_with(reply.get("ename"), reply.get("evalue"), "\n".join(reply.get("traceback") or []))
+        return reply, result
+
+    kernel.do_apply = do_apply
+    return rank
+
+
+def _fetch(names):
+    """Runs on rank 0's engine for :meth:`MPICluster.pull_rank0`: the values, or which names are missing."""
+    from IPython import get_ipython
+
+    namespace = get_ipython().user_ns
+    missing = [n for n in names if n not in namespace]
+    return ("missing", missing) if missing else ("ok", [namespace[n] for n in names])
 
 
 class MPICluster:
@@ -49,6 +90,8 @@ class MPICluster:
             raise ValueError(f"need at least 1 rank, got {n}")
         self.n, self.activate, self.timeout = n, activate, timeout
         self._cluster = self.client = self.view = None
+        self.profile_dir: str | None = None
+        self._watchdog = None
 
     def start(self) -> "MPICluster":
         """Start the engines (stopping any this object started before) and install the abort hook."""
@@ -57,17 +100,30 @@ class MPICluster:
         self.stop()
         bin_dir = str(Path(sys.executable).parent)  # mpiexec of the mpich wheel sits beside python
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-        self._cluster = ipp.Cluster(engines="mpi", n=self.n, log_level=40)
+        self.profile_dir = tempfile.mkdtemp(prefix="ringlab-cluster-")
+        os.makedirs(os.path.join(self.profile_dir, ERRORS))
+        self._cluster = ipp.Cluster(engines="mpi", n=self.n, log_level=40, profile_dir=self.profile_dir)
+        _RUNNING.append(self)
         self.client = self._cluster.start_and_connect_sync(activate=False)
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "ringlab.lab.cluster", "watch", str(os.getpid()), self._cluster.cluster_file],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.client.wait_for_engines(self.n, timeout=self.timeout)
-        ranks = self.client[:].apply_sync(_abort_on_exception)
+        ranks = self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS))
         by_rank = [engine for _, engine in sorted(zip(ranks, self.client.ids))]
         self.view = self.client[by_rank]
         self.view.block = True  # %%px waits for every rank, so an error fails its own cell
         if self.activate:
             self.view.activate()
-        _RUNNING.append(self)
+        _explain_rank_errors_in(self)
         return self
+
+    def rank_errors(self) -> list[str]:
+        """What each rank that raised wrote before the job was aborted (empty when none did)."""
+        if self.profile_dir is None:
+            return []
+        folder = Path(self.profile_dir, ERRORS)
+        return [p.read_text() for p in sorted(folder.glob("rank-*.txt"))] if folder.exists() else []
 
     def pull_rank0(self, *names: str):
         """Rank 0's value of one name, or a tuple of rank 0's values of several (where results are gathered)."""
@@ -75,7 +131,9 @@ class MPICluster:
             raise ValueError("name at least one variable to pull")
         if self.view is None:
             raise RuntimeError("the ranks are not running: call start() first")
-        values = self.view.pull(list(names), targets=self.view.targets[0], block=True)
+        status, values = self.client[self.view.targets[0]].apply_sync(_fetch, list(names))
+        if status == "missing":
+            raise NameError(f"rank 0 has no variable named {', '.join(map(repr, values))}")
         return values[0] if len(names) == 1 else tuple(values)
 
     def alive(self) -> bool:
@@ -86,7 +144,8 @@ class MPICluster:
         return self.start()
 
     def stop(self) -> None:
-        """Stop the engines and the controller; safe to call twice, or after an abort."""
+        """Stop the engines and the controller and remove the cluster's folder; safe to call twice,
+        or after an abort."""
         cluster, self._cluster = self._cluster, None
         if self.client is not None:
             try:
@@ -99,6 +158,13 @@ class MPICluster:
                 cluster.stop_cluster_sync()
             except Exception:
                 pass
+        if self._watchdog is not None:
+            self._watchdog.terminate()  # ours, by PID: it has nothing left to watch
+            self._watchdog.wait(timeout=10)
+            self._watchdog = None
+        if self.profile_dir is not None:
+            shutil.rmtree(self.profile_dir, ignore_errors=True)
+            self.profile_dir = None
         if self in _RUNNING:
             _RUNNING.remove(self)
 
@@ -109,7 +175,65 @@ class MPICluster:
         self.stop()
 
 
+def _explain_rank_errors_in(cluster: MPICluster) -> None:
+    """In IPython (a notebook), a failed ``%%px`` cell also shows what each rank that raised wrote,
+    in case its own traceback was lost when the job was aborted."""
+    try:
+        from IPython import get_ipython
+        from ipyparallel.error import CompositeError, EngineError
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def explain(shell, etype, value, tb, tb_offset=None):
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        said = [text for running in _RUNNING for text in running.rank_errors()]
+        if said:
+            print("ringlab: the MPI job was aborted; what the ranks raised:\n" + "\n".join(said)
+                  + "\nStart fresh ranks with ranks.restart().", file=sys.stderr)
+
+    shell.set_custom_exc((CompositeError, EngineError), explain)
+
+
 @atexit.register
 def _stop_all() -> None:
     for cluster in list(_RUNNING):
         cluster.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has ended too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def watch(owner: int, cluster_file: str, every: float = 1.0) -> int:
+    """The watchdog: while the cluster's file exists, check its owner every ``every`` seconds; when the
+    owner has gone, stop that cluster (and only it) and remove its folder."""
+    while os.path.exists(cluster_file):
+        if not _alive(owner):
+            import ipyparallel as ipp
+
+            try:
+                ipp.Cluster.from_file(cluster_file).stop_cluster_sync()
+            finally:
+                shutil.rmtree(Path(cluster_file).parents[1], ignore_errors=True)  # the cluster's profile folder
+            return 0
+        time.sleep(every)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "watch":
+        sys.exit(watch(int(sys.argv[2]), sys.argv[3]))
+    sys.exit("usage: python -m ringlab.lab.cluster watch OWNER_PID CLUSTER_FILE")

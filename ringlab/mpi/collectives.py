@@ -101,7 +101,7 @@ def _usable_timeout(timeout) -> bool:
                                and 0 < timeout < float("inf"))
 
 
-def _agree(comm, what: str, fields: dict, timeout: float | None) -> None:
+def check_agreement(comm, what: str, fields: dict, timeout: float | None) -> None:
     """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch.
 
     Every rank sends a digest of its fields to every other, non-blocking, so that a rank that
@@ -156,7 +156,7 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
                   "transport": transport, "in_place": in_place, **options, "problems": problems}
         if isinstance(algorithm, Schedule):
             fields["schedule"] = algorithm.fingerprint()
-        _agree(comm, what, fields, timeout if _usable_timeout(timeout) else None)
+        check_agreement(comm, what, fields, timeout if _usable_timeout(timeout) else None)
     if problems:
         raise ValueError(f"{what}: {'; '.join(problems)}")
     return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=timeout)

@@ -9,14 +9,16 @@ layer first), while the backward pass goes on with the layers before it.
 """
 from __future__ import annotations
 
-import queue
+import contextlib
+import hashlib
 import threading
 import time
 
 import numpy as np
 import torch
 
-from ..mpi.collectives import allreduce, broadcast
+from ..mpi.collectives import allreduce, broadcast, check_agreement
+from ..schedule import check_count
 
 
 def _array(tensor: torch.Tensor):
@@ -40,14 +42,16 @@ def broadcast_parameters(params, root: int = 0, comm=None) -> None:
 
 
 class _Bucket:
-    def __init__(self, params: list, device, dtype):
-        self.params = params
+    def __init__(self, index: int, params: list, device, dtype):
+        self.index, self.params = index, params
         sizes = [p.numel() for p in params]
         self.offsets = np.concatenate(([0], np.cumsum(sizes))).astype(int)
         self.flat = torch.zeros(int(self.offsets[-1]), device=device, dtype=dtype)
         self.array = _array(self.flat)
-        self.pending = len(params)
-        self.done = threading.Event()
+        self.seen = [0] * len(params)  # backward passes accumulated into each gradient since the last step
+        self.queued = False            # handed to the communication thread this step
+        self.ready = threading.Event()  # set: the thread may reduce it
+        self.done = threading.Event()   # set: reduced
 
     def view(self, i: int) -> torch.Tensor:
         return self.flat[self.offsets[i]:self.offsets[i + 1]].view_as(self.params[i])
@@ -57,26 +61,36 @@ class DistributedOptimizer:
     """Average gradients over ranks with ringlab's allreduce, then let ``optimizer`` step.
 
     ``named_parameters`` as in Horovod (``model.named_parameters()``); initial parameters are
-    broadcast from rank 0 at construction. ``algorithm`` and ``transport`` go to
-    :func:`ringlab.allreduce`. ``comm_seconds`` accumulates the time :meth:`step` spent waiting
-    for communication, for per-step breakdowns.
+    broadcast from rank 0 at construction, after the ranks have checked that their models have the
+    same parameters. ``algorithm`` and ``transport`` go to :func:`ringlab.allreduce`.
+
+    Buckets are reduced in the same order on every rank. A parameter that got no gradient in a
+    step (unused by this rank's forward pass) is reduced with the gradient it holds, zero after
+    ``zero_grad()``, as DDP's ``find_unused_parameters`` does. To accumulate gradients over several
+    backward passes, run all but the last inside ``with opt.no_sync():`` (as with DDP), or give
+    ``backward_passes_per_step=k`` (as with Horovod); a second backward pass into gradients already
+    sent is an error, not a wrong average. ``comm_seconds`` accumulates the time :meth:`step` spent
+    waiting for communication.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, named_parameters, algorithm="ring", comm=None,
                  transport: str = "auto", bucket_bytes: int = 4 << 20, overlap: bool = True,
-                 broadcast_initial: bool = True):
+                 broadcast_initial: bool = True, backward_passes_per_step: int = 1):
         from mpi4py import MPI
 
         self.optimizer, self.algorithm, self.transport, self.overlap = optimizer, algorithm, transport, overlap
         self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.passes = check_count("backward_passes_per_step", backward_passes_per_step)
         named = [(name, p) for name, p in named_parameters if p.requires_grad]
+        agree_on_parameters(self.comm, "DistributedOptimizer", named)
         if not named:
             raise ValueError("DistributedOptimizer: no parameters that require gradients")
         if broadcast_initial:
             broadcast_parameters(named, root=0, comm=self.comm)
         self.buckets = self._fuse([p for _, p in reversed(named)], bucket_bytes)  # gradients come last layer first
         self.comm_seconds = 0.0
-        self._queue: queue.Queue = queue.Queue()
+        self._syncing = True
+        self._closed = False
         self._error: BaseException | None = None
         self._thread = None
         if overlap:
@@ -97,19 +111,39 @@ class DistributedOptimizer:
             size += p.numel() * p.element_size()
         if current:
             buckets.append(current)
-        out = [_Bucket(group, group[0].device, group[0].dtype) for group in buckets]
+        out = [_Bucket(index, group, group[0].device, group[0].dtype) for index, group in enumerate(buckets)]
         for bucket in out:
             for i, p in enumerate(bucket.params):
                 p.grad = bucket.view(i)  # autograd accumulates into the bucket: no copy
         return out
 
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside this block only accumulate gradients; the first one after it sends them."""
+        self._syncing = False
+        try:
+            yield
+        finally:
+            self._syncing = True
+
     def _make_hook(self, bucket: _Bucket, i: int):
         def ready(param):
             self._adopt(bucket, i)
-            bucket.pending -= 1
-            if bucket.pending == 0:
-                self._queue.put(bucket)
+            if not self._syncing:
+                return
+            if bucket.queued:
+                raise RuntimeError(
+                    "DistributedOptimizer: a backward pass added to gradients that are already being averaged "
+                    "over the ranks; call step() first, or accumulate with `with opt.no_sync():` around all but "
+                    "the last backward pass (or backward_passes_per_step=k)")
+            bucket.seen[i] += 1
+            if min(bucket.seen) >= self.passes:
+                self._send(bucket)
         return ready
+
+    def _send(self, bucket: _Bucket) -> None:
+        bucket.queued = True
+        bucket.ready.set()
 
     def _adopt(self, bucket: _Bucket, i: int) -> None:
         """Make sure the gradient lives in the bucket (autograd may have given it new memory)."""
@@ -127,32 +161,34 @@ class DistributedOptimizer:
         bucket.flat.div_(self.comm.Get_size())
 
     def _communicate(self) -> None:
+        """The communication thread: reduce the buckets in index order, step after step."""
         while True:
-            bucket = self._queue.get()
-            if bucket is None:
-                return
-            try:
-                self._reduce(bucket)
-            except BaseException as err:  # surfaces in step(), on the main thread
-                self._error = err
-            finally:
-                bucket.done.set()
+            for bucket in self.buckets:
+                bucket.ready.wait()
+                bucket.ready.clear()
+                if self._closed:
+                    return
+                try:
+                    self._reduce(bucket)
+                except BaseException as err:  # surfaces in step(), on the main thread
+                    self._error = err
+                finally:
+                    bucket.done.set()
 
     def synchronize(self) -> None:
         """Wait until every bucket has been averaged over the ranks."""
+        if self._closed:
+            raise RuntimeError("DistributedOptimizer: step() or synchronize() after close()")
         start = time.perf_counter()
         for bucket in self.buckets:
-            if self.overlap:
-                if bucket.pending:  # some parameter got no gradient this step: send the bucket anyway
-                    for i in range(len(bucket.params)):
-                        self._adopt(bucket, i)
-                    bucket.pending = 0
-                    self._queue.put(bucket)
-                bucket.done.wait()
-            else:
-                for i in range(len(bucket.params)):
-                    self._adopt(bucket, i)
+            for i in range(len(bucket.params)):
+                self._adopt(bucket, i)  # parameters unused in this step keep the gradient they hold
+            if not self.overlap:
                 self._reduce(bucket)
+                continue
+            if not bucket.queued:
+                self._send(bucket)
+            bucket.done.wait()
         self.comm_seconds += time.perf_counter() - start
         if self._error is not None:
             error, self._error = self._error, None
@@ -163,7 +199,8 @@ class DistributedOptimizer:
         self.synchronize()
         result = self.optimizer.step(closure)
         for bucket in self.buckets:
-            bucket.pending = len(bucket.params)
+            bucket.seen = [0] * len(bucket.params)
+            bucket.queued = False
             bucket.done.clear()
         return result
 
@@ -173,11 +210,21 @@ class DistributedOptimizer:
             bucket.flat.zero_()
 
     def close(self) -> None:
-        """Stop the communication thread."""
+        """Stop the communication thread; the optimizer cannot step afterwards."""
+        self._closed = True
         if self._thread is not None:
-            self._queue.put(None)
+            for bucket in self.buckets:
+                bucket.ready.set()
             self._thread.join(timeout=10)
             self._thread = None
 
     def __getattr__(self, name):  # param_groups, state, state_dict ... of the wrapped optimizer
         return getattr(self.optimizer, name)
+
+
+def agree_on_parameters(comm, what: str, named) -> None:
+    """Every rank checks that all ranks hold the same parameters (names, shapes, dtypes, in order);
+    a different model anywhere is the same ValueError everywhere, not a hang or a mixed-up sum."""
+    shapes = [(name, list(p.shape), str(p.dtype)) for name, p in named]
+    check_agreement(comm, what, {"parameters": len(shapes),
+                       "names, shapes and dtypes": hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]}, timeout=None)

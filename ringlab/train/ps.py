@@ -22,6 +22,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..schedule import chunk_bounds
+from .optimizer import agree_on_parameters
 
 PUSH, PULL, HEADER = 11, 12, 13
 
@@ -42,6 +43,7 @@ class ParameterServer:
         self.model, self.servers, self.mode, self.lr, self.straggler = model, servers, mode, lr, straggler
         self.workers = size - servers
         self.rank = self.comm.Get_rank()
+        agree_on_parameters(self.comm, "ParameterServer", list(model.named_parameters()))
         with torch.no_grad():
             flat = parameters_to_vector(model.parameters()).detach().contiguous()
         self.flat = flat.numpy()  # shares memory with `flat`
@@ -126,7 +128,8 @@ class ParameterServer:
             inputs, targets = batch(self.worker_index, step)
             loss = loss_fn(self.model(inputs), targets)
             loss.backward()
-            grad = parameters_to_vector(p.grad for p in self.model.parameters()).detach().numpy()
+            grad = parameters_to_vector(p.grad if p.grad is not None else torch.zeros_like(p)  # unused: no gradient
+                                        for p in self.model.parameters()).detach().numpy()
             spent = time.perf_counter() - began
             if self.straggler and self.straggler[0] == self.worker_index:
                 time.sleep(spent * (self.straggler[1] - 1))
