@@ -6,6 +6,9 @@ import sys
 
 from .algorithms import ALGORITHMS, about, build, options_of
 from .measure.units import parse_size
+from .mpi.launch import RANKS_PER_CORE
+
+DEMO_MAX_RANKS = 32  # the walk-through grows as ranks x chunks x steps: past this it is unreadable
 
 
 def _algorithm_help() -> str:
@@ -36,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("-a", "--algorithm", default="allreduce.ring", metavar="NAME",
                       help="a registered algorithm, listed below (default: allreduce.ring)")
-    demo.add_argument("-n", "--nranks", type=int, default=4, help="number of ranks (default: 4)")
+    demo.add_argument("-n", "--nranks", type=int, default=4,
+                      help=f"number of ranks, 1 to {DEMO_MAX_RANKS} (default: 4)")
     demo.add_argument("--root", type=int, help="root rank, for algorithms that have one (default: 0)")
     demo.add_argument("--segments", type=int, help="pipeline segments, for the chain algorithms (default: n)")
     demo.add_argument("--servers", type=int, help="parameter-server shards M, for allreduce.ps (default: 1)")
@@ -69,7 +73,9 @@ def parser() -> argparse.ArgumentParser:
                "examples:\n  ringlab bench -n 4 -b 8 -e 64M -f 4 -a ring,rhd,mpi\n"
                "  ringlab bench -n 3 -c broadcast -a chain,tree,mpi --root 1 --json bcast.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("-n", "--nranks", type=int, help="start mpiexec with this many ranks")
+    bench.add_argument("-n", "--nranks", type=int,
+                       help="start mpiexec with this many ranks (more than the cores: a warning; more than "
+                            f"{RANKS_PER_CORE} a core: refused)")
     bench.add_argument("-c", "--collective", default="allreduce", help="allreduce (default), reduce, broadcast, "
                                                                           "reduce_scatter, allgather")
     bench.add_argument("-a", "--algorithms", default="ring,mpi", help="comma-separated (default: ring,mpi)")
@@ -78,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this (default 2)")
     bench.add_argument("-i", "--stepbytes", type=_size, help="or add this many bytes")
     bench.add_argument("-d", "--datatype", default="float32", help="float16, float32 (default), float64, int32, int64")
-    bench.add_argument("--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    bench.add_argument("--iters", type=int, default=20, help="timed iterations per size, at least 1 (default 20)")
     bench.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations first (default 5)")
     bench.add_argument("--root", type=int, default=0, help="root of reduce and broadcast (default 0)")
     bench.add_argument("--gpu", action="store_true", help="cupy buffers, one GPU per rank (shared if fewer)")
@@ -109,10 +115,11 @@ def _bandwidth(args, argv) -> int:
     from .mpi.devices import cupy_module
     from .mpi.launch import relaunch
 
-    if args.nranks and not in_mpi_job():
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    if args.nranks is not None and not in_mpi_job():
+        check_nranks(args.nranks)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     comm = MPI.COMM_WORLD
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     result = {"kind": "ringlab-bandwidth", "schema": SCHEMA, "cpu": cpu_report(comm, sizes, sys.stdout)}
     if cupy_module() is not None and comm.Get_rank() == 0:
         result["gpu"] = gpu_report(sys.stdout)
@@ -125,22 +132,39 @@ def _bandwidth(args, argv) -> int:
 
 
 def _bench(args, argv) -> int:
-    from .measure.bench import in_mpi_job, run, sweep
+    from .measure.bench import check_arguments, in_mpi_job, run, sweep
     from .mpi.launch import relaunch
 
-    if args.nranks and not in_mpi_job():
-        return relaunch(args.nranks, argv, ["-m", "ringlab"])
+    algorithms = [a for a in args.algorithms.split(",") if a]
     factor = args.stepfactor if args.stepfactor or args.stepbytes else 2
     sizes = sweep(args.minbytes, args.maxbytes, factor=factor if not args.stepbytes else None,
                   increment=args.stepbytes)
-    run(args.collective, [a for a in args.algorithms.split(",") if a], sizes, args.datatype, args.iters,
+    if args.nranks is not None and not in_mpi_job():  # every mistake said once, here, before a job starts
+        check_nranks(args.nranks)
+        check_arguments(args.collective, algorithms, args.datatype, args.iters, args.warmup, args.root, args.nranks,
+                        args.json)
+        return relaunch(args.nranks, argv, ["-m", "ringlab"])
+    run(args.collective, algorithms, sizes, args.datatype, args.iters,
         args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv])
     return 0
+
+
+def check_nranks(nranks) -> None:
+    from .mpi.launch import check_nranks as check
+
+    check(nranks)
 
 
 def _presets() -> list[str]:
     from .topology import preset_names
     return preset_names()
+
+
+def _two_names(text: str) -> tuple[str, str]:
+    names = [n for n in text.split(",") if n]
+    if len(names) != 2:
+        raise ValueError(f"--crossover takes two algorithms, A,B (e.g. allreduce.tree,allreduce.ring), got {text!r}")
+    return names[0], names[1]
 
 
 def _predict(args) -> None:
@@ -149,13 +173,18 @@ def _predict(args) -> None:
     from .topology import preset
     from .measure.units import format_bytes
 
+    if args.nbytes < 1:
+        raise ValueError(f"-b must be at least 1 byte, got {args.nbytes}")
+    pair = _two_names(args.crossover) if args.crossover else None
+    if args.steps and (args.topology == "all" or "," in args.algorithm):
+        raise ValueError("--steps shows one algorithm on one topology: give -t PRESET and one -a NAME")
     names = _presets() if args.topology == "all" else [args.topology]
     topologies = [preset(name) for name in names]
     algorithms = [a for a in args.algorithm.split(",") if a]
     print(f"# predicted by the cost model (not measured); {topologies[0].source if len(names) == 1 else 'published figures'}; "
           "latencies assumed")
-    if args.crossover:
-        first, second = args.crossover.split(",")
+    if pair:
+        first, second = pair
         for topo in topologies:
             size = crossover(first, second, topo)
             said = "never, up to 16 GiB" if size is None else f"from {format_bytes(size)} up"
@@ -187,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         from .lab.demo import walkthrough
 
         options = {k: getattr(args, k) for k in ("root", "segments", "servers") if getattr(args, k) is not None}
+        if args.nranks > DEMO_MAX_RANKS:
+            top.exit(2, f"ringlab demo: error: {args.nranks} ranks: the walk-through prints every rank's row of "
+                        f"every chunk after every step, which past {DEMO_MAX_RANKS} ranks no one can read; use "
+                        f"`ringlab predict` or the widgets of ringlab.viz for large rank counts\n")
         try:
             schedule = build(args.algorithm, args.nranks, **options)
         except ValueError as err:
@@ -196,15 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return _bench(args, argv)
         except ValueError as err:
-            from mpi4py import MPI
-            if MPI.COMM_WORLD.Get_rank() == 0:
-                print(f"ringlab bench: error: {err}", file=sys.stderr)
-            return 2
+            return _error_on_rank0("ringlab bench", err)
     elif args.command == "bandwidth":
         try:
             return _bandwidth(args, argv)
         except ValueError as err:
-            top.exit(2, f"ringlab bandwidth: error: {err}\n")
+            return _error_on_rank0("ringlab bandwidth", err)
     elif args.command == "doctor":
         from .measure.doctor import report
         _quietly(lambda: print("\n".join(report())))
@@ -214,6 +244,28 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             top.exit(2, f"ringlab predict: error: {err}\n")
     return 0
+
+
+def _error_on_rank0(command: str, err: Exception) -> int:
+    """Say ``err`` once (rank 0 of a job, or this process) and return 2. In a job, every rank raised
+    the same error; the others wait (10 s at most) until rank 0 has said it, so that none ends the
+    job before rank 0's message is out."""
+    from .measure.bench import in_mpi_job
+
+    if not in_mpi_job():
+        print(f"{command}: error: {err}", file=sys.stderr, flush=True)
+        return 2
+    import time
+
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_rank() == 0:
+        print(f"{command}: error: {err}", file=sys.stderr, flush=True)
+    said, deadline = comm.Ibarrier(), time.monotonic() + 10
+    while not said.Test() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return 2
 
 
 def _quietly(show) -> None:

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..mpi.launch import check_nranks, local_env
+
 _RUNNING: list["MPICluster"] = []
 ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised
 
@@ -86,8 +88,7 @@ class MPICluster:
     """``n`` MPI ranks as ipyparallel engines; ``activate=True`` makes ``%%px`` target them."""
 
     def __init__(self, n: int = 4, activate: bool = True, timeout: float = 120):
-        if n < 1:
-            raise ValueError(f"need at least 1 rank, got {n}")
+        check_nranks(n)
         self.n, self.activate, self.timeout = n, activate, timeout
         self._cluster = self.client = self.view = None
         self.profile_dir: str | None = None
@@ -100,6 +101,7 @@ class MPICluster:
         self.stop()
         bin_dir = str(Path(sys.executable).parent)  # mpiexec of the mpich wheel sits beside python
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+        os.environ.update(local_env())  # the engines' MPI talks over loopback
         self.profile_dir = tempfile.mkdtemp(prefix="ringlab-cluster-")
         os.makedirs(os.path.join(self.profile_dir, ERRORS))
         self._cluster = ipp.Cluster(engines="mpi", n=self.n, log_level=40, profile_dir=self.profile_dir)

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from ..algorithms import build
+from ..algorithms import ALGORITHMS, build
 from ..mpi.collectives import allreduce, broadcast, execute, reduce
 from ..mpi.launch import torch_process_group
 from ..schedule import BUS_FACTORS, COLLECTIVES, check_root
@@ -72,8 +72,6 @@ class _Implementations:
 
         comm, x, n, rank, root = self.comm, self.x, self.n, self.comm.Get_rank(), self.root
         host = x if isinstance(x, np.ndarray) else x.get()
-        if host.dtype == np.float16:
-            raise ValueError("MPI has no float16 reduction; use -d float32 to compare with MPI")
         out = np.empty_like(host)
         block = len(host) // n
         mine = slice(rank * block, (rank + 1) * block)  # this rank's block of reduce_scatter and allgather
@@ -163,6 +161,36 @@ def _wrong(got, want, dtype, n: int) -> int:
     return int(np.count_nonzero(np.abs(got.astype(np.float64) - want.astype(np.float64)) > tolerance))
 
 
+OTHERS = ("mpi", "nccl", "torch")  # what ringlab is timed against
+
+
+def check_arguments(collective: str, algorithms: list[str], dtype_name: str, iters: int, warmup: int, root: int,
+                    nranks: int, json_path: str | None = None) -> None:
+    """A ValueError naming the first argument of a sweep that cannot work, before anything runs."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+    if not algorithms:
+        raise ValueError("name at least one implementation to time (-a), e.g. ring,mpi")
+    for name in algorithms:
+        full = name if "." in name else f"{collective}.{name}"
+        if name not in OTHERS and (full not in ALGORITHMS or not full.startswith(collective + ".")):
+            known = sorted(a.split(".", 1)[1] for a in ALGORITHMS if a.startswith(collective + "."))
+            raise ValueError(f"no {collective} implementation {name!r}; choose from {', '.join(known + list(OTHERS))}")
+    if dtype_name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters must be at least 1 (the median of no timings is no number), got {iters!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be 0 or more, got {warmup!r}")
+    check_root(root, nranks)
+    if json_path:  # now, not after a sweep of many minutes
+        folder = os.path.dirname(os.path.abspath(json_path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"cannot write the results to {json_path}: there is no folder {folder}")
+        if not os.access(folder, os.W_OK) or (os.path.exists(json_path) and not os.access(json_path, os.W_OK)):
+            raise ValueError(f"cannot write the results to {json_path}: not allowed to")
+
+
 def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: str = "float32", iters: int = 20,
         warmup: int = 5, root: int = 0, gpu: bool = False, transport: str = "auto", json_path: str | None = None,
         command: list[str] | None = None, out=sys.stdout) -> dict | None:
@@ -173,11 +201,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
-    if collective not in COLLECTIVES:
-        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
-    if dtype_name not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
-    check_root(root, n)
+    check_arguments(collective, algorithms, dtype_name, iters, warmup, root, n, json_path if rank == 0 else None)
     dtype = np.dtype(DTYPES[dtype_name])
     xp = np
     if gpu:

@@ -21,10 +21,36 @@ def find_mpiexec() -> str:
     return found
 
 
+RANKS_PER_CORE = 16  # more ranks than this on one core is refused: they would only wait for each other
+
+
+def check_nranks(nranks, cores: int | None = None) -> str | None:
+    """``nranks`` for a job on this machine: a ValueError when it cannot be, a warning (text) when
+    there are more ranks than cores, else None."""
+    cores = cores or os.cpu_count() or 1
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+        raise ValueError(f"need at least 1 rank, got {nranks!r}")
+    if nranks > RANKS_PER_CORE * cores:
+        raise ValueError(f"{nranks} ranks on {cores} cores is more than {RANKS_PER_CORE} a core: they would spend "
+                         f"their time waiting for each other; use at most {RANKS_PER_CORE * cores}")
+    if nranks > cores:
+        return (f"{nranks} ranks share {cores} cores (oversubscribed): timings measure the scheduler as much as "
+                "the algorithm")
+    return None
+
+
+def local_env(base: dict | None = None) -> dict:
+    """The environment for a job on this machine only: the mpich wheel's ranks talk over loopback
+    (UCX_NET_DEVICES=lo) instead of listening on the machine's network addresses. A value the
+    user set stays."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    return env
+
+
 def mpiexec_command(nranks: int, args: list[str]) -> list[str]:
     """``mpiexec -n N python -m mpi4py ARGS``: mpi4py's runner aborts the job when a rank raises."""
-    if nranks < 1:
-        raise ValueError(f"need at least 1 rank, got {nranks}")
+    check_nranks(nranks)
     return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "mpi4py", *args]
 
 
@@ -34,7 +60,7 @@ def run_mpi(nranks: int, args: list[str], timeout: float = 300, env: dict | None
 
     Raises subprocess.TimeoutExpired when it does not finish in time (the job is killed first).
     """
-    merged = {**os.environ, "MPIEXEC_TIMEOUT": str(int(timeout) + 5), **(env or {})}
+    merged = {**local_env(), "MPIEXEC_TIMEOUT": str(int(timeout) + 5), **(env or {})}
     return subprocess.run(mpiexec_command(nranks, args), capture_output=True, text=True, timeout=timeout,
                           env=merged, **kwargs)
 
@@ -58,7 +84,10 @@ def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
     For commands that take ``-n N`` to start their own job: ``target`` is ``["-m", "ringlab"]`` or a
     script's path. Output goes to this process's; returns the job's exit status.
     """
-    return subprocess.call(mpiexec_command(nranks, [*target, *without_nranks(argv)]))
+    warning = check_nranks(nranks)
+    if warning:
+        print(f"ringlab: {warning}", file=sys.stderr, flush=True)
+    return subprocess.call(mpiexec_command(nranks, [*target, *without_nranks(argv)]), env=local_env())
 
 
 @contextmanager
