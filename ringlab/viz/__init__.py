@@ -1,8 +1,7 @@
 """Pictures of collectives: step through a schedule, see a measured trace, bandwidths, topologies, scaling.
 
 Needs the ``lab`` extra (plotly, ipywidgets, and anywidget for plotly's FigureWidget). In a notebook
-call :func:`use_renderer`
-once: plotly figures then show in JupyterLab and in exported HTML alike.
+call :func:`use_renderer` once: plotly figures then show in JupyterLab and in exported HTML alike.
 """
 from __future__ import annotations
 
