@@ -38,6 +38,9 @@ def report() -> list[str]:
     else:
         names = ", ".join(g.get("name", "?") for g in info["gpus"]) or f"{gpus} device(s)"
         lines.append(f"GPUs: {gpus} ({names}); driver {info['driver'] or 'unknown'}; cupy {cp.__version__}")
+    from ..mpi.transports import describe
+
+    lines += [f"transport: {line}" for line in describe()]
     topology, facts = discover()
     if topology is None:
         lines.append(f"topology: not discovered ({facts.get('reason', 'no GPU')})")

@@ -7,6 +7,7 @@
 - ``launch``: starting MPI jobs (``mpiexec``) and torch process groups from Python.
 """
 from .collectives import allreduce, broadcast, execute, reduce, which_transport
+from .transports import release_buffers
 from .executor import StepTimeout, Trace
 
-__all__ = ["allreduce", "reduce", "broadcast", "execute", "which_transport", "StepTimeout", "Trace"]
+__all__ = ["allreduce", "reduce", "broadcast", "execute", "which_transport", "release_buffers", "StepTimeout", "Trace"]

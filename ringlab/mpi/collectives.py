@@ -79,9 +79,11 @@ def _array_fields(x) -> dict:
             "dtype": str(getattr(x, "dtype", "-"))}
 
 
-def _problems(x, kind: str | None, in_place: bool, timeout) -> list[str]:
+def _problems(x, kind: str | None, in_place: bool, timeout, out=None) -> list[str]:
     """What is wrong with this rank's arguments, found before any rank waits for another."""
     problems = []
+    if out is not None:
+        problems += _out_problems(x, out, in_place)
     if not hasattr(x, "dtype") or not hasattr(x, "shape") or getattr(x.dtype, "kind", "") not in "biufc":
         problems.append(f"x must be a numeric numpy or cupy array, got {type(x).__name__}")
     else:
@@ -94,6 +96,21 @@ def _problems(x, kind: str | None, in_place: bool, timeout) -> list[str]:
     if not _usable_timeout(timeout):
         problems.append(f"timeout must be a number of seconds > 0 (or None: no limit), got {timeout!r}")
     return problems
+
+
+def _out_problems(x, out, in_place: bool) -> list[str]:
+    """What keeps ``out`` from receiving the result for ``x``."""
+    if in_place:
+        return ["give either out= or in_place=True, not both"]
+    if is_device_array(out) != is_device_array(x) or not hasattr(out, "flags"):
+        return [f"out must be an array of the same kind as x ({type(x).__name__}), got {type(out).__name__}"]
+    if tuple(out.shape) != tuple(getattr(x, "shape", ())) or out.dtype != getattr(x, "dtype", None):
+        return [f"out has shape {tuple(out.shape)} and dtype {out.dtype}; x has {tuple(x.shape)} and {x.dtype}"]
+    if not out.flags.c_contiguous or not getattr(out.flags, "writeable", True):
+        return ["out must be a C-contiguous, writable array"]
+    if is_device_array(x) and getattr(out, "device", None) != getattr(x, "device", None):
+        return ["out is on another GPU than x: they must share a GPU"]
+    return []
 
 
 def _usable_timeout(timeout) -> bool:
@@ -140,11 +157,11 @@ def check_agreement(comm, what: str, fields: dict, timeout: float | None) -> Non
 
 
 def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
-         trace: bool, timeout, what: str):
+         trace: bool, timeout, what: str, out=None):
     """Find what is wrong on this rank, agree with the others (so that a mistake anywhere raises the
     same ValueError everywhere), then execute."""
     comm = _world(comm)
-    problems = _problems(x, kind, in_place, timeout)
+    problems = _problems(x, kind, in_place, timeout, out)
     try:
         schedule = resolve(kind, algorithm, comm.Get_size(), **options)
     except ValueError as err:
@@ -159,35 +176,38 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
         check_agreement(comm, what, fields, timeout if _usable_timeout(timeout) else None)
     if problems:
         raise ValueError(f"{what}: {'; '.join(problems)}")
-    return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=timeout)
+    return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=timeout, out=out)
 
 
 def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False, agree: bool = True,
-            trace: bool = False, timeout: float | None = None):
+            trace: bool = False, timeout: float | None = None, out=None):
     """Run ``schedule`` (a Schedule, checked first, or a registered name such as ``"allreduce.ring"``)
     on this rank's array ``x``; return the array this rank ends with.
 
-    The input is left untouched unless ``in_place=True``. With ``trace=True`` return
+    The input is left untouched unless ``in_place=True``; ``out=`` (an array like ``x``) receives
+    the result instead of a new array, so that nothing is allocated per call. With ``trace=True`` return
     ``(array, trace)``: rank 0's trace holds every rank's transfers, the others their own.
     """
     return _run(None, x, schedule, comm, transport, {}, in_place=in_place, agree=agree, trace=trace,
-                timeout=timeout, what="rl.execute")
+                timeout=timeout, what="rl.execute", out=out)
 
 
-def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, trace: bool, timeout):
+def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, trace: bool, timeout, out=None):
     """Run a checked schedule on arguments every rank agreed on."""
     if is_device_array(x):  # work on the GPU that holds x; a rank's own GPU for anything else
         device = getattr(x, "device", None)
         device.use() if hasattr(device, "use") else bind_device(comm)
     xp = array_module(x)
     name = choose(x, comm, transport)
-    out = x if in_place else xp.array(x, order="C", copy=True)
+    if out is not None:
+        out[...] = x
+    else:
+        out = x if in_place else xp.array(x, order="C", copy=True)
     flat = out.reshape(-1)
     count, itemsize = flat.size, flat.dtype.itemsize
     staged = name == "ipc" or (name == "host" and xp is not np)
-    plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged)
+    plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=name != "ipc")
     recorder = _recorder(comm, flat, itemsize) if trace else None
-    wait_for_gpu(flat)
     ops = make_ops(name, xp, plan, flat.dtype, comm, count)
     bounds = chunk_bounds(count, schedule.nchunks)
     run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
@@ -219,27 +239,29 @@ def _recorder(comm, flat, itemsize: int) -> Recorder:
 
 def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
               agree: bool = True, trace: bool = False, timeout: float | None = None, root: int | None = None,
-              servers: int | None = None):
+              servers: int | None = None, out=None):
     """Sum ``x`` over all ranks; every rank gets the sum (a new array of the same type and shape).
 
     ``algorithm``: ``"ring"`` (default), ``"naive"`` (through ``root``), ``"ps"`` (``servers``
-    shards), ``"tree"``, ``"rhd"``, a full name, or a Schedule.
+    shards), ``"tree"``, ``"rhd"``, a full name, or a Schedule. ``out=`` (an array like ``x``)
+    receives the sum instead of a new array.
     """
     options = {k: v for k, v in (("root", root), ("servers", servers)) if v is not None}
     return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
-                timeout=timeout, what="rl.allreduce")
+                timeout=timeout, what="rl.allreduce", out=out)
 
 
 def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto", *, in_place: bool = False,
-           agree: bool = True, trace: bool = False, timeout: float | None = None, segments: int | None = None):
+           agree: bool = True, trace: bool = False, timeout: float | None = None, segments: int | None = None,
+           out=None):
     """Sum ``x`` over all ranks onto ``root``; the root gets the sum, every other rank None.
 
     ``algorithm``: ``"tree"`` (default), ``"direct"``, ``"chain"`` (``segments``), a full name,
-    or a Schedule. With ``in_place=True`` the other ranks' arrays hold partial sums afterwards.
+    or a Schedule. With ``in_place=True`` (or ``out=``) the other ranks' arrays hold partial sums afterwards.
     """
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
     result = _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
-                  timeout=timeout, what="rl.reduce")
+                  timeout=timeout, what="rl.reduce", out=out)
     out, table = result if trace else (result, None)
     out = out if _world(comm).Get_rank() == root else None
     return (out, table) if trace else out
@@ -247,7 +269,7 @@ def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto
 
 def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | None = None,
               transport: str = "auto", *, in_place: bool = False, agree: bool = True, trace: bool = False,
-              timeout: float | None = None):
+              timeout: float | None = None, out=None):
     """Copy root's ``x`` to every rank; every rank passes an array of the same shape and dtype.
 
     ``algorithm``: ``"chain"`` (default, pipelined in ``segments`` pieces), ``"tree"``,
@@ -255,7 +277,7 @@ def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | No
     """
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
     return _run("broadcast", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
-                timeout=timeout, what="rl.broadcast")
+                timeout=timeout, what="rl.broadcast", out=out)
 
 
 def which_transport(x, comm=None, transport: str = "auto") -> str:

@@ -99,15 +99,18 @@ def overlaps(a: Message, b: Message) -> bool:
 
 
 @lru_cache(maxsize=256)
-def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage_all: bool = False) -> RankPlan:
+def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage_all: bool = False,
+                 pieces: bool = True) -> RankPlan:
     """Rank ``rank``'s plan for a buffer of ``count`` elements of ``itemsize`` bytes.
 
     With ``stage_all`` every receive lands in scratch and every send goes through staging (the
     host transport); otherwise receives go straight into the buffer unless that would clobber
     data the same step still sends, or another receive of the step lands on the same elements.
+    ``pieces=False`` keeps reduce messages whole: over CUDA IPC there is no receive to overlap
+    the adding with, and each piece would cost a kernel launch.
     """
     bounds = chunk_bounds(count, schedule.nchunks)
-    piece = max(1, PIECE_BYTES // itemsize)
+    piece = max(1, PIECE_BYTES // itemsize) if pieces else max(count, 1)
     steps, scratch, staging = [], 0, 0
     for index, step in enumerate(schedule.steps):
         sends = _messages(step, rank, bounds, True, piece)

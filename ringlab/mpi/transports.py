@@ -30,9 +30,14 @@ TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 _POOL: dict[tuple, object] = {}
 
 
+def _device_id(xp) -> int | None:
+    """The current GPU for cupy, None for numpy: caches are per device, so two GPUs never share a buffer."""
+    return None if xp is np else xp.cuda.Device().id
+
+
 def reusable(xp, nelems: int, dtype, purpose: str = "scratch"):
-    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, dtype)."""
-    key = (purpose, xp.__name__, np.dtype(dtype).str)
+    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype)."""
+    key = (purpose, xp.__name__, _device_id(xp), np.dtype(dtype).str)
     have = _POOL.get(key)
     if have is None or have.size < nelems:
         if purpose.startswith("pinned"):
@@ -129,8 +134,7 @@ class StagedOps(Ops):
 
     def outgoing(self, buf, m):
         host = self.send_host[m.slot:m.slot + m.size]
-        buf[m.lo:m.hi].get(out=host)
-        self.cp.cuda.get_current_stream().synchronize()
+        buf[m.lo:m.hi].get(out=host)  # blocking: the bytes are in host memory when MPI takes them
         return host
 
     def incoming(self, buf, m):
@@ -185,7 +189,11 @@ def _notice(comm, text: str) -> None:
 
 def ipc_possible(comm) -> bool:
     """All ranks of ``comm`` share this node, and every rank's GPU can read every other rank's
-    (the same GPU, or peer access between them), so CUDA IPC can work. Collective over ``comm``."""
+    (the same GPU, or peer access between them), so CUDA IPC can work. Collective over ``comm``.
+
+    CUDA opens IPC handles of GPUs the process cannot see, so ranks that each see only their own
+    GPU (``CUDA_VISIBLE_DEVICES`` per rank) may use ipc too: for a GPU hidden from CUDA, NVML,
+    which sees every GPU, says whether the two can read each other."""
     from mpi4py import MPI
 
     cp = cupy_module()
@@ -194,23 +202,79 @@ def ipc_possible(comm) -> bool:
         return False
     runtime = cp.cuda.runtime
     mine = cp.cuda.Device().id
-    buses = comm.allgather(runtime.deviceGetPCIBusId(mine))
+    my_bus = runtime.deviceGetPCIBusId(mine)
     reachable = True
-    for bus in buses:
+    for bus in comm.allgather(my_bus):
         try:
             theirs = runtime.deviceGetByPCIBusId(bus)
-        except runtime.CUDARuntimeError:  # that GPU is hidden from this rank (CUDA_VISIBLE_DEVICES)
-            reachable = False
-            break
-        if theirs != mine and not runtime.deviceCanAccessPeer(mine, theirs):
-            reachable = False
+        except runtime.CUDARuntimeError:  # that GPU is hidden from this process
+            reachable = _nvml_p2p_read(my_bus, bus)
+        else:
+            reachable = theirs == mine or bool(runtime.deviceCanAccessPeer(mine, theirs))
+        if not reachable:
             break
     return comm.allreduce(reachable, op=MPI.LAND)
 
 
+def _nvml_p2p_read(bus_a: str, bus_b: str) -> bool:
+    """Whether NVML says the GPU at ``bus_a`` can read the one at ``bus_b`` peer to peer (False when
+    NVML cannot be asked)."""
+    try:
+        import pynvml
+    except ImportError:
+        return False
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    try:
+        a, b = (pynvml.nvmlDeviceGetHandleByPciBusId(bus) for bus in (bus_a, bus_b))
+        index = pynvml.NVML_P2P_CAPS_INDEX_READ
+        index = index[0] if isinstance(index, tuple) else index
+        return pynvml.nvmlDeviceGetP2PStatus(a, b, index) == pynvml.NVML_P2P_STATUS_OK
+    except pynvml.NVMLError:
+        return False
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def describe() -> list[str]:
+    """Why each transport would or would not be used by ranks of this machine (for ``ringlab doctor``)."""
+    cp = cupy_module()
+    forced = os.environ.get("RINGLAB_CUDA_AWARE") in ("0", "1")
+    support = _query_cuda_support()
+    aware = mpi_is_cuda_aware()
+    lines = ["cuda-aware: " + ("yes" if aware else "no") + (
+        " (RINGLAB_CUDA_AWARE says so)" if forced else
+        " (the MPI library has no query for it: assumed not)" if support is None else
+        " (the MPI library says so: MPIX_Query_cuda_support)")]
+    if cp is None:
+        return ["numpy buffers only (no GPU here): every transport is host memory through MPI"] + lines
+    count = cp.cuda.runtime.getDeviceCount()
+    pairs = [(a, b) for a in range(count) for b in range(count) if a < b]
+    unreachable = [f"gpu{a}-gpu{b}" for a, b in pairs if not cp.cuda.runtime.deviceCanAccessPeer(a, b)]
+    if not pairs:
+        reach = (f"one GPU visible{' (CUDA_VISIBLE_DEVICES)' if 'CUDA_VISIBLE_DEVICES' in os.environ else ''}: "
+                 "ranks that share it can use ipc")
+    else:
+        reach = (f"every pair of the {count} GPUs" if not unreachable else
+                 f"{len(pairs) - len(unreachable)} of {len(pairs)} GPU pairs; not " + ", ".join(unreachable))
+    lines.append(f"peer access (ipc between ranks on different GPUs needs it): {reach}")
+    ipc = not unreachable
+    lines.append("auto picks: " + ("ipc for ranks all on this node" if ipc else
+                                   "not ipc (some GPU pairs cannot reach each other)") +
+                 "; otherwise " + ("cuda-aware" if aware else "host (staged through pinned memory)"))
+    return lines
+
+
 def choose(x, comm, requested: str = "auto") -> str:
     """The transport a call will use: numpy buffers always go by ``host``; for cupy, ``auto``
-    picks ipc (all ranks on one node), else cuda-aware (if MPI supports it), else host."""
+    picks ipc (all ranks on one node), else cuda-aware (if MPI supports it), else host.
+
+    For cupy the answer takes collectives over ``comm``, so it is worked out once per
+    (communicator, GPU, request) and remembered: every rank calls this with the same sequence of
+    requests (the argument agreement sees to that), so every rank asks, or remembers, together.
+    """
     if requested not in TRANSPORTS:
         raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {requested!r}")
     if not is_device_array(x):
@@ -218,6 +282,13 @@ def choose(x, comm, requested: str = "auto") -> str:
             raise ValueError(f"transport={requested!r} needs a cupy array; this is a {type(x).__name__} "
                              "(numpy buffers always go through MPI from host memory: use 'auto' or 'host')")
         return "host"
+    key = (comm.py2f(), x.device.id, requested)
+    if key not in _CHOSEN:
+        _CHOSEN[key] = _choose_for_device(comm, requested)
+    return _CHOSEN[key]
+
+
+def _choose_for_device(comm, requested: str) -> str:
     if requested == "auto":
         if ipc_possible(comm):
             return "ipc"
@@ -241,26 +312,27 @@ def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 
 
 
 class IpcBuffer:
-    """A persistent device work buffer whose CUDA IPC handle every peer opened once: ``work`` here,
+    """A device work buffer whose CUDA IPC handle every peer has opened: ``work`` here,
     ``peers[rank]`` the same buffer of each other rank, mapped into this process."""
 
     def __init__(self, cp, comm, count: int, dtype):
-        self.cp, self.dtype = cp, np.dtype(dtype)
+        self.cp, self.dtype, self.count = cp, np.dtype(dtype), max(count, 1)
         # Our own cudaMalloc, outside cupy's pool: an IPC handle covers a whole allocation, and the
         # pool packs several arrays into one. We still send base handle + offset, as one must.
-        memory = cp.cuda.Memory(max(count, 1) * self.dtype.itemsize)
-        self.work = cp.ndarray((max(count, 1),), self.dtype, cp.cuda.MemoryPointer(memory, 0))
-        handle = cp.cuda.runtime.ipcGetMemHandle(memory.ptr)
-        offset = self.work.data.ptr - memory.ptr
-        everyone = comm.allgather((handle, offset, cp.cuda.Device().id))
-        self.peers = {}
-        for rank, (peer_handle, peer_offset, _device) in enumerate(everyone):
+        self.memory = cp.cuda.Memory(self.count * self.dtype.itemsize)
+        self.work = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(self.memory, 0))
+        handle = cp.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
+        offset = self.work.data.ptr - self.memory.ptr
+        everyone = comm.allgather((handle, offset))
+        self.peers, self.opened = {}, []
+        device = cp.cuda.Device().id
+        for rank, (peer_handle, peer_offset) in enumerate(everyone):
             if rank == comm.Get_rank():
                 continue
             ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
-            size = peer_offset + self.work.nbytes
-            owned = cp.cuda.UnownedMemory(ptr, size, owner=self, device_id=cp.cuda.Device().id)  # mapped here
-            self.peers[rank] = cp.ndarray((max(count, 1),), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
+            self.opened.append(ptr)
+            owned = cp.cuda.UnownedMemory(ptr, peer_offset + self.work.nbytes, owner=self, device_id=device)
+            self.peers[rank] = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
         self.scratch = None
 
     def scratch_for(self, nelems: int):
@@ -268,21 +340,49 @@ class IpcBuffer:
             self.scratch = self.cp.empty(max(nelems, 1), dtype=self.dtype)
         return self.scratch
 
-    def close(self):
-        for peer in self.peers.values():
-            self.cp.cuda.runtime.ipcCloseMemHandle(peer.data.mem.ptr)
+    def release(self, comm) -> None:
+        """Give everything back, in the only safe order (collective over ``comm``): nobody reads a
+        peer any more (barrier), everyone unmaps the peers' buffers, and only once all have
+        (barrier) does each free its own, which others had mapped. Every call that used the buffer
+        has synchronised its stream before returning, so no kernel still reads a peer."""
+        comm.Barrier()
         self.peers = {}
+        for ptr in self.opened:
+            self.cp.cuda.runtime.ipcCloseMemHandle(ptr)
+        self.opened = []
+        comm.Barrier()
+        self.work = self.scratch = self.memory = None
 
 
 _IPC: dict[tuple, IpcBuffer] = {}
 
 
 def ipc_buffer(cp, comm, count: int, dtype) -> IpcBuffer:
-    """One IpcBuffer per (communicator, size, dtype): handles are exchanged once, collectively."""
-    key = (comm.py2f(), count, np.dtype(dtype).str)
-    if key not in _IPC:
-        _IPC[key] = IpcBuffer(cp, comm, count, dtype)
+    """The IpcBuffer of (communicator, GPU, dtype), grown (collectively: every rank asks for the same
+    count) when a call needs more than it holds. Handles are exchanged once per buffer."""
+    key = (comm.py2f(), cp.cuda.Device().id, np.dtype(dtype).str)
+    have = _IPC.get(key)
+    if have is not None and have.count >= count:
+        return have
+    if have is not None:
+        have.release(comm)
+    _IPC[key] = IpcBuffer(cp, comm, count, dtype)
     return _IPC[key]
+
+
+def release_buffers(comm=None) -> None:
+    """Free the buffers ringlab keeps between calls: the scratch and pinned pool of this process,
+    and the IPC buffers shared over ``comm`` (all communicators when None). Call it on every rank
+    of the communicators that used ``transport="ipc"``: releasing those is collective."""
+    _POOL.clear()
+    for key in sorted(k for k in _IPC if comm is None or k[0] == comm.py2f()):
+        _IPC.pop(key).release(comm if comm is not None else _communicator(key[0]))
+
+
+def _communicator(handle: int):
+    from mpi4py import MPI
+
+    return MPI.Comm.f2py(handle)
 
 
 _SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..mpi.collectives import allreduce, broadcast, check_agreement
+from ..mpi.devices import is_device_array
 from ..schedule import check_count
 
 
@@ -27,6 +28,48 @@ def _array(tensor: torch.Tensor):
         import cupy
         return cupy.from_dlpack(tensor)
     return np.from_dlpack(tensor.detach())
+
+
+def _torch_stream(device):
+    """torch's current stream on ``device`` (where backward and step() run), as a cupy stream."""
+    import cupy
+
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream(device).cuda_stream, device.index)
+
+
+class _GpuOrder:
+    """The order of GPU work between torch's stream and the communication stream, kept with events
+    (no stream or device is drained while backward runs, so overlap stays):
+
+    - when a bucket's last gradient is accumulated, an event is recorded on torch's stream; the
+      communication stream waits for it before the allreduce reads the gradients (reading them
+      earlier would average half-written gradients: silently wrong);
+    - the allreduce and the division run on the communication stream, a non-blocking cupy stream
+      of its own, and an event is recorded after them;
+    - ``step()`` makes torch's stream wait for that event before the optimizer reads the averages.
+    """
+
+    def __init__(self, device):
+        import cupy
+
+        self.cp, self.device = cupy, device
+        with cupy.cuda.Device(device.index):
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def gradients_ready(self):
+        """On the backward side: mark the point on torch's stream where the gradients are complete."""
+        return _torch_stream(self.device).record()
+
+    def reduce(self, bucket, allreduce_bucket) -> None:
+        """On the communication thread: wait for the gradients, reduce and divide, mark the end."""
+        with self.cp.cuda.Device(self.device.index), self.stream:
+            self.stream.wait_event(bucket.gradients_ready)
+            allreduce_bucket()
+            bucket.averaged = self.stream.record()
+
+    def before_step(self, bucket) -> None:
+        """On torch's side: the optimizer's kernels wait until the averages are in."""
+        _torch_stream(self.device).wait_event(bucket.averaged)
 
 
 def broadcast_parameters(params, root: int = 0, comm=None) -> None:
@@ -48,6 +91,7 @@ class _Bucket:
         self.offsets = np.concatenate(([0], np.cumsum(sizes))).astype(int)
         self.flat = torch.zeros(int(self.offsets[-1]), device=device, dtype=dtype)
         self.array = _array(self.flat)
+        self.gradients_ready = self.averaged = None  # events, on a GPU (see _GpuOrder)
         self.seen = [0] * len(params)  # backward passes accumulated into each gradient since the last step
         self.queued = False            # handed to the communication thread this step
         self.ready = threading.Event()  # set: the thread may reduce it
@@ -88,6 +132,7 @@ class DistributedOptimizer:
         if broadcast_initial:
             broadcast_parameters(named, root=0, comm=self.comm)
         self.buckets = self._fuse([p for _, p in reversed(named)], bucket_bytes)  # gradients come last layer first
+        self._gpu = {b.flat.device: _GpuOrder(b.flat.device) for b in self.buckets if is_device_array(b.array)}
         self.comm_seconds = 0.0
         self._syncing = True
         self._closed = False
@@ -142,6 +187,8 @@ class DistributedOptimizer:
         return ready
 
     def _send(self, bucket: _Bucket) -> None:
+        if bucket.flat.device in self._gpu:
+            bucket.gradients_ready = self._gpu[bucket.flat.device].gradients_ready()
         bucket.queued = True
         bucket.ready.set()
 
@@ -154,11 +201,18 @@ class DistributedOptimizer:
             p.grad = view
 
     def _reduce(self, bucket: _Bucket) -> None:
-        if bucket.flat.is_cuda:
-            torch.cuda.current_stream(bucket.flat.device).synchronize()  # this thread's device may differ
-        allreduce(bucket.array, self.algorithm, comm=self.comm, transport=self.transport, in_place=True,
-                  agree=False)
-        bucket.flat.div_(self.comm.Get_size())
+        def allreduce_bucket():
+            allreduce(bucket.array, self.algorithm, comm=self.comm, transport=self.transport, in_place=True,
+                      agree=False)
+            bucket.array /= self.comm.Get_size()
+
+        order = self._gpu.get(bucket.flat.device)
+        if order is None:
+            allreduce_bucket()
+        else:
+            if bucket.gradients_ready is None:  # reduced without overlap: the gradients are complete now
+                bucket.gradients_ready = order.gradients_ready()
+            order.reduce(bucket, allreduce_bucket)
 
     def _communicate(self) -> None:
         """The communication thread: reduce the buckets in index order, step after step."""
@@ -189,6 +243,10 @@ class DistributedOptimizer:
             if not bucket.queued:
                 self._send(bucket)
             bucket.done.wait()
+        for bucket in self.buckets:
+            if bucket.averaged is not None:
+                self._gpu[bucket.flat.device].before_step(bucket)
+                bucket.gradients_ready = bucket.averaged = None
         self.comm_seconds += time.perf_counter() - start
         if self._error is not None:
             error, self._error = self._error, None
