@@ -106,6 +106,9 @@ def test_plans_merge_neighbouring_chunks_and_segment_reductions():
     assert len(big.steps[0].recvs) == 4 and all(m.op == "reduce" for m in big.steps[0].recvs)
     assert big.scratch_elems == 1 << 19
     assert big.steps[1].recvs[0].op == "copy" and big.steps[1].recvs[0].slot == -1  # copies land in place
+    # over CUDA IPC nothing overlaps the adding, and each piece would be a kernel launch: one message
+    whole = compile_plan(rl.build("allreduce.ring", 2), 1, 1 << 20, 8, True, pieces=False)
+    assert [(m.lo, m.hi) for m in whole.steps[0].recvs] == [(0, 1 << 19)]
 
 
 def test_transport_choice_on_numpy():

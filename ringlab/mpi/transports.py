@@ -267,6 +267,9 @@ def describe() -> list[str]:
     return lines
 
 
+_CHOSEN: dict[tuple, str] = {}  # (communicator, GPU, request) -> transport
+
+
 def choose(x, comm, requested: str = "auto") -> str:
     """The transport a call will use: numpy buffers always go by ``host``; for cupy, ``auto``
     picks ipc (all ranks on one node), else cuda-aware (if MPI supports it), else host.

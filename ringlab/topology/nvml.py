@@ -16,20 +16,53 @@ from .presets import ENCODING, nvlink_per_link, pcie_bandwidth
 
 NVML_LEVEL_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
+def _bus_key(bus: str) -> tuple[int, str]:
+    """A PCI bus id in a form that compares equal however it was printed: NVML writes an 8-digit
+    domain ('00000000:19:00.0'), CUDA a 4-digit one ('0000:19:00.0'), in either case."""
+    domain, rest = bus.strip().lower().split(":", 1)
+    return int(domain, 16), rest
+
+
+def cuda_order(nvml_buses: list[str]) -> tuple[list[int], str]:
+    """The NVML index of each CUDA device, in CUDA's order (which CUDA_VISIBLE_DEVICES chooses and
+    reorders, and NVML ignores), matched by PCI bus id; and how the order was found."""
+    from ..mpi.devices import cupy_module
+
+    cp = cupy_module()
+    if cp is None:
+        return list(range(len(nvml_buses))), "NVML's (PCI bus) order: CUDA could not be asked"
+    keys = [_bus_key(b) for b in nvml_buses]
+    order = []
+    for ordinal in range(cp.cuda.runtime.getDeviceCount()):
+        key = _bus_key(cp.cuda.runtime.deviceGetPCIBusId(ordinal))
+        if key in keys:
+            order.append(keys.index(key))
+    return order, "CUDA's device order, matched to NVML by PCI bus id"
+
+
 def read_nvml():
-    """(Topology, facts) from NVML, or raise when there is no driver (nvmlInit raises then)."""
+    """(Topology, facts) from NVML, or raise when there is no driver (nvmlInit raises then).
+
+    GPU i of the result is CUDA device i (``cupy.cuda.Device(i)``), the one a rank binds to:
+    NVML numbers every GPU of the machine in PCI order, so each CUDA device is found in NVML by
+    its PCI bus id. ``facts["cuda_to_nvml"]`` keeps the mapping.
+    """
     import pynvml
 
     pynvml.nvmlInit()
     try:
-        count = pynvml.nvmlDeviceGetCount()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        buses = [pynvml.nvmlDeviceGetPciInfo(h).busId for h in handles]
-        buses = [_text(b) for b in buses]
-        facts = {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": []}
+        every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        every_bus = [_text(pynvml.nvmlDeviceGetPciInfo(h).busId) for h in every]
+        # NVSwitch links are a property of each GPU, whether or not CUDA shows it here
+        to_switch = np.array([sum(_switch_link(pynvml, h, link) for link in range(_max_links(pynvml)))
+                              for h in every], dtype=int)
+        order, how = cuda_order(every_bus)
+        handles, buses = [every[i] for i in order], [every_bus[i] for i in order]
+        count = len(handles)
+        facts = {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": [], "cuda_to_nvml": order,
+                 "order": how}
         pcie, codes = [], [["X"] * count for _ in range(count)]
         nvlinks = np.zeros((count, count), dtype=int)
-        to_switch = np.zeros(count, dtype=int)
         version = 0
         for i, h in enumerate(handles):
             gen, width = pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h), pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)
@@ -39,20 +72,19 @@ def read_nvml():
             facts["gpus"].append({"name": _text(pynvml.nvmlDeviceGetName(h)), "bus": buses[i],
                                   "pcie_current": [gen, width], "pcie_max": [max_gen, max_width],
                                   "pcie_peak_Bps": pcie[-1]})
-            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            for link in range(_max_links(pynvml)):
                 try:
                     if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
                         continue
                     version = max(version, pynvml.nvmlDeviceGetNvLinkVersion(h, link))
                     if _remote_is_switch(pynvml, h, link):
-                        to_switch[i] += 1
                         continue
                     remote = _text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)
-                except pynvml.NVMLError:  # no such link on this GPU
+                except pynvml.NVMLError:  # no such link on this GPU, or no NVLink at all
                     continue
                 if remote in buses:
                     nvlinks[i, buses.index(remote)] += 1
-        nvlinks += switch_links(to_switch)
+        nvlinks += switch_links(to_switch[order])
         for i in range(count):
             for j in range(count):
                 if i != j:
@@ -72,6 +104,19 @@ def read_nvml():
         return topology, facts
     finally:
         pynvml.nvmlShutdown()
+
+
+def _max_links(pynvml) -> int:
+    return getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
+
+
+def _switch_link(pynvml, handle, link: int) -> bool:
+    """Whether NVLink ``link`` of this GPU is up and ends at an NVSwitch."""
+    try:
+        return (pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED
+                and _remote_is_switch(pynvml, handle, link))
+    except pynvml.NVMLError:  # no such link, or no NVLink at all
+        return False
 
 
 def _remote_is_switch(pynvml, handle, link: int) -> bool:

@@ -1,0 +1,65 @@
+"""Every GPU path of the executor and the optimizer, under mpiexec, on the CPU stand-in for cupy.
+
+The stand-in (tests/gpusim) queues device work on streams and lands it only when they are
+synchronised, so a missing synchronisation gives a wrong answer here. Figures it produces are
+CPU time and are never shown as GPU measurements; these tests check results and structure.
+"""
+import pytest
+
+from gpusim_support import SCRIPTS, run_gpusim
+
+pytestmark = pytest.mark.gpusim
+
+TRANSPORTS = {"host": {}, "cuda-aware": {"cuda_aware": True}, "ipc": {}}
+
+
+def ok(done, expected: str) -> str:
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert expected in done.stdout, done.stdout
+    return done.stdout
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_every_collective_and_algorithm_on_device_arrays(transport, nranks):
+    """host (staged through pinned memory), cuda-aware (MPI reads device pointers through
+    __cuda_array_interface__) and ipc (peers' memory mapped over shared memory), each on its own GPU."""
+    done = run_gpusim(nranks, [str(SCRIPTS / "gpusim_collectives.py"), transport], **TRANSPORTS[transport])
+    assert f"via {transport} ({transport} asked)" in ok(done, f"ok {nranks} ranks")
+
+
+@pytest.mark.parametrize("transport", ["host", "ipc"])
+def test_ranks_sharing_one_gpu(transport):
+    """Three ranks on one visible GPU: ipc between processes on the same device, staging through one device."""
+    done = run_gpusim(3, [str(SCRIPTS / "gpusim_collectives.py"), transport, "quick"], CUDA_VISIBLE_DEVICES="0")
+    assert "1 GPU(s) visible" in ok(done, "ok 3 ranks")
+
+
+def test_ipc_where_each_rank_sees_only_its_own_gpu():
+    """CUDA opens IPC handles of GPUs a process cannot see; NVML (which sees them all) vouches for peer access."""
+    done = run_gpusim(3, [str(SCRIPTS / "gpusim_collectives.py"), "auto", "quick", "own-gpu"])
+    assert "via ipc (auto asked)" in ok(done, "ok 3 ranks") and "1 GPU(s) visible" in done.stdout
+
+
+def test_auto_picks_ipc_on_one_node_and_cuda_aware_mpi_when_told():
+    done = run_gpusim(2, [str(SCRIPTS / "gpusim_collectives.py"), "auto", "quick"])
+    assert "via ipc (auto asked)" in ok(done, "ok 2 ranks")
+
+
+def test_without_peer_access_ipc_is_refused_on_every_rank():
+    """The 2x RTX 2080 Ti box: P2P not supported, so auto uses host and ipc is a clear error."""
+    ok(run_gpusim(2, [str(SCRIPTS / "gpusim_misuse.py"), "ipc-unreachable"], machine="rtx2080ti-2"),
+       "ok ipc-unreachable")
+
+
+@pytest.mark.parametrize("case", ["mixed", "out-elsewhere"])
+def test_device_misuse_is_the_same_error_everywhere(case):
+    ok(run_gpusim(3, [str(SCRIPTS / "gpusim_misuse.py"), case]), f"ok {case}")
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("overlap", ["overlap", "no-overlap"])
+@pytest.mark.parametrize("transport", ["host", "ipc"])
+def test_distributed_optimizer_device_path_averages_like_numpy(transport, overlap, nranks):
+    """Backward writes gradients on torch's stream; the optimizer must wait for them with events."""
+    ok(run_gpusim(nranks, [str(SCRIPTS / "gpusim_optimizer.py"), transport, overlap]), f"ok {nranks} ranks")
