@@ -97,6 +97,8 @@ def parser() -> argparse.ArgumentParser:
                     "copies, and the peer-to-peer matrix with peer access on and off.")
     bandwidth.add_argument("-n", "--nranks", type=int, help="start mpiexec with this many ranks (2 for ping-pong)")
     bandwidth.add_argument("--sizes", default="8,64,1K,16K,256K,4M,64M", help="ping-pong sizes, comma-separated")
+    bandwidth.add_argument("--gpu-bytes", type=_size, default="256M",
+                           help="size of each GPU copy (default 256M, as large as CUDA's samples use)")
     bandwidth.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
     commands.add_parser("doctor", help="what this machine has (MPI, GPUs, links, torch, NCCL) and what each lab "
                                        "will do here")
@@ -122,7 +124,7 @@ def _bandwidth(args, argv) -> int:
     comm = MPI.COMM_WORLD
     result = {"kind": "ringlab-bandwidth", "schema": SCHEMA, "cpu": cpu_report(comm, sizes, sys.stdout)}
     if cupy_module() is not None and comm.Get_rank() == 0:
-        result["gpu"] = gpu_report(sys.stdout)
+        result["gpu"] = gpu_report(sys.stdout, args.gpu_bytes)
     if comm.Get_rank() == 0 and args.json:
         result["machine"] = describe_machine(["ringlab", *argv])
         with open(args.json, "w") as fh:

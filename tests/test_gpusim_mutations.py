@@ -25,11 +25,14 @@ COLLECTIVES = [(2, ["gpusim_collectives.py", t, "quick"], {"cuda_aware": t == "c
                for t in ("cuda-aware", "host", "ipc")]
 TRACE = [(2, ["gpusim_trace.py", t], {"cuda_aware": t == "cuda-aware"}) for t in ("cuda-aware", "host", "ipc")]
 OPTIMIZER = [(2, ["gpusim_optimizer.py", "host", o], {}) for o in ("overlap", "no-overlap")]
+CLOCKS = [(1, ["gpusim_timing.py"], {"machine": "rtx2080ti-2"})]
 CHECKS = {  # which quick runs exercise each file's synchronisations
     "mpi/transports.py": COLLECTIVES,
     "mpi/collectives.py": COLLECTIVES + TRACE,
     "mpi/devices.py": COLLECTIVES + TRACE,
     "train/optimizer.py": OPTIMIZER,
+    "measure/timing.py": CLOCKS,
+    "measure/bandwidth.py": CLOCKS,
 }
 
 
@@ -49,7 +52,7 @@ def sites() -> list[tuple[str, int, int, int, int]]:
 def test_the_scan_finds_the_synchronisations_we_know():
     found = {(f, line) for f, line, *_ in sites()}
     assert {f for f, _ in found} == set(CHECKS), found  # every file has some
-    assert len(found) >= 8, found
+    assert len(found) >= 12, found
 
 
 def mutate(root: Path, site) -> str:

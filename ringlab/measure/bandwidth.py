@@ -5,7 +5,9 @@ bandwidth over shared memory), shown as a fraction of the copy rate measured in 
 With GPUs (cupy): host to device and back, pinned and pageable, one way and both ways at once;
 device-to-device copies; a peer-to-peer matrix over every GPU pair with peer access on and off,
 as CUDA's p2pBandwidthLatencyTest does; each next to the theoretical peak of its link (PCIe from
-the generation and width NVML reports, NVLink from the link count) and the ratio.
+the generation and width NVML reports, NVLink from the link count) and the ratio. Copies on one
+stream are timed with CUDA events (the stream's time, not Python's); the small-copy latency is
+an 8-byte copy from pinned memory, timed the same way.
 """
 from __future__ import annotations
 
@@ -96,42 +98,62 @@ def cpu_report(comm, sizes: list[int], out) -> dict:
     return {"memcpy_Bps": rate, "pingpong": rows}
 
 
+def _median_event_seconds(cp, run, repeats: int = REPEATS) -> float:
+    """Median seconds of ``run()`` on the current stream, between CUDA events (after one warm-up,
+    which the first start event, recorded after it on the stream, leaves out)."""
+    stream = cp.cuda.get_current_stream()
+    run()
+    times = []
+    for _ in range(repeats):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        run()
+        end.record(stream)
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return float(np.median(times))
+
+
 def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     """Host<->device, device copies and the peer-to-peer matrix, each with its link's peak and the ratio."""
+    import cupyx
+
     from ..mpi.devices import cupy_module
     from ..topology import discover
 
     cp = cupy_module()
     topology, facts = discover()
     count = cp.cuda.runtime.getDeviceCount()
+    me = cp.cuda.Device().id  # discover() numbers GPUs as CUDA does
     pcie_peak = None
-    if facts.get("gpus"):
+    if len(facts.get("gpus", [])) > me:
         # the most this GPU and its slot can do: an idle GPU may have dropped to a slower generation
-        gen, width = facts["gpus"][0]["pcie_max"]
+        gen, width = facts["gpus"][me]["pcie_max"]
         from ..topology.presets import ENCODING, pcie_bandwidth
         pcie_peak = pcie_bandwidth(min(gen, max(ENCODING)), width)
-        now = facts["gpus"][0]["pcie_current"]
-        print(f"# PCIe link: gen {gen} x{width} at most (gen {now[0]} x{now[1]} when NVML looked)", file=out)
+        now = facts["gpus"][me]["pcie_current"]
+        print(f"# PCIe link of gpu{me}: gen {gen} x{width} at most (gen {now[0]} x{now[1]} when NVML looked)", file=out)
     print(f"# measured here on {count} GPU(s); peaks: PCIe from NVML's generation and width, NVLink from link counts",
           file=out)
     result = {"gpus": count, "facts": facts, "host_device": [], "p2p": {}}
-    stream = cp.cuda.get_current_stream()
     device = cp.empty(nbytes, dtype=cp.uint8)
+
+    def host_buffer(pinned: bool):
+        return cupyx.empty_pinned(nbytes, np.uint8) if pinned else np.empty(nbytes, np.uint8)
+
     for pinned in (True, False):
-        host = (np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes) if pinned
-                else np.empty(nbytes, np.uint8))
-        h2d = nbytes / _median_seconds(lambda: device.set(host), sync=stream.synchronize)
-        d2h = nbytes / _median_seconds(lambda: device.get(out=host), sync=stream.synchronize)
+        host = host_buffer(pinned)
+        h2d = nbytes / _median_event_seconds(cp, lambda: device.set(host))
+        d2h = nbytes / _median_event_seconds(cp, lambda: device.get(out=host, blocking=False))
         other = cp.empty_like(device)
-        back = (np.frombuffer(cp.cuda.alloc_pinned_memory(nbytes), np.uint8, nbytes) if pinned
-                else np.empty(nbytes, np.uint8))
+        back = host_buffer(pinned)
         s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
 
         def both():
             other.set(host, stream=s1)
-            device.get(out=back, stream=s2)
-            s1.synchronize()
-            s2.synchronize()
+            device.get(out=back, stream=s2, blocking=False)
+            for stream in (s1, s2):
+                stream.synchronize()
         both_ways = 2 * nbytes / _median_seconds(both)
         for what, rate in (("host->device", h2d), ("device->host", d2h), ("both ways at once", both_ways)):
             peak = None if pcie_peak is None else (2 * pcie_peak if what.startswith("both") else pcie_peak)
@@ -141,34 +163,43 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
             print(f"  {what:<18} {'pinned' if pinned else 'pageable':<9} {rate / 1e9:8.2f} GB/s  peak "
                   f"{peak / 1e9 if peak else float('nan'):8.2f} GB/s  ratio {ratio}", file=out)
     copy = cp.empty_like(device)
-    d2d = nbytes / _median_seconds(lambda: copy.__setitem__(Ellipsis, device), sync=stream.synchronize)
+    d2d = nbytes / _median_event_seconds(cp, lambda: copy.__setitem__(Ellipsis, device))
     result["device_copy_Bps"] = d2d
     print(f"  device->device copy          {d2d / 1e9:8.2f} GB/s (bytes copied per second; reads and writes "
           f"move twice that)", file=out)
-    small = np.zeros(8, np.uint8)
+    small = cupyx.empty_pinned(8, np.uint8)
+    small[...] = 0
     small_dev = cp.zeros(8, cp.uint8)
-    latency = _median_seconds(lambda: small_dev.set(small), sync=stream.synchronize)
+    latency = _median_event_seconds(cp, lambda: small_dev.set(small))
     result["small_h2d_latency_s"] = latency
-    print(f"  8-byte host->device latency  {latency * 1e6:8.2f} us", file=out)
+    print(f"  8-byte host->device latency  {latency * 1e6:8.2f} us (pinned, between CUDA events)", file=out)
     if count >= 2:
         result["p2p"] = _p2p_matrix(cp, count, nbytes, topology, out)
     return result
 
 
-def _peer_access(cp, a: int, b: int, on: bool) -> None:
-    """Turn peer access between GPUs a and b on or off, both ways. Where it is impossible (or already
-    so) CUDA says so and nothing changes: the copy is then staged through the host."""
+ALREADY = (704, 705)  # cudaErrorPeerAccessAlreadyEnabled, cudaErrorPeerAccessNotEnabled
+
+
+def _peer_access(cp, a: int, b: int, on: bool) -> bool:
+    """Turn peer access between GPUs a and b on or off, both ways; whether it is on afterwards.
+    Where it is impossible CUDA says so (its error is cleared by cupy before raising) and the copy
+    goes through the host."""
+    possible = True
     for here, there in ((a, b), (b, a)):
         with cp.cuda.Device(here):
             try:
                 (cp.cuda.runtime.deviceEnablePeerAccess if on else cp.cuda.runtime.deviceDisablePeerAccess)(there)
-            except cp.cuda.runtime.CUDARuntimeError:
-                pass
+            except cp.cuda.runtime.CUDARuntimeError as err:
+                if err.status not in ALREADY:
+                    possible = False
+    return on and possible
 
 
 def _p2p_matrix(cp, count: int, nbytes: int, topology, out) -> dict:
     peaks = topology.bandwidth_matrix() if topology is not None else None
-    result = {}
+    result = {"peer_access_possible": [[a != b and bool(cp.cuda.runtime.deviceCanAccessPeer(a, b))
+                                        for b in range(count)] for a in range(count)]}
     for access in (True, False):
         matrix = np.zeros((count, count))
         for a in range(count):
@@ -181,12 +212,20 @@ def _p2p_matrix(cp, count: int, nbytes: int, topology, out) -> dict:
                     src = cp.empty(nbytes, cp.uint8)
                 with cp.cuda.Device(b):
                     dst = cp.empty(nbytes, cp.uint8)
-                run = lambda: cp.cuda.runtime.memcpyPeer(dst.data.ptr, b, src.data.ptr, a, nbytes)  # noqa: E731
-                matrix[a, b] = nbytes / _median_seconds(run, sync=cp.cuda.runtime.deviceSynchronize)
+
+                def run(a=a, b=b, src=src, dst=dst):
+                    cp.cuda.runtime.memcpyPeer(dst.data.ptr, b, src.data.ptr, a, nbytes)
+
+                def both_done(a=a, b=b):  # memcpyPeer may return before the copy is done
+                    for device in (a, b):
+                        cp.cuda.Device(device).synchronize()
+                matrix[a, b] = nbytes / _median_seconds(run, sync=both_done)
                 if access:
                     _peer_access(cp, a, b, False)
         result["peer_access_on" if access else "peer_access_off"] = matrix.tolist()
-        print(f"# peer-to-peer copy (GB/s), peer access {'on' if access else 'off'}; ratio to the link peak in brackets",
+        print(f"# peer-to-peer copy (GB/s), peer access {'on' if access else 'off'}; ratio to the link peak in brackets"
+              + ("; pairs without peer access copy through the host either way" if access and not all(
+                  all(row[:a] + row[a + 1:]) for a, row in enumerate(result["peer_access_possible"])) else ""),
               file=out)
         for a in range(count):
             cells = []

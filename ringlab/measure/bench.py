@@ -4,6 +4,12 @@ For every size and every implementation (ringlab's algorithms by name, MPI's own
 ``mpi``, NCCL as ``nccl`` with two GPUs or more, ``torch`` for torch.distributed) it checks the
 result against MPI's own collective, counts wrong elements, and reports the median time, algbw
 and busbw (nccl-tests' factors). Run it inside an MPI job, or give ``-n`` to start one.
+
+Every implementation is timed on the same work: out of place, from the input into an output
+allocated once before the sweep's calls (ringlab's ``out=``, MPI's receive buffer, NCCL's
+recvbuff); torch.distributed's collectives work in place only, so torch reduces a working copy
+in place. Each row says where its bytes were (``memory``): under ``--gpu`` the ``mpi`` row is
+MPI on a host copy of the data, and says so.
 """
 from __future__ import annotations
 
@@ -58,14 +64,16 @@ class _Implementations:
 
     def ringlab(self, name: str):
         c, x = self.collective, self.x
+        out = x.copy()  # allocated once: every call writes the result here
+        options = {"comm": self.comm, "transport": self.transport, "agree": False, "out": out}
         if c == "allreduce":
-            return lambda: allreduce(x, name, comm=self.comm, transport=self.transport, agree=False)
+            return _returning(lambda: allreduce(x, name, **options), out)
         if c == "reduce":
-            return lambda: reduce(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
+            return _returning(lambda: reduce(x, self.root, name, **options), out)
         if c == "broadcast":
-            return lambda: broadcast(x, self.root, name, comm=self.comm, transport=self.transport, agree=False)
+            return _returning(lambda: broadcast(x, self.root, name, **options), out)
         schedule = build(name if "." in name else f"{c}.{name}", self.n)
-        return lambda: execute(schedule, x, comm=self.comm, transport=self.transport, agree=False)
+        return _returning(lambda: execute(schedule, x, **options), out)
 
     def mpi(self):
         from mpi4py import MPI
@@ -85,14 +93,14 @@ class _Implementations:
         return _returning(calls[self.collective], out)
 
     def nccl(self):
-        from ..mpi.devices import cupy_module, gpu_count, local_comm
+        nccl, why = _nccl_here(self.comm)
+        missing = self.comm.allgather(why)  # every rank learns what any rank lacks, before anyone waits
+        if any(missing):
+            where = "; ".join(f"rank {r}: {text}" for r, text in enumerate(missing) if text)
+            raise ValueError(f"nccl cannot run here ({where})")
+        from ..mpi.devices import cupy_module
 
         cp = cupy_module()
-        if cp is None or gpu_count() < 2 or local_comm(self.comm).Get_size() > gpu_count():
-            raise ValueError("nccl needs cupy and one GPU per rank, with two GPUs or more "
-                             "(NCCL refuses two ranks of one communicator on the same GPU)")
-        from cupy.cuda import nccl
-
         key = self.comm.py2f()
         if key not in _NCCL:  # one communicator per MPI communicator, for the whole sweep
             uid = self.comm.bcast(nccl.get_unique_id() if self.comm.Get_rank() == 0 else None, root=0)
@@ -102,6 +110,8 @@ class _Implementations:
                  np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int32): nccl.NCCL_INT32,
                  np.dtype(np.int64): nccl.NCCL_INT64}
         kind, out = types[x.dtype], cp.empty_like(x)
+        if self.collective == "broadcast":
+            out[...] = x
         calls = {"allreduce": lambda: nc.allReduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, stream),
                  "broadcast": lambda: nc.broadcast(x.data.ptr, out.data.ptr, x.size, kind, root, stream),
                  "reduce": lambda: nc.reduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, root, stream)}
@@ -120,18 +130,29 @@ class _Implementations:
                  "reduce": lambda t: dist.reduce(t, dst=root)}
         if self.collective not in calls:
             raise ValueError(f"torch: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
-        call, tensor = calls[self.collective], torch.from_dlpack(self.x).clone()
-
-        def run():
-            fresh = tensor.clone()  # the collective works in place: start from the input every time
-            call(fresh)
-            return fresh
-        return run
+        work = torch.from_dlpack(self.x).clone()  # in place on a working copy (the first call is checked)
+        return _returning(lambda: calls[self.collective](work), work)
 
     def make(self, name: str):
         if name in ("mpi", "nccl", "torch"):
             return getattr(self, name)()
         return self.ringlab(name)
+
+
+def _nccl_here(comm):
+    """(cupy's nccl module, '') where NCCL can run on this rank, else (None, why not)."""
+    from ..mpi.devices import cupy_module, gpu_count, local_comm
+
+    if cupy_module() is None:
+        return None, "cupy sees no GPU"
+    if gpu_count() < 2 or local_comm(comm).Get_size() > gpu_count():
+        return None, ("NCCL needs one GPU per rank, with two GPUs or more (it refuses two ranks of one "
+                      "communicator on the same GPU)")
+    from cupy.cuda import nccl
+
+    if not getattr(nccl, "available", False) or not hasattr(nccl, "get_unique_id"):
+        return None, "cupy cannot load libnccl (pip install 'ringlab[gpu]' brings nvidia-nccl-cu12)"
+    return nccl, ""
 
 
 def _returning(call, out):
@@ -216,7 +237,10 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
         where = f"GPU, transport {transport}" if gpu else "CPU, numpy over MPI"
         print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, median of {iters} after "
               f"{warmup} warm-up; busbw = algbw x {BUS_FACTORS[collective]}", file=out)
-        print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'time (us)':>11} "
+        if gpu:
+            print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: CUDA "
+                  "events around each call (nccl: calls back to back, as nccl-tests times them)", file=out)
+        print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'memory':>7} {'time (us)':>11} "
               f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}", file=out, flush=True)
     rows = []
     # torch's process group, when torch is timed, spans the whole sweep
@@ -239,11 +263,14 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
                 got = fn()
                 wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
                 wrong = comm.allreduce(wrong)
-                seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if xp is not np else None)
+                on_device = xp is not np and name != "mpi"
+                seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if on_device else None,
+                                          back_to_back=name == "nccl")
                 size = count * dtype.itemsize
                 algbw, busbw = bandwidths(collective, size, seconds, n)
                 row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
-                       "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong}
+                       "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong,
+                       "memory": "device" if on_device else "host"}
                 rows.append(row)
                 if show:
                     _print_row(row, out, bar)
@@ -285,7 +312,7 @@ def _progress(total: int):
 
 
 def _print_row(row: dict, out, bar) -> None:
-    line = (f"  {row['bytes']:>12} {row['count']:>11} {row['dtype']:>8} {row['algorithm']:>10} "
+    line = (f"  {row['bytes']:>12} {row['count']:>11} {row['dtype']:>8} {row['algorithm']:>10} {row['memory']:>7} "
             f"{row['time_s'] * 1e6:>11.1f} {row['algbw_Bps'] / 1e9:>13.3f} {row['busbw_Bps'] / 1e9:>13.3f} "
             f"{row['wrong']:>7}")
     if bar is not None:

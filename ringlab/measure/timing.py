@@ -1,11 +1,24 @@
-"""Timing collectives the way nccl-tests reports them: median time, algbw and busbw."""
+"""Timing collectives the way nccl-tests reports them: median time, algbw and busbw.
+
+Three clocks, one per kind of work:
+
+- numpy buffers: the host clock around each call, from a barrier;
+- GPU buffers moved by host-driven code (ringlab's executor, which waits on MPI itself): CUDA
+  events recorded on the stream before and after each call, from a barrier, so the time is the
+  stream's, kernels included;
+- GPU collectives launched asynchronously (NCCL): as nccl-tests times them, ``iters`` calls
+  launched back to back after a barrier, one synchronisation at the end, the mean per call.
+
+Warm-up work is never counted: events are recorded on the stream after it, and before calls
+launched back to back the stream is synchronised.
+"""
 from __future__ import annotations
 
 import time
 
 import numpy as np
 
-from ..mpi.devices import wait_for_gpu
+from ..mpi.devices import cupy_module, is_device_array
 from ..schedule import bus_factor
 
 
@@ -16,24 +29,53 @@ def bandwidths(kind: str, nbytes: int, seconds: float, nranks: int) -> tuple[flo
     return algbw, algbw * factor
 
 
-def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None) -> float:
-    """Median over ``iters`` of the slowest rank's time for ``run()``, after ``warmup`` calls.
+def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None, back_to_back: bool = False) -> float:
+    """Seconds per call of ``run()`` on the slowest rank: the median over ``iters`` calls, each from
+    a barrier (or, with ``back_to_back``, the mean of ``iters`` calls launched in a row, as
+    nccl-tests does for asynchronous GPU collectives).
 
-    Every iteration starts at a barrier; ``buffer`` (a cupy array) is synchronised before the
-    clock stops so GPU work is counted. Call on every rank; all get the same number.
+    ``buffer`` is a GPU array the calls work on: its stream is timed with CUDA events, and the
+    warm-up is synchronised first. Call on every rank; all get the same number.
     """
     from mpi4py import MPI
 
+    cp = cupy_module() if is_device_array(buffer) else None
     for _ in range(warmup):
         run()
+    if back_to_back:
+        if cp is not None:
+            cp.cuda.get_current_stream().synchronize()  # the warm-up's work is not the calls'
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            run()
+        if cp is not None:
+            cp.cuda.get_current_stream().synchronize()
+        mine = np.array([(time.perf_counter() - start) / iters])
+        slowest = np.empty_like(mine)
+        comm.Allreduce(mine, slowest, op=MPI.MAX)
+        return float(slowest[0])
     times = np.empty(iters)
     for i in range(iters):
         comm.Barrier()
-        start = time.perf_counter()
-        run()
-        if buffer is not None:
-            wait_for_gpu(buffer)
-        times[i] = time.perf_counter() - start
+        times[i] = _event_seconds(cp, run) if cp is not None else _host_seconds(run)
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=MPI.MAX)
     return float(np.median(slowest))
+
+
+def _host_seconds(run) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _event_seconds(cp, run) -> float:
+    """The current stream's time for ``run()``: CUDA events before and after, waited for."""
+    stream = cp.cuda.get_current_stream()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    run()
+    end.record(stream)
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / 1e3

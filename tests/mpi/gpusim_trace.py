@@ -1,6 +1,6 @@
 """A trace on device arrays counts the kernels that land each receive (cupy stand-in).
 
-Every stand-in kernel sleeps RINGLAB_GPUSIM_KERNEL_SECONDS when it runs; each receive of a reduce
+Every piece of stand-in device work sleeps RINGLAB_GPUSIM_WORK_SECONDS when it runs; each receive of a reduce
 step lands through at least one kernel, so its row must last at least that long. argv[1]: transport.
 """
 import os
@@ -12,7 +12,7 @@ from mpi4py import MPI
 import ringlab as rl
 from ringlab.mpi.devices import bind_device
 
-os.environ["RINGLAB_GPUSIM_KERNEL_SECONDS"] = "0.02"
+os.environ["RINGLAB_GPUSIM_WORK_SECONDS"] = "0.02"
 comm = MPI.COMM_WORLD
 bind_device(comm)
 out, trace = rl.allreduce(cp.ones(4096), "ring", transport=sys.argv[1], trace=True, timeout=60)

@@ -13,9 +13,6 @@ to numpy, as in cupy: ``.get()`` it is.
 """
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
 
 from . import _sim, cuda
@@ -119,7 +116,10 @@ class ndarray:
         if written is not None:
             written.queue_write(self.data.ptr, self._span())
 
+        pause = _sim.work_delay()
+
         def copy():
+            pause()
             if written is not None:
                 written.start_write(self.data.ptr, self._span())
             np.copyto(self._host_layout(), source.reshape(self.shape))
@@ -133,7 +133,13 @@ class ndarray:
             raise ValueError(f"Shape mismatch or dtype mismatch: {self.shape} {self.dtype} into "
                              f"{out.shape} {out.dtype}")
         stream = _sim.current_stream() if stream is None else stream
-        stream.enqueue(lambda: np.copyto(out, self._host_layout()))
+
+        pause = _sim.work_delay()
+
+        def copy():
+            pause()
+            np.copyto(out, self._host_layout())
+        stream.enqueue(copy)
         if blocking:
             stream.synchronize()
         return out
@@ -216,15 +222,12 @@ def _launch(kernel, *arrays) -> None:
     """Queue ``kernel(*numpy views)`` on the current stream, after cupy's device check. The kernel
     writes ``arrays[0]`` and reads the others; writes to memory peers have mapped, and reads of a
     peer's memory, are counted so that a race between processes is an error (see _sim.Region).
-
-    ``RINGLAB_GPUSIM_KERNEL_SECONDS`` makes every kernel take that long when it runs, for tests of
-    what a clock counts."""
+"""
     here = _sim.current_device()
     for a in arrays:
         if a.data.device_id != here and not _sim.can_access_peer(here, a.data.device_id):
             raise ValueError(f"The device where the array resides ({a.data.device_id}) is different from the "
                              f"current device ({here}). Peer access is unavailable between these devices.")
-    delay = float(os.environ.get("RINGLAB_GPUSIM_KERNEL_SECONDS", 0))
     target = arrays[0]
     written = _sim.find_region(target.data.ptr, _sim._OWNED)
     read = [(region, a) for region, a in ((_sim.find_region(a.data.ptr, _sim._OPENED), a) for a in arrays[1:])
@@ -234,9 +237,10 @@ def _launch(kernel, *arrays) -> None:
     for region, a in read:
         region.queue_read(a.data.ptr, a._span())
 
+    pause = _sim.work_delay()
+
     def run():
-        if delay:
-            time.sleep(delay)
+        pause()
         if written is not None:
             written.start_write(target.data.ptr, target._span())
         for region, a in read:

@@ -22,7 +22,8 @@ What it emulates, and how:
   starts on device 0, as CUDA's runtime does. A kernel on an array of another device is a
   ValueError unless that device can be reached peer to peer (cupy's check).
 - **Events** record when their stream reaches them; elapsed time is the host time between the
-  moments the queued work around them ran.
+  moments the queued work around them ran. ``RINGLAB_GPUSIM_WORK_SECONDS`` makes every piece of
+  queued work take that long, so a test can check that a clock counts the work it should.
 
 What it cannot emulate: the speed of kernels and links (every figure measured on it is CPU
 time and never a GPU measurement), real concurrency between streams and the host, driver errors
@@ -347,3 +348,10 @@ def synchronize_device(device_id: int) -> None:
 
 def now() -> float:
     return time.perf_counter()
+
+
+def work_delay():
+    """``RINGLAB_GPUSIM_WORK_SECONDS`` when work is queued: that piece of device work (kernel, copy)
+    takes that long when it runs, for tests of what a clock counts. Returns the pause to make then."""
+    delay = float(os.environ.get("RINGLAB_GPUSIM_WORK_SECONDS", 0))
+    return (lambda: time.sleep(delay)) if delay else (lambda: None)

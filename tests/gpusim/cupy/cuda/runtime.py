@@ -77,10 +77,18 @@ def deviceSynchronize() -> None:
 
 
 def memcpyPeer(dst: int, dstDevice: int, src: int, srcDevice: int, size: int) -> None:
-    """Synchronous with both devices' work, as cudaMemcpyPeer is."""
+    """After all work queued on both devices, and before any queued later (as cudaMemcpyPeer); the
+    host does not wait for it: it lands when either device is synchronised."""
     _sim.synchronize_device(_sim.check_device(srcDevice))
     _sim.synchronize_device(_sim.check_device(dstDevice))
-    ctypes.memmove(dst, src, size)
+
+    pause = _sim.work_delay()
+
+    def copy():
+        pause()
+        ctypes.memmove(dst, src, size)
+    copy_op = _sim.null_stream(dstDevice).enqueue(copy)
+    _sim.null_stream(srcDevice).enqueue(lambda: _sim.null_stream(dstDevice).drain(copy_op))
 
 
 def ipcGetMemHandle(devPtr: int) -> bytes:

@@ -1,0 +1,79 @@
+"""`ringlab bench --gpu` and `ringlab bandwidth` end to end on the CPU stand-in for cupy, and what
+the GPU clocks count. The stand-in's figures are CPU time: these tests check results, structure
+and clocks, never speeds, and nothing here is ever shown as a GPU measurement."""
+import json
+
+import pytest
+
+from gpusim_support import SCRIPTS, run_gpusim, run_python
+
+pytestmark = pytest.mark.gpusim
+TRANSPORTS = {"host": {}, "cuda-aware": {"cuda_aware": True}, "ipc": {}}
+
+
+def bench(nranks, args, tmp_path, **env):
+    path = tmp_path / "bench.json"
+    done = run_gpusim(nranks, ["-m", "ringlab", "bench", "--gpu", "-b", "1K", "-e", "64K", "-f", "8",
+                               "--iters", "3", "--warmup", "1", "--json", str(path), *args], timeout=180, **env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(path.read_text()), done.stdout
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_bench_gpu_checks_every_result_and_labels_host_rows(transport, nranks, tmp_path):
+    result, printed = bench(nranks, ["-a", "ring,naive,mpi", "--transport", transport], tmp_path, **TRANSPORTS[transport])
+    rows = result["rows"]
+    assert result["gpu"] is True and {r["algorithm"] for r in rows} == {"ring", "naive", "mpi"}
+    assert all(r["wrong"] == 0 for r in rows)
+    assert {r["memory"] for r in rows if r["algorithm"] != "mpi"} == {"device"}
+    assert {r["memory"] for r in rows if r["algorithm"] == "mpi"} == {"host"}  # MPI on a host copy, and says so
+    assert all(0 < r["time_s"] < 60 for r in rows)
+    assert "mpi is MPI on a host copy" in printed and "    host " in printed and "  device " in printed
+
+
+@pytest.mark.parametrize("collective, algorithms", [("reduce", "tree,chain,mpi"), ("broadcast", "chain,tree,mpi"),
+                                                    ("reduce_scatter", "ring,mpi"), ("allgather", "ring,mpi")])
+def test_bench_gpu_other_collectives(collective, algorithms, tmp_path):
+    result, _ = bench(3, ["-c", collective, "-a", algorithms, "--root", "2"] if collective in ("reduce", "broadcast")
+                      else ["-c", collective, "-a", algorithms], tmp_path)
+    assert result["rows"] and all(r["wrong"] == 0 for r in result["rows"])
+
+
+def test_bench_counts_a_wrong_gpu_result(tmp_path):
+    """The check compares the device result with MPI's: an algorithm that returns a wrong buffer is counted."""
+    done = run_gpusim(2, [str(SCRIPTS / "gpusim_bench_wrong.py")], timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok: wrong elements counted" in done.stdout
+
+
+def test_bench_nccl_without_libnccl_is_one_clear_error_on_every_rank(tmp_path):
+    done = run_gpusim(2, ["-m", "ringlab", "bench", "--gpu", "-b", "1K", "-e", "1K", "-a", "nccl"], timeout=60)
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert "nccl cannot run here" in said and "rank 0: cupy cannot load libnccl" in said
+    assert "rank 1: cupy cannot load libnccl" in said
+
+
+@pytest.mark.parametrize("machine, gpus", [("rtx2080ti-2", 2), ("h100-hgx-8", 8)])
+def test_bandwidth_gpu_report_end_to_end(machine, gpus, tmp_path):
+    path = tmp_path / "bw.json"
+    done = run_gpusim(2, ["-m", "ringlab", "bandwidth", "--sizes", "8,1K", "--gpu-bytes", "64K", "--json", str(path)],
+                      machine=machine, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    gpu = json.loads(path.read_text())["gpu"]
+    assert gpu["gpus"] == gpus
+    assert {(r["what"], r["pinned"]) for r in gpu["host_device"]} == {
+        (w, p) for w in ("host->device", "device->host", "both ways at once") for p in (True, False)}
+    assert all(r["Bps"] > 0 and r["peak_Bps"] > 0 for r in gpu["host_device"])  # peaks from the stand-in's NVML
+    matrix = gpu["p2p"]["peer_access_on"]
+    assert len(matrix) == gpus and all(matrix[a][b] > 0 for a in range(gpus) for b in range(gpus) if a != b)
+    possible = gpu["p2p"]["peer_access_possible"]
+    assert possible[0][1] is (machine == "h100-hgx-8")  # the 2080 Ti box has no P2P
+    assert "measured here on" in done.stdout and "8-byte host->device latency" in done.stdout
+
+
+def test_gpu_clocks_count_the_queued_work_and_not_the_warm_up():
+    done = run_python([str(SCRIPTS / "gpusim_timing.py")], machine="rtx2080ti-2", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok:")
