@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-EXTRAS = "mpi,lab,test,train"  # everything but the GPU extra, which needs a CUDA-specific cupy wheel
+EXTRAS = "mpi,lab,test,train,gpu-check"  # not `gpu`: that is for machines with an NVIDIA GPU
 TORCH = "torch==2.13.0"  # pinned: the CPU build; an open range pulls gigabytes of CUDA packages
 STAMP = VENV / ".ringlab-installed"
 
