@@ -22,7 +22,8 @@ def bench(nranks, args, tmp_path, **env):
 @pytest.mark.parametrize("nranks", [2, 3])
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 def test_bench_gpu_checks_every_result_and_labels_host_rows(transport, nranks, tmp_path):
-    result, printed = bench(nranks, ["-a", "ring,naive,mpi", "--transport", transport], tmp_path, **TRANSPORTS[transport])
+    result, printed = bench(nranks, ["-a", "ring,naive,mpi", "--transport", transport], tmp_path,
+                            **TRANSPORTS[transport])
     rows = result["rows"]
     assert result["gpu"] is True and {r["algorithm"] for r in rows} == {"ring", "naive", "mpi"}
     assert all(r["wrong"] == 0 for r in rows)
@@ -40,11 +41,12 @@ def test_bench_gpu_other_collectives(collective, algorithms, tmp_path):
     assert result["rows"] and all(r["wrong"] == 0 for r in result["rows"])
 
 
-def test_bench_counts_a_wrong_gpu_result(tmp_path):
-    """The check compares the device result with MPI's: an algorithm that returns a wrong buffer is counted."""
+def test_bench_counts_a_wrong_gpu_result_and_times_out_of_place_work(tmp_path):
+    """The check compares the device result with MPI's: an algorithm that returns a wrong buffer is
+    counted; ringlab's calls write one preallocated output, never the input, and return it."""
     done = run_gpusim(2, [str(SCRIPTS / "gpusim_bench_wrong.py")], timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "ok: wrong elements counted" in done.stdout
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "ok: wrong elements counted; ringlab out of place into one output" in done.stdout
 
 
 def test_bench_nccl_without_libnccl_is_one_clear_error_on_every_rank(tmp_path):
@@ -53,6 +55,15 @@ def test_bench_nccl_without_libnccl_is_one_clear_error_on_every_rank(tmp_path):
     said = done.stdout + done.stderr
     assert "nccl cannot run here" in said and "rank 0: cupy cannot load libnccl" in said
     assert "rank 1: cupy cannot load libnccl" in said
+
+
+def test_bench_nccl_missing_on_one_rank_is_the_same_error_on_every_rank():
+    """Ranks 0 and 2 look as if they had libnccl, rank 1 does not: all three raise, naming rank 1,
+    before rank 0 calls get_unique_id (which would leave the others waiting in bcast)."""
+    done = run_gpusim(3, [str(SCRIPTS / "gpusim_nccl_partial.py")], timeout=60)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    for rank in range(3):
+        assert f"rank {rank} ValueError: nccl cannot run here (rank 1: cupy cannot load libnccl" in done.stdout
 
 
 @pytest.mark.parametrize("machine, gpus", [("rtx2080ti-2", 2), ("h100-hgx-8", 8)])
@@ -70,7 +81,14 @@ def test_bandwidth_gpu_report_end_to_end(machine, gpus, tmp_path):
     assert len(matrix) == gpus and all(matrix[a][b] > 0 for a in range(gpus) for b in range(gpus) if a != b)
     possible = gpu["p2p"]["peer_access_possible"]
     assert possible[0][1] is (machine == "h100-hgx-8")  # the 2080 Ti box has no P2P
-    assert "measured here on" in done.stdout and "8-byte host->device latency" in done.stdout
+    assert 0 < gpu["device_copy_Bps"] < float("inf") and 0 < gpu["small_h2d_latency_s"] < float("inf")
+    assert len(gpu["p2p"]["peer_access_off"]) == gpus
+    printed = done.stdout
+    assert "measured here on" in printed and "8-byte host->device latency" in printed
+    assert "pinned, between CUDA events" in printed
+    assert "device->device copy" in printed and "peer access on" in printed and "peer access off" in printed
+    assert all(f"{w:<18} {p:<9}" in printed for w in ("host->device", "device->host", "both ways at once")
+               for p in ("pinned", "pageable"))
 
 
 def test_gpu_clocks_count_the_queued_work_and_not_the_warm_up():

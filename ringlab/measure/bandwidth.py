@@ -5,9 +5,11 @@ bandwidth over shared memory), shown as a fraction of the copy rate measured in 
 With GPUs (cupy): host to device and back, pinned and pageable, one way and both ways at once;
 device-to-device copies; a peer-to-peer matrix over every GPU pair with peer access on and off,
 as CUDA's p2pBandwidthLatencyTest does; each next to the theoretical peak of its link (PCIe from
-the generation and width NVML reports, NVLink from the link count) and the ratio. Copies on one
-stream are timed with CUDA events (the stream's time, not Python's); the small-copy latency is
-an 8-byte copy from pinned memory, timed the same way.
+the generation and width NVML reports, NVLink from the link count) and the ratio. Host<->device
+and device copies are timed with CUDA events (the stream's time, not Python's; both ways at once
+on two non-blocking streams joined before the end event); the small-copy latency is an 8-byte
+copy from pinned memory, timed the same way. Peer-to-peer copies are timed by the host until both
+GPUs are done.
 """
 from __future__ import annotations
 
@@ -98,17 +100,25 @@ def cpu_report(comm, sizes: list[int], out) -> dict:
     return {"memcpy_Bps": rate, "pingpong": rows}
 
 
-def _median_event_seconds(cp, run, repeats: int = REPEATS) -> float:
-    """Median seconds of ``run()`` on the current stream, between CUDA events (after one warm-up,
-    which the first start event, recorded after it on the stream, leaves out)."""
-    stream = cp.cuda.get_current_stream()
+def _median_event_seconds(cp, run, repeats: int = REPEATS, streams=()) -> float:
+    """Median seconds of ``run()`` between CUDA events, after one warm-up that they leave out (the
+    device is synchronised after it).
+
+    The events are on the current stream, or on the first of ``streams`` when ``run()`` queues its
+    work on several: the others join the first before the end event (an event recorded on each,
+    waited for by the first, as CUDA's samples time concurrent copies), so the time spans the work
+    of every stream."""
+    first, *others = list(streams) or [cp.cuda.get_current_stream()]
     run()
+    cp.cuda.Device().synchronize()
     times = []
     for _ in range(repeats):
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
+        start.record(first)
         run()
-        end.record(stream)
+        for stream in others:
+            first.wait_event(stream.record())
+        end.record(first)
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
     return float(np.median(times))
@@ -137,24 +147,23 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
           file=out)
     result = {"gpus": count, "facts": facts, "host_device": [], "p2p": {}}
     device = cp.empty(nbytes, dtype=cp.uint8)
+    stream = cp.cuda.get_current_stream()  # the copies' stream, which the events time
 
     def host_buffer(pinned: bool):
         return cupyx.empty_pinned(nbytes, np.uint8) if pinned else np.empty(nbytes, np.uint8)
 
     for pinned in (True, False):
         host = host_buffer(pinned)
-        h2d = nbytes / _median_event_seconds(cp, lambda: device.set(host))
-        d2h = nbytes / _median_event_seconds(cp, lambda: device.get(out=host, blocking=False))
+        h2d = nbytes / _median_event_seconds(cp, lambda: device.set(host, stream=stream))
+        d2h = nbytes / _median_event_seconds(cp, lambda: device.get(stream=stream, out=host, blocking=False))
         other = cp.empty_like(device)
         back = host_buffer(pinned)
         s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
 
-        def both():
+        def both():  # one copy each way, each on its own non-blocking stream
             other.set(host, stream=s1)
-            device.get(out=back, stream=s2, blocking=False)
-            for stream in (s1, s2):
-                stream.synchronize()
-        both_ways = 2 * nbytes / _median_seconds(both)
+            device.get(stream=s2, out=back, blocking=False)
+        both_ways = 2 * nbytes / _median_event_seconds(cp, both, streams=(s1, s2))
         for what, rate in (("host->device", h2d), ("device->host", d2h), ("both ways at once", both_ways)):
             peak = None if pcie_peak is None else (2 * pcie_peak if what.startswith("both") else pcie_peak)
             row = {"what": what, "pinned": pinned, "Bps": rate, "peak_Bps": peak}
@@ -170,7 +179,7 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     small = cupyx.empty_pinned(8, np.uint8)
     small[...] = 0
     small_dev = cp.zeros(8, cp.uint8)
-    latency = _median_event_seconds(cp, lambda: small_dev.set(small))
+    latency = _median_event_seconds(cp, lambda: small_dev.set(small, stream=stream))
     result["small_h2d_latency_s"] = latency
     print(f"  8-byte host->device latency  {latency * 1e6:8.2f} us (pinned, between CUDA events)", file=out)
     if count >= 2:

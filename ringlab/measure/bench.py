@@ -120,7 +120,9 @@ class _Implementations:
         return _returning(calls[self.collective], out)
 
     def torch(self):
-        """torch.distributed's collective, in the process group that :func:`run` starts."""
+        """torch.distributed's collective, in the process group that :func:`run` starts. Its
+        collectives work in place only: each call reduces (or overwrites) one working copy of the
+        input in place, allocated once; the first call, from the pristine input, is the one checked."""
         import torch
         import torch.distributed as dist
 

@@ -9,8 +9,8 @@ Three clocks, one per kind of work:
 - GPU collectives launched asynchronously (NCCL): as nccl-tests times them, ``iters`` calls
   launched back to back after a barrier, one synchronisation at the end, the mean per call.
 
-Warm-up work is never counted: events are recorded on the stream after it, and before calls
-launched back to back the stream is synchronised.
+Warm-up work is never counted: the device is synchronised after it, before the first barrier
+(and events are recorded on the stream after it).
 """
 from __future__ import annotations
 
@@ -34,17 +34,19 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
     a barrier (or, with ``back_to_back``, the mean of ``iters`` calls launched in a row, as
     nccl-tests does for asynchronous GPU collectives).
 
-    ``buffer`` is a GPU array the calls work on: its stream is timed with CUDA events, and the
-    warm-up is synchronised first. Call on every rank; all get the same number.
+    ``buffer`` is a GPU array the calls work on: the device is synchronised after the warm-up, and
+    each call is timed by CUDA events on the current stream (recorded before and after it, the end
+    one waited for) or, back to back, by the host clock up to one synchronisation of the stream
+    after the last call. Call on every rank; all get the same number.
     """
     from mpi4py import MPI
 
     cp = cupy_module() if is_device_array(buffer) else None
     for _ in range(warmup):
         run()
+    if cp is not None:
+        cp.cuda.Device().synchronize()  # the warm-up's work is done before the first timed call starts
     if back_to_back:
-        if cp is not None:
-            cp.cuda.get_current_stream().synchronize()  # the warm-up's work is not the calls'
         comm.Barrier()
         start = time.perf_counter()
         for _ in range(iters):
