@@ -6,7 +6,7 @@ CPU time and are never shown as GPU measurements; these tests check results and 
 """
 import pytest
 
-from gpusim_support import SCRIPTS, run_gpusim
+from gpusim_support import SCRIPTS, run_gpusim, run_python
 
 pytestmark = pytest.mark.gpusim
 
@@ -50,6 +50,26 @@ def test_without_peer_access_ipc_is_refused_on_every_rank():
     """The 2x RTX 2080 Ti box: P2P not supported, so auto uses host and ipc is a clear error."""
     ok(run_gpusim(2, [str(SCRIPTS / "gpusim_misuse.py"), "ipc-unreachable"], machine="rtx2080ti-2"),
        "ok ipc-unreachable")
+
+
+@pytest.mark.parametrize("transport", ["host", "cuda-aware"])
+def test_one_process_on_two_gpus_keeps_a_buffer_per_gpu(transport):
+    """Scratch and staging buffers are kept per GPU: the 4090 box has no peer access, so a buffer of
+    the other GPU would be refused."""
+    ok(run_gpusim(2, [str(SCRIPTS / "gpusim_two_gpus.py"), transport], machine="rtx4090-8",
+                  cuda_aware=transport == "cuda-aware"), "ok: 2 ranks")
+
+
+@pytest.mark.parametrize("machine, says", [
+    ("h100-hgx-8", ["every pair of the 8 GPUs", "auto picks: ipc for ranks all on this node"]),
+    ("rtx2080ti-2", ["0 of 1 GPU pairs; not gpu0-gpu1", "auto picks: not ipc"]),
+])
+def test_doctor_says_why_a_transport_is_chosen(machine, says):
+    done = run_python(["-m", "ringlab", "doctor"], machine=machine)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("transport:")]
+    assert all(any(text in line for line in lines) for text in says), lines
+    assert any("cuda-aware: no (the MPI library says so" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("case", ["mixed", "out-elsewhere"])

@@ -78,10 +78,9 @@ def wait_for_gpu(x) -> None:
 
 
 def pinned_empty(nelems: int, dtype) -> np.ndarray:
-    """A numpy array in page-locked host memory (plain memory without a GPU)."""
-    cp = cupy_module()
-    dtype = np.dtype(dtype)
-    if cp is None:
+    """A numpy array in page-locked host memory (``cupyx.empty_pinned``; plain memory without a GPU)."""
+    if cupy_module() is None:
         return np.empty(nelems, dtype)
-    memory = cp.cuda.alloc_pinned_memory(max(1, nelems) * dtype.itemsize)
-    return np.frombuffer(memory, dtype, nelems)
+    import cupyx
+
+    return cupyx.empty_pinned(nelems, dtype)
