@@ -115,7 +115,6 @@ class ndarray:
         written = _sim.find_region(self.data.ptr, _sim._OWNED)
         if written is not None:
             written.queue_write(self.data.ptr, self._span())
-
         pause = _sim.work_delay()
 
         def copy():
@@ -133,7 +132,6 @@ class ndarray:
             raise ValueError(f"Shape mismatch or dtype mismatch: {self.shape} {self.dtype} into "
                              f"{out.shape} {out.dtype}")
         stream = _sim.current_stream() if stream is None else stream
-
         pause = _sim.work_delay()
 
         def copy():
@@ -221,8 +219,8 @@ class ndarray:
 def _launch(kernel, *arrays) -> None:
     """Queue ``kernel(*numpy views)`` on the current stream, after cupy's device check. The kernel
     writes ``arrays[0]`` and reads the others; writes to memory peers have mapped, and reads of a
-    peer's memory, are counted so that a race between processes is an error (see _sim.Region).
-"""
+    peer's memory, are counted so that a race between processes is an error (see _sim.Region);
+    the time it takes when it runs is RINGLAB_GPUSIM_WORK_SECONDS (see _sim.work_delay)."""
     here = _sim.current_device()
     for a in arrays:
         if a.data.device_id != here and not _sim.can_access_peer(here, a.data.device_id):
@@ -236,7 +234,6 @@ def _launch(kernel, *arrays) -> None:
         written.queue_write(target.data.ptr, target._span())
     for region, a in read:
         region.queue_read(a.data.ptr, a._span())
-
     pause = _sim.work_delay()
 
     def run():

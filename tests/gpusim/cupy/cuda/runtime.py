@@ -81,7 +81,6 @@ def memcpyPeer(dst: int, dstDevice: int, src: int, srcDevice: int, size: int) ->
     host does not wait for it: it lands when either device is synchronised."""
     _sim.synchronize_device(_sim.check_device(srcDevice))
     _sim.synchronize_device(_sim.check_device(dstDevice))
-
     pause = _sim.work_delay()
 
     def copy():
