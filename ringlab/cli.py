@@ -102,7 +102,63 @@ def parser() -> argparse.ArgumentParser:
     bandwidth.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
     commands.add_parser("doctor", help="what this machine has (MPI, GPUs, links, torch, NCCL) and what each lab "
                                        "will do here")
+    read = commands.add_parser(
+        "import", help="read logs of the standard NVIDIA tools (nccl-tests) into ringlab's JSON",
+        description="Reads each LOG, detects its format, prints its table and, with --json, writes ringlab's "
+                    "JSON: rows with bytes, count, dtype, time_s, algbw_Bps, busbw_Bps, wrong and the in-place "
+                    "columns, as `ringlab bench --json` writes them. Formats: nccl-tests (*_perf output, "
+                    "mpirun's rank prefixes included).",
+        epilog="example:\n  ringlab import all_reduce_perf.log --json h100.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    read.add_argument("logs", nargs="+", metavar="LOG", help="a tool's output, saved to a file")
+    read.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
+    read.add_argument("--json", metavar="OUT", help="write what was read (one object, or a list for several logs)")
     return top
+
+
+def _import(args) -> int:
+    import json
+
+    from .measure.logs import read_log
+
+    results = []
+    for path in args.logs:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError as err:
+            raise ValueError(f"cannot read {path}: {err.strerror}") from None
+        try:
+            result = read_log(text, collective=args.collective)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+        result["file"] = path
+        results.append(result)
+        _print_import(result)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results[0] if len(results) == 1 else results, fh, indent=1)
+        print(f"# wrote {args.json}")
+    return 0
+
+
+def _print_import(result: dict) -> None:
+    devices = {d["name"] for d in result["devices"]}
+    print(f"# {result['file']}: {result['format']}, {result['collective']} on {result['ranks'] or '?'} ranks"
+          + (f" ({', '.join(sorted(devices))})" if devices else "")
+          + (f", NCCL {result['nccl_version']}" if result["nccl_version"] else ""))
+    print(f"# {'size (B)':>12} {'time (us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}   in place: "
+          f"{'time (us)':>10} {'busbw':>8}   (GB/s)")
+
+    def cell(value, scale, width, digits=2):
+        return f"{'-':>{width}}" if value is None else f"{value * scale:>{width}.{digits}f}"
+    for row in result["rows"]:
+        wrong = "N/A" if row["wrong"] is None else str(row["wrong"])
+        print(f"  {row['bytes']:>12} {cell(row['time_s'], 1e6, 10)} {cell(row['algbw_Bps'], 1e-9, 8)} "
+              f"{cell(row['busbw_Bps'], 1e-9, 8)} {wrong:>6}             {cell(row['inplace_time_s'], 1e6, 10)} "
+              f"{cell(row['inplace_busbw_Bps'], 1e-9, 8)}")
+    if result["avg_busbw_Bps"] is not None:
+        print(f"# average bus bandwidth, as the log says: {result['avg_busbw_Bps'] / 1e9:.3f} GB/s")
 
 
 def _bandwidth(args, argv) -> int:
@@ -240,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "doctor":
         from .measure.doctor import report
         _quietly(lambda: print("\n".join(report())))
+    elif args.command == "import":
+        try:
+            return _import(args)
+        except ValueError as err:
+            print(f"ringlab import: error: {err}", file=sys.stderr)
+            return 2
     elif args.command == "predict":
         try:
             _quietly(lambda: _predict(args))

@@ -1,0 +1,140 @@
+"""Reading nccl-tests logs (``ringlab import``). The logs are written here with nccl-tests' own
+printf formats (src/util.cu: writeBenchmarkLinePreamble, writeBenchmarkLineBody, getFloatStr,
+writeDeviceReport, the header and footer), from numbers made up to be self-consistent, not copied
+from anywhere."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ringlab.measure.logs import LogFormatError, read_log, read_nccl_tests
+from ringlab.schedule import bus_factor
+
+
+def float_str(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: the most decimals that fit the width."""
+    for fmt in (f"%{width}.2f", f"%{width}.1f", f"%{width}.0f"):
+        text = fmt % value
+        if len(text) <= width:
+            return text
+    return (f"%{width}.1e" if width >= 7 else f"%{width}.0e") % value
+
+
+def nccl_log(program="all_reduce_perf", kind="allreduce", nranks=8, sizes=(8, 1024, 1 << 20, 1 << 26),
+             dtype="float", redop="sum", root=-1, version_line=True, check=True, per_iteration=False, prefix="",
+             devices=True):
+    """A log as nccl-tests prints it, with time = 20 us + size / 100 GB/s."""
+    out = []
+    if version_line:
+        out += ["# nccl-tests version 2.17.6 nccl-headers=22703 nccl-library=22703",
+                f"# Collective test starting: {program}"]
+    out.append(f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) warmup iters: 5 "
+               "iters: 20 agg iters: 1 validation: 1 graph: 0" + (" unalign: 0" if version_line else ""))
+    if per_iteration:
+        out.append("# Per-Iteration Report: CUDA event timing; i_* uses max over process rows ")
+    out += ["#", "# Using devices"]
+    for rank in range(nranks if devices else 0):
+        out.append("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s"
+                   % (rank, 0, 4000 + rank, "node1", rank, 0, 0x19 + rank, 0, "NVIDIA H100 80GB HBM3"))
+    if not version_line:
+        out.append("NCCL version 2.18.3+cuda12.2")
+    out.append("#")
+    if per_iteration:
+        out.append("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s"
+                   % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min",
+                      "i_max", "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"))
+    else:
+        out.append("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+                   % ("", "", "", "", ""))
+        out.append("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s"
+                   % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+                      "busbw", "#wrong"))
+    factor = bus_factor(kind, nranks)
+    expected = []
+    for size in sizes:
+        line = "%12li  %12li  %8s  %6s  %6s" % (size, size // 4, dtype, redop, "%6i" % root)
+        row = {}
+        for place, extra_us in (("", 0.0), ("inplace_", 1.0)):
+            time_us = 20.0 + extra_us + size / 100e3
+            algbw = size / time_us / 1e3
+            busbw = algbw * factor
+            wrong = 0 if check else None
+            body = (f"  {float_str(time_us, 7)}  {float_str(algbw, 6)}  {float_str(busbw, 6)}  "
+                    + ("%6g" % 0 if check else "   N/A"))
+            if per_iteration:
+                body += "  %7s  %7s  %7s  %7s" % (float_str(time_us * 0.9, 7), float_str(time_us * 1.1, 7),
+                                                   float_str(time_us * 1.05, 7), float_str(1.5, 7))
+            line += body
+            row.update({f"{place}time_s": float(float_str(time_us, 7)) * 1e-6,
+                        f"{place}busbw_Bps": float(float_str(busbw, 6)) * 1e9, f"{place}wrong": wrong})
+        out.append(line)
+        expected.append(row)
+    out += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 114.389 ", "#",
+            f"# Collective test concluded: {program}", ""]
+    return "\n".join(prefix.format(rank=0) + line for line in out), expected
+
+
+def test_a_recent_all_reduce_log():
+    text, expected = nccl_log()
+    got = read_log(text)
+    assert (got["format"], got["collective"], got["ranks"]) == ("nccl-tests", "allreduce", 8)
+    assert got["nccl_version"] == "2.27.3" and got["nccl_tests_version"] == "2.17.6"
+    assert got["avg_busbw_Bps"] == pytest.approx(114.389e9) and got["out_of_bounds"] == 0
+    assert [d["name"] for d in got["devices"]] == ["NVIDIA H100 80GB HBM3"] * 8
+    assert [r["bytes"] for r in got["rows"]] == [8, 1024, 1 << 20, 1 << 26]
+    for row, want in zip(got["rows"], expected):
+        assert row["count"] == row["bytes"] // 4 and row["dtype"] == "float"
+        for key, value in want.items():
+            assert row[key] == pytest.approx(value, rel=1e-9), key
+
+
+@pytest.mark.parametrize("prefix", ["[{rank},0]<stdout>:", "[{rank}] "])
+def test_an_old_log_under_mpirun_names_its_collective_by_its_columns(prefix):
+    """Before 2.14 nccl-tests printed no program name: reduce_scatter on 4 ranks shows busbw/algbw = 3/4."""
+    text, expected = nccl_log(program="reduce_scatter_perf", kind="reduce_scatter", nranks=4, version_line=False,
+                              prefix=prefix)
+    got = read_nccl_tests(text)
+    assert got["collective"] == "reduce_scatter" and got["ranks"] == 4 and got["nccl_version"] == "2.18.3+cuda12.2"
+    assert len(got["rows"]) == len(expected)
+
+
+def test_rooted_and_unchecked_and_per_iteration_logs():
+    text, _ = nccl_log(program="broadcast_perf", kind="broadcast", redop="none", root=0, version_line=False)
+    assert read_nccl_tests(text)["collective"] == "broadcast"
+    unchecked = read_log(nccl_log(check=False)[0])
+    assert all(r["wrong"] is None and r["inplace_wrong"] is None for r in unchecked["rows"])  # -c 0 prints N/A
+    text, expected = nccl_log(per_iteration=True)
+    rows = read_log(text)["rows"]
+    assert [r["inplace_busbw_Bps"] for r in rows] == pytest.approx([e["inplace_busbw_Bps"] for e in expected])
+
+
+def test_what_is_not_an_nccl_tests_log_is_a_clear_error():
+    with pytest.raises(LogFormatError, match="tried: nccl-tests"):
+        read_log("Device 0: NVIDIA H100\nsome other tool\n")
+    header_only = "\n".join(line for line in nccl_log()[0].splitlines() if line.startswith("#"))
+    with pytest.raises(LogFormatError, match="without a single result row"):
+        read_log(header_only)
+    text, _ = nccl_log(version_line=False, devices=False)  # neither program name nor ranks
+    with pytest.raises(LogFormatError, match="--collective"):
+        read_log(text)
+    assert read_log(text, collective="allreduce")["collective"] == "allreduce"
+
+
+def test_ringlab_import_prints_the_table_and_writes_json(tmp_path):
+    log = tmp_path / "all_reduce.log"
+    log.write_text(nccl_log()[0])
+    out = tmp_path / "h100.json"
+    done = subprocess.run([sys.executable, "-m", "ringlab", "import", str(log), "--json", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "allreduce on 8 ranks (NVIDIA H100 80GB HBM3), NCCL 2.27.3" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["collective"] == "allreduce" and data["ranks"] == 8
+    assert set(data["rows"][0]) >= {"bytes", "count", "dtype", "time_s", "algbw_Bps", "busbw_Bps", "wrong",
+                                    "inplace_time_s", "inplace_algbw_Bps", "inplace_busbw_Bps", "inplace_wrong"}
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello\n")
+    done = subprocess.run([sys.executable, "-m", "ringlab", "import", str(bad)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "notes.txt: not a log ringlab can read (tried: nccl-tests)" in done.stderr
