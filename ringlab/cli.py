@@ -103,11 +103,14 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("doctor", help="what this machine has (MPI, GPUs, links, torch, NCCL) and what each lab "
                                        "will do here")
     read = commands.add_parser(
-        "import", help="read logs of the standard NVIDIA tools (nccl-tests) into ringlab's JSON",
+        "import", help="read logs of the standard NVIDIA tools (nccl-tests, p2pBandwidthLatencyTest, "
+                       "bandwidthTest) into ringlab's JSON",
         description="Reads each LOG, detects its format, prints its table and, with --json, writes ringlab's "
-                    "JSON: rows with bytes, count, dtype, time_s, algbw_Bps, busbw_Bps, wrong and the in-place "
-                    "columns, as `ringlab bench --json` writes them. Formats: nccl-tests (*_perf output, "
-                    "mpirun's rank prefixes included).",
+                    "JSON. nccl-tests (*_perf output, mpirun's rank prefixes included): rows with bytes, count, "
+                    "dtype, time_s, algbw_Bps, busbw_Bps, wrong and the in-place columns, as `ringlab bench "
+                    "--json` writes them. p2pBandwidthLatencyTest: the bandwidth (GB/s) and latency (us) "
+                    "matrices with P2P off and on, row = source GPU. bandwidthTest: host<->device and device "
+                    "copies, pinned and pageable.",
         epilog="example:\n  ringlab import all_reduce_perf.log --json h100.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     read.add_argument("logs", nargs="+", metavar="LOG", help="a tool's output, saved to a file")
@@ -143,22 +146,37 @@ def _import(args) -> int:
 
 
 def _print_import(result: dict) -> None:
-    devices = {d["name"] for d in result["devices"]}
-    print(f"# {result['file']}: {result['format']}, {result['collective']} on {result['ranks'] or '?'} ranks"
-          + (f" ({', '.join(sorted(devices))})" if devices else "")
-          + (f", NCCL {result['nccl_version']}" if result["nccl_version"] else ""))
-    print(f"# {'size (B)':>12} {'time (us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}   in place: "
-          f"{'time (us)':>10} {'busbw':>8}   (GB/s)")
+    """What was read, as a table: nccl-tests' rows, p2pBandwidthLatencyTest's matrices, bandwidthTest's rows."""
+    names = sorted({d["name"] for d in result.get("devices", [])})
+    where = f" ({', '.join(names)})" if names else ""
+    if result["format"] == "nccl-tests":
+        print(f"# {result['file']}: nccl-tests, {result['collective']} on {result['ranks'] or '?'} ranks{where}"
+              + (f", NCCL {result['nccl_version']}" if result["nccl_version"] else ""))
+        print(f"# {'size (B)':>12} {'time (us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}   in place: "
+              f"{'time (us)':>10} {'busbw':>8}   (GB/s)")
 
-    def cell(value, scale, width, digits=2):
-        return f"{'-':>{width}}" if value is None else f"{value * scale:>{width}.{digits}f}"
-    for row in result["rows"]:
-        wrong = "N/A" if row["wrong"] is None else str(row["wrong"])
-        print(f"  {row['bytes']:>12} {cell(row['time_s'], 1e6, 10)} {cell(row['algbw_Bps'], 1e-9, 8)} "
-              f"{cell(row['busbw_Bps'], 1e-9, 8)} {wrong:>6}             {cell(row['inplace_time_s'], 1e6, 10)} "
-              f"{cell(row['inplace_busbw_Bps'], 1e-9, 8)}")
-    if result["avg_busbw_Bps"] is not None:
-        print(f"# average bus bandwidth, as the log says: {result['avg_busbw_Bps'] / 1e9:.3f} GB/s")
+        def cell(value, scale, width):
+            return f"{'-':>{width}}" if value is None else f"{value * scale:>{width}.2f}"
+        for row in result["rows"]:
+            wrong = "N/A" if row["wrong"] is None else str(row["wrong"])
+            print(f"  {row['bytes']:>12} {cell(row['time_s'], 1e6, 10)} {cell(row['algbw_Bps'], 1e-9, 8)} "
+                  f"{cell(row['busbw_Bps'], 1e-9, 8)} {wrong:>6}             {cell(row['inplace_time_s'], 1e6, 10)} "
+                  f"{cell(row['inplace_busbw_Bps'], 1e-9, 8)}")
+        if result["avg_busbw_Bps"] is not None:
+            print(f"# average bus bandwidth, as the log says: {result['avg_busbw_Bps'] / 1e9:.3f} GB/s")
+    elif result["format"] == "p2pBandwidthLatencyTest":
+        print(f"# {result['file']}: p2pBandwidthLatencyTest on {len(result['devices']) or '?'} GPUs{where}, "
+              f"P2P {result['p2p_method']}")
+        for name, matrix in result["matrices"].items():
+            unit = "1 = P2P possible" if name == "connectivity" else "us" if name.startswith("latency") else "GB/s"
+            print(f"# {name} ({unit}), row = source GPU")
+            for i, row in enumerate(matrix):
+                print(f"  gpu{i:<3}" + "".join(f"{v:>9.2f}" for v in row))
+    else:
+        print(f"# {result['file']}: bandwidthTest{where}, {result['mode'] or '?'} mode")
+        print(f"# {'direction':<17} {'memory':<9} {'size (B)':>12} {'GB/s':>9}")
+        for row in result["rows"]:
+            print(f"  {row['direction']:<17} {row['memory'] or '?':<9} {row['bytes']:>12} {row['Bps'] / 1e9:>9.2f}")
 
 
 def _bandwidth(args, argv) -> int:

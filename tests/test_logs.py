@@ -110,7 +110,7 @@ def test_rooted_and_unchecked_and_per_iteration_logs():
 
 
 def test_what_is_not_an_nccl_tests_log_is_a_clear_error():
-    with pytest.raises(LogFormatError, match="tried: nccl-tests"):
+    with pytest.raises(LogFormatError, match="tried: nccl-tests, p2pBandwidthLatencyTest, bandwidthTest"):
         read_log("Device 0: NVIDIA H100\nsome other tool\n")
     header_only = "\n".join(line for line in nccl_log()[0].splitlines() if line.startswith("#"))
     with pytest.raises(LogFormatError, match="without a single result row"):
@@ -137,4 +137,122 @@ def test_ringlab_import_prints_the_table_and_writes_json(tmp_path):
     bad.write_text("hello\n")
     done = subprocess.run([sys.executable, "-m", "ringlab", "import", str(bad)], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 2 and "notes.txt: not a log ringlab can read (tried: nccl-tests)" in done.stderr
+    assert done.returncode == 2 and "notes.txt: not a log ringlab can read (tried: nccl-tests, p2pBandwidthLatencyTest, bandwidthTest)" in done.stderr
+
+
+def p2p_log(n=2, reads=False, can=lambda i, j: True, old_titles=False):
+    """p2pBandwidthLatencyTest's output (cuda-samples p2pBandwidthLatencyTest.cu's printfs), with
+    matrix entries 10*i + j + offset so that each cell says where it came from."""
+    out = ["[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"]
+    for i in range(n):
+        out.append("Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x" % (i, "NVIDIA H100 80GB HBM3",
+                                                                                  0x19 + i, 0, 0))
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                out.append("Device=%d %s Access Peer Device=%d" % (i, "CAN" if can(i, j) else "CANNOT", j))
+    out += ["", "***NOTE: In case a device doesn't have P2P access to other one, it falls back to normal memcopy "
+            "procedure.", "So you can see lesser Bandwidth (GB/s) and unstable Latency (us) in those cases.", ""]
+    out.append("P2P Connectivity Matrix")
+    out.append("     D\\D" + "".join("%6d" % j for j in range(n)))
+    for i in range(n):
+        out.append("%6d\t" % i + "".join("%6d" % (1 if i == j or can(i, j) else 0) for j in range(n)))
+
+    def matrix(offset, corner="   D\\D"):
+        lines = [corner + "".join("%6d " % j for j in range(n))]
+        for i in range(n):
+            lines.append("%6d " % i + "".join("%6.02f " % (10 * i + j + offset) for j in range(n)))
+        return lines
+    enabled = "" if old_titles else " (P2P Writes)"
+    out += ["Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"] + matrix(100)
+    out += [f"Unidirectional P2P=Enabled Bandwidth{enabled} Matrix (GB/s)"] + matrix(200)
+    if reads:
+        out += ["Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)"] + matrix(250)
+    out += ["Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)"] + matrix(300)
+    out += ["Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)"] + matrix(400)
+    for title, offset in (("P2P=Disabled Latency Matrix (us)", 500), (f"P2P=Enabled Latency{enabled} Matrix (us)", 600)):
+        out += [title] + matrix(offset, "   GPU") + [""] + matrix(offset + 50, "   CPU")
+    if reads:
+        out += ["P2P=Enabled Latency (P2P Reads) Matrix (us)"] + matrix(650, "   GPU") + [""] + matrix(700, "   CPU")
+    out += ["", "NOTE: The CUDA Samples are not meant for performance measurements. Results may vary when GPU Boost "
+            "is enabled."]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("old_titles", [False, True])
+def test_p2p_bandwidth_latency_matrices(old_titles):
+    got = read_log(p2p_log(n=3, can=lambda i, j: {i, j} != {0, 2}, old_titles=old_titles))
+    assert got["format"] == "p2pBandwidthLatencyTest" and len(got["devices"]) == 3
+    assert got["devices"][1] == {"device": 1, "name": "NVIDIA H100 80GB HBM3", "bus": "0000:1a:00"}
+    m = got["matrices"]
+    assert set(m) == {"connectivity", "unidirectional_disabled", "unidirectional_enabled", "bidirectional_disabled",
+                      "bidirectional_enabled", "latency_gpu_disabled", "latency_gpu_enabled", "latency_cpu_disabled",
+                      "latency_cpu_enabled"}
+    assert m["connectivity"][0] == [1, 1, 0]
+    assert m["unidirectional_enabled"][2][1] == 221.0  # row = source GPU 2, column = peer 1
+    assert m["latency_cpu_disabled"][1][0] == 560.0 and m["latency_gpu_enabled"][0][2] == 602.0
+    assert got["p2p_method"] == "writes"
+
+
+def test_p2p_reads_replace_the_writes():
+    got = read_log(p2p_log(reads=True))
+    assert got["p2p_method"] == "reads"
+    assert got["matrices"]["unidirectional_enabled"][0][1] == 251.0
+    assert got["matrices"]["latency_cpu_enabled"][1][1] == 711.0  # the reads CPU matrix: offset 700
+
+
+def bandwidth_test_log(mode="Quick", unit="GB", csv=False):
+    """cuda-samples bandwidthTest's output (bandwidthTest.cu's printfs: printResultsReadable, printResultsCSV)."""
+    out = ["[CUDA Bandwidth Test] - Starting...", "Running on...", "", " Device 0: NVIDIA A100-SXM4-40GB",
+           f" {mode} Mode", ""]
+    sizes = [32000000] if mode == "Quick" else [1024, 2048, 32000000]
+    for kind, rate in (("Host to Device", 24.5), ("Device to Host", 26.25), ("Device to Device", 1300.0)):
+        for memory in ("PINNED",):
+            if csv:
+                short = {"Host to Device": "H2D", "Device to Host": "D2H", "Device to Device": "D2D"}[kind]
+                for size in sizes:
+                    value = rate * (1000 if unit == "MB" else 1)
+                    out.append("bandwidthTest-%s-%s, Bandwidth = %.1f %s/s, Time = %.5f s, Size = %u bytes, "
+                               "NumDevsUsed = %d" % (short, memory.capitalize(), value, unit, size / (rate * 1e9), size, 1))
+                continue
+            out += [" %s Bandwidth, %i Device(s)" % (kind, 1), " %s Memory Transfers" % memory,
+                    f"   Transfer Size (Bytes)\tBandwidth({unit}/s)"]
+            for size in sizes:
+                value = rate * (1000 if unit == "MB" else 1)
+                out.append("   %u\t\t\t%s%.1f" % (size, "\t" if size < 10000 else "", value))
+            out.append("")
+    out += ["Result = PASS", ""]
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("mode, unit, csv", [("Quick", "GB", False), ("Shmoo", "MB", False), ("Range", "GB", True)])
+def test_bandwidth_test_rows(mode, unit, csv):
+    got = read_log(bandwidth_test_log(mode, unit, csv))
+    assert got["format"] == "bandwidthTest"
+    rows = {(r["direction"], r["bytes"]): r for r in got["rows"]}
+    assert rows[("host_to_device", 32000000)]["Bps"] == pytest.approx(24.5e9)
+    assert rows[("device_to_host", 32000000)]["Bps"] == pytest.approx(26.2e9, rel=0.01)  # printed with one decimal
+    assert all(r["memory"] == "pinned" for r in got["rows"])
+    if not csv:
+        assert got["mode"] == mode.lower() and got["devices"] == [{"device": 0, "name": "NVIDIA A100-SXM4-40GB"}]
+
+
+def test_a_cut_p2p_log_is_an_error():
+    text = p2p_log(n=3)
+    cut = text[:text.index("Bidirectional P2P=Disabled") - 30]
+    with pytest.raises(LogFormatError, match="not square"):
+        read_log(cut)
+
+
+def test_ringlab_import_reads_several_formats_into_one_json_list(tmp_path):
+    logs = [tmp_path / "p2p.log", tmp_path / "bw.log"]
+    logs[0].write_text(p2p_log(n=2))
+    logs[1].write_text(bandwidth_test_log())
+    out = tmp_path / "box.json"
+    done = subprocess.run([sys.executable, "-m", "ringlab", "import", *map(str, logs), "--json", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    p2p, bw = json.loads(out.read_text())
+    assert p2p["format"] == "p2pBandwidthLatencyTest" and p2p["matrices"]["bidirectional_enabled"][1][0] == 410.0
+    assert bw["format"] == "bandwidthTest" and len(bw["rows"]) == 3
+    assert "# unidirectional_enabled (GB/s), row = source GPU" in done.stdout and "host_to_device" in done.stdout

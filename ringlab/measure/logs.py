@@ -12,6 +12,15 @@ Formats read now:
   devices and versions, and the average bus bandwidth footer. Rows carry ``bytes``, ``count``,
   ``dtype``, ``time_s``, ``algbw_Bps``, ``busbw_Bps``, ``wrong`` and the same with ``inplace_``
   (None where the log has nothing), as ringlab's bench rows do (GB/s in the log is 1e9 bytes/s).
+- cuda-samples ``p2pBandwidthLatencyTest``: the devices, the connectivity matrix, and the
+  bandwidth (GB/s) and latency (us) matrices with P2P off and on, as ``matrices`` with keys
+  ``unidirectional_disabled``, ``unidirectional_enabled``, ``bidirectional_disabled``,
+  ``bidirectional_enabled``, ``latency_gpu_disabled``, ``latency_gpu_enabled``,
+  ``latency_cpu_disabled``, ``latency_cpu_enabled`` (row = source GPU); with ``--p2p_read`` the
+  enabled ones are the reads' and ``p2p_method`` says so.
+- cuda-samples ``bandwidthTest``: host to device, device to host and device to device, pinned or
+  pageable, quick, range or shmoo mode, and its ``--csv`` lines; rows of ``direction``, ``memory``,
+  ``bytes``, ``Bps`` (MB/s in old versions' logs is read as such).
 """
 from __future__ import annotations
 
@@ -134,7 +143,100 @@ def _collective_from_columns(result: dict) -> str:
                          "give it (--collective)")
 
 
-READERS = {"nccl-tests": (looks_like_nccl_tests, read_nccl_tests)}
+_P2P_SECTIONS = [  # title (regex) -> the key of the matrix, or of its GPU and CPU parts
+    (r"P2P Connectivity Matrix", "connectivity"),
+    (r"Unidirectional P2P=Disabled Bandwidth", "unidirectional_disabled"),
+    (r"Unidirectional P2P=Enabled Bandwidth( \(P2P Writes\))? Matrix", "unidirectional_enabled"),
+    (r"Unidirectional P2P=Enabled Bandwidth \(P2P Reads\)", "unidirectional_enabled_reads"),
+    (r"Bidirectional P2P=Disabled Bandwidth", "bidirectional_disabled"),
+    (r"Bidirectional P2P=Enabled Bandwidth", "bidirectional_enabled"),
+    (r"P2P=Disabled Latency", "latency_{}_disabled"),
+    (r"P2P=Enabled Latency( \(P2P Writes\))? Matrix", "latency_{}_enabled"),
+    (r"P2P=Enabled Latency \(P2P Reads\)", "latency_{}_enabled_reads"),
+]
+
+
+def looks_like_p2p(text: str) -> bool:
+    return "P2P Connectivity Matrix" in text or "Unidirectional P2P=Disabled Bandwidth" in text
+
+
+def read_p2p(text: str, **_) -> dict:
+    """The devices and matrices of a ``p2pBandwidthLatencyTest`` log."""
+    result = {"format": "p2pBandwidthLatencyTest", "devices": [], "p2p_method": "writes", "matrices": {}}
+    section, key = None, None
+    for line in _lines(text):
+        if m := re.match(r"Device: (\d+), (.*), pciBusID: (\w+), pciDeviceID: (\w+), pciDomainID:\s*(\w+)", line):
+            result["devices"].append({"device": int(m.group(1)), "name": m.group(2).strip(),
+                                      "bus": f"{int(m.group(5), 16):04x}:{int(m.group(3), 16):02x}:{int(m.group(4), 16):02x}"})
+            continue
+        titles = [name for pattern, name in _P2P_SECTIONS if re.match(pattern, line.strip())]
+        if titles:
+            section, key = titles[-1], None
+            continue
+        fields = line.split()
+        if section is None or not fields:
+            continue
+        if fields[0] in ("D\\D", "GPU", "CPU"):  # a matrix's header row
+            key = section.format(fields[0].lower()) if "{}" in section else section
+            result["matrices"][key] = []
+        elif key is not None and fields[0].isdigit() and len(fields) > 1:
+            result["matrices"][key].append([float(v) for v in fields[1:]])
+    reads = {k: v for k, v in result["matrices"].items() if k.endswith("_reads")}
+    if reads:  # --p2p_read: the reads are what P2P=Enabled means in this run
+        result["p2p_method"] = "reads"
+        for k, v in reads.items():
+            result["matrices"][k.removesuffix("_reads")] = v
+            del result["matrices"][k]
+    for name, matrix in result["matrices"].items():
+        if any(len(row) != len(matrix) for row in matrix):
+            raise LogFormatError(f"p2pBandwidthLatencyTest: the {name} matrix is not square (a cut log?)")
+    if not result["matrices"]:
+        raise LogFormatError("a p2pBandwidthLatencyTest log without a single matrix (was the run cut short?)")
+    return result
+
+
+_DIRECTIONS = {"Host to Device": "host_to_device", "Device to Host": "device_to_host",
+               "Device to Device": "device_to_device", "H2D": "host_to_device", "D2H": "device_to_host",
+               "D2D": "device_to_device"}
+
+
+def looks_like_bandwidth_test(text: str) -> bool:
+    return bool(re.search(r"Transfer Size \(Bytes\)\s+Bandwidth\((GB|MB)/s\)", text)) or "bandwidthTest-" in text
+
+
+def read_bandwidth_test(text: str, **_) -> dict:
+    """The rows of a cuda-samples ``bandwidthTest`` log (its table, or its ``--csv`` lines)."""
+    result = {"format": "bandwidthTest", "devices": [], "mode": None, "rows": []}
+    direction = memory = None
+    scale = GB
+    for line in _lines(text):
+        stripped = line.strip()
+        if m := re.match(r"Device (\d+): (.+)$", stripped):
+            result["devices"].append({"device": int(m.group(1)), "name": m.group(2).strip()})
+        elif m := re.match(r"(Quick|Range|Shmoo) Mode", stripped):
+            result["mode"] = m.group(1).lower()
+        elif m := re.match(r"(Host to Device|Device to Host|Device to Device) Bandwidth, (\d+) Device", stripped):
+            direction = _DIRECTIONS[m.group(1)]
+        elif m := re.match(r"(PINNED|PAGEABLE) Memory Transfers", stripped):
+            memory = m.group(1).lower()
+        elif m := re.match(r"Transfer Size \(Bytes\)\s+Bandwidth\((GB|MB)/s\)", stripped):
+            scale = GB if m.group(1) == "GB" else 1e6
+        elif m := re.match(r"bandwidthTest-(\w+)-(\w+), Bandwidth = ([\d.]+) (GB|MB)/s, Time = [\d.e-]+ s, "
+                           r"Size = (\d+) bytes", stripped):
+            result["rows"].append({"direction": _DIRECTIONS.get(m.group(1), m.group(1)), "memory": m.group(2).lower(),
+                                   "bytes": int(m.group(5)),
+                                   "Bps": float(m.group(3)) * (GB if m.group(4) == "GB" else 1e6)})
+        elif direction and (m := re.match(r"(\d+)\s+([\d.]+)$", stripped)):
+            result["rows"].append({"direction": direction, "memory": memory, "bytes": int(m.group(1)),
+                                   "Bps": float(m.group(2)) * scale})
+    if not result["rows"]:
+        raise LogFormatError("a bandwidthTest log without a single measurement (was the run cut short?)")
+    return result
+
+
+READERS = {"nccl-tests": (looks_like_nccl_tests, read_nccl_tests),
+           "p2pBandwidthLatencyTest": (looks_like_p2p, read_p2p),
+           "bandwidthTest": (looks_like_bandwidth_test, read_bandwidth_test)}
 
 
 def read_log(text: str, **options) -> dict:
