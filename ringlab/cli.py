@@ -104,13 +104,13 @@ def parser() -> argparse.ArgumentParser:
                                        "will do here")
     read = commands.add_parser(
         "import", help="read logs of the standard NVIDIA tools (nccl-tests, p2pBandwidthLatencyTest, "
-                       "bandwidthTest) into ringlab's JSON",
+                       "bandwidthTest, nvbandwidth) into ringlab's JSON",
         description="Reads each LOG, detects its format, prints its table and, with --json, writes ringlab's "
                     "JSON. nccl-tests (*_perf output, mpirun's rank prefixes included): rows with bytes, count, "
                     "dtype, time_s, algbw_Bps, busbw_Bps, wrong and the in-place columns, as `ringlab bench "
                     "--json` writes them. p2pBandwidthLatencyTest: the bandwidth (GB/s) and latency (us) "
                     "matrices with P2P off and on, row = source GPU. bandwidthTest: host<->device and device "
-                    "copies, pinned and pageable.",
+                    "copies, pinned and pageable. nvbandwidth, text or JSON (-j): each test case's matrix (GB/s).",
         epilog="example:\n  ringlab import all_reduce_perf.log --json h100.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     read.add_argument("logs", nargs="+", metavar="LOG", help="a tool's output, saved to a file")
@@ -172,6 +172,16 @@ def _print_import(result: dict) -> None:
             print(f"# {name} ({unit}), row = source GPU")
             for i, row in enumerate(matrix):
                 print(f"  gpu{i:<3}" + "".join(f"{v:>9.2f}" for v in row))
+    elif result["format"] == "nvbandwidth":
+        print(f"# {result['file']}: nvbandwidth {result['version'] or ''} on {len(result['devices']) or '?'} GPUs"
+              f"{where}, driver {result['driver'] or '?'}")
+        for name, case in result["testcases"].items():
+            if not case["matrix"]:
+                print(f"# {name}: {case['status']}")
+                continue
+            print(f"# {name}: {case['description']}")
+            for i, row in enumerate(case["matrix"]):
+                print(f"  {i:<4}" + "".join(f"{'N/A':>9}" if v is None else f"{v:>9.2f}" for v in row))
     else:
         print(f"# {result['file']}: bandwidthTest{where}, {result['mode'] or '?'} mode")
         print(f"# {'direction':<17} {'memory':<9} {'size (B)':>12} {'GB/s':>9}")

@@ -110,7 +110,7 @@ def test_rooted_and_unchecked_and_per_iteration_logs():
 
 
 def test_what_is_not_an_nccl_tests_log_is_a_clear_error():
-    with pytest.raises(LogFormatError, match="tried: nccl-tests, p2pBandwidthLatencyTest, bandwidthTest"):
+    with pytest.raises(LogFormatError, match="tried: nccl-tests, nvbandwidth, p2pBandwidthLatencyTest, bandwidthTest"):
         read_log("Device 0: NVIDIA H100\nsome other tool\n")
     header_only = "\n".join(line for line in nccl_log()[0].splitlines() if line.startswith("#"))
     with pytest.raises(LogFormatError, match="without a single result row"):
@@ -137,7 +137,7 @@ def test_ringlab_import_prints_the_table_and_writes_json(tmp_path):
     bad.write_text("hello\n")
     done = subprocess.run([sys.executable, "-m", "ringlab", "import", str(bad)], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 2 and "notes.txt: not a log ringlab can read (tried: nccl-tests, p2pBandwidthLatencyTest, bandwidthTest)" in done.stderr
+    assert done.returncode == 2 and "notes.txt: not a log ringlab can read (tried: nccl-tests, nvbandwidth, p2pBandwidthLatencyTest, bandwidthTest)" in done.stderr
 
 
 def p2p_log(n=2, reads=False, can=lambda i, j: True, old_titles=False):
@@ -256,3 +256,53 @@ def test_ringlab_import_reads_several_formats_into_one_json_list(tmp_path):
     assert p2p["format"] == "p2pBandwidthLatencyTest" and p2p["matrices"]["bidirectional_enabled"][1][0] == 410.0
     assert bw["format"] == "bandwidthTest" and len(bw["rows"]) == 3
     assert "# unidirectional_enabled (GB/s), row = source GPU" in done.stdout and "host_to_device" in done.stdout
+
+
+def nvbandwidth_cases(n=2):
+    """Two of nvbandwidth's test cases (testcases_ce.cpp's descriptions), values made up: 55 + j for
+    host to GPU j; 300 + 10 * i + j for GPU i reading GPU j, N/A on the diagonal."""
+    return [("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+             [[55.0 + j for j in range(n)]]),
+            ("device_to_device_memcpy_read_ce", "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)",
+             [[None if i == j else 300.0 + 10 * i + j for j in range(n)] for i in range(n)])]
+
+
+def nvbandwidth_text(n=2):
+    """nvbandwidth's text output (output.cpp and inline_common.h's operator<< for the matrices)."""
+    out = ["nvbandwidth Version: v0.7", "Built from Git version: ", "",
+           "NOTE: The reported results may not reflect the full capabilities of the platform.",
+           "Performance can vary with software drivers, hardware clocks, and system topology.", "",
+           "CUDA Runtime Version: 12040", "CUDA Driver Version: 12040", "Driver Version: 550.54.15", "", "node1"]
+    out += ["Device %d: %s (%08x:%02x:%02x)" % (i, "NVIDIA H100 80GB HBM3", 0, 0x19 + i, 0) for i in range(n)] + [""]
+    for name, description, matrix in nvbandwidth_cases(n):
+        out += [f"Running {name}.", description, "  " + "".join("%10d" % j for j in range(len(matrix[0])))]
+        for i, row in enumerate(matrix):
+            out.append("%2d" % i + "".join("%10s" % ("N/A" if v is None else "%.2f" % v) for v in row))
+        out += ["", "SUM %s %.2f" % (name, sum(v or 0 for r in matrix for v in r)), ""]
+    out += ["Running all_to_host_memcpy_ce.", "Waived: ", ""]
+    return "\n".join(out)
+
+
+def nvbandwidth_json(n=2):
+    """nvbandwidth -j (json_output.cpp): values as strings, N/A as "N/A"."""
+    cases = [{"name": name, "status": "Passed", "bandwidth_description": description,
+              "bandwidth_matrix": [["N/A" if v is None else "%g" % v for v in row] for row in matrix],
+              "sum": sum(v or 0 for r in matrix for v in r)} for name, description, matrix in nvbandwidth_cases(n)]
+    return json.dumps({"nvbandwidth": {"version": "v0.7", "git_version": "", "CUDA Runtime Version": 12040,
+                                       "Driver Version": "550.54.15",
+                                       "GPU Device list": ["%d: %s (%08x:%02x:%02x): (node1)" % (
+                                           i, "NVIDIA H100 80GB HBM3", 0, 0x19 + i, 0) for i in range(n)],
+                                       "testcases": cases}}, indent=3)
+
+
+@pytest.mark.parametrize("make", [nvbandwidth_text, nvbandwidth_json])
+def test_nvbandwidth_text_and_json(make):
+    got = read_log(make(3))
+    assert got["format"] == "nvbandwidth" and got["version"] == "v0.7" and got["driver"] == "550.54.15"
+    assert [d["bus"] for d in got["devices"]] == ["00000000:19:00", "00000000:1a:00", "00000000:1b:00"]
+    h2d = got["testcases"]["host_to_device_memcpy_ce"]
+    assert h2d["matrix"] == [[55.0, 56.0, 57.0]] and "CPU(row) -> GPU(column)" in h2d["description"]
+    d2d = got["testcases"]["device_to_device_memcpy_read_ce"]["matrix"]
+    assert d2d[2][1] == 321.0 and d2d[1][1] is None
+    if make is nvbandwidth_text:
+        assert got["testcases"]["all_to_host_memcpy_ce"]["status"] == "Waived"

@@ -21,9 +21,13 @@ Formats read now:
 - cuda-samples ``bandwidthTest``: host to device, device to host and device to device, pinned or
   pageable, quick, range or shmoo mode, and its ``--csv`` lines; rows of ``direction``, ``memory``,
   ``bytes``, ``Bps`` (MB/s in old versions' logs is read as such).
+- ``nvbandwidth``, its text output and its JSON (``-j``): versions, devices, and per test case its
+  description, status and matrix in GB/s (None where it printed N/A; rows and columns as the
+  description says, e.g. "CPU(row) -> GPU(column)").
 """
 from __future__ import annotations
 
+import json
 import re
 
 from ..schedule import bus_factor
@@ -234,7 +238,69 @@ def read_bandwidth_test(text: str, **_) -> dict:
     return result
 
 
+def looks_like_nvbandwidth(text: str) -> bool:
+    return "nvbandwidth Version:" in text or bool(re.search(r'"nvbandwidth"\s*:', text))
+
+
+def read_nvbandwidth(text: str, **_) -> dict:
+    """Test cases of an ``nvbandwidth`` run, from its text output or its JSON (``-j``)."""
+    result = {"format": "nvbandwidth", "version": None, "driver": None, "cuda_runtime": None, "devices": [],
+              "testcases": {}}
+    if text.lstrip().startswith("{"):
+        try:
+            root = json.loads(text)["nvbandwidth"]
+        except (ValueError, KeyError) as err:
+            raise LogFormatError(f"not nvbandwidth's JSON ({err})") from None
+        result.update(version=root.get("version"), driver=root.get("Driver Version"),
+                      cuda_runtime=root.get("CUDA Runtime Version"))
+        for entry in root.get("GPU Device list", []):
+            if m := re.match(r"(\d+): (.+) \((\w+:\w+:\w+)\)", entry):
+                result["devices"].append({"device": int(m.group(1)), "name": m.group(2), "bus": m.group(3)})
+        for case in root.get("testcases", []):
+            matrix = case.get("bandwidth_matrix")
+            result["testcases"][case["name"]] = {
+                "status": case.get("status"), "description": case.get("bandwidth_description"),
+                "matrix": None if matrix is None else [[_number(v) for v in row] for row in matrix],
+                "sum": case.get("sum")}
+        return _checked_nvbandwidth(result)
+    name = None
+    matrix: list | None = None
+    for line in _lines(text):
+        stripped = line.strip()
+        if m := re.match(r"nvbandwidth Version: (\S+)", stripped):
+            result["version"] = m.group(1)
+        elif m := re.match(r"Driver Version: (\S+)", stripped):
+            result["driver"] = m.group(1)
+        elif m := re.match(r"CUDA Runtime Version: (\d+)", stripped):
+            result["cuda_runtime"] = int(m.group(1))
+        elif m := re.match(r"Device (\d+): (.+) \((\w+:\w+:\w+)\)$", stripped):
+            result["devices"].append({"device": int(m.group(1)), "name": m.group(2), "bus": m.group(3)})
+        elif m := re.match(r"Running (\S+)\.$", stripped):
+            name, matrix = m.group(1), None
+            result["testcases"][name] = {"status": "Running", "description": None, "matrix": None, "sum": None}
+        elif name and (m := re.match(r"(Waived|Error|Not Found): ?(.*)$", stripped)):
+            result["testcases"][name]["status"] = m.group(1)
+        elif name and re.search(r"bandwidth \(GB/s\)$", stripped):
+            result["testcases"][name]["description"] = stripped
+            matrix = []
+        elif name and (m := re.match(r"SUM (\S+) ([\d.]+)", stripped)):
+            result["testcases"][m.group(1)].update(status="Passed", sum=float(m.group(2)), matrix=matrix)
+            matrix = None
+        elif matrix is not None and stripped:
+            fields = stripped.split()
+            if len(matrix) or not all(f.isdigit() for f in fields):  # the first line is the columns' labels
+                matrix.append([_number(v) for v in fields[1:]])
+    return _checked_nvbandwidth(result)
+
+
+def _checked_nvbandwidth(result: dict) -> dict:
+    if not any(case["matrix"] for case in result["testcases"].values()):
+        raise LogFormatError("an nvbandwidth log without a single finished test case (was the run cut short?)")
+    return result
+
+
 READERS = {"nccl-tests": (looks_like_nccl_tests, read_nccl_tests),
+           "nvbandwidth": (looks_like_nvbandwidth, read_nvbandwidth),
            "p2pBandwidthLatencyTest": (looks_like_p2p, read_p2p),
            "bandwidthTest": (looks_like_bandwidth_test, read_bandwidth_test)}
 
