@@ -63,6 +63,11 @@ def report() -> list[str]:
     recorded = load()  # GPU results committed under results/, newest first
     lines.append(f"recorded GPU results: {len(recorded)} file(s) in {RESULTS}, newest {recorded[0].label}" if recorded
                  else "recorded GPU results: none yet (they are committed under results/ from a GPU machine)")
+    from . import published
+
+    sweeps = [published.load(n) for n in published.names("nccl-tests")]
+    lines.append(f"published measurements shipped with ringlab: {len(published.names())} (ringlab.measure.published), "
+                 f"nccl-tests sweeps of {len({s.machine for s in sweeps})} machines, e.g. {sweeps[0].label}")
     lines.append("What each lab will do here:")
     for title, needs, what in LAB_PLANS:
         if needs == "gpu":

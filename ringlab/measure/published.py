@@ -1,0 +1,155 @@
+"""Published measurements of real GPU machines, shipped with ringlab as data.
+
+Each entry is one measurement a public source printed (nccl-tests sweeps, p2pBandwidthLatencyTest
+matrices, bandwidthTest and nvbandwidth copy rates, ``nvidia-smi topo -m``), carried over as
+numbers in the structures ``ringlab import`` gives: the same rows, plots and fits work on them.
+Every entry names its source, the machine (GPU, count, interconnect, nodes), the tool and its
+command, the NCCL version and the date where the source printed them (None where it did not).
+They are published figures, never measured here: :attr:`Published.label` says so.
+
+    from ringlab.measure import published
+    published.names()                        # what there is
+    sweep = published.load("A05_azure_nd_h100_v5_8xh100_allreduce_busbw")
+    sweep.label, sweep.data["rows"][0]["inplace_busbw_Bps"]
+
+``python -m ringlab.measure.published build FOLDER`` rebuilds the data set from the transcribed
+source files (the project's ``shared/published``), keeping numbers and dropping their prose.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "published"
+GB = 1e9
+MACHINE_FIELDS = ("gpu", "count", "interconnect", "nodes", "gpus_per_node", "nic")
+_P2P_NAMES = {"p2p_connectivity": "connectivity", "uni_p2p_disabled_GBps": "unidirectional_disabled",
+              "uni_p2p_enabled_writes_GBps": "unidirectional_enabled", "uni_p2p_enabled_GBps": "unidirectional_enabled",
+              "bidir_p2p_disabled_GBps": "bidirectional_disabled", "bidir_p2p_enabled_GBps": "bidirectional_enabled",
+              "latency_p2p_disabled_us": "latency_{}_disabled", "latency_p2p_enabled_writes_us": "latency_{}_enabled",
+              "latency_p2p_enabled_us": "latency_{}_enabled"}
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published measurement: ``data`` in ringlab's structures, ``label`` to show beside it."""
+
+    name: str
+    data: dict
+
+    @property
+    def machine(self) -> str:
+        m = self.data["machine"]
+        nodes = f"{m['nodes']} nodes x {m['gpus_per_node']}" if (m.get("nodes") or 1) > 1 else f"{m['count']}x"
+        return f"{nodes} {m['gpu']}, {m['interconnect']}"
+
+    @property
+    def label(self) -> str:
+        return f"published measurement, {self.machine}, {self.data['source']}"
+
+    @property
+    def format(self) -> str:
+        return self.data["format"]
+
+
+def names(format: str | None = None) -> list[str]:
+    """The shipped measurements (all, or those of one ``format``: nccl-tests, p2pBandwidthLatencyTest,
+    bandwidthTest, nvbandwidth, topo)."""
+    every = sorted(p.stem for p in DATA.glob("*.json"))
+    return every if format is None else [n for n in every if load(n).format == format]
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> Published:
+    path = DATA / f"{name}.json"
+    if not path.exists():
+        raise ValueError(f"no published measurement {name!r}; there are: {', '.join(names())}")
+    return Published(name, json.loads(path.read_text()))
+
+
+def convert(raw: dict) -> dict:
+    """A transcribed source file (shared/published's format) as ringlab data: numbers, no prose."""
+    tool = raw["tool"]
+    entry = {"source": raw["source"], "source_url": raw.get("source_url"), "tool": tool,
+             "command": raw.get("command"), "nccl_version": raw.get("nccl_version"), "date": raw.get("date"),
+             "machine": {k: raw["machine"].get(k) for k in MACHINE_FIELDS}}
+    if tool.startswith("nccl-tests"):
+        entry.update(format="nccl-tests", collective=_collective(raw), ranks=raw.get("nranks") or
+                     raw["machine"]["count"], dtype=raw.get("dtype"), nccl_algorithm=raw.get("algorithm"),
+                     rows=[_nccl_row(r) for r in raw["rows"]])
+    elif "p2pBandwidthLatencyTest" in tool:
+        entry.update(format="p2pBandwidthLatencyTest", matrices=_p2p_matrices(raw["rows"]))
+    elif "bandwidthTest" in tool:
+        entry.update(format="bandwidthTest", rows=[
+            {"device": r.get("device"), "direction": r["direction"].lower().replace(" ", "_"), "memory": r.get("memory"),
+             "bytes": r.get("transfer_size_bytes"), "Bps": r["bandwidth_GBps"] * GB} for r in raw["rows"]])
+    elif "nvbandwidth" in tool:
+        entry.update(format="nvbandwidth", testcases=[_nvbandwidth_case(r) for r in raw["rows"]])
+    elif "topo" in tool:
+        row = raw["rows"][0]
+        gpus = [i for i, label in enumerate(row["order"]) if label.startswith("GPU")]
+        entry.update(format="topo", codes=[[row["matrix"][i][j] for j in gpus] for i in gpus])
+    else:
+        raise ValueError(f"no conversion for a {tool!r} measurement")
+    return entry
+
+
+def _collective(raw: dict) -> str:
+    named = raw.get("collective") or raw["tool"].split()[1]
+    return {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather", "all_reduce": "allreduce",
+            "all_gather": "allgather"}.get(named, named)
+
+
+def _scaled(value, scale):
+    return None if value is None else value * scale
+
+
+def _nccl_row(r: dict) -> dict:
+    return {"bytes": r["size_bytes"], "count": r.get("count"), "dtype": r.get("type"),
+            "time_s": _scaled(r.get("oop_time_us"), 1e-6), "algbw_Bps": _scaled(r.get("oop_algbw_GBps"), GB),
+            "busbw_Bps": _scaled(r.get("oop_busbw_GBps"), GB), "wrong": r.get("oop_wrong"),
+            "inplace_time_s": _scaled(r.get("ip_time_us"), 1e-6),
+            "inplace_algbw_Bps": _scaled(r.get("ip_algbw_GBps"), GB),
+            "inplace_busbw_Bps": _scaled(r.get("ip_busbw_GBps"), GB), "inplace_wrong": r.get("ip_wrong")}
+
+
+def _p2p_matrices(rows: list[dict]) -> dict:
+    matrices = {}
+    for r in rows:
+        key = _P2P_NAMES.get(r["name"])
+        if key is None:
+            continue
+        if "{}" in key:
+            matrices[key.format("gpu")] = r["matrix"]
+            if r.get("cpu_matrix_us"):
+                matrices[key.format("cpu")] = r["cpu_matrix_us"]
+        else:
+            matrices[key] = r["matrix"]
+    return matrices
+
+
+def _nvbandwidth_case(r: dict) -> dict:
+    return {"name": r["test"], "description": r.get("title"), "units": r.get("units", "GB/s"),
+            "matrix": r.get("matrix"), "value": r.get("bandwidth_GBps"),
+            "gpu": r.get("gpu"), "vm": r.get("vm")}
+
+
+def build(folder: str | Path, into: Path = DATA) -> list[str]:
+    """Convert every transcribed file of ``folder`` into the shipped data set; the names written."""
+    into.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(Path(folder).glob("*.json")):
+        entry = convert(json.loads(path.read_text()))
+        (into / f"{path.stem}.json").write_text(json.dumps(entry, indent=1) + "\n")
+        written.append(path.stem)
+    load.cache_clear()
+    return written
+
+
+if __name__ == "__main__":  # python -m ringlab.measure.published build FOLDER
+    if len(sys.argv) != 3 or sys.argv[1] != "build":
+        sys.exit("usage: python -m ringlab.measure.published build FOLDER")
+    print("\n".join(build(sys.argv[2])))

@@ -1,0 +1,61 @@
+"""The published measurements shipped in ringlab/data/published: numbers with their sources, in the
+structures `ringlab import` gives, and the same numbers as the transcribed source files."""
+import json
+from pathlib import Path
+
+import pytest
+
+from ringlab.measure import published
+from ringlab.schedule import bus_factor
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "published"
+
+
+def test_at_least_ten_machines_with_their_sources():
+    entries = [published.load(n) for n in published.names()]
+    machines = {(e.data["machine"]["gpu"], e.data["machine"]["count"], e.data["machine"]["interconnect"])
+                for e in entries}
+    assert len(machines) >= 10, machines
+    for e in entries:
+        assert e.data["source"] and e.data["tool"] and "command" in e.data and "date" in e.data
+        assert set(e.data["machine"]) == set(published.MACHINE_FIELDS)
+        assert e.label.startswith("published measurement, ") and e.data["source"] in e.label
+        assert "description" not in e.data["machine"] and "notes" not in e.data  # numbers, not the sources' prose
+    formats = {e.format for e in entries}
+    assert formats == {"nccl-tests", "p2pBandwidthLatencyTest", "bandwidthTest", "nvbandwidth", "topo"}
+
+
+@pytest.mark.parametrize("name", published.names("nccl-tests"))
+def test_nccl_sweeps_are_consistent_with_nccl_tests_definitions(name):
+    """busbw = algbw x the collective's bus factor, algbw = bytes / time, wherever the source printed both."""
+    data = published.load(name).data
+    factor = bus_factor(data["collective"], data["ranks"])
+    assert any(r["bytes"] > 0 for r in data["rows"]) and all(r["bytes"] >= 0 for r in data["rows"])  # nccl-tests prints size-0 rows too
+    for row in data["rows"]:
+        for side in ("", "inplace_"):
+            algbw, busbw, time_s = row[f"{side}algbw_Bps"], row[f"{side}busbw_Bps"], row[f"{side}time_s"]
+            if algbw and busbw and algbw > 1e9:  # printed with 2 decimals: small values are too coarse to compare
+                assert busbw == pytest.approx(algbw * factor, rel=0.02), (row["bytes"], side)
+            if algbw and time_s and algbw > 1e9:
+                assert row["bytes"] / time_s == pytest.approx(algbw, rel=0.02), (row["bytes"], side)
+
+
+@pytest.mark.parametrize("name", published.names("p2pBandwidthLatencyTest"))
+def test_p2p_matrices_are_square_and_sized_to_the_machine(name):
+    data = published.load(name).data
+    count = data["machine"]["count"]
+    for key, matrix in data["matrices"].items():
+        assert len(matrix) == count and all(len(row) == count for row in matrix), key
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the transcribed source files (../shared/published) are not here")
+def test_the_shipped_data_is_the_transcribed_sources_converted(tmp_path):
+    written = published.build(SHARED, into=tmp_path)
+    assert sorted(written) == published.names()
+    for name in written:
+        assert json.loads((tmp_path / f"{name}.json").read_text()) == published.load(name).data, name
+
+
+def test_an_unknown_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="no published measurement 'nope'; there are: A01"):
+        published.load("nope")
