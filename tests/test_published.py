@@ -59,3 +59,12 @@ def test_the_shipped_data_is_the_transcribed_sources_converted(tmp_path):
 def test_an_unknown_name_is_a_clear_error():
     with pytest.raises(ValueError, match="no published measurement 'nope'; there are: A01"):
         published.load("nope")
+
+
+@pytest.mark.parametrize("lab", ["00_your_machine", "01_moving_bytes", "05_scaling"])
+def test_the_gpu_labs_show_a_published_figure_with_its_label(lab):
+    """Labs 00, 01 and 05 show published GPU numbers on a machine without GPUs (nbval runs them);
+    each figure's title carries the measurement's label: machine and source."""
+    source = (Path(__file__).resolve().parents[1] / "labs" / "src" / f"{lab}.py").read_text()
+    assert "from ringlab.measure import published" in source
+    assert ".label" in source or "published.busbw_rows" in source

@@ -19,8 +19,9 @@ from ringlab.topology import pcie_bandwidth, published_topo
 from ringlab.measure.doctor import report
 from ringlab.lab.exercises import check_pcie
 from ringlab.lab.tables import table
+from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bandwidth
-from ringlab.viz import host_device_figure, topology_figure, use_renderer
+from ringlab.viz import bandwidth_heatmap, host_device_figure, topology_figure, use_renderer
 
 use_renderer()
 print("\n".join(report()))
@@ -113,6 +114,29 @@ gpu = gpu_bandwidth()
 # %%
 if gpu is not None:
     host_device_figure(gpu, f"host<->device copies, {gpu['source']}").show()
+
+# %% [markdown]
+# ## A published measurement: eight H100s over NVSwitch
+#
+# What a real NVLink machine carries, from a published run of CUDA's p2pBandwidthLatencyTest on an
+# 8x H100 HGX server (ringlab ships it with its source; it was not measured here). Each cell is one
+# GPU copying to another with peer access on; hover for the link's theoretical peak (18 NVLink 4
+# links, from the `hgx-h100-8` preset) and the fraction of it the copy reached. The diagonal, a copy
+# inside one GPU, is left out. The cell after the figure prints the same comparison in numbers.
+
+# %%
+h100 = published.load("B03_kr_h100x8_hgx_p2p")
+peer = published.peer_matrix(h100.name, "unidirectional_enabled")
+peak = rl.topology.preset("hgx-h100-8").bandwidth_matrix()
+bandwidth_heatmap(peer, peak=peak, title=f"peer copies, P2P on: {h100.label}").show()
+
+# %%
+import numpy as np
+
+off = ~np.eye(len(peer), dtype=bool)
+print(f"published: {np.median(peer[off]) / 1e9:.0f} GB/s per pair (median), {np.median(peer[off] / peak[off]):.0%} of "
+      f"the {peak[0, 1] / 1e9:.0f} GB/s NVLink peak; with P2P off the same copies went through the host at "
+      f"{np.nanmedian(published.peer_matrix(h100.name, 'unidirectional_disabled')[off]) / 1e9:.0f} GB/s")
 
 # %% [markdown]
 # ## Summary

@@ -17,6 +17,7 @@ import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_message_time, check_staged_time
 from ringlab.lab.tables import table
+from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bandwidth
 from ringlab.predict.fitting import fit_pingpong
 from ringlab.topology.presets import PUBLISHED_LINKS
@@ -140,6 +141,29 @@ if gpu is not None:
     host_device_figure(gpu, f"pinned against pageable, {gpu['source']}").show()
     for access, matrix in gpu.get("p2p", {}).items():
         bandwidth_heatmap(matrix, title=f"peer copies, {access.replace('_', ' ')}, {gpu['source']}").show()
+
+# %% [markdown]
+# ## A published measurement: peer access off and on, on the same box
+#
+# Eight RTX 4090s on two sockets, no PCIe switch, with a modified driver that allows peer access on
+# this card. p2pBandwidthLatencyTest measures every pair twice: with peer access off, each copy goes
+# through host memory; with it on, the GPUs copy to each other over PCIe. The run is published
+# (ringlab ships it with its source); none of it was measured here. The printout after the figures
+# compares the two.
+
+# %%
+box = published.load("B06_chlc_rtx4090x8_p2p_tinygraddriver")
+peer_off = published.peer_matrix(box.name, "unidirectional_disabled")
+peer_on = published.peer_matrix(box.name, "unidirectional_enabled")
+bandwidth_heatmap(peer_off, title=f"P2P off (through host memory): {box.label}").show()
+bandwidth_heatmap(peer_on, title=f"P2P on (GPU to GPU over PCIe): {box.label}").show()
+
+# %%
+import numpy as np
+
+print(f"median per pair: P2P off {np.nanmedian(peer_off) / 1e9:.1f} GB/s, P2P on {np.nanmedian(peer_on) / 1e9:.1f} GB/s "
+      f"({np.nanmedian(peer_on / peer_off):.2f}x); PCIe 4.0 x16 carries {rl.topology.pcie_bandwidth(4, 16) / 1e9:.1f} "
+      "GB/s each way")
 
 # %% [markdown]
 # ## Side by side

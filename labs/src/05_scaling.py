@@ -19,6 +19,7 @@ from ringlab.predict.costmodel import crossover, whatif
 from ringlab.lab.exercises import check_ring_time
 from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_rows
+from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bench
 from ringlab.predict.rings import ring_report
 from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer
@@ -64,6 +65,21 @@ measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ri
 gpu_sweep = gpu_bench("allreduce")
 if gpu_sweep is not None:
     busbw_plot(gpu_sweep.data["rows"], title=f"allreduce bus bandwidth on GPUs, {gpu_sweep.label}").show()
+
+# %% [markdown]
+# ## Published sweeps: what NCCL reaches on real machines
+#
+# nccl-tests' all_reduce_perf as published for real machines (ringlab ships the numbers with their
+# sources; none was measured here): PCIe boxes, 8-GPU NVSwitch servers, and clusters of them over
+# InfiniBand and Ethernet. Each line is one published sweep, named by its machine; the printout
+# after the figure gives each sweep's source.
+
+# %%
+busbw_plot(published.busbw_rows("allreduce"), title="published measurements: nccl-tests allreduce bus bandwidth").show()
+for name in published.names("nccl-tests"):
+    entry = published.load(name)
+    if entry.data["collective"] == "allreduce":
+        print(f"{name[:3]}  {entry.label}")
 
 # %% [markdown]
 # ## Exercise 1: the ring's time

@@ -62,12 +62,47 @@ def names(format: str | None = None) -> list[str]:
     return every if format is None else [n for n in every if load(n).format == format]
 
 
-@lru_cache(maxsize=None)
 def load(name: str) -> Published:
+    """One shipped measurement by name (see :func:`names`)."""
+    return _load(name)
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> Published:
     path = DATA / f"{name}.json"
     if not path.exists():
         raise ValueError(f"no published measurement {name!r}; there are: {', '.join(names())}")
     return Published(name, json.loads(path.read_text()))
+
+
+def peer_matrix(name: str, key: str = "unidirectional_enabled"):
+    """A p2pBandwidthLatencyTest bandwidth matrix in bytes per second, row = source GPU, with the
+    diagonal (a copy within one GPU) left out as NaN so that it does not drown the links."""
+    import numpy as np
+
+    entry = load(name)
+    if entry.format != "p2pBandwidthLatencyTest" or key not in entry.data["matrices"]:
+        have = ", ".join(entry.data.get("matrices", {})) or "none"
+        raise ValueError(f"{name} has no {key!r} matrix (it has: {have})")
+    matrix = np.array(entry.data["matrices"][key], dtype=float) * GB
+    np.fill_diagonal(matrix, np.nan)
+    return matrix
+
+
+def busbw_rows(collective: str = "allreduce") -> list[dict]:
+    """Every shipped nccl-tests sweep of ``collective`` as rows for ``ringlab.viz.busbw_plot``: one
+    line per measurement, named by its machine, with the out-of-place busbw where the source printed
+    it and the in-place one otherwise."""
+    rows = []
+    for name in names("nccl-tests"):
+        entry = load(name)
+        if entry.data["collective"] != collective:
+            continue
+        for r in entry.data["rows"]:
+            busbw = r["busbw_Bps"] if r["busbw_Bps"] is not None else r["inplace_busbw_Bps"]
+            if r["bytes"] and busbw:
+                rows.append({"bytes": r["bytes"], "busbw_Bps": busbw, "algorithm": f"{entry.machine} ({name[:3]})"})
+    return rows
 
 
 def convert(raw: dict) -> dict:
@@ -145,7 +180,7 @@ def build(folder: str | Path, into: Path = DATA) -> list[str]:
         entry = convert(json.loads(path.read_text()))
         (into / f"{path.stem}.json").write_text(json.dumps(entry, indent=1) + "\n")
         written.append(path.stem)
-    load.cache_clear()
+    _load.cache_clear()
     return written
 
 
