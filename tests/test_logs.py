@@ -306,3 +306,24 @@ def test_nvbandwidth_text_and_json(make):
     assert d2d[2][1] == 321.0 and d2d[1][1] is None
     if make is nvbandwidth_text:
         assert got["testcases"]["all_to_host_memcpy_ce"]["status"] == "Waived"
+
+
+def test_imported_nccl_rows_fit_like_ringlab_rows():
+    """t = 20 us + K / 100 GB/s on 8 ranks is a ring of 14 steps: alpha = 20/14 us and the ring's
+    K/B term 2(n-1)/n K/B gives B = 175 GB/s. The fit must find them from the imported rows."""
+    from ringlab.predict.fitting import fit_rows
+
+    text, _ = nccl_log(sizes=tuple(1 << k for k in range(10, 30, 2)))
+    got = read_log(text)
+    fitted = fit_rows(got["rows"], "ring", got["ranks"])
+    assert fitted.alpha == pytest.approx(20e-6 / 14, rel=0.02)
+    assert fitted.bandwidth == pytest.approx(175e9, rel=0.02)
+
+
+def test_published_sweeps_fit_too():
+    from ringlab.measure import published
+    from ringlab.predict.fitting import fit_rows
+
+    sweep = published.load("A01_nccltests290_h100x8_hgx_1node_allreduce").data
+    fitted = fit_rows(sweep["rows"], "ring", sweep["ranks"])
+    assert fitted.alpha > 0 and fitted.bandwidth > 1e9

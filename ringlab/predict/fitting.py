@@ -99,14 +99,25 @@ def _subsets(k: int):
 
 def fit_rows(rows: list[dict], algorithm: str, nranks: int, **options) -> Fit:
     """Fit from benchmark JSON rows ({"bytes", "time_s", "algorithm"}), using those of ``algorithm``
-    (``"allreduce.ring"`` also takes the rows of ``"ring"``)."""
+    (``"allreduce.ring"`` also takes the rows of ``"ring"``).
+
+    Rows read by ``ringlab import`` from nccl-tests, or shipped in ``ringlab.measure.published``,
+    fit the same way: they have no ``algorithm`` (they are what NCCL ran, which you name as the
+    schedule to fit, e.g. ``"ring"``), and where a source printed only the in-place time that one is
+    used. Rows of size 0, which nccl-tests prints, are left out.
+    """
     from ..algorithms import build
 
-    mine = [r for r in rows if r.get("algorithm") in (algorithm, algorithm.split(".")[-1])]
+    mine = [r for r in rows if r.get("algorithm", algorithm) in (algorithm, algorithm.split(".")[-1])]
     if not mine:
         raise ValueError(f"no rows for {algorithm!r}; rows have: {sorted({r.get('algorithm') for r in rows})}")
+    timed = [(r["bytes"], _seconds(r)) for r in mine if r["bytes"] > 0 and _seconds(r) is not None]
     name = algorithm if "." in algorithm else f"allreduce.{algorithm}"
-    return fit(build(name, nranks, **options), [r["bytes"] for r in mine], [r["time_s"] for r in mine])
+    return fit(build(name, nranks, **options), [k for k, _ in timed], [t for _, t in timed])
+
+
+def _seconds(row: dict) -> float | None:
+    return row["time_s"] if row.get("time_s") is not None else row.get("inplace_time_s")
 
 
 # one message from rank 0 to rank 1: on a uniform topology it takes alpha + K/B
