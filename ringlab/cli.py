@@ -52,6 +52,7 @@ def parser() -> argparse.ArgumentParser:
                     "(latencies assumed). By default one row per preset and algorithm.",
         epilog="presets: " + ", ".join(_presets()) + "\n\nexamples:\n"
                "  ringlab predict -a allreduce.ring,allreduce.tree -b 64M\n"
+               "  ringlab predict -t hgx-h100-8 -a allreduce.ring -b 1M --protocol auto\n"
                "  ringlab predict -t dgx1-v100 -a allreduce.ring --steps\n"
                "  ringlab predict -t dgx1-v100 --crossover allreduce.tree,allreduce.ring\n"
                "  ringlab predict -t dgx1-p100 --rings",
@@ -60,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     predict.add_argument("-a", "--algorithm", default="allreduce.ring,allreduce.tree",
                          help="comma-separated algorithm names (default: allreduce.ring,allreduce.tree)")
     predict.add_argument("-b", "--bytes", type=_size, default="64M", dest="nbytes", help="buffer per rank (default 64M)")
+    predict.add_argument("--protocol", choices=["LL", "LL128", "Simple", "auto"],
+                         help="add NCCL's costs of this protocol (its latency per call and per step, its share of "
+                              "the link); auto: the fastest NCCL would use here (default: the bare alpha-beta model)")
     predict.add_argument("--steps", action="store_true", help="per-step breakdown (one topology, one algorithm)")
     predict.add_argument("--crossover", metavar="A,B", help="the size above which B is predicted faster than A")
     predict.add_argument("--rings", action="store_true", help="the best ring order against the plain 0..n-1")
@@ -267,12 +271,13 @@ def _predict(args) -> None:
     names = _presets() if args.topology == "all" else [args.topology]
     topologies = [preset(name) for name in names]
     algorithms = [a for a in args.algorithm.split(",") if a]
+    how = f"NCCL's {args.protocol} protocol costs" if args.protocol else "latencies assumed"
     print(f"# predicted by the cost model (not measured); {topologies[0].source if len(names) == 1 else 'published figures'}; "
-          "latencies assumed")
+          + how)
     if pair:
         first, second = pair
         for topo in topologies:
-            size = crossover(first, second, topo)
+            size = crossover(first, second, topo, protocol=args.protocol)
             said = "never, up to 16 GiB" if size is None else f"from {format_bytes(size)} up"
             print(f"  {topo.name:<18} {second} beats {first}: {said}")
     elif args.rings:
@@ -281,17 +286,20 @@ def _predict(args) -> None:
             print(f"  {topo.name:<18} best ring {r['best_order']}: plain 0..n-1 is {r['slowdown_of_plain']:.2f}x slower "
                   f"for allreduce.ring of {format_bytes(args.nbytes)}")
     elif args.steps:
-        p = predict(build(algorithms[0], topologies[0].nranks), args.nbytes, topologies[0])
+        p = predict(build(algorithms[0], topologies[0].nranks), args.nbytes, topologies[0], protocol=args.protocol)
         print(f"  {'step':>4} {'latency us':>11} {'transfer us':>12} {'reduce us':>10}  bottleneck")
         for i, row in enumerate(p.steps):
             print(f"  {i:>4} {row['latency'] * 1e6:>11.2f} {row['transfer'] * 1e6:>12.2f} {row['reduce'] * 1e6:>10.2f}"
                   f"  {p.bottleneck_link(i)}")
-        print(f"  total {p.seconds * 1e6:.1f} us")
+        per_call = f" ({p.protocol}: {p.overhead * 1e6:.1f} us per call included)" if p.protocol else ""
+        print(f"  total {p.seconds * 1e6:.1f} us{per_call}")
     else:
-        print(f"  {'topology':<18} {'ranks':>5} {'algorithm':<18} {'time (us)':>11} {'busbw (GB/s)':>13}  bottleneck")
-        for row in whatif(algorithms, args.nbytes, topologies):
-            print(f"  {row['topology']:<18} {row['nranks']:>5} {row['algorithm']:<18} {row['seconds'] * 1e6:>11.1f} "
-                  f"{row['busbw'] / 1e9:>13.2f}  {row['bottleneck']}")
+        print(f"  {'topology':<22} {'ranks':>5} {'algorithm':<18} {'time (us)':>11} {'busbw (GB/s)':>13}  "
+              + ("protocol  " if args.protocol else "") + "bottleneck")
+        for row in whatif(algorithms, args.nbytes, topologies, protocol=args.protocol):
+            protocol = f"{row['protocol']:<8}  " if args.protocol else ""
+            print(f"  {row['topology']:<22} {row['nranks']:>5} {row['algorithm']:<18} {row['seconds'] * 1e6:>11.1f} "
+                  f"{row['busbw'] / 1e9:>13.2f}  {protocol}{row['bottleneck']}")
 
 
 def main(argv: list[str] | None = None) -> int:

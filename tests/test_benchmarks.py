@@ -20,3 +20,25 @@ def test_allreduce_benchmark_runs_and_compares_with_mpi(tmp_path):
     assert all(abs(r["ratio_to_mpi"] - 1) < 1e-12 for r in rows if r["algorithm"] == "mpi")
     assert all(r["wrong"] == 0 for r in rows)  # every result checked against MPI's Allreduce
     assert "busbw" in done.stdout and "ratio to MPI" in done.stdout and "ring" in done.stdout
+
+
+def test_model_against_published_sweeps_prints_every_modelled_sweep_and_its_goals(tmp_path):
+    from ringlab.measure import published
+
+    out = tmp_path / "versus.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "model_vs_published.py"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())["sweeps"]
+    modelled = [n for n in published.names("nccl-tests") if not isinstance(published.model_for(n), str)]
+    assert [s["sweep"] for s in report] == modelled
+    for sweep in report:
+        assert [g["goal"] for g in sweep["goals"]] == ["within 25% from 64 MiB", "within 2x from 64 KiB"]
+        for goal, (smallest, low, high) in zip(sweep["goals"], [(64 << 20, 0.75, 1.25), (64 << 10, 0.5, 2.0)]):
+            ratios = [r["ratio"] for r in sweep["rows"] if r["bytes"] >= smallest]
+            assert goal["met"] == (all(low <= x <= high for x in ratios) if ratios else None), goal
+        for row in sweep["rows"]:
+            assert row["ratio"] == row["predicted_busbw"] / row["measured_busbw"]
+    assert "## Goals" in done.stdout and "goals met over" in done.stdout and "not modelled" in done.stdout
+    for sweep in report:
+        assert sweep["sweep"][:3] in done.stdout and sweep["preset"] in done.stdout

@@ -87,6 +87,16 @@ def test_predict_steps_crossover_and_rings():
     assert "plain 0..n-1 is 2.00x slower" in rings
 
 
+def test_predict_with_nccls_protocols():
+    done = run_cli("predict", "-t", "hgx-h100-8", "-a", "allreduce.ring", "-b", "4K", "--protocol", "auto")
+    assert done.returncode == 0, done.stderr
+    assert "NCCL's auto protocol costs" in done.stdout
+    assert re.search(r"^  hgx-h100-8 +8 allreduce.ring +[\d.]+ +[\d.]+  LL +gpu", done.stdout, flags=re.M)
+    steps = run_cli("predict", "-t", "hgx-h100-8", "-a", "allreduce.ring", "--steps", "--protocol", "Simple").stdout
+    assert "(Simple: 8.4 us per call included)" in steps
+    assert run_cli("predict", "--protocol", "fast").returncode == 2
+
+
 def test_predict_unknown_preset():
     done = run_cli("predict", "-t", "dgx9")
     assert done.returncode == 2 and "unknown topology preset 'dgx9'" in done.stderr

@@ -140,3 +140,109 @@ def test_scale_1024_ranks_is_vectorised():
     p = rl.predict(schedule, 1 << 30, uniform(1024, B, ALPHA))
     assert time.perf_counter() - start < 30
     assert close(p.seconds, 2 * 1023 * (ALPHA + (1 << 30) / (1024 * B)))
+
+
+# --- NCCL's protocols, link ratings, half-duplex links, NVLS -------------------------------------------
+
+US = 1e-6
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_protocols_charge_nccls_latencies_and_rate_shares(n):
+    """On a uniform network (which counts as the network hardware class): Simple pays 8.4 us a call and
+    14 us a step at the whole rate, LL 6.6 us and 2.7 us a step at half the rate (NCCL's tuning model)."""
+    K = n * 3 * 2**16
+    topo = uniform(n, B, ALPHA)
+    ring = rl.build("allreduce.ring", n)
+    simple = rl.predict(ring, K, topo, protocol="Simple")
+    assert close(simple.seconds, 8.4 * US + 2 * (n - 1) * (14.0 * US + K / (n * B)))
+    assert simple.protocol == "Simple" and close(simple.overhead, 8.4 * US)
+    ll = rl.predict(ring, K, topo, protocol="ll")
+    assert close(ll.seconds, 6.6 * US + 2 * (n - 1) * (2.7 * US + K / (n * 0.5 * B)))
+    best = rl.predict(ring, K, topo, protocol="auto")
+    assert best.seconds == min(simple.seconds, ll.seconds) and best.protocol in ("LL", "Simple")
+    with pytest.raises(ValueError, match="unknown protocol 'fast'; known: LL, LL128, Simple"):
+        rl.predict(ring, K, topo, protocol="fast")
+
+
+def test_auto_moves_from_ll_to_simple_as_messages_grow_and_uses_ll128_only_over_nvlink():
+    ring = rl.build("allreduce.ring", 8)
+    h100 = rl.topology.preset("hgx-h100-8")
+    chosen = [rl.predict(ring, size, h100, itemsize=4, protocol="auto").protocol for size in (1 << 12, 1 << 24, 1 << 30)]
+    assert chosen == ["LL", "LL128", "Simple"]
+    pcie = rl.topology.preset("rtx4090-8-p2p-on")
+    assert {rl.predict(ring, size, pcie, 4, protocol="auto").protocol for size in (1 << 12, 1 << 24, 1 << 30)} \
+        <= {"LL", "Simple"}
+    step = rl.predict(ring, 1 << 20, pcie, 4, protocol="LL").steps
+    assert step["latency"].max() == pytest.approx(1.0 * US)  # a PCIe step of LL
+    assert rl.predict(ring, 1 << 20, h100, 4, protocol="LL").steps["latency"].max() == pytest.approx(0.6 * US)
+
+
+def test_a_step_crossing_the_network_pays_the_network_latency():
+    cluster = rl.topology.preset("ib-2x8-h100")
+    p = rl.predict(rl.build("allreduce.ring", 16), 1 << 20, cluster, 4, protocol="Simple")
+    assert p.steps["latency"].max() == pytest.approx(14.0 * US)  # ranks 7 -> 8 and 15 -> 0 cross nodes
+
+
+def test_links_carry_their_rate_not_their_peak():
+    from ringlab.topology import Link, Topology
+
+    rated = Topology("rated", ("a", "b"), (Link("a", "b", 10e9, 0.0, "pcie", efficiency=0.5),))
+    p = rl.predict(rl.build("allreduce.ring", 2), 2 << 20, rated)
+    assert close(p.steps["transfer"].sum(), 2 * (1 << 20) / 5e9)
+
+
+def test_a_half_duplex_link_carries_both_directions_at_one_rate():
+    from ringlab.topology import Link, Topology
+
+    def ring_on(duplex):
+        topo = Topology("pair", ("a", "b"), (Link("a", "b", 10e9, 0.0, "host", duplex=duplex),))
+        return rl.predict(rl.build("allreduce.ring", 2), 2 << 20, topo).steps["transfer"].sum()
+
+    assert close(ring_on(False), 2 * ring_on(True))  # a and b send to each other at every step
+
+
+def test_staging_through_host_memory_shares_the_switch_uplink():
+    """2 GPUs behind one PCIe switch without P2P: an allgather of K moves K/2 each way, and every byte
+    crosses the switch's uplink twice (up to memory and down), both ranks' bytes at one half-duplex rate."""
+    K = 1 << 26
+    off = rl.topology.preset("pcie3-switch-2-p2p-off")
+    rate = off.links[0].rate
+    got = rl.predict(rl.build("allgather.ring", 2), K, off, itemsize=4).steps["transfer"].sum()
+    assert close(got, 2 * K / rate)
+    on = rl.predict(rl.build("allgather.ring", 2), K, rl.topology.preset("pcie3-switch-2"), 4)
+    assert close(on.steps["transfer"].sum(), (K / 2) / rate)
+
+
+def test_nvls_closed_form():
+    from ringlab.predict import nvls_allreduce, nvls_busbw
+    from ringlab.predict.nvls import EFFICIENCY, LATENCY
+
+    h100 = rl.topology.preset("hgx-h100-8")
+    rate = h100.links[0].rate
+    K = 1 << 30
+    assert close(nvls_allreduce(K, h100), LATENCY + K * 9 / (8 * rate * EFFICIENCY))
+    # past the ring's ceiling (busbw = the port's rate): 2(n-1)/(n+1) of it, before the latency
+    assert nvls_busbw(1 << 40, h100) == pytest.approx(14 / 9 * rate * EFFICIENCY, rel=1e-3)
+    assert nvls_busbw(1 << 40, h100) > rate
+    with pytest.raises(ValueError, match="hgx-a100-8: its switches cannot add"):
+        nvls_allreduce(K, rl.topology.preset("hgx-a100-8"))
+
+
+def test_versus_sets_predictions_beside_measured_rows():
+    from ringlab.predict.versus import model_seconds, versus
+
+    topo = uniform(4, B, ALPHA)
+    rows = [{"bytes": 0, "busbw_Bps": None}, {"bytes": 1 << 20, "busbw_Bps": 2e9},
+            {"bytes": 1 << 24, "busbw_Bps": None, "inplace_busbw_Bps": 5e9}]
+    got = versus(rows, topo, "allreduce", "ring")
+    assert [r["bytes"] for r in got] == [1 << 20, 1 << 24] and got[1]["measured_busbw"] == 5e9
+    for r in got:
+        seconds = rl.predict(rl.build("allreduce.ring", 4), r["bytes"], topo, 4, protocol="auto").seconds
+        assert close(r["predicted_busbw"], r["bytes"] / seconds * 1.5) and close(r["ratio"], r["predicted_busbw"] /
+                                                                               r["measured_busbw"])
+    h100 = rl.topology.preset("hgx-h100-8")
+    assert model_seconds("best", "allreduce", 1 << 30, h100)[1] == "NVLS (closed form)"
+    assert model_seconds("best", "allreduce", 1 << 30, rl.topology.preset("hgx-a100-8"))[1].startswith("ring")
+    with pytest.raises(ValueError, match="unknown model 'tree'"):
+        versus(rows, topo, "allreduce", "tree")

@@ -2,17 +2,16 @@
 tables: the Topology found must be what `nvidia-smi topo -m` printed for the same box, and GPU i
 must be CUDA device i however CUDA_VISIBLE_DEVICES picks and orders them."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpusim_support import SCRIPTS, run_python
+from ringlab.measure import published
 from ringlab.topology.codes import topology_from_codes
 from ringlab.topology.presets import nvlink_per_link, pcie_bandwidth
 
 pytestmark = pytest.mark.gpusim
-PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "published"
 
 
 def discover(machine: str, **env) -> dict:
@@ -21,15 +20,14 @@ def discover(machine: str, **env) -> dict:
     return json.loads(done.stdout)
 
 
-def published_gpu_codes(filename: str) -> list[list[str]]:
-    row = json.loads((PUBLISHED / filename).read_text())["rows"][0]
-    gpus = [i for i, name in enumerate(row["order"]) if name.startswith("GPU")]
-    return [[row["matrix"][i][j] for j in gpus] for i in gpus]
+def published_gpu_codes(name: str) -> list[list[str]]:
+    """The GPU-to-GPU codes of a shipped `nvidia-smi topo -m` (the published data set)."""
+    return published.load(name).data["codes"]
 
 
 @pytest.mark.parametrize("machine, topo, pcie", [
-    ("rtx2080ti-2", "D01_autodl_rtx2080ti_x2_topo.json", (3, 16)),
-    ("rtx4090-8", "D02_chlc_rtx4090x8_topo.json", (4, 16)),
+    ("rtx2080ti-2", "D01_autodl_rtx2080ti_x2_topo", (3, 16)),
+    ("rtx4090-8", "D02_chlc_rtx4090x8_topo", (4, 16)),
 ])
 def test_discovered_pcie_boxes_match_their_published_topo_matrix(machine, topo, pcie):
     found = discover(machine)

@@ -50,8 +50,8 @@ def test_p2p_matrices_are_square_and_sized_to_the_machine(name):
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the transcribed source files (../shared/published) are not here")
 def test_the_shipped_data_is_the_transcribed_sources_converted(tmp_path):
-    written = published.build(SHARED, into=tmp_path)
-    assert sorted(written) == published.names()
+    written = published.build(SHARED, published.TRANSCRIBED, into=tmp_path)
+    assert written == published.names()
     for name in written:
         assert json.loads((tmp_path / f"{name}.json").read_text()) == published.load(name).data, name
 
@@ -68,3 +68,36 @@ def test_the_gpu_labs_show_a_published_figure_with_its_label(lab):
     source = (Path(__file__).resolve().parents[1] / "labs" / "src" / f"{lab}.py").read_text()
     assert "from ringlab.measure import published" in source
     assert ".label" in source or "published.busbw_rows" in source
+
+
+def test_every_sweep_has_a_preset_or_a_reason():
+    from ringlab.topology import preset_names
+    from ringlab.predict.versus import MODELS
+
+    assert set(published.MODELLED) == set(published.names("nccl-tests"))
+    for name in published.names("nccl-tests"):
+        match = published.model_for(name)
+        if isinstance(match, str):
+            assert len(match) > 20  # a reason a reader can act on
+            with pytest.raises(ValueError, match=f"no preset models {name}"):
+                published.against_model(name)
+        else:
+            assert match[0] in preset_names() and match[1] in MODELS
+            rows = published.against_model(name)
+            assert rows and all(r["preset"] == match[0] and r["ratio"] > 0 for r in rows)
+
+
+def test_a_sweep_against_its_model_is_the_published_numbers_beside_predictions():
+    rows = published.against_model("A11_chlc_rtx4090x8_pcie_p2pon_allreduce")
+    data = published.load("A11_chlc_rtx4090x8_pcie_p2pon_allreduce").data
+    assert [r["bytes"] for r in rows] == [r["bytes"] for r in data["rows"] if r["bytes"] and r["busbw_Bps"]]
+    assert [r["measured_busbw"] for r in rows] == [r["busbw_Bps"] for r in data["rows"] if r["bytes"] and r["busbw_Bps"]]
+    assert {r["predicted"].split(",")[0] for r in rows} == {"ring"}  # a PCIe box: no NVLS
+    nvls = published.against_model("A05_azure_nd_h100_v5_8xh100_allreduce_busbw")
+    assert {r["predicted"] for r in nvls} == {"NVLS (closed form)"}
+
+
+def test_pageable_and_pinned_copies_of_one_gpu_are_in_the_data_set():
+    rows = published.load("C20_gengwg-gpu_dgx-a100_bandwidthtest_pageable").data["rows"]
+    assert {(r["direction"], r["memory"]) for r in rows} == {(d, m) for d in ("host_to_device", "device_to_host")
+                                                             for m in ("pinned", "pageable")}

@@ -10,11 +10,54 @@ from ringlab.topology import from_matrix, preset_names, uniform
 def test_presets_have_published_sources_and_assumed_latencies():
     for name in preset_names():
         topo = rl.topology.preset(name)
-        assert topo.name == name and topo.nranks in (4, 8, 16)
+        assert topo.name == name and topo.nranks in (2, 4, 8, 16, 128)
         assert "published" in topo.source or "public" in topo.source
         assert "assumed" in topo.notes
     with pytest.raises(ValueError, match="unknown topology preset 'dgx3'"):
         rl.topology.preset("dgx3")
+
+
+def test_the_machines_of_the_published_sweeps_have_presets():
+    names = set(preset_names())
+    assert {"hgx-a100-8", "hgx-h100-8", "hgx-h200-8", "h100-pcie-nvlink-2", "rtx4090-8-p2p-off", "rtx4090-8-p2p-on",
+            "pcie3-switch-2", "pcie3-switch-2-p2p-off", "ib-2x8-h100", "ib-16x8-h100"} <= names
+    assert rl.topology.preset("ib-16x8-h100").nranks == 128 and rl.topology.preset("ib-2x8-h100").nranks == 16
+
+
+def test_links_are_rated_as_nccl_rates_them():
+    """NVLink and PCIe carry NCCL's ratings (src/graph/topo.h): an H100 NVLink 20.6 of 25 GB/s, PCIe 3.0 x16
+    12 of 15.754; the peak stays the link's bandwidth, the rate is what the cost model uses."""
+    h100 = rl.topology.preset("hgx-h100-8")
+    assert h100.links[0].bandwidth == 450e9 and h100.links[0].rate == pytest.approx(18 * 20.6e9)
+    pcie = rl.topology.preset("pcie3-switch-4").links[0]
+    assert pcie.bandwidth == PCIE3_X16 and pcie.rate == pytest.approx(12e9)
+    assert rl.topology.preset("rtx4090-8-p2p-on").links[0].rate == pytest.approx(24e9)  # 4.0 x16: 24 GB/s
+    assert "NCCL" in h100.notes or "NCCL" in h100.source or "rating" in h100.notes
+    assert h100.switch_reduce and not rl.topology.preset("hgx-a100-8").switch_reduce
+    assert uniform(4, 1e9, 0.0).links[0].rate == 1e9  # models are taken at their word
+
+
+def test_p2p_off_stages_through_host_memory():
+    """Without peer access a copy goes up to host memory and back down: on the 2-GPU switch box both
+    directions of the switch's one uplink, which is half-duplex."""
+    off, on = rl.topology.preset("pcie3-switch-2-p2p-off"), rl.topology.preset("pcie3-switch-2")
+    assert len(on.route(0, 1)) == 2  # gpu0 -> switch -> gpu1
+    up_and_down = off.route(0, 1)
+    assert len(up_and_down) == 4
+    uplink = next(i for i, link in enumerate(off.links) if link.b == "host-memory")
+    assert {2 * uplink, 2 * uplink + 1} <= set(up_and_down)
+    assert not off.links[uplink].duplex and on.links[0].duplex
+    p2p_off = rl.topology.preset("rtx4090-8-p2p-off")
+    assert all(not link.duplex for link in p2p_off.links if link.kind == "host")
+
+
+def test_half_duplex_and_via_are_checked():
+    from ringlab.topology import Link, Topology
+
+    with pytest.raises(ValueError, match="efficiency in"):
+        Topology("t", ("a", "b"), (Link("a", "b", 1e9, 0.0, "pcie", efficiency=1.5),))
+    with pytest.raises(ValueError, match="via node 'memory' is not in the topology"):
+        Topology("t", ("a", "b"), (Link("a", "b", 1e9, 0.0),), via="memory")
 
 
 def test_pcie_arithmetic_behind_the_presets():

@@ -12,8 +12,12 @@ They are published figures, never measured here: :attr:`Published.label` says so
     sweep = published.load("A05_azure_nd_h100_v5_8xh100_allreduce_busbw")
     sweep.label, sweep.data["rows"][0]["inplace_busbw_Bps"]
 
-``python -m ringlab.measure.published build FOLDER`` rebuilds the data set from the transcribed
-source files (the project's ``shared/published``), keeping numbers and dropping their prose.
+``python -m ringlab.measure.published build FOLDER...`` rebuilds the data set from the transcribed
+source files (the project's ``shared/published``, and ``ringlab/data/transcribed`` for those
+transcribed here), keeping numbers and dropping their prose.
+
+:data:`MODELLED` says which topology preset stands for each sweep's machine and what stands for
+what NCCL ran there, so that ``ringlab.predict.versus`` can set a prediction beside it.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "published"
+TRANSCRIBED = DATA.parent / "transcribed"  # sources transcribed for ringlab, beside ../shared/published
 GB = 1e9
 MACHINE_FIELDS = ("gpu", "count", "interconnect", "nodes", "gpus_per_node", "nic")
 _P2P_NAMES = {"p2p_connectivity": "connectivity", "uni_p2p_disabled_GBps": "unidirectional_disabled",
@@ -172,19 +177,63 @@ def _nvbandwidth_case(r: dict) -> dict:
             "gpu": r.get("gpu"), "vm": r.get("vm")}
 
 
-def build(folder: str | Path, into: Path = DATA) -> list[str]:
-    """Convert every transcribed file of ``folder`` into the shipped data set; the names written."""
+def build(*folders: str | Path, into: Path = DATA) -> list[str]:
+    """Convert every transcribed file of ``folders`` into the shipped data set; the names written."""
     into.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in sorted(Path(folder).glob("*.json")):
-        entry = convert(json.loads(path.read_text()))
-        (into / f"{path.stem}.json").write_text(json.dumps(entry, indent=1) + "\n")
-        written.append(path.stem)
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.json")):
+            entry = convert(json.loads(path.read_text()))
+            (into / f"{path.stem}.json").write_text(json.dumps(entry, indent=1) + "\n")
+            written.append(path.stem)
     _load.cache_clear()
-    return written
+    return sorted(written)
 
 
-if __name__ == "__main__":  # python -m ringlab.measure.published build FOLDER
-    if len(sys.argv) != 3 or sys.argv[1] != "build":
-        sys.exit("usage: python -m ringlab.measure.published build FOLDER")
-    print("\n".join(build(sys.argv[2])))
+# For each nccl-tests sweep: (the preset that models its machine, what stands for what NCCL ran, as
+# ringlab.predict.versus names it), or the reason there is none.
+MODELLED = {
+    "A01_nccltests290_h100x8_hgx_1node_allreduce": ("hgx-h100-8", "best"),
+    "A02_nccltests290_h100_2x8_ib_ndr_allreduce_default": ("ib-2x8-h100", "best"),
+    "A03_nccltests290_h100_2x8_ib_ndr_allreduce_ring": ("ib-2x8-h100", "ring"),
+    "A05_azure_nd_h100_v5_8xh100_allreduce_busbw": ("hgx-h100-8", "nvls"),
+    "A07_azure_nd_h200_v5_8xh200_allreduce_busbw": ("hgx-h200-8", "nvls"),
+    "A08_coreweave_a100_16x8_ib_allreduce": ("ib-16x8-a100", "best"),
+    "A09_a3mega_h100_2x8_tcpxo_allreduce": "GPUDirect-TCPXO over Ethernet: its NICs' speed is not in the source",
+    "A10_chlc_rtx4090x8_pcie_p2poff_allreduce": ("rtx4090-8-p2p-off", "best"),
+    "A11_chlc_rtx4090x8_pcie_p2pon_allreduce": ("rtx4090-8-p2p-on", "best"),
+    "A13_autodl_rtx2080ti_x2_pcie3_allgather": ("pcie3-switch-2-p2p-off", "ring"),
+    "A14_tinygrad_rtx4090x6_p2p_allreduce_32MiB": "six RTX 4090s whose PCIe topology was not published",
+    "A20_galvatron_dgx-a100-40gb_allreduce": ("hgx-a100-8", "best"),
+    "A21_facebookresearch-gcm_a100-80gb_allreduce": ("hgx-a100-8", "best"),
+}
+
+
+def model_for(name: str) -> tuple[str, str] | str:
+    """(preset, model) for the nccl-tests sweep ``name``, or why none models it."""
+    if name not in MODELLED:
+        raise ValueError(f"{name!r} is not a shipped nccl-tests sweep; there are: {', '.join(names('nccl-tests'))}")
+    return MODELLED[name]
+
+
+def against_model(name: str) -> list[dict]:
+    """The shipped nccl-tests sweep ``name`` beside the cost model's prediction for its preset, one row
+    per size (``ringlab.predict.versus.versus``'s rows, each with ``preset`` and ``model`` added).
+    A sweep that no preset models is a ValueError saying why."""
+    from ..predict.versus import versus
+    from ..topology import preset
+
+    match = model_for(name)
+    if isinstance(match, str):
+        raise ValueError(f"no preset models {name}: {match}")
+    entry = load(name)
+    preset_name, model = match
+    itemsize = {"half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1}.get(entry.data.get("dtype"), 4)
+    rows = versus(entry.data["rows"], preset(preset_name), entry.data["collective"], model, itemsize=itemsize)
+    return [dict(r, preset=preset_name, model=model) for r in rows]
+
+
+if __name__ == "__main__":  # python -m ringlab.measure.published build FOLDER...
+    if len(sys.argv) < 3 or sys.argv[1] != "build":
+        sys.exit("usage: python -m ringlab.measure.published build FOLDER...")
+    print("\n".join(build(*sys.argv[2:])))

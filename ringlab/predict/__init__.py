@@ -4,14 +4,18 @@
   the best segment count, the crossover size of two algorithms, what-if tables over presets;
 - ``fitting``: alpha, bandwidth and the reduction rate fitted to measured times, and a measured
   Trace set against the prediction step by step;
-- ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it.
+- ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it;
+- ``protocols``: NCCL's LL, LL128 and Simple as latency and rate terms (``predict(..., protocol=)``);
+- ``nvls``: allreduce added up inside NVSwitch, NCCL's NVLS, as a labelled closed form.
 
 ``rl.predict`` is the function :func:`predict`; the package itself is reached with
 ``from ringlab.predict import ...``.
 """
 from .costmodel import Prediction, best_segments, crossover, predict, whatif
 from .fitting import Fit, compare_trace, fit, fit_schedules
+from .nvls import nvls_allreduce, nvls_busbw
+from .protocols import PROTOCOLS
 from .rings import best_ring, ring_report
 
 __all__ = ["predict", "Prediction", "best_segments", "crossover", "whatif", "fit", "fit_schedules", "Fit",
-           "compare_trace", "best_ring", "ring_report"]
+           "compare_trace", "best_ring", "ring_report", "nvls_allreduce", "nvls_busbw", "PROTOCOLS"]

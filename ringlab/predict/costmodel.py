@@ -4,14 +4,20 @@ Each step's time is the sum of three parts:
 - latency: every message (all transfers of a step between one pair of ranks, merged as the
   executor merges them) costs the latency of its route; a rank pays for its messages one after
   another, so the step pays the largest sum any rank has to send or receive;
-- transfer: every directed channel carries the bytes of all messages routed over it, its
-  bandwidth shared among them, so the step lasts until the busiest channel is done;
+- transfer: every directed channel carries the bytes of all messages routed over it, at the
+  link's rate (its peak times its efficiency) shared among them, so the step lasts until the
+  busiest channel is done; a half-duplex link's two directions share one rate;
 - reduction: a rank adds the bytes it receives for reduce at the topology's reduce_rate.
 
-On ``uniform`` topologies this reproduces the closed forms of MPICH's and NCCL's cost models
-(tests/test_costmodel.py holds it to them); on presets it shows where links are shared.
-Everything is vectorised per step, so 1024 ranks of ring (two million transfers) take well
-under a second.
+With ``protocol=`` (one of NCCL's LL, LL128, Simple, or ``"auto"`` for the fastest, as NCCL's
+tuner picks), a message's latency is the protocol's per-step latency for the hardware its route
+crosses, the rate is the protocol's share of the link's, and the call pays the protocol's base
+latency once (``predict.protocols`` says where the figures come from and why they are there).
+
+On ``uniform`` topologies and without a protocol this reproduces the closed forms of MPICH's and
+NCCL's cost models (tests/test_costmodel.py holds it to them); on presets it shows where links
+are shared. Everything is vectorised per step, so 1024 ranks of ring (two million transfers)
+take well under a second.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import numpy as np
 from ..algorithms import build
 from ..schedule import REDUCE, Schedule, bus_factor, chunk_bounds, check_count
 from ..topology import Topology
+from .protocols import AUTO, NVLINK, PROTOCOLS, Protocol, hardware_class, protocol as find_protocol
 
 STEP_DTYPE = np.dtype([("latency", "f8"), ("transfer", "f8"), ("reduce", "f8"), ("time", "f8"),
                        ("bottleneck", "i8"), ("messages", "i8"), ("nbytes", "i8")])
@@ -33,17 +40,20 @@ class Prediction:
 
     ``steps`` has columns latency, transfer, reduce, time (seconds), bottleneck (the directed
     channel that bounded the transfer part, -1 if none), messages and nbytes. Use
-    :meth:`bottleneck_link` to name a channel.
+    :meth:`bottleneck_link` to name a channel. ``protocol`` is the NCCL protocol modelled (None
+    for the bare model) and ``overhead`` its latency per call, paid once on top of the steps.
     """
 
     schedule: Schedule
     topology: Topology
     nbytes: int
     steps: np.ndarray
+    protocol: str | None = None
+    overhead: float = 0.0
 
     @property
     def seconds(self) -> float:
-        return float(self.steps["time"].sum())
+        return self.overhead + float(self.steps["time"].sum())
 
     def __float__(self) -> float:
         return self.seconds
@@ -55,19 +65,29 @@ class Prediction:
             return "-"
         link = self.topology.links[channel // 2]
         a, b = (link.a, link.b) if channel % 2 == 0 else (link.b, link.a)
-        return f"{a}->{b} ({link.kind}, {link.bandwidth / 1e9:g} GB/s)"
+        rated = f" of {link.bandwidth / 1e9:.4g} peak" if link.efficiency < 1 else ""
+        duplex = ", both ways shared" if not link.duplex else ""
+        return f"{a}->{b} ({link.kind}, {link.rate / 1e9:.4g} GB/s{rated}{duplex})"
 
     def __repr__(self) -> str:
-        return (f"Prediction({self.schedule.name} on {self.topology.name}, {self.nbytes} B: "
+        how = f", {self.protocol}" if self.protocol else ""
+        return (f"Prediction({self.schedule.name} on {self.topology.name}{how}, {self.nbytes} B: "
                 f"{self.seconds * 1e6:.1f} us over {len(self.steps)} steps)")
 
 
-def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int = 1, rank_map=None) -> Prediction:
+def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int = 1, rank_map=None,
+            protocol: str | None = None) -> Prediction:
     """Predicted time of ``schedule`` on ``topology`` for a buffer of ``nbytes`` per rank.
 
     ``rank_map[r]`` is the topology rank that plays schedule rank ``r`` (default: the same);
     use it to try ring orders. Chunks are cut on ``itemsize``-byte elements, as in the executor.
+    ``protocol``: None for the bare alpha-beta model, ``"LL"``, ``"LL128"`` or ``"Simple"`` for
+    NCCL's costs of that protocol, ``"auto"`` for the fastest of those NCCL would use here.
     """
+    if protocol is not None and str(protocol).lower() == AUTO:
+        return min((predict(schedule, nbytes, topology, itemsize, rank_map, name)
+                    for name in usable_protocols(schedule, topology, rank_map)), key=lambda p: p.seconds)
+    chosen = None if protocol is None else find_protocol(protocol)
     nbytes = check_count("nbytes", nbytes, minimum=0)
     n = schedule.nranks
     if n > topology.nranks:
@@ -78,6 +98,7 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
     chunk_bytes = np.diff(chunk_bounds(nbytes // itemsize, schedule.nchunks)) * itemsize
     out = np.zeros(len(schedule.steps), dtype=STEP_DTYPE)
     nchannels = len(topology.channel_bandwidth)
+    rate = topology.channel_rate * (chosen.rate_share if chosen else 1.0)
     for index, step in enumerate(schedule.steps):
         sizes = chunk_bytes[step.chunk]
         moving = sizes > 0
@@ -89,11 +110,15 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
         message_bytes = np.bincount(which, weights=sizes[moving])
         message_src, message_dst = pair // topology.nranks, pair % topology.nranks
         hop_pairs, channels = topology.routes(message_src, message_dst)
-        message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels], minlength=len(pair))
+        if chosen is None:
+            message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels], minlength=len(pair))
+        else:
+            message_latency = np.array([chosen.latency(h) for h in _route_hardware(topology, hop_pairs, channels,
+                                                                                    len(pair))])
         latency = max(np.bincount(message_src, weights=message_latency).max(),
                       np.bincount(message_dst, weights=message_latency).max())
-        load = np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels)
-        busy = load / topology.channel_bandwidth
+        load = topology.channel_load(np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels))
+        busy = load / rate
         bottleneck = int(busy.argmax())
         reducing = step.op[moving] == REDUCE
         reduce_time = 0.0
@@ -101,7 +126,30 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
             reduce_time = np.bincount(dst[reducing], weights=sizes[moving][reducing]).max() / topology.reduce_rate
         out[index] = (latency, busy[bottleneck], reduce_time, latency + busy[bottleneck] + reduce_time,
                       bottleneck, len(pair), int(sizes.sum()))
-    return Prediction(schedule, topology, nbytes, out)
+    return Prediction(schedule, topology, nbytes, out, chosen.name if chosen else None,
+                      chosen.base_latency if chosen else 0.0)
+
+
+def _channel_hardware(topology: Topology) -> np.ndarray:
+    return np.repeat([hardware_class(link.kind) for link in topology.links], 2)
+
+
+def _route_hardware(topology: Topology, hop_pairs: np.ndarray, channels: np.ndarray, count: int) -> np.ndarray:
+    """Per message, the slowest hardware class its route crosses (NVLink < PCIe < network)."""
+    out = np.zeros(count, dtype=np.int64)
+    np.maximum.at(out, hop_pairs, _channel_hardware(topology)[channels])
+    return out
+
+
+def usable_protocols(schedule: Schedule, topology: Topology, rank_map=None) -> list[str]:
+    """The protocols NCCL would consider for this schedule here: LL128 only where every message
+    of the schedule crosses NVLink alone, as NCCL enables it by default."""
+    place = np.arange(schedule.nranks) if rank_map is None else np.asarray(rank_map, dtype=np.int64)
+    pairs = {(int(place[s]), int(place[d])) for step in schedule.steps for s, d in zip(step.src, step.dst)}
+    src, dst = (np.array(side, dtype=np.int64) for side in zip(*pairs)) if pairs else (np.zeros(0, int),) * 2
+    hop_pairs, channels = topology.routes(src, dst)
+    all_nvlink = bool((_route_hardware(topology, hop_pairs, channels, len(src)) == NVLINK).all())
+    return [name for name, p in PROTOCOLS.items() if all_nvlink or not p.nvlink_only]
 
 
 def best_segments(nranks: int, nbytes: int, topology: Topology, algorithm: str = "broadcast.chain",
@@ -121,17 +169,18 @@ def best_segments(nranks: int, nbytes: int, topology: Topology, algorithm: str =
 
 
 def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int = 1 << 34,
-              **options) -> int | None:
+              protocol: str | None = None, **options) -> int | None:
     """The smallest size (bytes, to within 1%) at which ``second`` is predicted faster than ``first``.
 
     None when ``second`` is never faster in [lo, hi], ``lo`` when it is faster already there.
-    This is why NCCL switches from tree to ring by message size.
+    This is why NCCL switches from tree to ring by message size. ``protocol`` as in :func:`predict`.
     """
     a = build(first, topology.nranks, **options.get(first, {}))
     b = build(second, topology.nranks, **options.get(second, {}))
 
     def second_wins(size: int) -> bool:
-        return predict(b, size, topology).seconds < predict(a, size, topology).seconds
+        return predict(b, size, topology, protocol=protocol).seconds < predict(a, size, topology,
+                                                                             protocol=protocol).seconds
 
     if second_wins(lo):
         return lo
@@ -143,17 +192,18 @@ def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int 
     return hi
 
 
-def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology]) -> list[dict]:
-    """One row per (topology, algorithm): predicted time, busbw, and the step bottleneck seen most."""
+def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology], protocol: str | None = None) -> list[dict]:
+    """One row per (topology, algorithm): predicted time, busbw, and the step bottleneck seen most
+    (and the protocol, when one is modelled: see :func:`predict`)."""
     rows = []
     for topo in topologies:
         for name in algorithms:
             schedule = build(name, topo.nranks)
-            p = predict(schedule, nbytes, topo)
+            p = predict(schedule, nbytes, topo, protocol=protocol)
             links = [p.bottleneck_link(s) for s in range(len(p.steps))]
             rows.append({"topology": topo.name, "algorithm": name, "nranks": topo.nranks, "nbytes": nbytes,
                          "seconds": p.seconds,
                          "busbw": nbytes / p.seconds * bus_factor(schedule.collective.kind, topo.nranks),
                          "bottleneck": max(set(links), key=links.count) if links else "-",
-                         "source": topo.source})
+                         "protocol": p.protocol or "-", "source": topo.source})
     return rows

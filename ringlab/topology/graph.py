@@ -20,13 +20,25 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class Link:
-    """A full-duplex link between two nodes: ``bandwidth`` bytes/s in each direction, ``latency`` s."""
+    """A link between two nodes: ``bandwidth`` bytes/s in each direction (the signalling peak), ``latency`` s.
+
+    ``efficiency`` is the share of that peak data reaches once packet headers and flow control are
+    paid for (1 in the generic models; presets give the rating they cite). ``duplex=False`` makes
+    both directions share the bandwidth: what copies staged through host memory show.
+    """
 
     a: str
     b: str
     bandwidth: float
     latency: float
     kind: str = ""  # nvlink, pcie, qpi, ib, nvswitch; port, ring, direct in the generic models
+    efficiency: float = 1.0
+    duplex: bool = True
+
+    @property
+    def rate(self) -> float:
+        """Bytes/s of data each way: the peak times the efficiency."""
+        return self.bandwidth * self.efficiency
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,7 +46,11 @@ class Topology:
     """Named ranks (``rank0``.. or ``gpu0``..) and the links between them and other nodes (switches, CPUs, NICs).
 
     ``reduce_rate`` is how many bytes per second a rank adds (the per-byte reduction cost);
-    ``source`` says where the figures come from (published, measured, or made up for a model).
+    ``source`` says where the figures come from (published, measured, or made up for a model);
+    ``switch_reduce`` says that the switch can add what passes through it (NVLink SHARP on
+    third-generation NVSwitch), which no schedule of point-to-point transfers can use. ``via`` names
+    a node every message between ranks is staged through (host memory, for GPUs without peer access):
+    a message goes there by the best route and from there by the best route again.
     """
 
     name: str
@@ -43,18 +59,26 @@ class Topology:
     reduce_rate: float = float("inf")
     source: str = ""
     notes: str = ""
+    switch_reduce: bool = False
+    via: str | None = None
     _routes: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         nodes = set(self.ranks)
         for link in self.links:
             nodes.update((link.a, link.b))
-            if link.bandwidth <= 0 or link.latency < 0:
-                raise ValueError(f"link {link.a}-{link.b}: bandwidth must be > 0 and latency >= 0")
+            if link.bandwidth <= 0 or link.latency < 0 or not 0 < link.efficiency <= 1:
+                raise ValueError(f"link {link.a}-{link.b}: bandwidth must be > 0, latency >= 0 and "
+                                 f"efficiency in (0, 1]")
         object.__setattr__(self, "nodes", tuple(sorted(nodes)))
+        if self.via is not None and self.via not in nodes:
+            raise ValueError(f"{self.name}: via node {self.via!r} is not in the topology")
         # channel 2i: a -> b, channel 2i+1: b -> a
         object.__setattr__(self, "channel_bandwidth", np.repeat([link.bandwidth for link in self.links], 2))
+        object.__setattr__(self, "channel_rate", np.repeat([link.rate for link in self.links], 2))
         object.__setattr__(self, "channel_latency", np.repeat([link.latency for link in self.links], 2))
+        object.__setattr__(self, "half_duplex", np.array([i for i, link in enumerate(self.links) if not link.duplex],
+                                                         dtype=np.int64))
 
     @property
     def nranks(self) -> int:
@@ -77,9 +101,19 @@ class Topology:
         return self._routes[key]
 
     def _routes_from(self, src: int) -> dict:
-        """Dijkstra from one rank: cost = seconds per byte summed over hops, ties to fewer hops."""
+        """Every rank's route from rank ``src``: the best one, or through ``via`` when there is one."""
+        index = {name: i for i, name in enumerate(self.ranks)}
+        if self.via is None:
+            return {(src, index[node]): path for node, path in self._paths(self.ranks[src]).items() if node in index}
+        there = self._paths(self.ranks[src]).get(self.via)
+        if there is None:
+            return {}
+        return {(src, index[node]): () if index[node] == src else there + path
+                for node, path in self._paths(self.via).items() if node in index}
+
+    def _paths(self, start: str) -> dict:
+        """Dijkstra from one node: cost = seconds per byte summed over hops, ties to fewer hops."""
         neighbours = self._neighbours()
-        start = self.ranks[src]
         best = {start: (0.0, 0, ())}
         queue = [(0.0, 0, start, ())]
         while queue:
@@ -91,8 +125,7 @@ class Topology:
                 if step[:2] < best.get(other, (float("inf"), 0))[:2]:
                     best[other] = step
                     heapq.heappush(queue, (step[0], step[1], other, step[2]))
-        index = {name: i for i, name in enumerate(self.ranks)}
-        return {(src, index[node]): path for node, (_, _, path) in best.items() if node in index}
+        return {node: path for node, (_, _, path) in best.items()}
 
     def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For arrays of (src, dst) pairs: (which pair, channel) for every channel every route crosses."""
@@ -112,6 +145,15 @@ class Topology:
                 if s != d:
                     out[s, d] = min(self.channel_bandwidth[c] for c in self.route(s, d))
         return out
+
+    def channel_load(self, load: np.ndarray) -> np.ndarray:
+        """Bytes per directed channel as the links see them: on a half-duplex link both directions
+        carry the sum of what crosses it either way."""
+        if len(self.half_duplex):
+            both = load[2 * self.half_duplex] + load[2 * self.half_duplex + 1]
+            load = load.copy()
+            load[2 * self.half_duplex] = load[2 * self.half_duplex + 1] = both
+        return load
 
     def __repr__(self) -> str:
         return f"Topology({self.name!r}: {self.nranks} ranks, {len(self.links)} links; {self.source})"

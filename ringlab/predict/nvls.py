@@ -1,0 +1,53 @@
+"""Allreduce inside the switch (NVLS, NVLink SHARP): a closed form, because no schedule can say it.
+
+Every ringlab algorithm is a schedule of point-to-point transfers between ranks; a rank adds what
+it receives. On third-generation NVSwitch (H100, H200) the switch itself can add: NCCL's NVLS
+algorithm has each GPU load its shard of the result through a multicast address, the switch
+fetching that shard from all n GPUs and adding as it goes, then store the sum once to a multicast
+address that the switch copies to all n GPUs. Per GPU, each way, that is K(n+1)/n bytes
+(K up for the n shards the others add, K/n for its own shard's store; K/n down for its sum, K for
+everyone's stores), where a ring moves 2K(n-1)/n each way. So
+
+    time  = latency + K (n+1) / (n * rate * efficiency)
+    busbw = 2 (n-1) / (n+1) * rate * efficiency      (nccl-tests' definition, 2(n-1)/n x K / time)
+
+which passes the ring's ceiling (busbw = rate): 1.56x the rate at n = 8 before the efficiency.
+
+The latency (25 us) and the efficiency (0.85 on Hopper) are the figures of NCCL's tuning model for
+NVLS (``src/graph/tuning.cc``: hardware latency of NVLS over NVLink, ``nvlsEfficiency``), the rate is
+the GPU's NVLink port at its preset rating. This is a labelled model of what NCCL does, not a
+ringlab algorithm: nothing here runs it.
+"""
+from __future__ import annotations
+
+from ..schedule import bus_factor, check_count
+from ..topology import Topology
+
+LATENCY = 25e-6      # NCCL's hardware latency of NVLS (Simple) over NVLink, per call
+EFFICIENCY = 0.85    # NCCL's nvlsEfficiency for Hopper
+SOURCE = ("a closed form of NVLS (in-switch reduction), with NCCL's NVLS latency and efficiency from its tuning "
+          "model (src/graph/tuning.cc, NVIDIA/nccl at 5067397)")
+
+
+def port_rate(topology: Topology) -> float:
+    """Bytes/s each way of the slowest GPU port into the switch (its peak times its rating)."""
+    ports = [link.rate for link in topology.links if link.kind == "nvswitch" and
+             (link.a in topology.ranks or link.b in topology.ranks)]
+    if not ports:
+        raise ValueError(f"{topology.name} has no NVSwitch ports")
+    return min(ports)
+
+
+def nvls_allreduce(nbytes: int, topology: Topology) -> float:
+    """Predicted seconds of an NVLS allreduce of ``nbytes`` per GPU on an NVSwitch ``topology``."""
+    nbytes = check_count("nbytes", nbytes, minimum=0)
+    if not topology.switch_reduce:
+        raise ValueError(f"{topology.name}: its switches cannot add (NVLS needs third-generation NVSwitch, "
+                         "as in the hgx-h100-8 and hgx-h200-8 presets)")
+    n = topology.nranks
+    return LATENCY + nbytes * (n + 1) / (n * port_rate(topology) * EFFICIENCY)
+
+
+def nvls_busbw(nbytes: int, topology: Topology) -> float:
+    """nccl-tests' bus bandwidth (bytes/s) of :func:`nvls_allreduce`."""
+    return nbytes / nvls_allreduce(nbytes, topology) * bus_factor("allreduce", topology.nranks)

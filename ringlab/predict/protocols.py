@@ -1,0 +1,81 @@
+"""NCCL's three protocols as cost terms: what a step costs besides moving bytes, and what share
+of a link's rate carries data.
+
+A schedule says which chunks move at each step; how a real library moves them adds costs that the
+plain alpha-beta model (one latency per message, the link's rate) leaves out. NCCL has three ways,
+and its tuner picks one per call from a model of each (published in its source,
+``src/graph/tuning.cc``):
+
+- ``LL`` (low latency): every 8-byte store carries 4 bytes of data and a 4-byte flag, so the
+  receiver polls its memory instead of waiting for a fence. The lowest latency, half the rate.
+- ``LL128``: 128-byte lines, 120 bytes of data and an 8-byte flag; NCCL enables it by default only
+  where every path is NVLink, which keeps 128-byte stores in order.
+- ``Simple``: large chunks and a memory fence per step: the whole rate, the highest latency.
+
+Each costs a base latency per call (launching the kernel, setting up) and a latency per step that
+depends on the hardware the step crosses: NVLink, PCIe (and the paths through host bridges and
+CPU sockets), or the network. The figures below are NCCL's ring figures for its default tuning.
+
+Why these terms: against published nccl-tests sweeps the bare model (1-2 us a message, links at
+their signalling peak) was too optimistic between 64 KiB and 32 MiB, by up to 1.49x on 8x H100
+(``benchmarks/model_vs_published.py``). A step there costs NCCL several microseconds of protocol
+(flags, fences, a thread block's loop), not the wire's one, and at those sizes NCCL's tuner moves
+from LL to LL128 to Simple, trading latency for rate. Link efficiency (the other missing term) lives
+on the links themselves (``Link.efficiency``, set by the presets).
+
+These are NCCL's model figures, labelled as such: not measured here, and a model of NCCL rather
+than NCCL. Left out: NCCL's per-channel caps on LL and LL128 rates, and its correction factors for
+trees at medium sizes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+US = 1e-6
+SOURCE = ("NCCL's tuning model (src/graph/tuning.cc, ncclTunerConstantsDefaults: ring base and "
+          "hardware latencies; protocol rate shares), NVIDIA/nccl at 5067397, 2026-06-11")
+
+# The hardware a message crosses, from a link's kind, slowest class winning along a route.
+NVLINK, PCIE, NET = 0, 1, 2
+HARDWARE = ("nvlink", "pcie", "net")
+_KIND_CLASS = {"nvlink": NVLINK, "nvswitch": NVLINK, "pcie": PCIE, "qpi": PCIE, "upi": PCIE, "fabric": PCIE,
+               "host": PCIE}
+
+
+def hardware_class(kind: str) -> int:
+    """NVLINK, PCIE or NET for a link kind; kinds of the generic models (port, ring, direct) and
+    networks (ib, eth) count as the network."""
+    return _KIND_CLASS.get(kind, NET)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One of NCCL's protocols: ``base_latency`` per call, ``step_latency`` per step by hardware
+    (``nvlink``, ``pcie``, ``net``; seconds), the ``rate_share`` of a link's rate that carries data,
+    and whether NCCL uses it by default only where every path is NVLink."""
+
+    name: str
+    base_latency: float
+    step_latency: dict
+    rate_share: float
+    nvlink_only: bool = False
+
+    def latency(self, hardware: int) -> float:
+        return self.step_latency[HARDWARE[hardware]]
+
+
+PROTOCOLS = {
+    "LL": Protocol("LL", 6.6 * US, {"nvlink": 0.6 * US, "pcie": 1.0 * US, "net": 2.7 * US}, 0.5),
+    "LL128": Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pcie": 2.5 * US, "net": 4.0 * US}, 0.92,
+                      nvlink_only=True),
+    "Simple": Protocol("Simple", 8.4 * US, {"nvlink": 3.4 * US, "pcie": 5.7 * US, "net": 14.0 * US}, 1.0),
+}
+AUTO = "auto"
+
+
+def protocol(name: str) -> Protocol:
+    """``LL``, ``LL128`` or ``Simple`` (any case)."""
+    for key, value in PROTOCOLS.items():
+        if key.lower() == str(name).lower():
+            return value
+    raise ValueError(f"unknown protocol {name!r}; known: {', '.join(PROTOCOLS)} (or {AUTO!r}: the fastest)")
