@@ -42,3 +42,13 @@ def test_model_against_published_sweeps_prints_every_modelled_sweep_and_its_goal
     assert "## Goals" in done.stdout and "goals met over" in done.stdout and "not modelled" in done.stdout
     for sweep in report:
         assert sweep["sweep"][:3] in done.stdout and sweep["preset"] in done.stdout
+
+
+def test_the_readme_states_the_goals_the_model_meets_now(tmp_path):
+    """The README's count of goals met is what model_vs_published prints (the model is deterministic)."""
+    import re
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "model_vs_published.py")],
+                          capture_output=True, text=True, timeout=300)
+    met, total = re.search(r"(\d+) of (\d+) goals met", done.stdout).groups()
+    assert f"**{met} of {total} goals are met**" in (ROOT / "README.md").read_text()

@@ -327,3 +327,19 @@ def test_published_sweeps_fit_too():
     sweep = published.load("A01_nccltests290_h100x8_hgx_1node_allreduce").data
     fitted = fit_rows(sweep["rows"], "ring", sweep["ranks"])
     assert fitted.alpha > 0 and fitted.bandwidth > 1e9
+
+
+def test_read_folder_finds_the_learners_logs_and_skips_what_it_cannot_read(tmp_path, monkeypatch):
+    from ringlab.measure.logs import my_logs_folder, read_folder
+
+    (tmp_path / "allreduce.txt").write_text(nccl_log()[0])
+    (tmp_path / "p2p.log").write_text(p2p_log())
+    (tmp_path / "notes.md").write_text("what I ran, and when\n")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.setenv("RINGLAB_LOGS", str(tmp_path))
+    assert my_logs_folder() == tmp_path
+    found = read_folder()
+    assert [log["format"] for log in found] == ["nccl-tests", "p2pBandwidthLatencyTest"]
+    assert found[0]["label"] == "your log, allreduce.txt" and found[0]["collective"] == "allreduce"
+    assert [log["file"] for log in read_folder(format="p2pBandwidthLatencyTest")] == [str(tmp_path / "p2p.log")]
+    assert read_folder(tmp_path / "absent") == []

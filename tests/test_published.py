@@ -101,3 +101,42 @@ def test_pageable_and_pinned_copies_of_one_gpu_are_in_the_data_set():
     rows = published.load("C20_gengwg-gpu_dgx-a100_bandwidthtest_pageable").data["rows"]
     assert {(r["direction"], r["memory"]) for r in rows} == {(d, m) for d in ("host_to_device", "device_to_host")
                                                              for m in ("pinned", "pageable")}
+
+
+def test_topo_table_prints_the_codes_and_the_numa_node_of_each_gpu():
+    entry = published.load("D02_chlc_rtx4090x8_topo")
+    assert entry.data["numa"] == [3, 2, 1, 0, 7, 6, 5, 4]  # the source's NUMA column (two sockets, four nodes each)
+    lines = published.topo_table("D02_chlc_rtx4090x8_topo").splitlines()
+    assert lines[0].split()[-2:] == ["NUMA", "node"] and len(lines) == 9
+    assert lines[1].split()[:3] == ["GPU0", "X", "SYS"] and lines[8].split()[-1] == "4"
+    with pytest.raises(ValueError, match="not nvidia-smi topo -m"):
+        published.topo_table("B06_chlc_rtx4090x8_p2p_tinygraddriver")
+
+
+def test_host_device_rates_in_the_shape_ringlab_bandwidth_gives():
+    got = published.host_device("C21_gengwg-gpu_dell-a100-pcie_bandwidthtest_pageable", peak_Bps=31.5e9)
+    rates = {(r["what"], r["pinned"]): r["Bps"] for r in got["host_device"]}
+    assert rates == {("host->device", True): 17.3e9, ("device->host", True): 24.6e9,
+                     ("host->device", False): 3.3e9, ("device->host", False): 8.5e9}
+    assert {r["peak_Bps"] for r in got["host_device"]} == {31.5e9} and got["source"].startswith("published measurement")
+    with pytest.raises(ValueError, match="has no device 'GPU 7'"):
+        published.host_device("C21_gengwg-gpu_dell-a100-pcie_bandwidthtest_pageable", "GPU 7")
+
+
+def test_peer_rows_are_medians_of_the_matrices_against_the_given_peaks():
+    import numpy as np
+
+    off, on = published.peer_rows("B20_hpe_2xh100pcie_nvlink_p2p", "2x H100", peak_on_Bps=300e9, peak_off_Bps=63e9)
+    name = "B20_hpe_2xh100pcie_nvlink_p2p"
+    assert on["Bps"] == np.nanmedian(published.peer_matrix(name, "unidirectional_enabled"))
+    assert off["Bps"] == np.nanmedian(published.peer_matrix(name, "unidirectional_disabled"))
+    assert 8 < on["Bps"] / off["Bps"] < 12 and on["peak_Bps"] == 300e9 and "median of 2 pairs" in on["note"]
+
+
+def test_every_modelled_sweep_can_be_set_against_the_model():
+    modelled = published.modelled()
+    assert "A01_nccltests290_h100x8_hgx_1node_allreduce" in modelled and "A09_a3mega_h100_2x8_tcpxo_allreduce" not in modelled
+    for name in modelled:
+        rows = published.against_model(name)
+        assert rows and all(r["predicted_busbw"] > 0 and r["ratio"] == r["predicted_busbw"] / r["measured_busbw"]
+                            for r in rows)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.topology.presets import NVLINK1, NVLINK2, PCIE3_X16, QPI
+from ringlab.topology.presets import NVLINK1, NVLINK2, PCIE3_X16, QPI, RATINGS
 from ringlab.predict.rings import best_ring, ring_report, ring_time_per_byte
 from ringlab.topology import from_matrix, preset_names, uniform
 
@@ -102,7 +102,7 @@ def test_best_ring_on_dgx1_uses_double_links_and_beats_the_plain_order():
     v100 = rl.topology.preset("dgx1-v100")
     order, per_byte = best_ring(v100)
     assert sorted(order) == list(range(8)) and order[0] == 0
-    assert per_byte == pytest.approx(1 / (2 * NVLINK2))  # every ring edge on a double NVLink
+    assert per_byte == pytest.approx(1 / (2 * NVLINK2 * RATINGS["nvlink-v100"]))  # every edge a double NVLink
     report = ring_report(v100)
     assert report["slowdown_of_plain"] > 1.5  # 0..7 crosses 3->4 and 7->0 over single or no links
     p100 = ring_report(rl.topology.preset("dgx1-p100"))
@@ -113,7 +113,7 @@ def test_dual_socket_plain_order_is_already_best_but_a_scramble_is_not():
     topo = rl.topology.preset("dual-socket-qpi-8")
     assert ring_report(topo)["slowdown_of_plain"] == pytest.approx(1.0)
     scrambled = [0, 4, 1, 5, 2, 6, 3, 7]  # crosses QPI eight times
-    assert ring_time_per_byte(scrambled, topo) == pytest.approx(4 / QPI)
+    assert ring_time_per_byte(scrambled, topo) == pytest.approx(4 / (QPI * RATINGS["qpi"]))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -128,3 +128,34 @@ def test_ring_search_above_the_exhaustive_limit_finds_a_hidden_fast_ring(seed):
     found, per_byte = best_ring(topo)
     assert sorted(found) == list(range(n))
     assert per_byte == pytest.approx(1 / 10e9)
+
+
+def test_peer_bandwidth_matrix_takes_the_direct_link_and_never_relays_through_a_gpu():
+    from ringlab.topology.presets import pcie_bandwidth
+
+    bridged = rl.topology.preset("h100-pcie-nvlink-2").peer_bandwidth_matrix()
+    assert bridged[0, 1] == bridged[1, 0] == 300e9  # the NVLink bridge, not the PCIe path
+    v100 = rl.topology.preset("dgx1-v100")
+    peer = v100.peer_bandwidth_matrix()
+    linked = {(v100.ranks.index(l.a), v100.ranks.index(l.b)): l.bandwidth for l in v100.links
+              if l.a in v100.ranks and l.b in v100.ranks}
+    for (a, b), bandwidth in linked.items():
+        assert peer[a, b] == peer[b, a] == bandwidth
+    unlinked = [(a, b) for a in range(8) for b in range(8) if a != b and (a, b) not in linked and (b, a) not in linked]
+    assert unlinked and all(peer[a, b] <= pcie_bandwidth(3, 16) for a, b in unlinked)  # over PCIe, not NVLink hops
+
+
+def test_best_gpus_picks_the_subset_whose_slowest_pair_is_fastest():
+    from ringlab.predict.rings import best_gpus
+
+    matrix = np.full((6, 6), 10.0)
+    for a, b in ((1, 3), (3, 4), (1, 4)):
+        matrix[a, b] = matrix[b, a] = 50.0
+    matrix[1, 3] = 40.0  # one direction slower: the pair counts at its slower one
+    matrix[4, 1] = 45.0
+    assert best_gpus(matrix, 3) == ([1, 3, 4], 40.0)
+    assert best_gpus(matrix, 2) == ([3, 4], 50.0)
+    with pytest.raises(ValueError, match="count must be from 2 to the 6 GPUs"):
+        best_gpus(matrix, 7)
+    with pytest.raises(ValueError, match="must be square"):
+        best_gpus(matrix[:5], 2)

@@ -176,3 +176,25 @@ def test_ranks_can_sit_where_the_topology_puts_them():
     assert list(w.figure.data[0].x) == [-1 / 2 ** 0.5, 1 / 2 ** 0.5, -1 / 2 ** 0.5, 1 / 2 ** 0.5]
     with pytest.raises(ValueError, match="positions must be \\(x, y\\) with 4 values each"):
         step_figure(rl.build("allreduce.ring", 4), positions=([0, 1], [0, 1]))
+
+
+def test_versus_plot_draws_measured_markers_and_predicted_lines_per_sweep():
+    from ringlab.viz import versus_plot
+
+    rows = [{"bytes": b, "measured_busbw": 2e9 * i, "predicted_busbw": 1e9 * i, "ratio": 0.5, "predicted": "ring"}
+            for i, b in enumerate((4096, 1024), start=1)]
+    fig = versus_plot({"box A": rows, "box B": rows[:1]})
+    assert [t.mode for t in fig.data] == ["markers", "lines", "markers", "lines"]
+    assert list(fig.data[0].x) == [1024, 4096] and list(fig.data[0].y) == [4.0, 2.0]  # sorted by size, in GB/s
+    assert list(fig.data[1].y) == [2.0, 1.0] and fig.data[0].marker.color == fig.data[1].line.color
+    assert "ratio 0.50" in fig.data[0].hovertext[0]
+
+
+def test_fraction_bars_label_each_rate_with_its_share_of_the_peak():
+    from ringlab.viz import fraction_bars
+
+    fig = fraction_bars([{"what": "NVLink", "Bps": 250e9, "peak_Bps": 300e9, "note": "median"},
+                         {"what": "PCIe", "Bps": 25e9, "peak_Bps": 63e9}], "t")
+    peak, rate = fig.data
+    assert list(peak.x) == [300.0, 63.0] and list(rate.x) == [250.0, 25.0]
+    assert list(rate.text) == ["83% of peak", "40% of peak"] and "median" in rate.hovertext[0]

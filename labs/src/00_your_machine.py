@@ -20,7 +20,9 @@ from ringlab.measure.doctor import report
 from ringlab.lab.exercises import check_pcie
 from ringlab.lab.tables import table
 from ringlab.measure import published
+from ringlab.measure.logs import read_folder
 from ringlab.measure.recorded import gpu_bandwidth
+from ringlab.predict.rings import best_gpus
 from ringlab.viz import bandwidth_heatmap, host_device_figure, topology_figure, use_renderer
 
 use_renderer()
@@ -74,6 +76,61 @@ topology_figure(rl.topology.published("rtx4090x8"))
 
 # %%
 topology_figure(rl.topology.preset("dgx1-v100"))
+
+# %% [markdown]
+# ## What `topo -m` says, and what the GPUs measured
+#
+# A published pair of runs on one box with eight RTX 4090s on two AMD EPYC sockets: its
+# `nvidia-smi topo -m` and its p2pBandwidthLatencyTest, peer access on (ringlab ships both, with their
+# source; neither was measured here). Read the matrix first: every pair of GPUs is `SYS`, so the codes
+# alone do not tell which GPUs to put together. The last column, the NUMA node each GPU hangs off,
+# does.
+
+# %%
+box_topo = published.load("D02_chlc_rtx4090x8_topo")
+print(box_topo.label)
+print(published.topo_table(box_topo.name))
+
+# %% [markdown]
+# Now the copies between every pair, each against the PCIe 4.0 x16 peak of the GPUs' links (hover
+# for the fraction). The box's `rtx4090-8-p2p-on` preset gives the peak.
+
+# %%
+box = published.load("B06_chlc_rtx4090x8_p2p_tinygraddriver")
+box_peer = published.peer_matrix(box.name, "unidirectional_enabled")
+box_peak = rl.topology.preset("rtx4090-8-p2p-on").peer_bandwidth_matrix()
+bandwidth_heatmap(box_peer, peak=box_peak, title=f"peer copies, P2P on: {box.label}").show()
+
+# %% [markdown]
+# Which GPUs would you give a job of two ranks, or of four? A ring or a tree runs at the pace of its
+# slowest link, so pick the GPUs whose slowest pair is fastest (`best_gpus` tries every choice).
+# The cell compares that choice with the pairs that cross between the two sockets:
+
+# %%
+import numpy as np
+
+numa = box_topo.data["numa"]
+socket = [0 if node < 4 else 1 for node in numa]  # four NUMA nodes per socket on this two-socket box
+same = [box_peer[a, b] for a in range(8) for b in range(8) if a != b and socket[a] == socket[b]]
+across = [box_peer[a, b] for a in range(8) for b in range(8) if socket[a] != socket[b]]
+for count in (2, 4):
+    gpus, slowest = best_gpus(box_peer, count)
+    print(f"{count} ranks: GPUs {gpus} (NUMA nodes {[numa[g] for g in gpus]}), slowest pair {slowest / 1e9:.1f} GB/s")
+print(f"published: pairs on one socket {np.median(same) / 1e9:.1f} GB/s (median), pairs across the sockets "
+      f"{np.median(across) / 1e9:.1f} GB/s: {np.median(same) / np.median(across):.2f}x")
+
+# %% [markdown]
+# ## Your own logs
+#
+# If you have run CUDA's p2pBandwidthLatencyTest on your own GPUs, put its output in `my_logs/` at the
+# top of the project: it is drawn here the same way, labelled as yours.
+
+# %%
+mine = read_folder(format="p2pBandwidthLatencyTest")
+for log in mine:
+    bandwidth_heatmap(np.array(log["matrices"]["unidirectional_enabled"]) * 1e9,
+                      title=f"peer copies, P2P on: {log['label']}").show()
+print(f"{len(mine)} p2pBandwidthLatencyTest log(s) of yours in my_logs/")
 
 # %% [markdown]
 # ## Exercise 1: the PCIe arithmetic
@@ -131,8 +188,6 @@ peak = rl.topology.preset("hgx-h100-8").bandwidth_matrix()
 bandwidth_heatmap(peer, peak=peak, title=f"peer copies, P2P on: {h100.label}").show()
 
 # %%
-import numpy as np
-
 off = ~np.eye(len(peer), dtype=bool)
 print(f"published: {np.median(peer[off]) / 1e9:.0f} GB/s per pair (median), {np.median(peer[off] / peak[off]):.0%} of "
       f"the {peak[0, 1] / 1e9:.0f} GB/s NVLink peak; with P2P off the same copies went through the host at "

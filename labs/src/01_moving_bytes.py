@@ -13,6 +13,8 @@
 # there is a GPU; otherwise recorded ones are shown, labelled with their machine and date.
 
 # %%
+import numpy as np
+
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_message_time, check_staged_time
@@ -21,7 +23,8 @@ from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bandwidth
 from ringlab.predict.fitting import fit_pingpong
 from ringlab.topology.presets import PUBLISHED_LINKS
-from ringlab.viz import bandwidth_heatmap, host_device_figure, links_figure, measured_vs_predicted, use_renderer
+from ringlab.viz import (bandwidth_heatmap, fraction_bars, host_device_figure, links_figure, measured_vs_predicted,
+                         use_renderer)
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -143,27 +146,88 @@ if gpu is not None:
         bandwidth_heatmap(matrix, title=f"peer copies, {access.replace('_', ' ')}, {gpu['source']}").show()
 
 # %% [markdown]
-# ## A published measurement: peer access off and on, on the same box
+# ## Published measurements: pinned against pageable
 #
-# Eight RTX 4090s on two sockets, no PCIe switch, with a modified driver that allows peer access on
-# this card. p2pBandwidthLatencyTest measures every pair twice: with peer access off, each copy goes
-# through host memory; with it on, the GPUs copy to each other over PCIe. The run is published
-# (ringlab ships it with its source); none of it was measured here. The printout after the figures
-# compares the two.
+# CUDA's bandwidthTest on two A100 hosts, 32 MB copies, as published (ringlab ships the numbers with
+# their source; none of them was measured here). An A100's host interface is PCIe 4.0 x16, whose
+# peak per direction is marked on each figure; the fractions printed after the figures are computed
+# from the shipped numbers.
+
+# %%
+PCIE4_X16 = rl.topology.pcie_bandwidth(4, 16)
+hosts = [published.host_device(name, peak_Bps=PCIE4_X16) for name in
+         ("C20_gengwg-gpu_dgx-a100_bandwidthtest_pageable", "C21_gengwg-gpu_dell-a100-pcie_bandwidthtest_pageable")]
+for host in hosts:
+    host_device_figure(host, f"pinned against pageable: {host['source']}").show()
+
+# %%
+for host in hosts:
+    rate = {(r["what"], r["pinned"]): r["Bps"] for r in host["host_device"]}
+    print(f"{host['device']}: " + "; ".join(
+        f"{what} pinned {rate[what, True] / 1e9:.1f} GB/s ({rate[what, True] / PCIE4_X16:.0%} of PCIe 4.0 x16), "
+        f"pageable {rate[what, False] / 1e9:.1f} GB/s ({rate[what, True] / rate[what, False]:.1f}x slower)"
+        for what in ("host->device", "device->host")))
+
+# %% [markdown]
+# ## Published measurements: peer access off and on
+#
+# p2pBandwidthLatencyTest measures every pair of GPUs twice: with peer access off, each copy goes
+# through host memory over the GPUs' PCIe links; with it on, the GPUs copy to each other directly,
+# over NVLink where they have it. Three published machines: two H100 PCIe cards joined by an NVLink
+# bridge, eight H100 SXM on NVSwitch, and eight RTX 4090s on two sockets with no PCIe switch and a
+# modified driver that allows peer access on this card. Each bar is the median over all pairs, drawn
+# against the peak of the link that copy crosses (NVLink for P2P on where there is NVLink, the GPU's
+# PCIe link otherwise). Hover over a bar for its source.
+
+# %%
+PCIE5_X16 = rl.topology.pcie_bandwidth(5, 16)
+machines = {"B20_hpe_2xh100pcie_nvlink_p2p": ("2x H100 PCIe + NVLink bridge", "h100-pcie-nvlink-2", PCIE5_X16),
+            "B03_kr_h100x8_hgx_p2p": ("8x H100 SXM, NVSwitch", "hgx-h100-8", PCIE5_X16),
+            "B06_chlc_rtx4090x8_p2p_tinygraddriver": ("8x RTX 4090, PCIe", "rtx4090-8-p2p-on", PCIE4_X16)}
+rows = []
+for name, (machine, preset, pcie_peak) in machines.items():
+    peer_peak = float(np.nanmax(rl.topology.preset(preset).peer_bandwidth_matrix()))
+    rows += published.peer_rows(name, machine, peak_on_Bps=peer_peak, peak_off_Bps=pcie_peak)
+fraction_bars(rows, "published: peer copies, median over GPU pairs, against the link's peak").show()
+for off, on in zip(rows[::2], rows[1::2]):
+    print(f"{on['what']}: {on['Bps'] / 1e9:.1f} GB/s ({on['Bps'] / on['peak_Bps']:.0%} of {on['peak_Bps'] / 1e9:.0f}); "
+          f"P2P off {off['Bps'] / 1e9:.1f} GB/s ({off['Bps'] / off['peak_Bps']:.0%} of {off['peak_Bps'] / 1e9:.0f}); "
+          f"on/off {on['Bps'] / off['Bps']:.1f}x")
+
+# %% [markdown]
+# Read the printout: where the GPUs share NVLink, peer access lets a copy leave PCIe and host memory
+# behind, and the ratio on/off is about ten. On the RTX 4090 box both routes cross PCIe links of the
+# same peak, so the ratio is close to one: peer access saves the trip through host memory, not the
+# bottleneck. The two heatmaps below show that box pair by pair; hover over a cell for the pair's
+# link peak and the fraction of it measured.
 
 # %%
 box = published.load("B06_chlc_rtx4090x8_p2p_tinygraddriver")
+peak = rl.topology.preset("rtx4090-8-p2p-on").peer_bandwidth_matrix()
 peer_off = published.peer_matrix(box.name, "unidirectional_disabled")
 peer_on = published.peer_matrix(box.name, "unidirectional_enabled")
-bandwidth_heatmap(peer_off, title=f"P2P off (through host memory): {box.label}").show()
-bandwidth_heatmap(peer_on, title=f"P2P on (GPU to GPU over PCIe): {box.label}").show()
+bandwidth_heatmap(peer_off, peak=peak, title=f"P2P off (through host memory): {box.label}").show()
+bandwidth_heatmap(peer_on, peak=peak, title=f"P2P on (GPU to GPU over PCIe): {box.label}").show()
+
+# %% [markdown]
+# ## Your own logs
+#
+# Put the output of `p2pBandwidthLatencyTest` or `bandwidthTest` from your machines into `my_logs/`
+# at the top of the project (or the folder named by `$RINGLAB_LOGS`) and this cell draws them, labelled
+# with their file name. With no logs there, it says so.
 
 # %%
-import numpy as np
+from ringlab.measure.logs import my_logs_folder, read_folder
 
-print(f"median per pair: P2P off {np.nanmedian(peer_off) / 1e9:.1f} GB/s, P2P on {np.nanmedian(peer_on) / 1e9:.1f} GB/s "
-      f"({np.nanmedian(peer_on / peer_off):.2f}x); PCIe 4.0 x16 carries {rl.topology.pcie_bandwidth(4, 16) / 1e9:.1f} "
-      "GB/s each way")
+mine = read_folder(format="p2pBandwidthLatencyTest") + read_folder(format="bandwidthTest")
+for log in mine:
+    for key, matrix in log.get("matrices", {}).items():
+        if key.startswith(("unidirectional", "bidirectional")):
+            bandwidth_heatmap(np.array(matrix, dtype=float) * 1e9, title=f"{key.replace('_', ' ')}: {log['label']}").show()
+    if log["format"] == "bandwidthTest":
+        print(log["label"])
+        table(log["rows"], {"direction": "direction", "memory": "memory", "size (B)": "bytes", "rate (GB/s)": "Bps"})
+print(f"{len(mine)} log(s) of these tools in {my_logs_folder()}")
 
 # %% [markdown]
 # ## Side by side
@@ -189,7 +253,10 @@ links_figure(PUBLISHED_LINKS, measured, title="published figures and measured on
 #   NVLink-connected GPUs run collectives so much faster (lab 05 predicts by how much).
 # - Staging through another buffer adds two copies to every message; peer access and CUDA-aware MPI
 #   exist to remove them.
-# - Pinned host memory is copied directly by the GPU; pageable memory takes an extra copy.
+# - Pinned host memory is copied directly by the GPU; pageable memory takes an extra copy (on the
+#   two published A100 hosts above, pageable was 2.4 to 5.2 times slower).
+# - Peer access is worth about ten times on GPUs joined by NVLink and little on a PCIe-only box,
+#   in the published measurements above.
 #
 # ## Exercises
 #

@@ -22,7 +22,7 @@ from ringlab.predict.fitting import fit_rows
 from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bench
 from ringlab.predict.rings import ring_report
-from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer
+from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer, versus_plot
 
 use_renderer()  # plotly figures show in JupyterLab and in exported HTML
 sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
@@ -80,6 +80,63 @@ for name in published.names("nccl-tests"):
     entry = published.load(name)
     if entry.data["collective"] == "allreduce":
         print(f"{name[:3]}  {entry.label}")
+
+# %% [markdown]
+# ## The cost model against those sweeps
+#
+# Every published sweep that one of ringlab's presets describes, drawn against the cost model's
+# prediction for that preset (dashed, same colour): the fastest of the ring and the closed forms the
+# model has for that machine, with NCCL's protocol costs (LL, LL128, Simple). Markers are published
+# measurements, lines are predictions; nothing here was measured on this machine. The printout gives
+# each sweep's predicted over measured busbw at its largest message.
+
+# %%
+against = {f"{published.load(name).machine[:42]} ({name[:3]})": published.against_model(name) for name in published.modelled()}
+versus_plot(against).show()
+for label, rows in against.items():
+    big = max(rows, key=lambda r: r["bytes"])
+    print(f"{label:48}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured {big['measured_busbw'] / 1e9:6.1f}"
+          f" GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), predicted/measured {big['ratio']:.2f}")
+
+# %% [markdown]
+# Where the ratio is near one, the model has found what bounds the machine. Where it is far below
+# one, the model predicts much less than NCCL reached, and every such sweep in the printout ran across
+# nodes: the model sends one ring across each node boundary through one network card, while NCCL
+# spreads several rings (and trees) over all the cards of a node. That is a gap in the model, stated
+# rather than tuned away.
+#
+# ## Past the ring's ceiling: reduction inside the switch
+#
+# A ring's busbw cannot pass the rate of a GPU's port, yet the published H100 and H200 sweeps do. On
+# these machines NCCL uses NVLS: the NVSwitch itself adds the shards, so each GPU moves about K(n+1)/n
+# bytes each way instead of the ring's 2K(n-1)/n. `ringlab.predict.nvls` writes that as a labelled
+# closed form (no ringlab schedule can express a switch that adds). The numbers, computed:
+
+# %%
+from ringlab.predict.nvls import nvls_busbw, port_rate
+
+hgx = rl.topology.preset("hgx-h100-8")
+top = max(published.load("A05_azure_nd_h100_v5_8xh100_allreduce_busbw").data["rows"], key=lambda r: r["bytes"])
+print(f"ring ceiling on {hgx.name}: the port rate, {port_rate(hgx) / 1e9:.1f} GB/s of busbw")
+print(f"NVLS, predicted at {top['bytes'] / 2**20:.0f} MiB: {nvls_busbw(top['bytes'], hgx) / 1e9:.1f} GB/s of busbw")
+measured = top["busbw_Bps"] or top["inplace_busbw_Bps"]  # this source printed only the in-place column
+print(f"published (8x H100, nccl-tests) at {top['bytes'] / 2**20:.0f} MiB: {measured / 1e9:.1f} GB/s of busbw, "
+      f"{measured / port_rate(hgx):.2f}x the ring's ceiling")
+
+# %% [markdown]
+# ## Your own nccl-tests logs
+#
+# Save `all_reduce_perf` output from your machines into `my_logs/` at the top of the project (or the
+# folder named by `$RINGLAB_LOGS`): this cell draws each beside the published sweeps above.
+
+# %%
+from ringlab.measure.logs import my_logs_folder, read_folder
+
+mine = [log for log in read_folder(format="nccl-tests") if log.get("collective") == "allreduce"]
+if mine:
+    busbw_plot([dict(r, algorithm=log["label"]) for log in mine for r in log["rows"] if r.get("busbw_Bps")]
+               + published.busbw_rows("allreduce"), title="your nccl-tests logs and the published sweeps").show()
+print(f"{len(mine)} nccl-tests allreduce log(s) in {my_logs_folder()}")
 
 # %% [markdown]
 # ## Exercise 1: the ring's time

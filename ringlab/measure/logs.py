@@ -28,7 +28,9 @@ Formats read now:
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 from ..schedule import bus_factor
 
@@ -303,6 +305,31 @@ READERS = {"nccl-tests": (looks_like_nccl_tests, read_nccl_tests),
            "nvbandwidth": (looks_like_nvbandwidth, read_nvbandwidth),
            "p2pBandwidthLatencyTest": (looks_like_p2p, read_p2p),
            "bandwidthTest": (looks_like_bandwidth_test, read_bandwidth_test)}
+
+
+# Where the labs look for a learner's own logs: my_logs/ beside results/, or $RINGLAB_LOGS.
+MY_LOGS = Path(__file__).resolve().parents[2] / "my_logs"
+
+
+def my_logs_folder() -> Path:
+    return Path(os.environ.get("RINGLAB_LOGS") or MY_LOGS)
+
+
+def read_folder(folder: str | Path | None = None, format: str | None = None) -> list[dict]:
+    """Every log in ``folder`` (default: ``my_logs/`` at the top of the project, or the folder named by
+    ``$RINGLAB_LOGS``) that ringlab can read, each as :func:`read_log` gives it with ``file`` and a
+    ``label`` ("your log, <file name>"), optionally only those of one ``format``. Files in no known
+    format are skipped; an absent folder gives []."""
+    folder = my_logs_folder() if folder is None else Path(folder)
+    found = []
+    for path in sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []:
+        try:
+            result = read_log(path.read_text(encoding="utf-8", errors="replace"))
+        except ValueError:
+            continue
+        if format is None or result["format"] == format:
+            found.append({**result, "file": str(path), "label": f"your log, {path.name}"})
+    return found
 
 
 def read_log(text: str, **options) -> dict:

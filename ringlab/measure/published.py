@@ -94,6 +94,51 @@ def peer_matrix(name: str, key: str = "unidirectional_enabled"):
     return matrix
 
 
+def peer_rows(name: str, machine: str, peak_on_Bps: float, peak_off_Bps: float) -> list[dict]:
+    """Two rows for ``ringlab.viz.fraction_bars`` from a shipped p2pBandwidthLatencyTest: the median
+    unidirectional copy rate over all GPU pairs with peer access off and with it on, each beside the peak
+    of the link it crosses (give them: the matrix does not say; with peer access off a copy goes through
+    host memory, so its link is the GPU's PCIe one)."""
+    import numpy as np
+
+    rows = []
+    for key, state, peak in (("unidirectional_disabled", "P2P off", peak_off_Bps),
+                             ("unidirectional_enabled", "P2P on", peak_on_Bps)):
+        matrix = peer_matrix(name, key)
+        rows.append({"what": f"{machine}, {state}", "Bps": float(np.nanmedian(matrix)), "peak_Bps": peak,
+                     "note": f"median of {np.count_nonzero(~np.isnan(matrix))} pairs; {load(name).label}"})
+    return rows
+
+
+def topo_table(name: str) -> str:
+    """A shipped ``nvidia-smi topo -m`` as it prints: one row per GPU, its codes, its NUMA node."""
+    entry = load(name)
+    if entry.format != "topo":
+        raise ValueError(f"{name} is a {entry.format} measurement, not nvidia-smi topo -m")
+    codes, numa = entry.data["codes"], entry.data.get("numa") or [None] * len(entry.data["codes"])
+    head = "      " + "".join(f"{f'GPU{j}':>6}" for j in range(len(codes))) + "   NUMA node"
+    rows = [f"GPU{i:<3}" + "".join(f"{code:>6}" for code in row) + f"   {'?' if node is None else node}"
+            for i, (row, node) in enumerate(zip(codes, numa))]
+    return "\n".join([head, *rows])
+
+
+def host_device(name: str, device: str | None = None, peak_Bps: float | None = None) -> dict:
+    """A shipped bandwidthTest's host<->device rates in the shape ``ringlab bandwidth`` gives them
+    (``{"host_device": [{"what", "pinned", "Bps", "peak_Bps"}]}``), for one device (default: the
+    first), with the link's peak where you give it (the tools do not print it)."""
+    entry = load(name)
+    if entry.format != "bandwidthTest":
+        raise ValueError(f"{name} is a {entry.format} measurement, not bandwidthTest")
+    devices = list(dict.fromkeys(r["device"] for r in entry.data["rows"]))
+    device = devices[0] if device is None else device
+    if device not in devices:
+        raise ValueError(f"{name} has no device {device!r}; it has: {', '.join(map(str, devices))}")
+    names = {"host_to_device": "host->device", "device_to_host": "device->host"}
+    rows = [{"what": names[r["direction"]], "pinned": r["memory"] == "pinned", "Bps": r["Bps"], "peak_Bps": peak_Bps}
+            for r in entry.data["rows"] if r["device"] == device and r["direction"] in names]
+    return {"host_device": rows, "source": entry.label, "device": device}
+
+
 def busbw_rows(collective: str = "allreduce") -> list[dict]:
     """Every shipped nccl-tests sweep of ``collective`` as rows for ``ringlab.viz.busbw_plot``: one
     line per measurement, named by its machine, with the out-of-place busbw where the source printed
@@ -131,7 +176,9 @@ def convert(raw: dict) -> dict:
     elif "topo" in tool:
         row = raw["rows"][0]
         gpus = [i for i, label in enumerate(row["order"]) if label.startswith("GPU")]
-        entry.update(format="topo", codes=[[row["matrix"][i][j] for j in gpus] for i in gpus])
+        affinity = row.get("affinity_columns") or {}
+        numa = [_integer((affinity.get(row["order"][i]) or [None, None])[1]) for i in gpus]
+        entry.update(format="topo", codes=[[row["matrix"][i][j] for j in gpus] for i in gpus], numa=numa)
     else:
         raise ValueError(f"no conversion for a {tool!r} measurement")
     return entry
@@ -141,6 +188,10 @@ def _collective(raw: dict) -> str:
     named = raw.get("collective") or raw["tool"].split()[1]
     return {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather", "all_reduce": "allreduce",
             "all_gather": "allgather"}.get(named, named)
+
+
+def _integer(text):
+    return int(text) if isinstance(text, str) and text.isdigit() else None
 
 
 def _scaled(value, scale):
@@ -207,6 +258,11 @@ MODELLED = {
     "A20_galvatron_dgx-a100-40gb_allreduce": ("hgx-a100-8", "best"),
     "A21_facebookresearch-gcm_a100-80gb_allreduce": ("hgx-a100-8", "best"),
 }
+
+
+def modelled() -> list[str]:
+    """The nccl-tests sweeps that a preset models (see :data:`MODELLED`)."""
+    return [name for name in names("nccl-tests") if not isinstance(model_for(name), str)]
 
 
 def model_for(name: str) -> tuple[str, str] | str:

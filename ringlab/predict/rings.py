@@ -17,7 +17,7 @@ EXHAUSTIVE_UP_TO = 9  # ranks; beyond this, a local search
 
 
 def ring_time_per_byte(order, topology: Topology) -> float:
-    """Seconds per byte of one ring step in this order: the busiest channel's load over its bandwidth."""
+    """Seconds per byte of one ring step in this order: the busiest channel's load over its rate."""
     return _ring_cost(order, topology)[0]
 
 
@@ -27,8 +27,8 @@ def _ring_cost(order, topology: Topology) -> tuple[float, int]:
     src = np.array(order)
     dst = np.array(order[1:] + order[:1])
     pairs, channels = topology.routes(src, dst)
-    load = np.bincount(channels, minlength=len(topology.channel_bandwidth))
-    return float(np.round((load / topology.channel_bandwidth).max(), 22)), len(channels)
+    load = topology.channel_load(np.bincount(channels, minlength=len(topology.channel_bandwidth)).astype(float))
+    return float(np.round((load / topology.channel_rate).max(), 22)), len(channels)
 
 
 def best_ring(topology: Topology, nranks: int | None = None) -> tuple[list[int], float]:
@@ -78,3 +78,22 @@ def ring_report(topology: Topology, nbytes: int = 1 << 28) -> dict:
     best = predict(ring, nbytes, topology, rank_map=order).seconds
     return {"topology": topology.name, "plain_order": list(range(n)), "best_order": order,
             "plain_seconds": plain, "best_seconds": best, "slowdown_of_plain": plain / best}
+
+
+def best_gpus(bandwidth, count: int) -> tuple[list[int], float]:
+    """The ``count`` GPUs whose slowest pair is fastest in a measured ``bandwidth`` matrix (bytes/s,
+    row = sender; the diagonal is ignored), and that slowest pair's bytes/s: the GPUs to give a job of
+    ``count`` ranks, since a ring or a tree among them runs at the pace of its slowest link. Every
+    subset is tried (8 GPUs: at most 70)."""
+    matrix = np.asarray(bandwidth, dtype=float)
+    n = len(matrix)
+    if matrix.shape != (n, n):
+        raise ValueError(f"the bandwidth matrix must be square, got shape {matrix.shape}")
+    if not 2 <= count <= n:
+        raise ValueError(f"count must be from 2 to the {n} GPUs of the matrix, got {count}")
+    best = ([], -1.0)
+    for gpus in itertools.combinations(range(n), count):
+        slowest = min(min(matrix[a, b], matrix[b, a]) for a, b in itertools.combinations(gpus, 2))
+        if slowest > best[1]:
+            best = (list(gpus), float(slowest))
+    return best

@@ -146,6 +146,22 @@ class Topology:
                     out[s, d] = min(self.channel_bandwidth[c] for c in self.route(s, d))
         return out
 
+    def peer_bandwidth_matrix(self) -> np.ndarray:
+        """Bytes/s each way (peak) a peer copy between two ranks can use: their direct link where they
+        have one, else the slowest link of the route that does not relay through a third rank (CUDA
+        copies between two GPUs over NVLink, or else over PCIe; it never hops through another GPU)."""
+        ranks = set(self.ranks)
+        direct = {frozenset((link.a, link.b)): link.bandwidth for link in self.links if {link.a, link.b} <= ranks}
+        if not direct:
+            return self.bandwidth_matrix()
+        around = Topology(self.name, self.ranks, tuple(link for link in self.links if not {link.a, link.b} <= ranks))
+        out = around.bandwidth_matrix()
+        for i, a in enumerate(self.ranks):
+            for j, b in enumerate(self.ranks):
+                if i != j and frozenset((a, b)) in direct:
+                    out[i, j] = direct[frozenset((a, b))]
+        return out
+
     def channel_load(self, load: np.ndarray) -> np.ndarray:
         """Bytes per directed channel as the links see them: on a half-duplex link both directions
         carry the sum of what crosses it either way."""

@@ -5,8 +5,9 @@ call :func:`use_renderer` once: plotly figures then show in JupyterLab and in ex
 """
 from __future__ import annotations
 
-from .plots import (bandwidth_heatmap, busbw_plot, host_device_figure, links_figure, measured_vs_predicted,
-                    segments_plot, staleness_plot, time_vs_ranks, timeline, topology_figure)
+from .plots import (bandwidth_heatmap, busbw_plot, fraction_bars, host_device_figure, links_figure,
+                    measured_vs_predicted, segments_plot, staleness_plot, time_vs_ranks, timeline, topology_figure,
+                    versus_plot)
 from .stepview import frames, step_figure
 from .widget import StepThrough
 
@@ -26,4 +27,4 @@ def use_renderer(offline: bool = False) -> str:
 
 __all__ = ["StepThrough", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",
            "topology_figure", "busbw_plot", "links_figure", "time_vs_ranks", "measured_vs_predicted", "segments_plot",
-           "staleness_plot", "use_renderer"]
+           "staleness_plot", "versus_plot", "fraction_bars", "use_renderer"]

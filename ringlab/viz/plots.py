@@ -189,3 +189,45 @@ def links_figure(published, measured=None, title: str = "link bandwidth per dire
     fig.update_layout(title=title, xaxis=dict(type="log", title="GB/s per direction"), height=120 + 28 * (
         len(published) + len(measured or {})), margin=dict(l=260), yaxis=dict(autorange="reversed"))
     return fig
+
+
+def versus_plot(sweeps: dict, title: str = "published busbw (markers) against the cost model's prediction (lines)"
+                ) -> go.Figure:
+    """Measured against predicted bus bandwidth over message size, one colour per sweep: ``sweeps`` maps a
+    label to the rows of ``ringlab.predict.versus.versus`` (``bytes``, ``measured_busbw``, ``predicted_busbw``,
+    ``ratio``, ``predicted``); markers are the measurement, a dashed line of the same colour the prediction."""
+    fig = go.Figure()
+    palette = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+               "#bcbd22")
+    for i, (label, rows) in enumerate(sweeps.items()):
+        rows = sorted(rows, key=lambda r: r["bytes"])
+        color = palette[i % len(palette)]
+        sizes = [r["bytes"] for r in rows]
+        fig.add_scatter(x=sizes, y=[r["measured_busbw"] / 1e9 for r in rows], mode="markers", name=label,
+                        legendgroup=label, marker=dict(color=color, size=7), hoverinfo="text",
+                        hovertext=[f"{label}<br>{format_bytes(r['bytes'])}: measured {r['measured_busbw'] / 1e9:.3g} GB/s,"
+                                   f" predicted {r['predicted_busbw'] / 1e9:.3g} ({r['predicted']}), ratio "
+                                   f"{r['ratio']:.2f}" for r in rows])
+        fig.add_scatter(x=sizes, y=[r["predicted_busbw"] / 1e9 for r in rows], mode="lines", name=f"{label}: predicted",
+                        legendgroup=label, showlegend=False, line=dict(color=color, dash="dash"), hoverinfo="skip")
+    fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
+                      yaxis=dict(type="log", title="bus bandwidth (GB/s)"), height=560)
+    return fig
+
+
+def fraction_bars(rows: list[dict], title: str) -> go.Figure:
+    """Horizontal bars of copy rates (``what``, ``Bps``, ``peak_Bps``, optional ``note``), each beside its
+    link's theoretical peak and labelled with the fraction of it; log scale, GB/s."""
+    fig = go.Figure()
+    labels = [r["what"] for r in rows]
+    fig.add_bar(y=labels, x=[r["peak_Bps"] / 1e9 for r in rows], orientation="h", name="link's theoretical peak",
+                marker_color="#d9d9d9", hoverinfo="text",
+                hovertext=[f"{r['what']}: peak {r['peak_Bps'] / 1e9:.3g} GB/s" for r in rows])
+    fig.add_bar(y=labels, x=[r["Bps"] / 1e9 for r in rows], orientation="h", name="copy rate", marker_color="#2a6fbf",
+                text=[f"{r['Bps'] / r['peak_Bps']:.0%} of peak" for r in rows], textposition="outside",
+                hoverinfo="text", hovertext=[f"{r['what']}: {r['Bps'] / 1e9:.3g} GB/s, {r['Bps'] / r['peak_Bps']:.0%} of "
+                                             f"{r['peak_Bps'] / 1e9:.3g}" + (f"<br>{r['note']}" if r.get("note") else "")
+                                             for r in rows])
+    fig.update_layout(title=title, barmode="overlay", xaxis=dict(type="log", title="GB/s per direction"),
+                      yaxis=dict(autorange="reversed"), margin=dict(l=320), height=140 + 34 * len(rows))
+    return fig
