@@ -343,3 +343,22 @@ def test_read_folder_finds_the_learners_logs_and_skips_what_it_cannot_read(tmp_p
     assert found[0]["label"] == "your log, allreduce.txt" and found[0]["collective"] == "allreduce"
     assert [log["file"] for log in read_folder(format="p2pBandwidthLatencyTest")] == [str(tmp_path / "p2p.log")]
     assert read_folder(tmp_path / "absent") == []
+
+
+def test_read_folder_reads_what_ringlab_import_wrote(tmp_path):
+    from ringlab.measure.logs import read_folder
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (tmp_path / "a.log").write_text(nccl_log()[0])
+    (tmp_path / "b.log").write_text(bandwidth_test_log())
+    for names, out in (([tmp_path / "a.log"], logs / "one.json"), ([tmp_path / "a.log", tmp_path / "b.log"], logs / "two.json")):
+        done = subprocess.run([sys.executable, "-m", "ringlab", "import", *map(str, names), "--json", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    (logs / "other.json").write_text('{"format": "a spreadsheet"}')
+    found = read_folder(logs)
+    assert [(log["label"], log["format"]) for log in found] == [
+        ("your log, one.json", "nccl-tests"), ("your log, two.json, log 1", "nccl-tests"),
+        ("your log, two.json, log 2", "bandwidthTest")]
+    assert found[0]["rows"] == found[1]["rows"] and found[0]["rows"][-1]["busbw_Bps"] > 0

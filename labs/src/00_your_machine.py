@@ -20,7 +20,7 @@ from ringlab.measure.doctor import report
 from ringlab.lab.exercises import check_pcie
 from ringlab.lab.tables import table
 from ringlab.measure import published
-from ringlab.measure.logs import read_folder
+from ringlab.measure.logs import my_logs_folder, read_folder
 from ringlab.measure.recorded import gpu_bandwidth
 from ringlab.predict.rings import best_gpus
 from ringlab.viz import bandwidth_heatmap, host_device_figure, topology_figure, use_renderer
@@ -122,15 +122,16 @@ print(f"published: pairs on one socket {np.median(same) / 1e9:.1f} GB/s (median)
 # %% [markdown]
 # ## Your own logs
 #
-# If you have run CUDA's p2pBandwidthLatencyTest on your own GPUs, put its output in `my_logs/` at the
-# top of the project: it is drawn here the same way, labelled as yours.
+# If you have run CUDA's p2pBandwidthLatencyTest on your own GPUs, put its output (or the JSON that
+# `ringlab import LOG --json OUT` writes) in `my_logs/` at the top of the project, or in the folder
+# named by `$RINGLAB_LOGS`: it is drawn here the same way, labelled as yours.
 
 # %%
 mine = read_folder(format="p2pBandwidthLatencyTest")
 for log in mine:
     bandwidth_heatmap(np.array(log["matrices"]["unidirectional_enabled"]) * 1e9,
                       title=f"peer copies, P2P on: {log['label']}").show()
-print(f"{len(mine)} p2pBandwidthLatencyTest log(s) of yours in my_logs/")
+print(f"{len(mine)} p2pBandwidthLatencyTest log(s) of yours in {my_logs_folder()}")
 
 # %% [markdown]
 # ## Exercise 1: the PCIe arithmetic

@@ -198,10 +198,14 @@ for off, on in zip(rows[::2], rows[1::2]):
 # Read the printout: where the GPUs share NVLink, peer access lets a copy leave PCIe and host memory
 # behind, and the ratio on/off is about ten. On the RTX 4090 box both routes cross PCIe links of the
 # same peak, so the ratio is close to one: peer access saves the trip through host memory, not the
-# bottleneck. The two heatmaps below show that box pair by pair; hover over a cell for the pair's
-# link peak and the fraction of it measured.
+# bottleneck. The heatmaps below show the H100 SXM box and the RTX 4090 box pair by pair, PCIe against
+# NVLink: hover over a cell for the pair's link peak and the fraction of it measured.
 
 # %%
+hgx = published.load("B03_kr_h100x8_hgx_p2p")
+bandwidth_heatmap(published.peer_matrix(hgx.name, "unidirectional_enabled"),
+                  peak=rl.topology.preset("hgx-h100-8").peer_bandwidth_matrix(),
+                  title=f"P2P on (GPU to GPU over NVLink and NVSwitch): {hgx.label}").show()
 box = published.load("B06_chlc_rtx4090x8_p2p_tinygraddriver")
 peak = rl.topology.preset("rtx4090-8-p2p-on").peer_bandwidth_matrix()
 peer_off = published.peer_matrix(box.name, "unidirectional_disabled")
@@ -212,9 +216,10 @@ bandwidth_heatmap(peer_on, peak=peak, title=f"P2P on (GPU to GPU over PCIe): {bo
 # %% [markdown]
 # ## Your own logs
 #
-# Put the output of `p2pBandwidthLatencyTest` or `bandwidthTest` from your machines into `my_logs/`
-# at the top of the project (or the folder named by `$RINGLAB_LOGS`) and this cell draws them, labelled
-# with their file name. With no logs there, it says so.
+# Put the output of `p2pBandwidthLatencyTest` or `bandwidthTest` from your machines (or the JSON that
+# `ringlab import LOG --json OUT` writes from it) into `my_logs/` at the top of the project, or into
+# the folder named by `$RINGLAB_LOGS`, and this cell draws them, labelled with their file name. With
+# no logs there, it says so.
 
 # %%
 from ringlab.measure.logs import my_logs_folder, read_folder

@@ -318,18 +318,38 @@ def my_logs_folder() -> Path:
 def read_folder(folder: str | Path | None = None, format: str | None = None) -> list[dict]:
     """Every log in ``folder`` (default: ``my_logs/`` at the top of the project, or the folder named by
     ``$RINGLAB_LOGS``) that ringlab can read, each as :func:`read_log` gives it with ``file`` and a
-    ``label`` ("your log, <file name>"), optionally only those of one ``format``. Files in no known
-    format are skipped; an absent folder gives []."""
+    ``label`` ("your log, <file name>"), optionally only those of one ``format``. A tool's own output
+    and the JSON that ``ringlab import --json`` writes (one log or a list) are both read; files in no
+    known format are skipped; an absent folder gives []."""
     folder = my_logs_folder() if folder is None else Path(folder)
     found = []
     for path in sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []:
-        try:
-            result = read_log(path.read_text(encoding="utf-8", errors="replace"))
-        except ValueError:
-            continue
-        if format is None or result["format"] == format:
-            found.append({**result, "file": str(path), "label": f"your log, {path.name}"})
+        text = path.read_text(encoding="utf-8", errors="replace")
+        results = _imported(text)
+        if results is None:
+            try:
+                results = [read_log(text)]
+            except ValueError:
+                continue
+        for i, result in enumerate(results):
+            if format is None or result["format"] == format:
+                where = path.name if len(results) == 1 else f"{path.name}, log {i + 1}"
+                found.append({**result, "file": str(path), "label": f"your log, {where}"})
     return found
+
+
+def _imported(text: str) -> list[dict] | None:
+    """The logs in a ``ringlab import --json`` file, or None if ``text`` is not one."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    logs = data if isinstance(data, list) else [data]
+    if logs and all(isinstance(log, dict) and log.get("format") in READERS for log in logs):
+        return logs
+    return None
 
 
 def read_log(text: str, **options) -> dict:
