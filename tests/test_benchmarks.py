@@ -52,3 +52,20 @@ def test_the_readme_states_the_goals_the_model_meets_now(tmp_path):
                           capture_output=True, text=True, timeout=300)
     met, total = re.search(r"(\d+) of (\d+) goals met", done.stdout).groups()
     assert f"**{met} of {total} goals are met**" in (ROOT / "README.md").read_text()
+
+
+def test_cpu_goals_prints_every_goal_with_its_measured_ratio(tmp_path):
+    out = tmp_path / "goals.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_goals.py"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["sweeps"]) == {"2", "4"} and len(report["goals"]) == 13
+    for n, rows in report["sweeps"].items():
+        assert {r["algorithm"] for r in rows} == {"mpi", "mpi-ring", "ring", "naive"}
+        assert all(r["wrong"] == 0 for r in rows)  # every result checked against MPI's
+    ring, mpi = ({r["bytes"]: r["busbw_Bps"] for r in report["sweeps"]["4"] if r["algorithm"] == a} for a in ("ring", "mpi"))
+    first = report["goals"][4]
+    assert first["ratio"] == ring[64 << 10] / mpi[64 << 10] and first["met"] == (first["ratio"] >= 0.5)
+    assert report["per_call"]["mpi_s"] > 0 and report["per_call"]["ringlab_s"] > 0
+    assert "goals met" in done.stdout and "mpi-ring" in done.stdout and "oversubscribed" in done.stdout

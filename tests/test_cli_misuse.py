@@ -90,3 +90,23 @@ def test_single_node_jobs_listen_on_loopback_only(tmp_path):
     assert local_env({})["UCX_NET_DEVICES"] == "lo"
     assert local_env({"UCX_NET_DEVICES": "eth0"})["UCX_NET_DEVICES"] == "eth0"  # the user's choice stays
     assert mpiexec_command(2, ["x.py"])[1:3] == ["-n", "2"]
+
+
+def test_oversubscribed_jobs_get_mpichs_yielding_settings(monkeypatch):
+    import ringlab.mpi.launch as launch
+
+    monkeypatch.setattr(launch, "cores", lambda: 2)
+    crowded = local_env({}, nranks=4)
+    assert crowded["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "1" and crowded["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] == "1"
+    assert "MPIR_CVAR_POLLS_BEFORE_YIELD" not in local_env({}, nranks=2)
+    assert local_env({"MPIR_CVAR_POLLS_BEFORE_YIELD": "50"}, nranks=4)["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "50"
+    monkeypatch.setenv("MPI_LOCALNRANKS", "3")
+    assert launch.ranks_on_node() == 3 and launch.oversubscribed()
+
+
+def test_mpi_ring_is_for_allreduce_only():
+    from ringlab.measure.bench import check_arguments
+
+    with pytest.raises(ValueError, match="mpi-ring is MPICH's ring allreduce"):
+        check_arguments("broadcast", ["chain", "mpi-ring"], "float32", 5, 1, 0, 2)
+    check_arguments("allreduce", ["ring", "mpi-ring"], "float32", 5, 1, 0, 2)

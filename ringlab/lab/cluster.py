@@ -101,7 +101,7 @@ class MPICluster:
         self.stop()
         bin_dir = str(Path(sys.executable).parent)  # mpiexec of the mpich wheel sits beside python
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-        os.environ.update(local_env())  # the engines' MPI talks over loopback
+        os.environ.update(local_env(nranks=self.n))  # the engines' MPI talks over loopback, yields when oversubscribed
         self.profile_dir = tempfile.mkdtemp(prefix="ringlab-cluster-")
         os.makedirs(os.path.join(self.profile_dir, ERRORS))
         self._cluster = ipp.Cluster(engines="mpi", n=self.n, log_level=40, profile_dir=self.profile_dir)

@@ -136,6 +136,8 @@ class _Implementations:
         return _returning(lambda: calls[self.collective](work), work)
 
     def make(self, name: str):
+        if name == "mpi-ring":  # MPI's own call, run while MPICH is forced to its ring (see _forced)
+            return self.mpi()
         if name in ("mpi", "nccl", "torch"):
             return getattr(self, name)()
         return self.ringlab(name)
@@ -184,7 +186,7 @@ def _wrong(got, want, dtype, n: int) -> int:
     return int(np.count_nonzero(np.abs(got.astype(np.float64) - want.astype(np.float64)) > tolerance))
 
 
-OTHERS = ("mpi", "nccl", "torch")  # what ringlab is timed against
+OTHERS = ("mpi", "mpi-ring", "nccl", "torch")  # what ringlab is timed against (mpi-ring: MPICH's ring, forced)
 
 
 def check_arguments(collective: str, algorithms: list[str], dtype_name: str, iters: int, warmup: int, root: int,
@@ -205,6 +207,8 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
         raise ValueError(f"iters must be at least 1 (the median of no timings is no number), got {iters!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup!r}")
+    if "mpi-ring" in algorithms and collective != "allreduce":
+        raise ValueError("mpi-ring is MPICH's ring allreduce: use it with the allreduce collective")
     check_root(root, nranks)
     if json_path:  # now, not after a sweep of many minutes
         folder = os.path.dirname(os.path.abspath(json_path))
@@ -239,6 +243,16 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
         where = f"GPU, transport {transport}" if gpu else "CPU, numpy over MPI"
         print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, median of {iters} after "
               f"{warmup} warm-up; busbw = algbw x {BUS_FACTORS[collective]}", file=out)
+        from ..mpi.launch import cores, ranks_on_node
+
+        local = ranks_on_node(comm)
+        if local > cores():
+            print(f"# oversubscribed: {local} ranks share {cores()} cores on this node; waiting ranks yield the core "
+                  "(MPICH: MPIR_CVAR_POLLS_BEFORE_YIELD, MPIR_CVAR_CH4_PROGRESS_THROTTLE), but the timings "
+                  "include the scheduler", file=out)
+        if "mpi-ring" in algorithms:
+            print("# mpi-ring: MPICH's own ring allreduce, forced while it is timed (MPIR_CVAR_ALLREDUCE_INTRA_"
+                  "ALGORITHM=ring, MPIR_CVAR_DEVICE_COLLECTIVES=none), checked to take effect", file=out)
         if gpu:
             print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: CUDA "
                   "events around each call (nccl: calls back to back, as nccl-tests times them)", file=out)
@@ -262,12 +276,13 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
             defined = _defined(collective, rank, root, n, count)
             for name in algorithms:
                 fn = implementations.make(name)
-                got = fn()
-                wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
-                wrong = comm.allreduce(wrong)
-                on_device = xp is not np and name != "mpi"
-                seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if on_device else None,
-                                          back_to_back=name == "nccl")
+                with _forced(name, comm):
+                    got = fn()
+                    wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
+                    wrong = comm.allreduce(wrong)
+                    on_device = xp is not np and not name.startswith("mpi")
+                    seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if on_device else None,
+                                              back_to_back=name == "nccl")
                 size = count * dtype.itemsize
                 algbw, busbw = bandwidths(collective, size, seconds, n)
                 row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
@@ -293,6 +308,15 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
             json.dump(result, fh, indent=1)
         print(f"# wrote {json_path}", file=out)
     return result
+
+
+def _forced(name: str, comm):
+    """MPICH forced to its ring allreduce for ``mpi-ring`` (checked to take effect), else nothing."""
+    if name != "mpi-ring":
+        return nullcontext()
+    from ..mpi.mpich import forced_allreduce
+
+    return forced_allreduce(comm, "ring")
 
 
 def _as_host(got):

@@ -31,6 +31,12 @@ def report() -> list[str]:
         mpiexec = None
     lines.append(f"MPI: {info['mpi']}" + (f"; mpiexec at {mpiexec}" if mpiexec else "; no mpiexec on PATH") +
                  (f"; CUDA-aware: {'yes' if info.get('mpi_cuda_aware') else 'no'}" if mpi_ok else ""))
+    from ..mpi.launch import cores
+
+    lines.append(f"ranks and cores: {cores()} cores for this process; the labs run 2 to 4 ranks, so "
+                 + ("they share cores (oversubscribed): ringlab's waiting ranks and MPICH's yield the core "
+                    "(MPIR_CVAR_POLLS_BEFORE_YIELD=1, MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 in the jobs ringlab starts), "
+                    "but timings include the scheduler" if cores() < 4 else "each rank has a core of its own"))
     cp = cupy_module()
     gpus = gpu_count()
     if cp is None:

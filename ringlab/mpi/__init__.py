@@ -2,6 +2,8 @@
 
 - ``collectives``: the public calls, ``rl.allreduce``, ``rl.reduce``, ``rl.broadcast``, ``rl.execute``;
 - ``executor``: a schedule compiled into each rank's plan of messages, and the step loop that runs it;
+- ``fastpath``: the per-call path for numpy buffers (plans, agreement digests and persistent requests made once);
+- ``mpich``: MPICH's own settings, written while running (its ring allreduce forced for ``bench -a mpi-ring``);
 - ``transports``: how a step's bytes travel (host memory, a CUDA-aware MPI, CUDA IPC);
 - ``devices``: numpy or cupy, which GPU a rank uses, pinned host buffers;
 - ``launch``: starting MPI jobs (``mpiexec``) and torch process groups from Python.

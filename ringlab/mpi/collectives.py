@@ -13,7 +13,6 @@ leaving the others waiting.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from functools import lru_cache
@@ -24,9 +23,8 @@ from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, chunk_bounds
 from ..simulate import ScheduleError, check
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
-from .executor import TAG_LIMIT, Recorder, StepTimeout, Trace, compile_plan, run_plan, wait
-
-AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
+from . import fastpath
+from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan
 from .transports import choose, make_ops
 
 
@@ -118,36 +116,23 @@ def _usable_timeout(timeout) -> bool:
                                and 0 < timeout < float("inf"))
 
 
-def check_agreement(comm, what: str, fields: dict, timeout: float | None) -> None:
+def check_agreement(comm, what: str, fields: dict, timeout: float | None, text: str | None = None,
+                    mine=None) -> None:
     """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch.
 
-    Every rank sends a digest of its fields to every other, non-blocking, so that a rank that
-    never comes is a StepTimeout naming it rather than a hang; the full fields follow only when
-    the digests differ, to say what differs.
+    Every rank sends a 16-byte digest of its fields to every other through persistent requests
+    (:class:`ringlab.mpi.fastpath.Agreement`), so that a rank that never comes is a StepTimeout
+    naming it rather than a hang; the full fields follow only when the digests differ, to say what
+    differs. ``text`` and ``mine`` (the fields as JSON and its digest) may be given, worked out once.
     """
-    text = json.dumps(fields, sort_keys=True, default=str)
-    mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
-    rank, size = comm.Get_rank(), comm.Get_size()
-    everyone = np.zeros((size, mine.size), np.uint8)
-    everyone[rank] = mine
-    others = [r for r in range(size) if r != rank]
-    receives = {r: comm.Irecv(everyone[r], source=r, tag=AGREE_TAG) for r in others}
-    sends = [comm.Isend(mine, dest=r, tag=AGREE_TAG) for r in others]
-    deadline = None if timeout is None else time.monotonic() + timeout
+    text = json.dumps(fields, sort_keys=True, default=str) if text is None else text
+    mine = fastpath.digest(text) if mine is None else mine
+    if not fastpath.agreement(comm).same(mine, what, timeout):
+        _disagreement(comm, what, text)
 
-    def absent() -> str:
-        missing = [q for q in others if not receives[q].Test()]
-        for q in missing:
-            receives[q].Cancel()
-        return (f"rank {rank}: {what}: rank{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} "
-                f"did not call it within {timeout:g} s")
 
-    for r in others:
-        wait(receives[r], deadline, absent)
-    for request in sends:
-        wait(request, deadline, lambda: f"rank {rank}: {what}: the other ranks did not take its arguments")
-    if (everyone == everyone[0]).all():
-        return
+def _disagreement(comm, what: str, text: str) -> None:
+    """The ValueError saying what differs, raised on every rank once the digests differ."""
     seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
     for other, theirs in enumerate(seen):
         if theirs != seen[0]:
@@ -156,11 +141,54 @@ def check_agreement(comm, what: str, fields: dict, timeout: float | None) -> Non
             raise ValueError(f"{what}: the ranks disagree ({detail})")
 
 
+def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, options: dict, problems: list) -> dict:
+    label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
+    fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
+              "transport": transport, "in_place": in_place, **options, "problems": problems}
+    if isinstance(algorithm, Schedule):
+        fields["schedule"] = algorithm.fingerprint()
+    return fields
+
+
+def _fast_call(kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout, what: str):
+    """The remembered :class:`~ringlab.mpi.fastpath.Call` for these arguments (made on first use), or
+    None when they take the general path: not numpy, a transport other than host, or a problem."""
+    if type(x) is not np.ndarray or transport not in ("auto", "host") or not _usable_timeout(timeout):
+        return None
+    if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
+                                and out.flags.c_contiguous and out.flags.writeable and not in_place):
+        return None
+    flags = x.flags
+    key = (what, kind, algorithm if isinstance(algorithm, str) else id(algorithm), id(comm), x.shape, x.dtype,
+           flags.c_contiguous, flags.writeable, in_place, out is None, transport,
+           tuple(options.items()) if options else ())
+    call = fastpath.CALLS.get(key)
+    if call is not None and call.comm is comm and (isinstance(algorithm, str) or call.schedule is algorithm):
+        return call
+    if _problems(x, kind, in_place, timeout, out):
+        return None
+    try:
+        schedule = resolve(kind, algorithm, comm.Get_size(), **options)
+    except ValueError:
+        return None
+    text = json.dumps(_fields(kind, x, algorithm, schedule, transport, in_place, options, []), sort_keys=True,
+                      default=str)
+    count = max(x.size, 0)
+    plan = compile_plan(schedule, comm.Get_rank(), count, x.dtype.itemsize, False, pieces=True)
+    return fastpath.remember(key, fastpath.Call(schedule, plan, text, comm, x.dtype.itemsize))
+
+
 def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
          trace: bool, timeout, what: str, out=None):
     """Find what is wrong on this rank, agree with the others (so that a mistake anywhere raises the
     same ValueError everywhere), then execute."""
     comm = _world(comm)
+    if not trace:
+        call = _fast_call(kind, x, algorithm, comm, transport, options, in_place, out, timeout, what)
+        if call is not None:
+            if agree and not call.agrees(what, timeout):
+                _disagreement(comm, what, call.text)
+            return call.run(x, out, in_place, timeout)
     problems = _problems(x, kind, in_place, timeout, out)
     try:
         schedule = resolve(kind, algorithm, comm.Get_size(), **options)
@@ -168,11 +196,7 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
         schedule = None
         problems.append(str(err))
     if agree:
-        label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
-        fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
-                  "transport": transport, "in_place": in_place, **options, "problems": problems}
-        if isinstance(algorithm, Schedule):
-            fields["schedule"] = algorithm.fingerprint()
+        fields = _fields(kind, x, algorithm, schedule, transport, in_place, options, problems)
         check_agreement(comm, what, fields, timeout if _usable_timeout(timeout) else None)
     if problems:
         raise ValueError(f"{what}: {'; '.join(problems)}")
@@ -246,7 +270,8 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
     shards), ``"tree"``, ``"rhd"``, a full name, or a Schedule. ``out=`` (an array like ``x``)
     receives the sum instead of a new array.
     """
-    options = {k: v for k, v in (("root", root), ("servers", servers)) if v is not None}
+    options = {} if root is None and servers is None else {
+        k: v for k, v in (("root", root), ("servers", servers)) if v is not None}
     return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
                 timeout=timeout, what="rl.allreduce", out=out)
 

@@ -14,6 +14,7 @@ handed to a CUDA-aware MPI, read from a peer GPU over CUDA IPC) is the job of a 
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -30,14 +31,25 @@ class StepTimeout(TimeoutError):
     """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
 
 
+_YIELD: list[bool] = []
+
+
 def wait(request, deadline: float | None, message) -> None:
-    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``)."""
+    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
+    Polling gives the core away between tests when the node runs more ranks than cores, so that the
+    rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings)."""
     if deadline is None:
         request.Wait()
         return
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    give_way = _YIELD[0]
     while not request.Test():
         if time.monotonic() > deadline:
             raise StepTimeout(message())
+        if give_way:
+            os.sched_yield()
 
 
 @dataclass(frozen=True)

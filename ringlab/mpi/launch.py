@@ -21,13 +21,45 @@ def find_mpiexec() -> str:
     return found
 
 
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+_cores = cores  # for check_nranks, whose argument has the same name
+
+
+def ranks_on_node(comm=None) -> int:
+    """How many ranks of this job share this node, as the MPI launcher tells each rank (MPICH's hydra:
+    MPI_LOCALNRANKS; Open MPI: OMPI_COMM_WORLD_LOCAL_SIZE), else the size of ``comm``, else 1."""
+    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return comm.Get_size() if comm is not None else 1
+
+
+def oversubscribed(comm=None) -> bool:
+    """Whether this node runs more ranks of the job than this process has cores."""
+    return ranks_on_node(comm) > cores()
+
+
+# What makes MPICH's own waiting give the core away when ranks outnumber cores: it polls in a busy
+# loop and calls sched_yield every MPIR_CVAR_POLLS_BEFORE_YIELD polls (default 1000); with
+# MPIR_CVAR_CH4_PROGRESS_THROTTLE it also sleeps (usleep(1)) after that many polls without progress.
+YIELDING_MPICH = {"MPIR_CVAR_POLLS_BEFORE_YIELD": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
+                  "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "64"}
+
 RANKS_PER_CORE = 16  # more ranks than this on one core is refused: they would only wait for each other
 
 
 def check_nranks(nranks, cores: int | None = None) -> str | None:
     """``nranks`` for a job on this machine: a ValueError when it cannot be, a warning (text) when
     there are more ranks than cores, else None."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or _cores()
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
         raise ValueError(f"need at least 1 rank, got {nranks!r}")
     if nranks > RANKS_PER_CORE * cores:
@@ -39,12 +71,16 @@ def check_nranks(nranks, cores: int | None = None) -> str | None:
     return None
 
 
-def local_env(base: dict | None = None) -> dict:
+def local_env(base: dict | None = None, nranks: int | None = None) -> dict:
     """The environment for a job on this machine only: the mpich wheel's ranks talk over loopback
-    (UCX_NET_DEVICES=lo) instead of listening on the machine's network addresses. A value the
+    (UCX_NET_DEVICES=lo) instead of listening on the machine's network addresses; with more
+    ``nranks`` than cores, MPICH's waiting yields the core (:data:`YIELDING_MPICH`). A value the
     user set stays."""
     env = dict(os.environ if base is None else base)
     env.setdefault("UCX_NET_DEVICES", "lo")
+    if nranks is not None and nranks > cores():
+        for name, value in YIELDING_MPICH.items():
+            env.setdefault(name, value)
     return env
 
 
@@ -60,7 +96,7 @@ def run_mpi(nranks: int, args: list[str], timeout: float = 300, env: dict | None
 
     Raises subprocess.TimeoutExpired when it does not finish in time (the job is killed first).
     """
-    merged = {**local_env(), "MPIEXEC_TIMEOUT": str(int(timeout) + 5), **(env or {})}
+    merged = {**local_env(nranks=nranks), "MPIEXEC_TIMEOUT": str(int(timeout) + 5), **(env or {})}
     return subprocess.run(mpiexec_command(nranks, args), capture_output=True, text=True, timeout=timeout,
                           env=merged, **kwargs)
 
@@ -87,7 +123,7 @@ def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
     warning = check_nranks(nranks)
     if warning:
         print(f"ringlab: {warning}", file=sys.stderr, flush=True)
-    return subprocess.call(mpiexec_command(nranks, [*target, *without_nranks(argv)]), env=local_env())
+    return subprocess.call(mpiexec_command(nranks, [*target, *without_nranks(argv)]), env=local_env(nranks=nranks))
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from .executor import TAG_LIMIT, RankPlan, overlaps
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 
 _POOL: dict[tuple, object] = {}
+KEEP_BYTES = 64 << 20  # numpy scratch up to this size is kept between calls; larger is allocated per call
 
 
 def _device_id(xp) -> int | None:
@@ -36,7 +37,10 @@ def _device_id(xp) -> int | None:
 
 
 def reusable(xp, nelems: int, dtype, purpose: str = "scratch"):
-    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype)."""
+    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype);
+    numpy scratch over :data:`KEEP_BYTES` is not kept (``rl.release_buffers()`` frees what is)."""
+    if xp is np and purpose == "scratch" and nelems * np.dtype(dtype).itemsize > KEEP_BYTES:
+        return np.empty(nelems, dtype=dtype)  # too big to keep for the rest of the process: freed after the call
     key = (purpose, xp.__name__, _device_id(xp), np.dtype(dtype).str)
     have = _POOL.get(key)
     if have is None or have.size < nelems:
@@ -377,6 +381,9 @@ def release_buffers(comm=None) -> None:
     """Free the buffers ringlab keeps between calls: the scratch and pinned pool of this process,
     and the IPC buffers shared over ``comm`` (all communicators when None). Call it on every rank
     of the communicators that used ``transport="ipc"``: releasing those is collective."""
+    from . import fastpath
+
+    fastpath.release()  # the remembered calls, their bound buffers and persistent requests
     _POOL.clear()
     for key in sorted(k for k in _IPC if comm is None or k[0] == comm.py2f()):
         _IPC.pop(key).release(comm if comm is not None else _communicator(key[0]))
