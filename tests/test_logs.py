@@ -343,6 +343,8 @@ def test_read_folder_finds_the_learners_logs_and_skips_what_it_cannot_read(tmp_p
     assert found[0]["label"] == "your log, allreduce.txt" and found[0]["collective"] == "allreduce"
     assert [log["file"] for log in read_folder(format="p2pBandwidthLatencyTest")] == [str(tmp_path / "p2p.log")]
     assert read_folder(tmp_path / "absent") == []
+    with pytest.raises(ValueError, match="is a file, not a folder of logs"):
+        read_folder(tmp_path / "notes.md")
 
 
 def test_read_folder_reads_what_ringlab_import_wrote(tmp_path):

@@ -322,6 +322,8 @@ def read_folder(folder: str | Path | None = None, format: str | None = None) -> 
     and the JSON that ``ringlab import --json`` writes (one log or a list) are both read; files in no
     known format are skipped; an absent folder gives []."""
     folder = my_logs_folder() if folder is None else Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder} is a file, not a folder of logs (give its folder, or read it with read_log)")
     found = []
     for path in sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []:
         text = path.read_text(encoding="utf-8", errors="replace")

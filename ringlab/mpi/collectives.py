@@ -14,7 +14,6 @@ leaving the others waiting.
 from __future__ import annotations
 
 import json
-import time
 from functools import lru_cache
 
 import numpy as np

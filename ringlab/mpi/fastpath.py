@@ -32,8 +32,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..schedule import REDUCE
-from .executor import TAG_LIMIT, StepTimeout, wait
+from .executor import TAG_LIMIT, wait
+from .transports import _land, reusable
 
 AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
 DIGEST_BYTES = 16
@@ -134,7 +134,7 @@ class BoundPlan:
         for step in plan.steps:
             tag = step.index % TAG_LIMIT
             into = [flat[m.lo:m.hi] if m.slot < 0 else scratch[m.slot:m.slot + m.size] for m in step.recvs]
-            lands = [(flat[m.lo:m.hi], scratch[m.slot:m.slot + m.size], m.op == REDUCE) if m.slot >= 0 else None
+            lands = [(flat[m.lo:m.hi], scratch[m.slot:m.slot + m.size], m.op) if m.slot >= 0 else None
                      for m in step.recvs]
             froms = [flat[m.lo:m.hi] for m in step.sends]
             recv_args = [(v, m.peer, tag) for v, m in zip(into, step.recvs)]
@@ -160,10 +160,7 @@ class BoundPlan:
                 self.waitall(requests)  # nothing to land, or one receive to land when all is done
                 for land in lands:
                     if land is not None:
-                        if land[2]:
-                            np.add(land[0], land[1], out=land[0])
-                        else:
-                            np.copyto(land[0], land[1])
+                        _land(np, *land)
                 continue
             deadline = None if timeout is None else time.monotonic() + timeout
             sends = requests[nrecv:]
@@ -176,11 +173,7 @@ class BoundPlan:
                     wait(request, deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
                                                                                   f"from rank {m.peer}"))
                 if land is not None:
-                    target, arrived, add = land
-                    if add:
-                        np.add(target, arrived, out=target)
-                    else:
-                        np.copyto(target, arrived)
+                    _land(np, *land)
             if not step.sends_before_landing:
                 self._finish_sends(step, sends, deadline, timeout)
 
@@ -276,8 +269,6 @@ class Call:
         return buf, bound
 
     def _scratch(self, dtype, keep: bool = True):
-        from .transports import reusable
-
         if self.plan.scratch_elems == 0:
             return np.empty(0, dtype)
         if keep:
