@@ -75,7 +75,8 @@ def main(argv=None) -> int:
         return 2
     info = describe_machine()
     name = info["gpus"][0].get("name", "gpu") if info["gpus"] else "cpu"
-    out = Path(args.out) if args.out else ROOT / "results" / f"{datetime.date.today():%Y-%m-%d}_{slug(name)}"
+    mps = "-mps" if info.get("mps") and max(int(r) for r in args.ranks.split(",") if r) > gpus else ""
+    out = Path(args.out) if args.out else ROOT / "results" / f"{datetime.date.today():%Y-%m-%d}_{slug(name)}{mps}"
     out.mkdir(parents=True, exist_ok=True)
     ranks = [int(r) for r in args.ranks.split(",") if r]
     sizes = ["-b", args.min_bytes, "-e", args.max_bytes, "-f", args.factor]

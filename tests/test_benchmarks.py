@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -69,3 +71,15 @@ def test_cpu_goals_prints_every_goal_with_its_measured_ratio(tmp_path):
     assert first["ratio"] == ring[64 << 10] / mpi[64 << 10] and first["met"] == (first["ratio"] >= 0.5)
     assert report["per_call"]["mpi_s"] > 0 and report["per_call"]["ringlab_s"] > 0
     assert "goals met" in done.stdout and "mpi-ring" in done.stdout and "oversubscribed" in done.stdout
+
+
+def test_gpu_sharing_says_so_without_a_gpu_and_explains_itself():
+    from ringlab.mpi.devices import cupy_module
+
+    script = ROOT / "benchmarks" / "gpu_sharing.py"
+    helped = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "nvidia-cuda-mps-control -d" in helped.stdout
+    if cupy_module() is not None:
+        pytest.skip("this machine has a GPU: tests/test_gpu.py covers the measurement")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no GPU here" in done.stderr

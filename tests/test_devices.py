@@ -37,3 +37,25 @@ def test_the_mpi_library_itself_is_asked_whether_it_is_cuda_aware(monkeypatch):
     assert mpi_is_cuda_aware() is True
     monkeypatch.setenv("RINGLAB_CUDA_AWARE", "0")
     assert mpi_is_cuda_aware() is False
+
+
+def test_mps_is_found_by_its_control_pipe_and_changes_what_sharing_a_gpu_means(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    assert devices.mps_pipe() == str(tmp_path) and not devices.mps_running()
+    assert devices.sharing(1) is None
+    alone = devices.sharing(2)
+    assert alone.startswith("2 ranks share each GPU without MPS") and "nvidia-cuda-mps-control -d" in alone
+    (tmp_path / "control").write_text("")  # a plain file is not the daemon's pipe
+    assert not devices.mps_running()
+    (tmp_path / "control").unlink()
+    os.mkfifo(tmp_path / "control")
+    assert devices.mps_running()
+    assert devices.sharing(3).startswith(f"3 ranks share each GPU through MPS (control pipe in {tmp_path})")
+    (tmp_path / "control").unlink()
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as listening:  # newer daemons listen on a socket of that name
+        listening.bind(str(tmp_path / "control"))
+        assert devices.mps_running()

@@ -38,3 +38,21 @@ def test_gpu_bench_runs_and_checks_every_result():
     sweep = gpu_bench("allreduce", sizes="-b 64K -e 1M -f 4")
     assert sweep.label == "measured here" and sweep.data["gpu"] is True
     assert sweep.data["rows"] and all(r["wrong"] == 0 for r in sweep.data["rows"])
+
+
+def _torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _torch_cuda(), reason="torch cannot use the GPU here")
+@pytest.mark.parametrize("transport,overlap", [("auto", "overlap"), ("host", "no-overlap")])
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_gpu_training_matches_ddp(transport, overlap, nranks):
+    done = run_mpi(nranks, [str(HERE / "check_gpu_train.py"), transport, overlap], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"ok {nranks} ranks" in done.stdout
+    print(done.stdout)

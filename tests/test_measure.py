@@ -74,6 +74,7 @@ def test_bench_on_two_and_three_ranks_checks_its_own_results(tmp_path, collectiv
         result = json.loads(out.read_text())
         jsonschema.validate(result, SCHEMA)
         assert result["ranks"] == nranks and result["collective"] == collective
+        assert result["machine"]["command"].startswith(f"ringlab bench -n {nranks} ")  # what reruns it
         assert {r["algorithm"] for r in result["rows"]} == set(algorithms.split(","))
         assert all(r["wrong"] == 0 for r in result["rows"])
         factor = {"allreduce": 2 * (nranks - 1) / nranks, "reduce_scatter": (nranks - 1) / nranks,

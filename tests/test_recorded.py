@@ -1,5 +1,6 @@
 """Recorded results (the files the labs show on machines without a GPU), the script that records
 them, and every exercise check (a right answer passes, a wrong one fails with a hint)."""
+import io
 import json
 import re
 import subprocess
@@ -32,18 +33,21 @@ def test_the_recorder_writes_files_the_loader_reads_back(tmp_path):
                            "-f", "8", "--iters", "2"], capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     names = sorted(p.name for p in tmp_path.glob("*.json"))
-    assert names == ["bandwidth.json", "bench-allgather-2ranks.json", "bench-allreduce-2ranks.json",
-                     "bench-reduce_scatter-2ranks.json"]
+    gpu = gpu_count() > 0  # on a GPU machine the recorder records the GPU, staged runs too
+    assert names == sorted(["bandwidth.json", "bench-allgather-2ranks.json", "bench-allreduce-2ranks.json",
+                            "bench-reduce_scatter-2ranks.json"] + (["bench-allreduce-2ranks-staged.json"] if gpu else []))
     found = recorded.load(root=tmp_path, gpu_only=False)
-    assert len(found) == 4
+    assert len(found) == len(names)
     assert {r.kind for r in found} == {"ringlab-bandwidth", "ringlab-bench"}
     for r in found:
         assert r.machine["command"].startswith("ringlab ")
-        assert r.date[:10] in r.label and r.machine["host"] in r.label and "no GPU" in r.label
+        assert r.date[:10] in r.label and r.machine["host"] in r.label and ("no GPU" in r.label) != gpu
         if r.kind == "ringlab-bench":
             assert r.data["ranks"] == 2 and all(row["wrong"] == 0 for row in r.data["rows"])
-            assert {row["algorithm"] for row in r.data["rows"]} == {f"{r.data['collective']}.ring", "mpi"}
-    assert recorded.load(root=tmp_path) == []  # CPU runs are not GPU results
+            algorithms = {row["algorithm"] for row in r.data["rows"]}
+            assert {f"{r.data['collective']}.ring", "mpi"} <= algorithms and algorithms <= {
+                f"{r.data['collective']}.ring", "mpi", "nccl", "torch"}
+    assert len(recorded.load(root=tmp_path)) == (len(names) if gpu else 0)  # CPU runs are not GPU results
     assert recorded.load("ringlab-bench", root=tmp_path, gpu_only=False)[0].kind == "ringlab-bench"
 
 
@@ -143,3 +147,36 @@ def test_without_a_gpu_a_recorded_gpu_sweep_is_found_by_collective(tmp_path, cap
     found = recorded.gpu_bench("allreduce", root=tmp_path, measure=False)
     assert found.path.name == "a.json" and found.label in capsys.readouterr().out
     assert recorded.gpu_bench("reduce", root=tmp_path, measure=False) is None
+
+
+def test_a_sweep_that_stands_for_a_gpu_machine_is_direct_and_mps_is_compared_only_in_pairs(tmp_path):
+    def bench(name, ranks, transport, mps, scale):
+        data = {"kind": "ringlab-bench", "collective": "allreduce", "ranks": ranks, "gpu": True, "transport": transport,
+                "machine": {"date": f"2026-01-0{ranks}", "host": "h", "command": "ringlab bench", "mps": mps,
+                            "gpus": [{"name": "G"}], "driver": "1"},
+                "rows": [{"bytes": b, "algorithm": "allreduce.ring", "time_s": scale * t, "busbw_Bps": b / (scale * t)}
+                         for b, t in ((8, 1e-3), (1 << 20, 2e-3))]}
+        (tmp_path / name).write_text(json.dumps(data))
+
+    bench("a.json", 3, "host", True, 1.0)       # staged: never the one shown
+    bench("b.json", 2, "auto", False, 1.0)
+    assert recorded.sharing_comparison(root=tmp_path) is None  # no pair yet
+    bench("c.json", 2, "auto", True, 0.25)
+    shown = recorded.gpu_bench("allreduce", root=tmp_path, measure=False)
+    assert shown.path.name == "c.json" and "MPS on; 2 ranks sharing it" in shown.label
+    pair = recorded.sharing_comparison(root=tmp_path)
+    assert pair["ranks"] == 2 and pair["with_mps"].path.name == "c.json" and pair["without_mps"].path.name == "b.json"
+    out = io.StringIO()
+    rows = recorded.print_sharing(pair, out)
+    assert [r["speedup"] for r in rows] == pytest.approx([4.0, 4.0])
+    assert "2 ranks sharing 1 x G" in out.getvalue() and "4.0x" in out.getvalue()
+    assert {r["algorithm"] for r in recorded.sharing_rows(pair)} == {"allreduce.ring, MPS", "allreduce.ring, time slices"}
+
+
+def test_the_committed_h100_recordings_compare_sharing_with_and_without_mps():
+    pair = recorded.sharing_comparison()
+    if pair is None:
+        pytest.skip("no recorded pair of sweeps with and without MPS under results/")
+    assert pair["with_mps"].machine["mps"] and not pair["without_mps"].machine.get("mps")
+    rows = recorded.print_sharing(pair, io.StringIO())
+    assert rows and all(r["speedup"] > 0 for r in rows)

@@ -20,7 +20,7 @@ from ringlab.lab.exercises import check_ring_time
 from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_rows
 from ringlab.measure import published
-from ringlab.measure.recorded import gpu_bench
+from ringlab.measure.recorded import gpu_bench, print_sharing, sharing_comparison, sharing_rows
 from ringlab.predict.rings import ring_report
 from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer, versus_plot
 
@@ -59,12 +59,39 @@ measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ri
 #
 # The same comparison on GPU buffers: ringlab's ring, MPI's own collective, and NCCL (and
 # torch.distributed) when every rank has a GPU of its own. Measured here when there is a GPU;
-# otherwise the newest recorded sweep, labelled with its machine and date.
+# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, MPS when
+# ranks shared a GPU, the most ranks), labelled with its machine and date.
 
 # %%
 gpu_sweep = gpu_bench("allreduce")
 if gpu_sweep is not None:
     busbw_plot(gpu_sweep.data["rows"], title=f"allreduce bus bandwidth on GPUs, {gpu_sweep.label}").show()
+
+# %% [markdown]
+# ## Ranks that share one GPU: taking turns against MPS
+#
+# A laptop or a cloud instance often has one GPU, and every rank of a job then uses it. Without
+# NVIDIA's Multi-Process Service (MPS), CUDA gives the processes the GPU in turns, in time slices:
+# a rank whose next step waits for a peer's kernel also waits for that peer's turn. Under MPS
+# (`nvidia-cuda-mps-control -d` before the job starts) their kernels share the GPU at once. The
+# bytes never cross a link either way: both ranks' buffers sit in the same GPU's memory. When a
+# machine recorded the same sweep with and without MPS, the figure draws both and the table gives,
+# per size, how much faster the ring was under MPS on that machine.
+
+# %%
+pair = sharing_comparison("allreduce")
+if pair is None:
+    print("No recorded pair of GPU sweeps with and without MPS in results/: nothing to compare.")
+else:
+    busbw_plot(sharing_rows(pair), title=f"{pair['ranks']} ranks sharing {pair['machine']}: time slices against MPS "
+               f"(recorded {pair['with_mps'].date[:10]})").show()
+    shared = print_sharing(pair)
+    fastest = max(shared, key=lambda r: r["speedup"])
+    print(f"MPS made the ring {min(r['speedup'] for r in shared):.1f}x to {fastest['speedup']:.1f}x faster "
+          f"(most at {fastest['bytes']} bytes); at {shared[-1]['bytes'] >> 20} MiB it was {shared[-1]['speedup']:.1f}x, "
+          + ("the least of all sizes: there moving the bytes, not waiting for a turn, takes most of the time."
+             if shared[-1]["speedup"] == min(r["speedup"] for r in shared) else
+             "so even there waiting for turns cost more than moving the bytes."))
 
 # %% [markdown]
 # ## Published sweeps: what NCCL reaches on real machines

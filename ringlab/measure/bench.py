@@ -254,6 +254,11 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
             print("# mpi-ring: MPICH's own ring allreduce, forced while it is timed (MPIR_CVAR_ALLREDUCE_INTRA_"
                   "ALGORITHM=ring, MPIR_CVAR_DEVICE_COLLECTIVES=none), checked to take effect", file=out)
         if gpu:
+            from ..mpi.devices import gpu_count, sharing
+
+            shared = sharing(-(-local // gpu_count()))
+            if shared:
+                print(f"# {shared}", file=out)
             print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: CUDA "
                   "events around each call (nccl: calls back to back, as nccl-tests times them)", file=out)
         print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'memory':>7} {'time (us)':>11} "
@@ -300,6 +305,8 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     print("# mean busbw (GB/s): " + "  ".join(f"{k} {v / 1e9:.3f}" for k, v in means.items()), file=out)
     if any(r["wrong"] for r in rows):
         print("# WRONG RESULTS: some elements differ from MPI's own collective (see #wrong)", file=out)
+    if command and not {"-n", "--nranks"} & set(command):  # the job ringlab started runs without -n: say it
+        command = [*command[:2], "-n", str(n), *command[2:]]
     result = {"kind": "ringlab-bench", "schema": SCHEMA, "collective": collective, "ranks": n, "dtype": dtype_name,
               "root": root, "gpu": gpu, "transport": transport, "iters": iters, "warmup": warmup,
               "machine": describe_machine(command), "rows": rows, "mean_busbw_Bps": means}

@@ -44,6 +44,12 @@ def report() -> list[str]:
     else:
         names = ", ".join(g.get("name", "?") for g in info["gpus"]) or f"{gpus} device(s)"
         lines.append(f"GPUs: {gpus} ({names}); driver {info['driver'] or 'unknown'}; cupy {cp.__version__}")
+        from ..mpi.devices import mps_pipe, sharing
+
+        shared = sharing(-(-4 // gpus))  # the labs run up to 4 ranks
+        lines.append("GPU sharing: " + (f"a lab's 4 ranks: {shared}" if shared else "each of a lab's ranks can have a "
+                                         "GPU of its own") + f"; MPS {'running' if info.get('mps') else 'not running'}"
+                     f" (control pipe looked for in {mps_pipe()})")
     from ..mpi.transports import describe
 
     lines += [f"transport: {line}" for line in describe()]

@@ -61,4 +61,7 @@ def describe_machine(command: list[str] | None = None) -> dict:
         if cp is not None:
             info["gpus"] = [{"name": cp.cuda.runtime.getDeviceProperties(i)["name"].decode()}
                             for i in range(cp.cuda.runtime.getDeviceCount())]
+    if info["gpus"]:
+        from ..mpi.devices import mps_running
+        info["mps"] = mps_running()  # ranks sharing a GPU take turns without it: their timings differ
     return info

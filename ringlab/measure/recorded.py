@@ -52,7 +52,11 @@ class Recorded:
         gpus = self.machine.get("gpus") or []
         names = sorted({g.get("name", "?") for g in gpus})
         where = (f"{len(gpus)} x {', '.join(names)}" if gpus else "no GPU") + \
-            (f", driver {self.machine['driver']}" if self.machine.get("driver") else "")
+            (f", driver {self.machine['driver']}" if self.machine.get("driver") else "") + \
+            (", MPS on" if self.machine.get("mps") else "")
+        ranks = self.data.get("ranks") if self.kind == "ringlab-bench" else None
+        if ranks and gpus and ranks > len(gpus):
+            where += f"; {ranks} ranks sharing {'it' if len(gpus) == 1 else 'them'}"
         return (f"recorded on {self.machine.get('host', 'an unnamed host')} ({where}) on {self.date[:10]} "
                 f"with `{self.machine.get('command', '?')}`")
 
@@ -168,5 +172,58 @@ def gpu_bench(collective: str = "allreduce", out=None, root: Path | str | None =
         print(f"No GPU here, and no recorded GPU {collective} results in results/ yet: no GPU figures are shown, "
               "because none were measured. (On a GPU machine, benchmarks/record_results.py records them.)", file=out)
         return None
-    print(f"No GPU here. Showing the {collective} sweep {found[0].label}.", file=out)
-    return found[0]
+    best = max(found, key=_representative)
+    print(f"No GPU here. Showing the {collective} sweep {best.label}.", file=out)
+    return best
+
+
+def _representative(r: Recorded) -> tuple:
+    """The order in which recorded sweeps stand for a machine: direct (not staged through the host),
+    a GPU per rank, then MPS when ranks share a GPU, then more ranks, then the newest."""
+    gpus = len(r.machine.get("gpus") or []) or 1
+    ranks = r.data.get("ranks", 0)
+    return (r.data.get("transport") != "host", ranks <= gpus, bool(r.machine.get("mps")), ranks, r.date)
+
+
+def sharing_comparison(collective: str = "allreduce", root: Path | str | None = None) -> dict | None:
+    """Recorded sweeps of ``collective`` on ranks sharing one GPU, with MPS and without, on the same
+    machine and rank count: ``{"ranks", "machine", "with_mps", "without_mps"}`` (each a Recorded) for the
+    largest such rank count, or None when no such pair was recorded."""
+    pairs: dict[tuple, dict] = {}
+    for r in load("ringlab-bench", root=root):
+        gpus = r.machine.get("gpus") or []
+        if (r.data.get("collective") != collective or r.data.get("transport") == "host" or not gpus
+                or r.data.get("ranks", 0) <= len(gpus)):
+            continue
+        key = (r.data["ranks"], r.machine.get("host"), tuple(g.get("name") for g in gpus))
+        pairs.setdefault(key, {}).setdefault("with_mps" if r.machine.get("mps") else "without_mps", r)
+    complete = [(key, pair) for key, pair in pairs.items() if len(pair) == 2]
+    if not complete:
+        return None
+    (ranks, _, names), pair = max(complete, key=lambda item: item[0][0])
+    return {"ranks": ranks, "machine": f"{len(names)} x {names[0]}", **pair}
+
+
+def sharing_rows(pair: dict) -> list[dict]:
+    """The rows of a :func:`sharing_comparison`, each algorithm named with and without MPS, for one plot."""
+    return [{**row, "algorithm": f"{row['algorithm']}, {'MPS' if key == 'with_mps' else 'time slices'}"}
+            for key in ("without_mps", "with_mps") for row in pair[key].data["rows"]]
+
+
+def print_sharing(pair: dict, out=None) -> list[dict]:
+    """Per size: ringlab's time with ranks taking turns on the GPU and under MPS, and how many times faster
+    MPS was, computed from the two recorded sweeps. Returns the rows printed."""
+    out = sys.stdout if out is None else out
+    kind = pair["with_mps"].data["collective"]
+    times = {key: {r["bytes"]: r["time_s"] for r in pair[key].data["rows"] if r["algorithm"] == f"{kind}.ring"}
+             for key in ("with_mps", "without_mps")}
+    rows = [{"bytes": b, "without_mps_s": times["without_mps"][b], "with_mps_s": times["with_mps"][b],
+             "speedup": times["without_mps"][b] / times["with_mps"][b]}
+            for b in sorted(set(times["with_mps"]) & set(times["without_mps"]))]
+    print(f"{kind}.ring on {pair['ranks']} ranks sharing {pair['machine']} (recorded, "
+          f"{pair['with_mps'].date[:10]}):", file=out)
+    print(f"  {'size':>10}  {'time slices (us)':>17}  {'MPS (us)':>9}  MPS faster by", file=out)
+    for row in rows:
+        print(f"  {row['bytes']:>10}  {row['without_mps_s'] * 1e6:>17.1f}  {row['with_mps_s'] * 1e6:>9.1f}  "
+              f"{row['speedup']:.1f}x", file=out)
+    return rows

@@ -84,3 +84,38 @@ def pinned_empty(nelems: int, dtype) -> np.ndarray:
     import cupyx
 
     return cupyx.empty_pinned(nelems, dtype)
+
+
+def mps_pipe() -> str:
+    """The folder where CUDA's Multi-Process Service keeps its control pipe (``CUDA_MPS_PIPE_DIRECTORY``,
+    else ``/tmp/nvidia-mps``)."""
+    import os
+
+    return os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+
+
+def mps_running() -> bool:
+    """Whether an MPS control daemon listens in :func:`mps_pipe` (its ``control`` pipe or socket exists),
+    so CUDA processes started now share each GPU through MPS instead of taking turns in time slices."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(os.path.join(mps_pipe(), "control")).st_mode
+        return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    except OSError:
+        return False
+
+
+def sharing(ranks_per_gpu: int) -> str | None:
+    """What it means for timings when ``ranks_per_gpu`` MPI ranks share one GPU (None for one rank a GPU)."""
+    if ranks_per_gpu <= 1:
+        return None
+    if mps_running():
+        return (f"{ranks_per_gpu} ranks share each GPU through MPS (control pipe in {mps_pipe()}): their kernels "
+                "run side by side, as on one GPU they would; a collective still moves its bytes inside one GPU's "
+                "memory, not over a link")
+    return (f"{ranks_per_gpu} ranks share each GPU without MPS: CUDA gives the processes the GPU in turns "
+            "(time slices), so each hand-off between ranks waits for the other's slice and small calls take "
+            "about a millisecond; start MPS (nvidia-cuda-mps-control -d) to let them share it, and remember the "
+            "bytes never cross a link")
