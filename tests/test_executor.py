@@ -156,3 +156,47 @@ def test_the_fast_path_gives_mpis_sums_however_the_result_is_passed(nranks):
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"ok {nranks} ranks" in done.stdout
     assert "freeing inactive persistent request" not in done.stderr  # freed before MPI finalizes
+
+
+@pytest.mark.parametrize("name", ["allreduce.naive", "allreduce.ps", "reduce.direct", "allreduce.ring", "allreduce.rhd"])
+@pytest.mark.parametrize("nranks", [2, 3, 5])
+def test_a_root_takes_its_peers_messages_in_a_window_of_scratch_within_one_chunk(name, nranks):
+    from ringlab.mpi.executor import PIECE_BYTES
+    from ringlab.schedule import chunk_bounds
+
+    count, itemsize = 3_000_017, 4
+    schedule = rl.build(name, nranks)
+    plans = [compile_plan(schedule, r, count, itemsize) for r in range(nranks)]
+    piece = PIECE_BYTES // itemsize
+    chunk = max(int(np.diff(chunk_bounds(count, schedule.nchunks)).max()), piece)
+    for plan in plans:
+        assert plan.scratch_elems <= chunk, f"rank {plan.rank}: {plan.scratch_elems} elements of scratch"
+        for step in plan.steps:
+            for peer in {m.peer for m in step.recvs}:  # MPI matches one source's messages in the order sent
+                got = [(m.lo, m.hi) for m in step.recvs if m.peer == peer]
+                sent = [(m.lo, m.hi) for m in plans[peer].steps[step.index].sends if m.peer == plan.rank]
+                assert got == sent, f"rank {plan.rank} step {step.index}: messages from {peer} out of order"
+            if step.window:  # receives in flight together never share scratch
+                assert len({m.peer for m in step.recvs[:step.window]}) == len({m.peer for m in step.recvs})
+                for i, m in enumerate(step.recvs):
+                    for o in step.recvs[i + 1:i + step.window]:
+                        assert m.slot < 0 or o.slot < 0 or m.slot + m.size <= o.slot or o.slot + o.size <= m.slot
+    if name in ("allreduce.naive", "reduce.direct") and nranks > 2:  # (n-1) buffers would arrive at once
+        assert plans[0].steps[0].window > 0 and plans[0].scratch_elems < count
+
+
+def test_the_peak_memory_of_a_call_stays_within_the_result_and_one_chunk():
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "memory_peak.py"
+    done = run_mpi(3, [str(script), "--mib", "32", "--check"], timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert "OVER" not in done.stdout and "naive     returned" in done.stdout
+
+
+def test_a_step_that_sends_what_it_receives_into_posts_every_receive_at_once():
+    # all ranks swap whole buffers in one step: each send must finish before anything lands, and a
+    # peer's send finishes only once its receive is posted, so no window may hold receives back
+    n, count = 4, 3_000_017
+    swap = rl.make_schedule("allreduce", n, 1, [[(s, d, 0, "reduce") for s in range(n) for d in range(n) if s != d]],
+                            name="swap")
+    step = compile_plan(swap, 0, count, 4).steps[0]
+    assert step.sends_before_landing and step.window == 0

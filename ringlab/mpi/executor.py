@@ -76,6 +76,7 @@ class StepPlan:
     sends: tuple[Message, ...]
     recvs: tuple[Message, ...]
     sends_before_landing: bool  # something lands where this step also sends from: let the sends finish first
+    window: int = 0  # at most this many receives in flight, reusing their scratch (0: all at once)
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,16 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
     data the same step still sends, or another receive of the step lands on the same elements.
     ``pieces=False`` keeps reduce messages whole: over CUDA IPC there is no receive to overlap
     the adding with, and each piece would cost a kernel launch.
+
+    A step whose receives would need more scratch than one chunk (the naive root, a parameter
+    server: (n-1) buffers arrive at once) gets a ``window``: its receives are taken from the peers
+    in turn, at most ``window`` in flight (four pieces a peer, and no more than one chunk), each
+    reusing the scratch of the one ``window`` places before it once that one has landed. (Not with
+    ``stage_all`` or whole messages, where landing is asynchronous or deferred to the step's end.)
     """
     bounds = chunk_bounds(count, schedule.nchunks)
     piece = max(1, PIECE_BYTES // itemsize) if pieces else max(count, 1)
+    chunk = max(int(np.diff(bounds).max()) if count else 0, piece)  # the most scratch a windowed step may use
     steps, scratch, staging = [], 0, 0
     for index, step in enumerate(schedule.steps):
         sends = _messages(step, rank, bounds, True, piece)
@@ -134,15 +142,34 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
                 m = replace(m, slot=offset)
                 offset += m.size
             placed.append(m)
+        window, placed = 0, [r for r in placed if r.size]
+        landing_clash = any(overlaps(r, s) for r in placed for s in sends)
+        # a step whose sends finish before anything lands needs every receive posted from the start:
+        # a peer's send waits for its receive, and a full window would wait for those sends
+        if pieces and not stage_all and offset > chunk and not landing_clash:
+            placed, window, offset = _windowed(placed, chunk)
         if stage_all:
             offsets = np.cumsum([0] + [m.size for m in sends])
             sends = [replace(m, slot=int(o)) for m, o in zip(sends, offsets)]
             staging = max(staging, int(offsets[-1]))
         scratch = max(scratch, offset)
-        landing_clash = any(overlaps(r, s) for r in placed for s in sends)
         steps.append(StepPlan(index, step.label, tuple(s for s in sends if s.size),
-                              tuple(r for r in placed if r.size), landing_clash))
+                              tuple(placed), landing_clash, window))
     return RankPlan(rank, tuple(steps), scratch, staging)
+
+
+def _windowed(recvs: list[Message], limit: int) -> tuple[list[Message], int, int]:
+    """``recvs`` reordered to take one message from each peer in turn (each peer's own order kept, as
+    MPI matches messages from one source in order), with a window of as many as fit in ``limit``
+    elements: the receive at position i lands in slot i mod window. Returns (receives, window, scratch)."""
+    by_peer: dict[int, list[Message]] = {}
+    for m in recvs:
+        by_peer.setdefault(m.peer, []).append(m)
+    turns = [q[k] for k in range(max(len(q) for q in by_peer.values())) for q in by_peer.values() if k < len(q)]
+    size = max(m.size for m in turns)
+    window = max(1, min(limit // size, 4 * len(by_peer)))  # a few messages in flight from each peer
+    placed = [replace(m, slot=(i % window) * size) if m.slot >= 0 else m for i, m in enumerate(turns)]
+    return placed, window, window * size
 
 
 class Recorder:
@@ -188,11 +215,15 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
         recvs, sends = ops.post(comm, buf, step)
         if step.sends_before_landing:
             finish_sends(sends, posted)
-        for m, request in zip(step.recvs, recvs):
-            wait_for(request, f"to receive chunk {m.first} from rank {m.peer}")
+        for i, m in enumerate(step.recvs):
+            wait_for(recvs[i], f"to receive chunk {m.first} from rank {m.peer}")
             ops.land(buf, m)
             if recorder:
                 recorder.record(step.index, m, "recv", posted, recorder.clock(), bounds)
+            later = i + step.window
+            if step.window and later < len(step.recvs):  # its slot is free again: take the next message
+                ops.reuse()
+                recvs[later] = ops.post_recv(comm, buf, step, step.recvs[later])
         if not step.sends_before_landing:
             finish_sends(sends, posted)
         ops.after_step(comm, buf, step, wait_for)

@@ -144,17 +144,21 @@ class BoundPlan:
                 requests = ([comm.Recv_init(v, source=p, tag=t) for v, p, t in recv_args]
                             + [comm.Send_init(v, dest=p, tag=t) for v, p, t in send_args])
             # one receive: wait for everything, then land it (nothing to overlap the landing with)
-            whole = len(step.recvs) <= 1 and not step.sends_before_landing
-            self.steps.append((step, recv_args, send_args, lands, requests, any(lands) and not whole))
+            whole = len(step.recvs) <= 1 and not step.sends_before_landing and not step.window
+            first = None
+            if requests is not None and step.window:  # the sends and the first window of receives
+                first = requests[:step.window] + requests[len(recv_args):]
+            self.steps.append((step, recv_args, send_args, lands, requests, any(lands) and not whole, first))
 
     def run(self, timeout: float | None = None) -> None:
         comm, nrecv = self.comm, 0
-        for step, recv_args, send_args, lands, requests, landing in self.steps:
-            nrecv = len(recv_args)
+        for step, recv_args, send_args, lands, requests, landing, first in self.steps:
+            nrecv, window = len(recv_args), step.window
             if requests is not None:
-                self.startall(requests)
+                self.startall(first if window else requests)
             else:
-                requests = ([comm.Irecv(v, source=p, tag=t) for v, p, t in recv_args]
+                requests = ([comm.Irecv(v, source=p, tag=t) if i < (window or nrecv) else None
+                             for i, (v, p, t) in enumerate(recv_args)]
                             + [comm.Isend(v, dest=p, tag=t) for v, p, t in send_args])
             if timeout is None and not landing:
                 self.waitall(requests)  # nothing to land, or one receive to land when all is done
@@ -166,14 +170,21 @@ class BoundPlan:
             sends = requests[nrecv:]
             if step.sends_before_landing:
                 self._finish_sends(step, sends, deadline, timeout)
-            for m, request, land in zip(step.recvs, requests, lands):
+            for i, (m, land) in enumerate(zip(step.recvs, lands)):
                 if deadline is None:
-                    request.Wait()
+                    requests[i].Wait()
                 else:
-                    wait(request, deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
-                                                                                  f"from rank {m.peer}"))
+                    wait(requests[i], deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
+                                                                                      f"from rank {m.peer}"))
                 if land is not None:
                     _land(np, *land)
+                if window and i + window < nrecv:  # its slot is free again: take the next message
+                    later = i + window
+                    if self.persistent:
+                        requests[later].Start()
+                    else:
+                        v, p, t = recv_args[later]
+                        requests[later] = comm.Irecv(v, source=p, tag=t)
             if not step.sends_before_landing:
                 self._finish_sends(step, sends, deadline, timeout)
 
@@ -190,7 +201,7 @@ class BoundPlan:
                 f"still waiting {waiting}")
 
     def free(self) -> None:
-        for *_, requests, _landing in self.steps:
+        for *_, requests, _landing, _first in self.steps:
             for r in requests or ():
                 try:
                     r.Free()

@@ -77,11 +77,20 @@ class Ops:
         pass
 
     def post(self, comm, buf, step):
-        """Start the step's messages; return (receive requests, send requests), in plan order."""
+        """Start the step's messages; return (receive requests, send requests), in plan order. A
+        windowed step starts only its first ``step.window`` receives (None stands for the others):
+        the executor starts each of the rest with :meth:`post_recv` once a slot is free."""
         tag = step.index % TAG_LIMIT
-        recvs = [comm.Irecv(self.incoming(buf, m), source=m.peer, tag=tag) for m in step.recvs]
+        first = step.window or len(step.recvs)
+        recvs = [self.post_recv(comm, buf, step, m) if i < first else None for i, m in enumerate(step.recvs)]
         sends = [comm.Isend(self.outgoing(buf, m), dest=m.peer, tag=tag) for m in step.sends]
         return recvs, sends
+
+    def post_recv(self, comm, buf, step, m):
+        return comm.Irecv(self.incoming(buf, m), source=m.peer, tag=step.index % TAG_LIMIT)
+
+    def reuse(self) -> None:
+        """A landed receive's scratch is about to take the next message: whatever reads it must be done."""
 
     def incoming(self, buf, m):
         return buf[m.lo:m.hi]
@@ -110,6 +119,9 @@ class DirectOps(Ops):
     def before_step(self):
         if self.device:  # kernels that landed the previous step must finish before MPI touches memory
             self.xp.cuda.get_current_stream().synchronize()
+
+    def reuse(self):
+        self.before_step()  # the kernel that landed a slot reads it asynchronously
 
     def incoming(self, buf, m):
         return buf[m.lo:m.hi] if m.slot < 0 else self.scratch[m.slot:m.slot + m.size]
