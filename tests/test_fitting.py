@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.predict.fitting import coefficients, fit, fit_pingpong, fit_rows
+from ringlab.predict.fitting import coefficients, fit, fit_pingpong, fit_rows, fit_schedules
 from ringlab.topology import uniform
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,3 +77,14 @@ def test_fit_from_a_real_benchmark_run(tmp_path):
     assert result.alpha >= 0 and 0 < result.bandwidth < float("inf")
     assert len(result.relative_residuals) == 4
     assert rl.predict(rl.build("allreduce.naive", 2), 1 << 20, result.topology(2)).seconds > 0
+
+
+def test_a_fit_predicts_its_own_schedule_at_any_size():
+    schedule, truth = rl.build("allreduce.ring", 4), uniform(4, bandwidth=3e9, latency=40e-6)
+    sizes = [4 ** k for k in range(5, 12)]
+    fitted = fit(schedule, sizes, [rl.predict(schedule, k, truth).seconds for k in sizes])
+    assert fitted.schedule is schedule
+    assert fitted.seconds(3 << 20) == pytest.approx(rl.predict(schedule, 3 << 20, truth).seconds, rel=1e-6)
+    several = fit_schedules([schedule, rl.build("allreduce.naive", 4)], [1 << 10, 1 << 20], [1e-4, 1e-3])
+    with pytest.raises(ValueError, match="spans several schedules"):
+        several.seconds(1 << 20)

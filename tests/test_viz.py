@@ -198,3 +198,31 @@ def test_fraction_bars_label_each_rate_with_its_share_of_the_peak():
     peak, rate = fig.data
     assert list(peak.x) == [300.0, 63.0] and list(rate.x) == [250.0, 25.0]
     assert list(rate.text) == ["83% of peak", "40% of peak"] and "median" in rate.hovertext[0]
+
+
+def test_fitted_busbw_plot_draws_measured_markers_and_the_fit_through_them():
+    from ringlab.predict.fitting import fit_rows
+    from ringlab.topology import uniform
+    from ringlab.viz import fitted_busbw_plot
+
+    n, sizes = 4, [1 << k for k in range(16, 27, 2)]
+    truths = {"ring": uniform(n, bandwidth=2e9, latency=30e-6), "naive": uniform(n, bandwidth=2e9, latency=10e-6)}
+    rows = []
+    for name, truth in [*truths.items(), ("mpi", truths["ring"])]:  # mpi: measured only, never fitted
+        for k in sizes:
+            seconds = rl.predict(rl.build(f"allreduce.{'naive' if name == 'naive' else 'ring'}", n), k, truth).seconds
+            rows.append({"algorithm": name, "bytes": k, "time_s": seconds, "busbw_Bps": k / seconds * 1.5})
+    fits = {name: fit_rows(rows, name, n) for name in ("ring", "naive")}
+    fig = fitted_busbw_plot(rows, fits)
+    assert [(t.name.split(":")[0], t.mode) for t in fig.data] == [
+        ("ring", "markers"), ("ring", "lines"), ("naive", "markers"), ("naive", "lines"), ("mpi", "markers")]
+    ring_measured, ring_fitted = fig.data[0], fig.data[1]
+    assert ring_measured.marker.color == ring_fitted.line.color != fig.data[2].marker.color
+    assert list(ring_measured.x) == sizes and ring_measured.y[-1] == pytest.approx(rows[5]["busbw_Bps"] / 1e9)
+    assert ring_fitted.x[0] == sizes[0] and ring_fitted.x[-1] == sizes[-1]  # across the measured sizes
+    assert ring_fitted.y[-1] == pytest.approx(ring_measured.y[-1], rel=1e-6)  # exact data: the line hits the marker
+    assert fig.data[3].y[0] == pytest.approx(fig.data[2].y[0], rel=1e-6)
+    assert "30 µs, 2 GB/s" in ring_fitted.name
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+    assert "(bytes)" in fig.layout.xaxis.title.text and "(GB/s)" in fig.layout.yaxis.title.text
+    assert "measured here" in fig.layout.title.text and "fitted" in fig.layout.title.text

@@ -3,10 +3,11 @@
 #
 # **What you'll do:** count what a naive allreduce and a ring allreduce send, write the ring's
 # chunk-index rule yourself and see the checker's verdict, then run both on real MPI ranks and
-# measure them against MPI's own `Allreduce`.
+# measure them against MPI's own `Allreduce`, with the cost model fitted through your measurements.
 #
 # **What you'll learn:** why the ring's per-rank traffic, 2(n-1)/n of the buffer, hardly grows with
-# the number of ranks while the naive root's grows as n-1; and what "bus bandwidth" measures.
+# the number of ranks while the naive root's grows as n-1; what "bus bandwidth" measures; and where,
+# on your machine, the ring overtakes naive.
 #
 # **What you need:** nothing but this notebook (labs 00 to 02 help). Everything runs on this
 # machine's CPU: four MPI ranks as ipyparallel engines, on numpy buffers.
@@ -16,8 +17,11 @@ import numpy as np
 import ringlab as rl
 from ringlab.lab.demo import walkthrough
 from ringlab.lab.exercises import check_reduce_scatter_rule
+from ringlab.lab.sweep import describe_sweep
 from ringlab.lab.tables import table
-from ringlab.viz import StepThrough, busbw_plot, step_figure, use_renderer
+from ringlab.mpi.launch import cores
+from ringlab.predict.fitting import fit_rows
+from ringlab.viz import StepThrough, fitted_busbw_plot, step_figure, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -126,7 +130,7 @@ for name in ("ring", "naive", "rhd"):
 print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 
 # %% [markdown]
-# Now time them, from 64 KiB to 4 MiB, against MPI's own `Allreduce`. Every result is checked
+# Now time them, from 64 KiB to 64 MiB, against MPI's own `Allreduce`. Every result is checked
 # first. Bus bandwidth is bytes/time x 2(n-1)/n: what each rank's link carries, so that a
 # bandwidth-optimal allreduce shows the link's speed whatever n is.
 
@@ -134,14 +138,32 @@ print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 # %%px
 from ringlab.measure.bench import run
 
-result = run("allreduce", ["ring", "naive", "mpi"], [1 << 16, 1 << 18, 1 << 20, 1 << 22], iters=5, warmup=1)
+result = run("allreduce", ["ring", "naive", "mpi"], [1 << k for k in range(16, 27, 2)], iters=5, warmup=1)
 
 # %%
-rows = ranks.pull_rank0("result")["rows"]  # rank 0 holds the table
-busbw_plot(rows, title="measured here: allreduce bus bandwidth on 4 CPU ranks")
-
-# %%
+result = ranks.pull_rank0("result")  # rank 0 holds the table
+rows, nranks = result["rows"], result["ranks"]
 ranks.stop()
+
+# %% [markdown]
+# Fit the alpha-beta cost model (lab 05 predicts with it) to each algorithm's times: alpha is
+# what every message costs, and every byte on the busiest link costs 1/bandwidth. The markers are
+# your measurements, the line of the same colour the fit drawn through them; where a marker sits
+# far from its line, the model leaves out something this machine does.
+
+# %%
+fits = {name: fit_rows(rows, name, nranks) for name in ("ring", "naive")}
+fitted_busbw_plot(rows, fits, title=f"markers: allreduce busbw measured here on {nranks} CPU ranks; "
+                                    "lines: the cost model fitted to them")
+
+# %% [markdown]
+# What your numbers say. Every sentence below is computed from the measurements above: where
+# the ring overtakes naive (measured, and where the two fits cross), by how much it wins at the
+# largest size, and whether that is as much as the byte counts of the first section predict.
+# On another machine, or on another run, it may say something else.
+
+# %%
+print(describe_sweep(rows, fits, nranks, cores()))  # the ranks run on this machine: its cores are theirs
 
 # %% [markdown]
 # ## Summary
@@ -150,11 +172,15 @@ ranks.stop()
 #   and receives 2(n-1)/n·K, which tends to 2K: the ring is bandwidth-optimal.
 # - At reduce-scatter step i, rank j sends chunk (j-i) mod n. The allgather passes the finished
 #   chunks on, starting one chunk later.
-# - Bus bandwidth puts algorithms and rank counts on one scale. On four CPU ranks sharing two cores,
-#   latency dominates small messages; compare the lines above with the prediction of lab 05.
+# - Bus bandwidth puts algorithms and rank counts on one scale. Where the ring overtakes naive, and
+#   by how much it wins, depends on the machine: the text printed under the figure says it for yours,
+#   from your own numbers (ranks against cores, the crossover measured and fitted, the ratios at the
+#   largest size). Lab 05 predicts the same sweep on machines you may not have.
 #
 # ## Exercises
 #
 # 1. (Above) the reduce-scatter index rule.
-# 2. Run the measurement again with `"rhd"` and `"ps"` added. Which one wins at 4 MiB, and why does
+# 2. Run the measurement again with `"rhd"` and `"ps"` added. Which one wins at 64 MiB, and why does
 #    `ps` (one server) behave like `naive`?
+# 3. Fit `"rhd"` too and find where the ring overtakes it: `measured_crossover(rows, "rhd", "ring")`
+#    and `fitted_crossover(fits, "rhd", "ring")` (both in `ringlab.lab.sweep`).

@@ -186,9 +186,15 @@ def crossover(first: str, second: str, topology: Topology, lo: int = 1, hi: int 
         return lo
     if not second_wins(hi):
         return None
-    while hi > lo * 1.01 + 1:  # bisect in log space
+    return first_size_where(second_wins, lo, hi)
+
+
+def first_size_where(holds, lo: int, hi: int) -> int:
+    """The smallest size in (lo, hi], to within 1%, from which ``holds(size)`` is true, for a condition
+    false at ``lo`` and true at ``hi`` that changes once in between (bisection in log space)."""
+    while hi > lo * 1.01 + 1:
         mid = int(np.sqrt(lo * hi))
-        lo, hi = (lo, mid) if second_wins(mid) else (mid, hi)
+        lo, hi = (lo, mid) if holds(mid) else (mid, hi)
     return hi
 
 

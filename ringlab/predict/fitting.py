@@ -2,7 +2,7 @@
 schedule, a benchmark's rows, a ping-pong), and a measured Trace set against the prediction step by step."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -23,7 +23,8 @@ def coefficients(schedule: Schedule, nbytes: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Fit:
-    """alpha (s), bandwidth (B/s) and reduce_rate (B/s, inf when not fitted) with the residuals."""
+    """alpha (s), bandwidth (B/s) and reduce_rate (B/s, inf when not fitted) with the residuals, and the
+    schedule fitted (None when the measurements came from several, as :func:`fit_schedules` takes them)."""
 
     alpha: float
     bandwidth: float
@@ -31,6 +32,7 @@ class Fit:
     sizes: np.ndarray
     measured: np.ndarray
     predicted: np.ndarray
+    schedule: Schedule | None = None
 
     @property
     def relative_residuals(self) -> np.ndarray:
@@ -40,6 +42,12 @@ class Fit:
         """A uniform topology with the fitted figures, to predict other algorithms from."""
         return uniform(nranks, bandwidth=self.bandwidth, latency=self.alpha, reduce_rate=self.reduce_rate,
                        name=f"fitted-{nranks}")
+
+    def seconds(self, nbytes: int) -> float:
+        """The fitted schedule's predicted time for a buffer of ``nbytes``, at the fitted figures."""
+        if self.schedule is None:
+            raise ValueError("this fit spans several schedules: predict one of them on fit.topology(nranks)")
+        return predict(self.schedule, int(nbytes), self.topology(self.schedule.nranks)).seconds
 
     def __repr__(self) -> str:
         worst = np.abs(self.relative_residuals).max() if len(self.sizes) else 0.0
@@ -54,7 +62,8 @@ def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit
     Relative errors are weighted alike at every size (each row is divided by its time), so small
     sizes pin alpha and large sizes the bandwidth. Parameters come out non-negative.
     """
-    return _least_squares([coefficients(schedule, int(k)) for k in sizes], sizes, seconds, with_reduction)
+    fitted = _least_squares([coefficients(schedule, int(k)) for k in sizes], sizes, seconds, with_reduction)
+    return replace(fitted, schedule=schedule)
 
 
 def _least_squares(rows, sizes, seconds, with_reduction: bool) -> Fit:

@@ -11,8 +11,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..measure.units import format_bytes
+from ..schedule import bus_factor
 
 SIDE_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+           "#bcbd22")  # one colour per series, where markers and a line must share it
 
 
 def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
@@ -131,6 +134,35 @@ def busbw_plot(rows: list[dict], title: str = "measured bus bandwidth") -> go.Fi
     return fig
 
 
+FITTED_TITLE = "markers: bus bandwidth measured here; lines: the cost model fitted to those measurements"
+
+
+def fitted_busbw_plot(rows: list[dict], fits: dict, title: str = FITTED_TITLE, points: int = 60) -> go.Figure:
+    """Measured bus bandwidth as markers, one colour per algorithm (rows: bytes, busbw_Bps, algorithm), and
+    for each algorithm in ``fits`` (name -> :class:`ringlab.predict.fitting.Fit`, as ``fit_rows`` returns
+    it) the fit's prediction as a line of the same colour across the measured sizes."""
+    fig = go.Figure()
+    for i, algorithm in enumerate(dict.fromkeys(r["algorithm"] for r in rows)):
+        mine = sorted((r for r in rows if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
+        color, fit = PALETTE[i % len(PALETTE)], fits.get(algorithm)
+        fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="markers",
+                        name=f"{algorithm}: measured", legendgroup=algorithm, marker=dict(color=color, size=8),
+                        hoverinfo="text", hovertext=[f"{algorithm}: {format_bytes(r['bytes'])}, measured "
+                                                     f"{r['busbw_Bps'] / 1e9:.3g} GB/s" for r in mine])
+        if fit is None:
+            continue
+        factor = bus_factor(fit.schedule.collective.kind, fit.schedule.nranks)
+        sizes = np.unique(np.geomspace(mine[0]["bytes"], mine[-1]["bytes"], points).astype(np.int64))
+        busbw = [int(k) / fit.seconds(k) * factor / 1e9 for k in sizes]
+        fig.add_scatter(x=sizes, y=busbw, mode="lines", legendgroup=algorithm, line=dict(color=color),
+                        name=f"{algorithm}: fitted ({fit.alpha * 1e6:.3g} µs, {fit.bandwidth / 1e9:.3g} GB/s)",
+                        hoverinfo="text", hovertext=[f"{algorithm}, fitted: {format_bytes(k)}, {b:.3g} GB/s"
+                                                     for k, b in zip(sizes, busbw)])
+    fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
+                      yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
+    return fig
+
+
 def time_vs_ranks(ranks, seconds: dict, title: str = "predicted time against ranks") -> go.Figure:
     """Time against rank count, one line per label in ``seconds`` ({label: [seconds per rank count]})."""
     fig = go.Figure()
@@ -197,11 +229,9 @@ def versus_plot(sweeps: dict, title: str = "published busbw (markers) against th
     label to the rows of ``ringlab.predict.versus.versus`` (``bytes``, ``measured_busbw``, ``predicted_busbw``,
     ``ratio``, ``predicted``); markers are the measurement, a dashed line of the same colour the prediction."""
     fig = go.Figure()
-    palette = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
-               "#bcbd22")
     for i, (label, rows) in enumerate(sweeps.items()):
         rows = sorted(rows, key=lambda r: r["bytes"])
-        color = palette[i % len(palette)]
+        color = PALETTE[i % len(PALETTE)]
         sizes = [r["bytes"] for r in rows]
         fig.add_scatter(x=sizes, y=[r["measured_busbw"] / 1e9 for r in rows], mode="markers", name=label,
                         legendgroup=label, marker=dict(color=color, size=7), hoverinfo="text",
