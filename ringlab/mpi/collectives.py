@@ -27,11 +27,16 @@ from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan
 from .transports import choose, make_ops
 
 
+_WORLD: list = []
+
+
 def _world(comm):
-    if comm is None:
+    if comm is not None:
+        return comm
+    if not _WORLD:  # looked up once: an import statement per call costs as much as a small message
         from mpi4py import MPI
-        return MPI.COMM_WORLD
-    return comm
+        _WORLD.append(MPI.COMM_WORLD)
+    return _WORLD[0]
 
 
 @lru_cache(maxsize=512)

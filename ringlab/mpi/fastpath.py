@@ -33,7 +33,8 @@ from collections import OrderedDict
 import numpy as np
 
 from .executor import TAG_LIMIT, wait
-from .transports import _land, reusable
+from ..schedule import REDUCE
+from .transports import reusable
 
 AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
 DIGEST_BYTES = 16
@@ -120,6 +121,12 @@ def agreement(comm) -> Agreement:
     return found
 
 
+def _landing(op: str, target, arrived) -> tuple:
+    """How a receive lands, as (function, arguments): added into the buffer (a positional ``out``, the
+    cheapest call numpy has) for a reduce, copied for a copy; the same as the transports' ``_land``."""
+    return (np.add, (target, arrived, target)) if op == REDUCE else (np.copyto, (target, arrived))
+
+
 class BoundPlan:
     """A rank's plan bound to one flat numpy buffer and its scratch: per step, the views that the
     step's messages send from, receive into and land, cut once; with ``persistent``, MPI persistent
@@ -134,7 +141,8 @@ class BoundPlan:
         for step in plan.steps:
             tag = step.index % TAG_LIMIT
             into = [flat[m.lo:m.hi] if m.slot < 0 else scratch[m.slot:m.slot + m.size] for m in step.recvs]
-            lands = [(flat[m.lo:m.hi], scratch[m.slot:m.slot + m.size], m.op) if m.slot >= 0 else None
+            # (function, arguments), called in place: np.add(target, arrived, target) or np.copyto(target, arrived)
+            lands = [_landing(m.op, flat[m.lo:m.hi], scratch[m.slot:m.slot + m.size]) if m.slot >= 0 else None
                      for m in step.recvs]
             froms = [flat[m.lo:m.hi] for m in step.sends]
             recv_args = [(v, m.peer, tag) for v, m in zip(into, step.recvs)]
@@ -164,7 +172,7 @@ class BoundPlan:
                 self.waitall(requests)  # nothing to land, or one receive to land when all is done
                 for land in lands:
                     if land is not None:
-                        _land(np, *land)
+                        land[0](*land[1])
                 continue
             deadline = None if timeout is None else time.monotonic() + timeout
             sends = requests[nrecv:]
@@ -177,7 +185,7 @@ class BoundPlan:
                     wait(requests[i], deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
                                                                                       f"from rank {m.peer}"))
                 if land is not None:
-                    _land(np, *land)
+                    land[0](*land[1])
                 if window and i + window < nrecv:  # its slot is free again: take the next message
                     later = i + window
                     if self.persistent:
