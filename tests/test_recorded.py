@@ -126,13 +126,29 @@ CHECKS = [
 
 
 @pytest.mark.parametrize("check, right, wrong", CHECKS, ids=[c[0].__name__ for c in CHECKS])
-def test_every_exercise_check_passes_the_right_answer_and_explains_a_wrong_one(check, right, wrong, capsys):
-    check(right)
+def test_every_exercise_check_passes_the_right_answer_and_explains_a_wrong_one(check, right, wrong, capsys, monkeypatch):
+    monkeypatch.delenv(exercises.STRICT_ENV, raising=False)
+    assert check(right) is right  # the rest of the lab uses yours
     assert capsys.readouterr().out.startswith("Correct")
     with pytest.raises(AssertionError, match="Hint:"):
-        check(wrong)
+        check(wrong, strict=True)
     with pytest.raises(AssertionError):
-        check(lambda *args: np.nan)
+        check(lambda *args: np.nan, strict=True)
+    monkeypatch.setenv(exercises.STRICT_ENV, "1")
+    with pytest.raises(AssertionError, match="Hint:"):
+        check(wrong)
+    monkeypatch.delenv(exercises.STRICT_ENV)
+    # a learner's Run All: the verdict is printed, never raised, and the reference takes over
+    reference = check(wrong)
+    said = capsys.readouterr().out
+    assert " is not right yet: " in said and "Hint:" in said and "use the reference" in said
+    assert reference is not wrong and check(reference, strict=True) is reference
+    assert check(lambda *args: None) is reference
+    assert "not done yet" in capsys.readouterr().out
+    with pytest.raises(exercises.NotDoneYet):
+        check(lambda *args: None, strict=True)
+    assert check(lambda *args: 1 / 0) is reference
+    assert "raised ZeroDivisionError: division by zero" in capsys.readouterr().out
 
 
 def test_without_a_gpu_a_recorded_gpu_sweep_is_found_by_collective(tmp_path, capsys):

@@ -148,7 +148,7 @@ def pcie_gbytes(gt_per_s, encoding, lanes):
 
 
 # %%
-check_pcie(pcie_gbytes)
+pcie_gbytes = check_pcie(pcie_gbytes)  # yours when it is right, else the reference
 
 # %% [markdown]
 # ringlab's own `pcie_bandwidth(generation, lanes)` does the same from the generation (published

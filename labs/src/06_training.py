@@ -80,7 +80,7 @@ def scaled_lr(base_lr, k, step, warmup):
 
 
 # %%
-check_scaled_lr(scaled_lr)
+scaled_lr = check_scaled_lr(scaled_lr)  # yours when it is right, else the reference
 
 # %% [markdown]
 # ## Speed-up against ranks
