@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (the lab extra)")
 
-from ringlab.lab.cluster import MPICluster  # noqa: E402
+from ringlab.lab.cluster import GRACE_S, MPICluster  # noqa: E402
 
 
 @pytest.mark.timeout(240)
@@ -36,7 +36,7 @@ def test_ranks_collective_abort_and_restart():
         start = time.monotonic()
         with pytest.raises(Exception, match="died"):
             ranks.view.execute(failing, block=False).get(timeout=60)
-        assert time.monotonic() - start < 10  # not a hang until some timeout
+        assert time.monotonic() - start < 10 + GRACE_S  # rank 1 waits GRACE_S for rank 0, which is stuck: abort
         ranks.restart()
         assert ranks.alive()
         ranks.view.execute("seven = 7", block=True)
@@ -104,3 +104,34 @@ def test_a_rank_that_raises_in_apply_ends_the_job_with_its_error():
         with pytest.raises(NameError, match="rank 0 has no variable named 'nothing'"):
             ranks.pull_rank0("nothing")
         assert ranks.alive()  # a missing name is an error here, not an abort there
+
+
+@pytest.mark.timeout(300)
+def test_a_mistake_every_rank_makes_alike_keeps_the_ranks_and_a_restart_replays_the_setup():
+    import nbformat
+    from nbclient import NotebookClient
+
+    cells = ["from ringlab.lab.cluster import MPICluster\nranks = MPICluster(2).start()",
+             "%%px\nfrom mpi4py import MPI\nimport numpy as np\nbase = 10 + MPI.COMM_WORLD.Get_rank()",
+             "%%px\nprint(undefined_name)",                         # a typo: every rank raises alike
+             "print('alive after the typo:', ranks.alive())",
+             "%%px\nprint('still', base)",                          # what the ranks held is still there
+             "%%px\nif MPI.COMM_WORLD.Get_rank() == 1:\n    raise RuntimeError('boom on rank 1')\n"
+             "MPI.COMM_WORLD.Allreduce(np.ones(3), np.empty(3))",     # rank 0 waits for rank 1: the job aborts
+             "ranks.restart(replay=True)",
+             "%%px\nprint('again', base)",
+             "ranks.stop()"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells], metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    done = NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True).execute()
+
+    def said(i):
+        return "".join(o.get("text", "") + "".join(o.get("traceback", [])) + str(o.get("data", {}))
+                       for o in done.cells[i].outputs)
+
+    assert "NameError" in said(2) and "still running" in said(2)
+    assert "alive after the typo: True" in said(3)
+    assert "still 10" in said(4) and "still 11" in said(4)
+    assert "boom on rank 1" in said(5) and "restart(replay=True)" in said(5)
+    assert "running again: from mpi4py import MPI" in said(6) and "undefined_name" not in said(6)
+    assert "again 10" in said(7) and "again 11" in said(7)

@@ -105,8 +105,11 @@ step_figure(ring)
 # %% [markdown]
 # ## On real ranks
 #
-# Start four MPI ranks. Cells that begin with `%%px` run on all four at once. If a rank raises,
-# the whole job is aborted, so the cell fails instead of hanging; `ranks.restart()` brings fresh ones.
+# Start four MPI ranks. Cells that begin with `%%px` run on all four at once. A mistake every rank
+# makes alike (a typo, a name not defined yet) just fails the cell, and the ranks keep what they
+# hold. If one rank raises while the others wait for it in a collective, the whole job is aborted
+# instead of hanging; `ranks.restart(replay=True)` brings fresh ranks and runs your earlier `%%px`
+# cells again.
 #
 # Nothing here is special to notebooks: in a terminal, `python -m ringlab.lab script 03 > ranks.py`
 # writes this lab's `%%px` cells as one script, and `mpiexec -n 4 python -m mpi4py ranks.py` runs it.

@@ -7,10 +7,14 @@
     ranks.stop()                      # also at exit, and by `with MPICluster(4) as ranks:`
 
 A rank that raises while the others wait in a collective would hang the cell, and nbval's
-timeout cannot interrupt it through ipyparallel. So on every engine an exception, in a ``%%px``
-cell or in a function sent with ``apply``, writes what it was to the cluster's folder and aborts
-the whole MPI job: the cell fails at once, showing each rank's own error, and :meth:`MPICluster.start`
-(or :meth:`restart`) brings up fresh engines. Engine ids need not equal MPI ranks:
+timeout cannot interrupt it through ipyparallel. So when a ``%%px`` cell raises on a rank, that
+rank waits a few seconds (:data:`GRACE_S`) for every rank to reach the end of the cell: when all do
+(a typo or a NameError raises alike everywhere), the cell just fails and the ranks live on with
+what they held. When some rank does not (it waits in a collective for the one that raised), the
+rank writes what it raised to the cluster's folder and aborts the whole MPI job: the cell fails,
+showing each rank's own error, and :meth:`MPICluster.restart` brings up fresh engines, with
+``replay=True`` running again the ``%%px`` cells that had succeeded (the lab's setup). An exception
+in a function sent with ``apply`` always aborts. Engine ids need not equal MPI ranks:
 :attr:`MPICluster.view` is ordered by rank.
 
 Everything a cluster writes (connection files, logs, those errors) goes into its own temporary
@@ -32,12 +36,15 @@ from pathlib import Path
 from ..mpi.launch import check_nranks, local_env
 
 _RUNNING: list["MPICluster"] = []
-ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised
+ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised, and cells' end marks
+GRACE_S = 5.0  # how long a rank that raised waits for the others to end the cell before aborting the job
 
 
-def _abort_on_exception(errors: str) -> int:
-    """Runs on each engine: on any exception in a cell or an applied function, record it in the
-    folder ``errors``, show it, then abort every rank."""
+def _abort_on_exception(errors: str, grace: float = GRACE_S) -> int:
+    """Runs on each engine: when a cell raises here, wait up to ``grace`` seconds for every rank to
+    end the cell, and abort every rank unless all did (then the cell just fails); an exception in an
+    applied function records itself in the folder ``errors`` and aborts at once."""
+    import os as _os
     import sys as _sys
     import time as _time
     import traceback as _traceback
@@ -45,7 +52,20 @@ def _abort_on_exception(errors: str) -> int:
     from IPython import get_ipython
     from mpi4py import MPI
 
-    rank = MPI.COMM_WORLD.Get_rank()
+    import hashlib as _hashlib
+
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    cell = ["0"]  # the cell running now: how many this engine has run, and a digest of its text
+
+    def starting(info) -> None:
+        count = int(cell[0].split("-")[0]) + 1
+        cell[0] = f"{count}-{_hashlib.sha256((info.raw_cell or '').encode()).hexdigest()[:12]}"
+
+    def ended(r: int) -> str:  # ranks that ran different cells never see each other's marks: they abort
+        return f"{errors}/cell-{cell[0]}-rank-{r}.ended"
+
+    def mark_ended(*_) -> None:
+        open(ended(rank), "w").close()
 
     def abort_with(name: str, value, text: str) -> None:
         with open(f"{errors}/rank-{rank}.txt", "w") as fh:
@@ -56,12 +76,23 @@ def _abort_on_exception(errors: str) -> int:
         _time.sleep(0.3)  # let the output reach the notebook before the job goes
         MPI.COMM_WORLD.Abort(1)
 
-    def abort(shell, etype, value, tb, tb_offset=None):
+    def on_exception(shell, etype, value, tb, tb_offset=None):
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        mark_ended()
+        deadline = _time.monotonic() + grace
+        while _time.monotonic() < deadline:
+            if all(_os.path.exists(ended(r)) for r in range(size)):
+                return  # every rank got to the end of the cell: nobody waits for this one
+            _time.sleep(0.05)
+        late = [r for r in range(size) if not _os.path.exists(ended(r))]
+        print(f"ringlab: rank{'s' * (len(late) > 1)} {', '.join(map(str, late))} did not end the cell within "
+              f"{grace:g} s (waiting in a collective for rank {rank}?)", file=_sys.stderr)
         abort_with(etype.__name__, value, "".join(_traceback.format_exception(etype, value, tb)))
 
     shell = get_ipython()
-    shell.set_custom_exc((Exception,), abort)
+    shell.set_custom_exc((Exception,), on_exception)
+    shell.events.register("pre_run_cell", starting)
+    shell.events.register("post_run_cell", mark_ended)
     kernel = shell.kernel
     plain_apply = kernel.do_apply
 
@@ -93,6 +124,7 @@ class MPICluster:
         self._cluster = self.client = self.view = None
         self.profile_dir: str | None = None
         self._watchdog = None
+        self.cells: list[str] = []  # the %%px cells that succeeded on every rank, for restart(replay=True)
 
     def start(self) -> "MPICluster":
         """Start the engines (stopping any this object started before) and install the abort hook."""
@@ -142,8 +174,16 @@ class MPICluster:
         """Whether all engines are still there (an aborted job leaves none)."""
         return self.client is not None and len(self.client.ids) == self.n
 
-    def restart(self) -> "MPICluster":
-        return self.start()
+    def restart(self, replay: bool = False) -> "MPICluster":
+        """Fresh engines. With ``replay=True``, run again, in order, every ``%%px`` cell that had succeeded
+        on all ranks (imports, the communicator, data: the lab's setup), saying which."""
+        self.start()
+        if replay:
+            for source in list(self.cells):
+                body = source.split("\n", 1)[1] if "\n" in source else ""
+                print(f"ringlab: running again: {body.strip().splitlines()[0] if body.strip() else '(empty)'} ...")
+                self.view.execute(body, block=True)
+        return self
 
     def stop(self) -> None:
         """Stop the engines and the controller and remove the cluster's folder; safe to call twice,
@@ -182,7 +222,7 @@ def _explain_rank_errors_in(cluster: MPICluster) -> None:
     in case its own traceback was lost when the job was aborted."""
     try:
         from IPython import get_ipython
-        from ipyparallel.error import CompositeError, EngineError
+        from ipyparallel.error import AlreadyDisplayedError, CompositeError, EngineError
     except ImportError:
         return
     shell = get_ipython()
@@ -194,9 +234,23 @@ def _explain_rank_errors_in(cluster: MPICluster) -> None:
         said = [text for running in _RUNNING for text in running.rank_errors()]
         if said:
             print("ringlab: the MPI job was aborted; what the ranks raised:\n" + "\n".join(said)
-                  + "\nStart fresh ranks with ranks.restart().", file=sys.stderr)
+                  + "\nStart fresh ranks with ranks.restart(replay=True): it runs your earlier %%px cells again.",
+                  file=sys.stderr)
+        elif cluster.alive():
+            print("ringlab: every rank raised and ended the cell, so the ranks are still running, with everything "
+                  "they held: fix the cell and run it again.", file=sys.stderr)
 
-    shell.set_custom_exc((CompositeError, EngineError), explain)
+    shell.set_custom_exc((CompositeError, EngineError, AlreadyDisplayedError), explain)
+    if getattr(cluster, "_recording", False):
+        return
+    cluster._recording = True
+
+    def remember(result) -> None:
+        source = getattr(result.info, "raw_cell", "") or ""
+        if source.lstrip().startswith("%%px") and result.success and cluster.alive():
+            cluster.cells.append(source.lstrip())
+
+    shell.events.register("post_run_cell", remember)
 
 
 @atexit.register
