@@ -12,57 +12,71 @@
 # **What you need:** labs 03 and 04, and torch.
 
 # %%
-import numpy as np
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_scaled_lr
 from ringlab.lab.tables import table
-from ringlab.train.scaling import COLUMNS, measure_scaling
+from ringlab.lab.training import compare_trainers, describe_accuracy, describe_speedup, describe_trainers
+from ringlab.mpi.launch import cores
+from ringlab.train.scaling import RECIPE_COLUMNS, measure_scaling, train_in_one_process
+from ringlab.viz import use_renderer
+from ringlab.viz.training import speedup_plot
+
+use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
 # %% [markdown]
 # ## Three trainers, one result
 #
-# Three ranks each take their slice of every global batch. The DistributedOptimizer averages
-# gradients with `rl.allreduce` (ring) after every backward pass. DDP does the same with gloo. So
-# after 30 steps of plain SGD their weights agree up to float rounding.
+# Three workers each take their slice of every global batch of 96. The parameter server needs a rank
+# of its own to serve, so we start four ranks: rank 0 serves, ranks 1-3 are the three workers of all
+# three trainers. The DistributedOptimizer averages gradients with `rl.allreduce` (ring) after every
+# backward pass; DDP does the same with gloo; both run on a communicator of ranks 1-3 (`Split`) while
+# rank 0 waits. Then the synchronous parameter server of lab 04 averages the same gradients on rank 0.
+# After 30 steps of plain SGD, are the three sets of weights the same?
 
 # %%
-ranks = MPICluster(3).start()
+ranks = MPICluster(4).start()
 
 # %%
 # %%px
 import torch
 from mpi4py import MPI
-from ringlab.train import DistributedOptimizer
+from ringlab.train import DistributedOptimizer, ParameterServer
 from ringlab.train.reference import ddp_weights
 from ringlab.train.task import batches, make_data, make_model, weights
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+world = MPI.COMM_WORLD
+workers = world.Split(0 if world.Get_rank() > 0 else MPI.UNDEFINED)  # ranks 1-3; rank 0 gets COMM_NULL
 x, y, _, _ = make_data()
-batch = batches(x, y, size, 32)
+batch = batches(x, y, 3, 32)  # batch(worker, step): worker's 32 of step's 96
 loss_fn = torch.nn.CrossEntropyLoss()
+trained = {}
 
-model = make_model(seed=rank)  # on purpose: the optimizer broadcasts rank 0's weights first
-opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model.named_parameters())
-for step in range(30):
-    opt.zero_grad()
-    inputs, targets = batch(rank, step)
-    loss_fn(model(inputs), targets).backward()
-    opt.step()
-opt.close()
-ours = weights(model)
-theirs = ddp_weights(make_model(seed=0), batch, steps=30, lr=0.05)  # torch DDP on the same batches
+if workers != MPI.COMM_NULL:
+    worker = workers.Get_rank()
+    model = make_model(seed=worker)  # on purpose: the optimizer broadcasts worker 0's weights first
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), model.named_parameters(), comm=workers)
+    for step in range(30):
+        opt.zero_grad()
+        inputs, targets = batch(worker, step)
+        loss_fn(model(inputs), targets).backward()
+        opt.step()
+    opt.close()
+    trained["DistributedOptimizer (ring)"] = weights(model)
+    trained["DDP"] = ddp_weights(make_model(seed=0), batch, steps=30, lr=0.05, comm=workers)
+
+model = make_model(seed=0)
+ParameterServer(model, servers=1, lr=0.05).run(30, batch, loss_fn)  # rank 0 serves, ranks 1-3 work
+trained["parameter server (sync)"] = weights(model)
 
 # %%
-ours, theirs = ranks.pull_rank0("ours", "theirs")
+trained = ranks.view.pull("trained", block=True)[1]  # rank 1, worker 0, took part in all three
 ranks.stop()
-print(f"largest difference, relative to the largest weight: {np.abs(ours - theirs).max() / np.abs(theirs).max():.1e}")
-assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
+compared = compare_trainers(trained, reference="DDP")
+table(compared, {"trainer": "trainer", "largest difference from DDP (relative)": ("difference", ".1e")})
+print(describe_trainers(compared))
+assert all(row["difference"] <= 1e-5 for row in compared)
 
 # %% [markdown]
-# The synchronous parameter server of lab 04 computes the same average, so it lands on the same
-# weights too (`tests/test_train.py` checks all three after 50 steps).
-#
 # ## Exercise 1: scaling the learning rate
 #
 # With one GPU a model trains well at batch 100 and learning rate 0.001. With k GPUs the global
@@ -85,12 +99,33 @@ scaled_lr = check_scaled_lr(scaled_lr)  # yours when it is right, else the refer
 # %% [markdown]
 # ## Speed-up against ranks
 #
-# Measured here: samples per second with 1, 2 and 4 ranks, the share of each step spent
-# communicating, and the test accuracy reached. Remember that this machine's ranks share two CPU
-# cores.
+# Now one MPI job each for 1, 2 and 4 ranks, every rank taking 32 samples a step with the linear
+# scaling rule (learning rate 0.05 per 32 samples, momentum 0.9). Every run trains on the same
+# number of samples, so n ranks take n times fewer steps of n times the batch: with the same number
+# of steps instead, n ranks would see n times the samples, and their accuracies would compare
+# different amounts of training. Measured here: samples per second, the share of each step spent
+# communicating, and the test accuracy reached.
 
 # %%
-table(measure_scaling([1, 2, 4], steps=300), COLUMNS)
+rows = measure_scaling([1, 2, 4], samples=38400)
+table(rows, RECIPE_COLUMNS)
+
+# %%
+speedup_plot(rows, cores=cores())
+
+# %%
+print(describe_speedup(rows, cores()))
+
+# %% [markdown]
+# ## Accuracy: what differs between the runs
+#
+# The runs differ in batch size, learning rate and number of steps. Does averaging gradients over
+# ranks change what is learned as well? Check it: train in this one process on the largest run's
+# global batches (all its ranks' slices together) with its learning rate and number of steps.
+
+# %%
+one_process = train_in_one_process(nranks=rows[-1]["ranks"], steps=rows[-1]["steps"])
+print(describe_accuracy(rows, one_process))
 
 # %% [markdown]
 # ## Summary
@@ -101,8 +136,13 @@ table(measure_scaling([1, 2, 4], steps=300), COLUMNS)
 # - Fusing gradients into buckets and starting each bucket's allreduce as soon as backward has
 #   filled it hides communication behind computation.
 # - k times the batch calls for about k times the learning rate, reached over a warm-up.
+# - n ranks averaging gradients compute what one process computes on their slices together: what
+#   is learned depends on the global batch, the learning rate and the number of steps, not on the
+#   ranks. Compare accuracies at equal samples.
 #
 # ## Exercises
 #
 # 1. (Above) linear scaling with warm-up.
 # 2. Pass `algorithm="naive"` or `"rhd"` to the DistributedOptimizer. Do the weights change? Does the time?
+# 3. Run `measure_scaling([1, 2, 4], steps=300)`: the same steps at every rank count. How many samples
+#   does each run see, and how do the accuracies compare now?

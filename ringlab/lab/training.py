@@ -1,0 +1,168 @@
+"""What lab 06 says about its measurements, worded from the numbers it quotes: three trainers' weights
+compared, the speed-up against ranks on this machine's cores, and why accuracies differ between runs."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..measure.units import format_bytes
+
+ROUNDING = 1e-5  # float32 keeps about 7 significant digits; 30 steps of rounding stay well under this
+SAME_ACCURACY = 0.01  # accuracies within 1 point (20 of 2,000 test points) count as "about the same"
+
+
+def compare_trainers(trained: dict, reference: str = "DDP") -> list[dict]:
+    """One row per trainer of ``trained`` ({name: flat weights}) but ``reference``: its largest difference
+    from ``reference``'s weights, relative to the largest of those weights."""
+    if reference not in trained:
+        raise ValueError(f"no weights named {reference!r} to compare with; got {', '.join(trained)}")
+    theirs = np.asarray(trained[reference])
+    return [{"trainer": name, "difference": float(np.abs(np.asarray(w) - theirs).max() / np.abs(theirs).max())}
+            for name, w in trained.items() if name != reference]
+
+
+def describe_trainers(rows: list[dict], reference: str = "DDP", tolerance: float = ROUNDING) -> str:
+    """Whether the trainers of :func:`compare_trainers` ended on ``reference``'s weights, up to rounding."""
+    worst = max(rows, key=lambda row: row["difference"])
+    names = _and([row["trainer"] for row in rows])
+    if worst["difference"] <= tolerance:
+        return (f"The {names} ended within {worst['difference']:.1e} of {reference}'s weights (relative to the largest "
+                f"weight), under the {tolerance:.0e} that float rounding can explain: the same average, "
+                f"computed {len(rows) + 1} ways.")
+    return (f"The {worst['trainer']} ended {worst['difference']:.1e} away from {reference}'s weights, more than the "
+            f"{tolerance:.0e} that float rounding can explain: it did not compute the same average.")
+
+
+def describe_speedup(rows: list[dict], cores: int) -> str:
+    """What the speed-up rows of ``measure_scaling`` say, on a machine that gives the ranks ``cores`` cores."""
+    first, last = rows[0], rows[-1]
+    ranks = [row["ranks"] for row in rows]
+    lines = [_cores_sentence(ranks, cores)]
+    ideal, allowed = last["ranks"] / first["ranks"], min(last["ranks"], cores) / min(first["ranks"], cores)
+    said = (f"At {last['ranks']} ranks training ran {last['speedup']:.2f}x as fast as at {_ranks(first['ranks'])} "
+            f"(ideal {ideal:.3g}x" + (f"; {cores} cores allow at most {allowed:.3g}x" if allowed < ideal else "")
+            + ")")
+    if round(last["speedup"], 2) < 1:
+        lines.append(f"{said}: slower than {_ranks(first['ranks'])}, so adding ranks "
+                     "cost more than it gained.")
+    elif last["speedup"] >= 0.8 * allowed:
+        lines.append(f"{said}: {last['speedup'] / allowed:.0%} of what the cores allow.")
+    else:
+        lines.append(f"{said}: only {last['speedup'] / allowed:.0%} of what the cores allow.")
+    best = max(rows, key=lambda row: row["speedup"])
+    if best is not last and best is not first:
+        lines.append(f"The fastest run was {best['ranks']} ranks, at {best['speedup']:.2f}x.")
+    lines.append(_communication_sentence(first, last, cores))
+    return "\n".join(lines)
+
+
+def _cores_sentence(ranks: list[int], cores: int) -> str:
+    fit, over = [n for n in ranks if n <= cores], [n for n in ranks if n > cores]
+    said = f"This machine gives the ranks {cores} core{'s' * (cores != 1)}: "
+    if not over:
+        return said + f"every run had a core per rank ({_and(ranks)} ranks), so no rank waited for a core."
+    fitting = (f"the run{'s' * (len(fit) > 1)} with {_and(fit)} rank{'s' * (fit != [1])} had a core per rank; "
+               if fit else "")
+    shared = " and ".join(f"{n} ranks ({n / cores:.2g} ranks a core)" for n in over)
+    return (f"{said}{fitting}the run{'s' * (len(over) > 1)} with {shared} {'were' if len(over) > 1 else 'was'} "
+            "oversubscribed: ranks took turns on the cores, and a rank waiting for a peer that had no core counted "
+            "that wait as communicating.")
+
+
+def _communication_sentence(first: dict, last: dict, cores: int) -> str:
+    def step(row):  # (seconds a step, seconds of it computing) on a rank
+        seconds = row["seconds"] / row["steps"]
+        return seconds, seconds * (1 - row["comm_share"])
+
+    (one, one_computing), (many, computing) = step(first), step(last)
+    lines = [f"At {_ranks(first['ranks'])} a step took {one * 1e6:.0f} us: {one_computing * 1e6:.0f} us computing "
+             f"its {first['batch'] // first['ranks']} samples and {first['comm_share']:.0%} of it in step()"
+             + (", though no bytes travel (handing the gradients to the communication thread and back, and an "
+                "allreduce with no one to send to)."
+                if first["ranks"] == 1 else ", averaging the gradients.")]
+    slower = computing / one_computing
+    shared = ": ranks shared cores" if last["ranks"] > cores else ""
+    lines.append(f"At {_ranks(last['ranks'])} a step took {many * 1e6:.0f} us: {computing * 1e6:.0f} us computing the "
+                 f"same samples per rank ({slower:.1f}x as long{shared}) and {last['comm_share']:.0%} of it averaging "
+                 f"{format_bytes(last['gradient_bytes'])} of gradients.")
+    if last["comm_share"] > 0.5:
+        lines.append("Communication, not computation, set the pace: a model this small has too little to compute per "
+                     "byte it sends for more ranks to pay off much.")
+    else:
+        lines.append("Computation still took most of each step, so more ranks had work to share.")
+    return "\n".join(lines)
+
+
+def describe_accuracy(rows: list[dict], one_process: dict) -> str:
+    """Why the test accuracies of ``measure_scaling``'s rows differ, and whether one process trained on
+    the global batches of one of them (:func:`ringlab.train.scaling.train_in_one_process`) matches it."""
+    lines = [_recipe_sentence(rows)]
+    lo, hi = min(rows, key=lambda r: r["accuracy"]), max(rows, key=lambda r: r["accuracy"])
+    points = rows[0]["test_points"]
+    spread = hi["accuracy"] - lo["accuracy"]
+    lines.append(f"Test accuracy ranged from {lo['accuracy']:.4f} ({_ranks(lo['ranks'])}) to {hi['accuracy']:.4f} "
+                 f"({_ranks(hi['ranks'])}): {round(spread * points):,} more of the {points:,} test points classified "
+                 "right.")
+    lines.append(_one_process_sentence(rows, one_process, points))
+    if len({row["samples"] for row in rows}) > 1:
+        lines.append("The runs saw different numbers of samples, so their accuracies compare different amounts of "
+                     "training, not the ranks: measure with samples= for a fair comparison.")
+    elif spread <= SAME_ACCURACY + 1e-9:
+        lines.append(f"At equal samples they are within {SAME_ACCURACY:.2f} ({SAME_ACCURACY * points:.0f} test "
+                     "points): n times the batch at n times the learning rate learned about as well in n times "
+                     "fewer steps (linear scaling held).")
+    elif lo is rows[0]:
+        lines.append(f"At equal samples they are more than {SAME_ACCURACY:.2f} ({SAME_ACCURACY * points:.0f} test "
+                     f"points) apart, and {_ranks(lo['ranks'])}, the smallest batch at the smallest learning rate, "
+                     "ended lowest: the larger batches did better here, so more ranks cost no accuracy.")
+    else:
+        times = lo["ranks"] / rows[0]["ranks"]
+        lines.append(f"At equal samples they are more than {SAME_ACCURACY:.2f} ({SAME_ACCURACY * points:.0f} test "
+                     f"points) apart, and {_ranks(lo['ranks'])} ended lowest: here {times:.3g} times the learning "
+                     f"rate did not fully make up for {times:.3g} times fewer steps. The linear scaling rule is an "
+                     "approximation: it holds while one step changes the weights little, and larger rates want the "
+                     "warm-up of Exercise 1.")
+    return "\n".join(lines)
+
+
+def _recipe_sentence(rows: list[dict]) -> str:
+    runs = ", ".join(f"{_ranks(r['ranks'])} {r['steps']} steps of {r['batch']} at lr "
+                     f"{r['lr']:.2f}" for r in rows)
+    samples = {row["samples"] for row in rows}
+    if len(samples) == 1:
+        total = samples.pop()
+        return (f"Every run trained on {total:,} samples ({total / rows[0]['train_points']:.2f} passes over the "
+                f"{rows[0]['train_points']:,} training points): {runs} (the linear scaling rule).")
+    seen = ", ".join(f"{_ranks(r['ranks'])} {r['samples']:,}" for r in rows)
+    return f"The runs took the same number of steps, so n ranks saw n times the samples ({seen}): {runs}."
+
+
+def _one_process_sentence(rows: list[dict], one: dict, points: int) -> str:
+    match = [r for r in rows if r["ranks"] == one["ranks"] and r["steps"] == one["steps"]]
+    if not match:
+        raise ValueError(f"no run of {one['ranks']} ranks and {one['steps']} steps to set the one-process run against")
+    run = match[0]
+    said = (f"One process trained on the {run['ranks']}-rank run's global batches ({one['batch']} a step, lr "
+            f"{one['lr']:.2f}, {one['steps']} steps) reached {one['accuracy']:.4f}; the {run['ranks']} ranks "
+            f"reached {run['accuracy']:.4f}")
+    apart = round(abs(one["accuracy"] - run["accuracy"]) * points)
+    rounding = ("the ranks add their gradients in another order than one process does, and steps carry the "
+                "rounding on")
+    if apart == 0:
+        return (f"{said}: the same. Ranks averaging gradients compute what one process computes on the whole global "
+                "batch, so the ranks change nothing that is learned: the batch size, the learning rate and the "
+                "number of steps do.")
+    if apart <= SAME_ACCURACY * points:
+        return (f"{said}: {apart} test point{'s' * (apart != 1)} apart ({rounding}). Ranks averaging gradients compute "
+                "what one process computes on the whole global batch: the batch size, the learning rate and the "
+                "number of steps set what is learned, not the ranks.")
+    return (f"{said}: {apart} test points apart, more than float rounding explains ({rounding}), so the ranks "
+            "did not compute what one process computes on the global batch.")
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank{'s' * (n != 1)}"
+
+
+def _and(values: list) -> str:
+    values = [str(v) for v in values]
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]

@@ -1,0 +1,94 @@
+"""Lab 06's sentences (ringlab.lab.training): each worded from the numbers it quotes, both ways."""
+import numpy as np
+import pytest
+
+from ringlab.lab.training import compare_trainers, describe_accuracy, describe_speedup, describe_trainers
+
+
+def run(ranks, speedup, accuracy, steps=None, samples=38400, comm_share=0.1, seconds=None):
+    steps = samples // (32 * ranks) if steps is None else steps
+    return {"ranks": ranks, "steps": steps, "batch": 32 * ranks, "lr": 0.05 * ranks, "samples": steps * 32 * ranks,
+            "train_points": 10000, "test_points": 2000, "gradient_bytes": 23072, "speedup": speedup,
+            "comm_share": comm_share, "accuracy": accuracy,
+            "seconds": steps * 500e-6 / speedup * ranks if seconds is None else seconds}
+
+
+def one(ranks, steps, accuracy):
+    return {"ranks": ranks, "steps": steps, "batch": 32 * ranks, "lr": 0.05 * ranks, "accuracy": accuracy}
+
+
+def test_trainers_compared_with_the_reference():
+    ddp = np.array([1.0, -2.0, 4.0])
+    rows = compare_trainers({"ring": ddp + 4e-7, "DDP": ddp, "ps": ddp - np.array([0, 8e-7, 0])})
+    assert [r["trainer"] for r in rows] == ["ring", "ps"]
+    assert rows[0]["difference"] == pytest.approx(1e-7) and rows[1]["difference"] == pytest.approx(2e-7)
+    said = describe_trainers(rows)
+    assert said.startswith("The ring and ps ended within 2.0e-07 of DDP's weights") and "computed 3 ways" in said
+    rows[1]["difference"] = 3e-3
+    assert describe_trainers(rows).startswith("The ps ended 3.0e-03 away from DDP's weights, more than the 1e-05")
+    with pytest.raises(ValueError, match="no weights named 'DDP'"):
+        compare_trainers({"ring": ddp})
+
+
+def test_speedup_on_too_few_cores():
+    rows = [run(1, 1.0, 0.92, comm_share=0.1), run(2, 1.9, 0.92, comm_share=0.2), run(4, 0.6, 0.92, comm_share=0.7)]
+    said = describe_speedup(rows, cores=2).splitlines()
+    assert said[0] == ("This machine gives the ranks 2 cores: the runs with 1 and 2 ranks had a core per rank; the run "
+                       "with 4 ranks (2 ranks a core) was oversubscribed: ranks took turns on the cores, and a rank "
+                       "waiting for a peer that had no core counted that wait as communicating.")
+    assert said[1] == ("At 4 ranks training ran 0.60x as fast as at 1 rank (ideal 4x; 2 cores allow at most 2x): "
+                       "slower than 1 rank, so adding ranks cost more than it gained.")
+    assert said[2] == "The fastest run was 2 ranks, at 1.90x."
+    assert said[3].startswith("At 1 rank a step took 500 us: 450 us computing its 32 samples and 10% of it in step(), "
+                              "though no bytes travel")
+    # 4 ranks: 300 steps of 500 us / 0.6 * 4 = 3333 us, 30% of it computing = 1000 us, 2.2x the 450 us at 1 rank
+    assert said[4] == ("At 4 ranks a step took 3333 us: 1000 us computing the same samples per rank (2.2x as long: "
+                       "ranks shared cores) and 70% of it averaging 22.5 KiB of gradients.")
+    assert said[5].startswith("Communication, not computation, set the pace")
+
+
+def test_speedup_with_a_core_per_rank():
+    rows = [run(1, 1.0, 0.92), run(2, 1.9, 0.92), run(4, 3.5, 0.92, comm_share=0.3)]
+    said = describe_speedup(rows, cores=8).splitlines()
+    assert said[0] == ("This machine gives the ranks 8 cores: every run had a core per rank (1, 2 and 4 ranks), so no "
+                       "rank waited for a core.")
+    assert said[1] == "At 4 ranks training ran 3.50x as fast as at 1 rank (ideal 4x): 88% of what the cores allow."
+    assert "ranks shared cores" not in said[3] and said[4].startswith("Computation still took most of each step")
+    rows[-1]["speedup"] = 2.0
+    assert describe_speedup(rows, cores=8).splitlines()[1].endswith(": only 50% of what the cores allow.")
+
+
+def test_accuracy_at_equal_samples_within_a_point():
+    rows = [run(1, 1.0, 0.9195), run(2, 1.9, 0.919), run(4, 0.6, 0.9235)]
+    said = describe_accuracy(rows, one(4, 300, 0.9235)).splitlines()
+    assert said[0] == ("Every run trained on 38,400 samples (3.84 passes over the 10,000 training points): 1 rank "
+                       "1200 steps of 32 at lr 0.05, 2 ranks 600 steps of 64 at lr 0.10, 4 ranks 300 steps of 128 at "
+                       "lr 0.20 (the linear scaling rule).")
+    assert said[1] == ("Test accuracy ranged from 0.9190 (2 ranks) to 0.9235 (4 ranks): 9 more of the 2,000 test "
+                       "points classified right.")
+    assert said[2].startswith("One process trained on the 4-rank run's global batches (128 a step, lr 0.20, 300 "
+                              "steps) reached 0.9235; the 4 ranks reached 0.9235: the same.")
+    assert said[3].startswith("At equal samples they are within 0.01 (20 test points)")
+
+
+def test_accuracy_at_equal_samples_more_than_a_point_apart():
+    rows = [run(1, 1.0, 0.9255), run(2, 1.9, 0.9285), run(4, 0.6, 0.9175)]
+    said = describe_accuracy(rows, one(4, 300, 0.9185)).splitlines()
+    assert "22 more of the 2,000 test points" in said[1]
+    assert "reached 0.9185; the 4 ranks reached 0.9175: 2 test points apart (the ranks add" in said[2]
+    assert said[3].startswith("At equal samples they are more than 0.01 (20 test points) apart, and 4 ranks ended "
+                              "lowest: here 4 times the learning rate did not fully make up for 4 times fewer steps.")
+    rows[0]["accuracy"] = 0.9000  # now the smallest batch ends lowest
+    assert "1 rank, the smallest batch at the smallest learning rate, ended lowest" in describe_accuracy(
+        rows, one(4, 300, 0.9175))
+
+
+def test_accuracy_at_equal_steps_and_a_one_process_run_that_disagrees():
+    rows = [run(1, 1.0, 0.8935, steps=300), run(2, 1.9, 0.919, steps=300)]
+    said = describe_accuracy(rows, one(2, 300, 0.85)).splitlines()
+    assert said[0].startswith("The runs took the same number of steps, so n ranks saw n times the samples "
+                              "(1 rank 9,600, 2 ranks 19,200)")
+    assert "138 test points apart, more than float rounding explains" in said[2]
+    assert said[3].startswith("The runs saw different numbers of samples")
+    with pytest.raises(ValueError, match="no run of 4 ranks and 300 steps"):
+        describe_accuracy(rows, one(4, 300, 0.9))
