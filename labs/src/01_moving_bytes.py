@@ -17,10 +17,12 @@ import numpy as np
 
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
+from ringlab.lab.copies import copy_against_mpi, describe_best_pingpong, describe_staged, last_level_cache, staged_rows
 from ringlab.lab.exercises import check_message_time, check_staged_time
 from ringlab.lab.tables import table
 from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bandwidth
+from ringlab.measure.units import format_bytes
 from ringlab.predict.fitting import fit_pingpong
 from ringlab.topology.presets import PUBLISHED_LINKS
 from ringlab.viz import (bandwidth_heatmap, fraction_bars, host_device_figure, links_figure, measured_vs_predicted,
@@ -43,10 +45,11 @@ links_figure(PUBLISHED_LINKS, title="published figures: bandwidth per direction"
 # ## Latency against bandwidth, measured here
 #
 # Two MPI ranks on this machine, as ipyparallel engines. Rank 0 sends a message to rank 1, which
-# sends it back; half the round trip is the one-way time. The same run measures how fast one core
-# copies memory, the rate that shared-memory MPI cannot beat. A second pass sends every message
-# through an extra buffer on each side (a copy before the send, one after the receive), the way a
-# GPU message is staged through host memory when MPI cannot read GPU memory.
+# sends it back; half the round trip is the one-way time. The same run times one core copying
+# memory (`np.copyto`: every byte read once and written once) at each of the same sizes, to set MPI
+# against. A second pass sends every message through an extra buffer on each side (a copy before the
+# send, one after the receive), the way a GPU message is staged through host memory when MPI cannot
+# read GPU memory.
 
 # %%
 ranks = MPICluster(2).start()
@@ -54,18 +57,20 @@ ranks = MPICluster(2).start()
 # %%
 # %%px
 from mpi4py import MPI
-from ringlab.measure.bandwidth import memcpy_rate, pingpong
+from ringlab.lab.copies import copy_rows
+from ringlab.measure.bandwidth import pingpong
 
 sizes = [8, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 comm = MPI.COMM_WORLD
-copy_rate = memcpy_rate() if comm.Get_rank() == 0 else None
+copies = copy_rows(sizes) if comm.Get_rank() == 0 else None  # one core's np.copyto at each size
 direct = pingpong(comm, sizes)
 staged = pingpong(comm, sizes, staged=True)
 
 # %%
-copy_rate, direct, staged = ranks.pull_rank0("copy_rate", "direct", "staged")
+copies, direct, staged = ranks.pull_rank0("copies", "direct", "staged")
 ranks.stop()
-print(f"measured here: memory copy rate {copy_rate / 1e9:.2f} GB/s (one core)")
+copy_rate, copy_nbytes = copies[-1]["copy_Bps"], copies[-1]["bytes"]  # the largest, as `ringlab bandwidth` times it
+print(f"measured here: memory copy rate {copy_rate / 1e9:.2f} GB/s (one core, {format_bytes(copy_nbytes)})")
 table([{**d, "staged_s": s["one_way_s"], "staged_Bps": s["bandwidth_Bps"]} for d, s in zip(direct, staged)],
       {"size (B)": "bytes", "direct (us)": "one_way_s", "direct (GB/s)": "bandwidth_Bps",
        "staged (us)": "staged_s", "staged (GB/s)": "staged_Bps"})
@@ -74,6 +79,24 @@ table([{**d, "staged_s": s["one_way_s"], "staged_Bps": s["bandwidth_Bps"]} for d
 # Small messages all take about the same time: that floor is the **latency**. Large ones take time
 # in proportion to their size: the slope is one over the **bandwidth**.
 #
+# ## MPI against a memory copy
+#
+# Between two processes of one machine no wire is involved: a CPU core copies the message from one
+# process's memory to the other's. MPICH (the mpich wheel these labs use) does it with a single copy
+# where the kernel lets it: for a message of at least `MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD` bytes (8 KiB),
+# the receiving process reads the sender's buffer directly through the kernel ("cross-memory attach",
+# the system call `process_vm_readv`; `strace -f -e trace=process_vm_readv` on a ping-pong shows the
+# calls). One copy per message is the work of one `np.copyto`, so a one-core copy looks like a bound
+# for MPI. But a copy's rate depends on its size: a copy whose source and destination fit in the CPU's
+# caches need not wait for main memory. So the cell below sets MPI's rate at each size against a copy
+# of the same size, and says what the numbers show.
+
+# %%
+table(copy_against_mpi(copies, direct),
+      {"size (B)": "bytes", "copy alone (GB/s)": "copy_Bps", "MPI (GB/s)": "mpi_Bps", "MPI / copy": "ratio"})
+print(describe_best_pingpong(copies, direct, cache=last_level_cache()))
+
+# %% [markdown]
 # ## Exercise 1: the alpha-beta model
 #
 # A message of K bytes over a link with latency alpha (seconds) and bandwidth B (bytes per second)
@@ -99,7 +122,13 @@ alpha, bandwidth = fitted.alpha, fitted.bandwidth
 print(f"fitted to the measurements: alpha = {alpha * 1e6:.2f} us, B = {bandwidth / 1e9:.2f} GB/s")
 measured_vs_predicted([r["bytes"] for r in direct], [r["one_way_s"] for r in direct],
                       [message_time(r["bytes"], alpha, bandwidth) for r in direct], label="(alpha-beta fit)",
-                      title="MPI ping-pong, measured here, and the fitted alpha + K/B")
+                      title="MPI ping-pong: measured here, and predicted by the fitted alpha + K/B")
+
+# %% [markdown]
+# This alpha is the start-up of one raw MPI message between two processes. Labs 02 and 05 fit alphas
+# to ringlab's own collectives: each step of those starts more than one message and also pays for
+# Python, the step's bookkeeping and waiting for the slowest rank, so their alphas come out larger.
+# They are the cost of a collective's step, not of a message.
 
 # %% [markdown]
 # ## Exercise 2: what staging costs
@@ -120,7 +149,23 @@ def staged_time(nbytes, alpha, link, copy):
 staged_time = check_staged_time(staged_time)  # yours when it is right, else the reference
 measured_vs_predicted([r["bytes"] for r in staged], [r["one_way_s"] for r in staged],
                       [staged_time(r["bytes"], alpha, bandwidth, copy_rate) for r in staged], label="(staged)",
-                      title="staged ping-pong, measured here, against your formula")
+                      title="staged ping-pong: measured here, and predicted by your formula")
+
+# %% [markdown]
+# In this ping-pong nothing overlaps: each copy ends before its send starts, and each receive ends
+# before its copy starts (`pingpong` in `ringlab/measure/bandwidth.py`). So a staged message should
+# cost its parts added up: the direct message and two copies. The cell sets your formula against the
+# staged measurements and against those parts measured on their own (the direct message above, and
+# two copies of the same size timed alone: the "copy alone" column above), to find which part of the
+# formula is off where it is off.
+
+# %%
+staged_parts = staged_rows(staged, direct, copies, alpha, bandwidth, copy_rate)
+table(staged_parts, {"size (B)": "bytes", "staged (us)": "staged_s", "formula (us)": "formula_s",
+                     "formula / staged": "formula_ratio", "2K/copy rate (us)": "formula_copies_s",
+                     "2 copies alone (us)": "copies_s", "direct + copies (us)": "parts_s",
+                     "parts / staged": "parts_ratio"})
+print(describe_staged(staged_parts, copy_rate, copy_nbytes))
 
 # %% [markdown]
 # GPUs have the same choice. Without peer access, a copy from one GPU to another goes through host
@@ -241,8 +286,10 @@ print(f"{len(mine)} log(s) of these tools in {my_logs_folder()}")
 # here or recorded, as labelled):
 
 # %%
-measured = {"memory copy, one core (measured here)": copy_rate,
-            "MPI shared memory, best ping-pong (measured here)": max(r["bandwidth_Bps"] for r in direct)}
+best = max(copy_against_mpi(copies, direct), key=lambda r: r["mpi_Bps"])
+measured = {f"memory copy, one core, {format_bytes(copy_nbytes)} (measured here)": copy_rate,
+            f"memory copy, one core, {format_bytes(best['bytes'])} (measured here)": best["copy_Bps"],
+            f"MPI shared memory, best ping-pong, {format_bytes(best['bytes'])} (measured here)": best["mpi_Bps"]}
 if gpu is not None:
     pinned = {r["what"]: r["Bps"] for r in gpu["host_device"] if r["pinned"]}
     where = "measured here" if gpu["source"] == "measured here" else "recorded: see the label above"
@@ -256,8 +303,10 @@ links_figure(PUBLISHED_LINKS, measured, title="published figures and measured on
 #   large ones the second. Two numbers, alpha and B, describe a link well enough to predict it.
 # - NVLink's published per-GPU bandwidth is about ten times that of PCIe 3.0 x16, which is why
 #   NVLink-connected GPUs run collectives so much faster (lab 05 predicts by how much).
-# - Staging through another buffer adds two copies to every message; peer access and CUDA-aware MPI
-#   exist to remove them.
+# - Between two processes of one machine a message is a memory copy; a copy's rate depends on its
+#   size, so set MPI against a copy of the same size, not against one copy rate.
+# - Staging through another buffer adds two copies to every message, each at the rate of a copy of
+#   its size; peer access and CUDA-aware MPI exist to remove them.
 # - Pinned host memory is copied directly by the GPU; pageable memory takes an extra copy (on the
 #   two published A100 hosts above, pageable was 2.4 to 5.2 times slower).
 # - Peer access is worth about ten times on GPUs joined by NVLink and little on a PCIe-only box,
