@@ -2,22 +2,25 @@
 # # Lab 02: reduce and broadcast
 #
 # **What you'll do:** see what MPI's reduce and broadcast promise, build them three ways (direct,
-# binomial tree, pipelined chain), derive the chain's time K(S+n-2)/(S·B), then measure a chain
-# broadcast on four MPI ranks for several segment counts S and find the best one, measured and
-# predicted.
+# binomial tree, pipelined chain), work out how long a chain takes when the buffer is cut into S
+# segments, then measure a chain broadcast on four MPI ranks for several segment counts S and find
+# the best one, measured and predicted.
 #
-# **What you'll learn:** why pipelining a chain makes a broadcast cost nearly K/B whatever the
-# number of ranks, and how latency sets the best segment count.
+# **What you'll learn:** why passing a buffer down a chain of ranks in pieces, instead of whole,
+# changes how its time grows with the number of ranks, and how latency sets the best segment count.
 #
-# **What you need:** labs 00 and 03. Everything runs on this machine's CPU.
+# **What you need:** lab 00, and lab 01 for latency and bandwidth. Everything runs on this machine's
+# CPU.
 
 # %%
 import numpy as np
 import ringlab as rl
 from ringlab.predict.costmodel import best_segments
 from ringlab.lab.exercises import check_chain_time
+from ringlab.lab.latency import describe_alpha
 from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_schedules
+from ringlab.mpi.launch import cores
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -87,6 +90,7 @@ ranks = MPICluster(4).start()
 import numpy as np
 import ringlab as rl
 from mpi4py import MPI
+from ringlab.measure.bandwidth import pingpong
 from ringlab.measure.timing import time_collective
 
 comm = MPI.COMM_WORLD
@@ -96,16 +100,19 @@ chain = [time_collective(lambda: rl.broadcast(x, 0, "chain", segments=S, agree=F
          for S in segments]
 tree = time_collective(lambda: rl.broadcast(x, 0, "tree", agree=False), comm, warmup=2, iters=7)
 mpi = time_collective(lambda: comm.Bcast(x, root=0), comm, warmup=2, iters=7)
+raw = pingpong(comm, [8])  # one raw 8-byte MPI message, rank 0 to rank 1 (rows on rank 0 only)
 
 # %%
-segments, chain, tree, mpi = ranks.pull_rank0("segments", "chain", "tree", "mpi")
+segments, chain, tree, mpi, raw = ranks.pull_rank0("segments", "chain", "tree", "mpi", "raw")
 ranks.stop()
 print(f"measured here: tree {tree * 1e6:.0f} us, MPI's Bcast {mpi * 1e6:.0f} us; chain by S:",
       ", ".join(f"{S}: {t * 1e6:.0f} us" for S, t in zip(segments, chain)))
 
 # %% [markdown]
 # Fit the cost model's latency and bandwidth to these measurements. Its best S (predicted) sits
-# next to the measured best:
+# next to the measured best. Lab 01 fitted its alpha to a raw MPI ping-pong; this alpha is the
+# cost of one step of ringlab's chain, which the cell sets beside a raw message measured on the
+# same ranks:
 
 # %%
 K = 1 << 22
@@ -115,6 +122,7 @@ predicted = [rl.predict(rl.build("broadcast.chain", 4, segments=S), K, network).
 best_predicted, _ = best_segments(4, K, network, max_segments=256)
 print(fitted)
 print(f"best S: measured {segments[int(np.argmin(chain))]}, predicted {best_predicted}")
+print(describe_alpha(fitted, raw[0]["one_way_s"], "chain broadcast", nranks=4, cores=cores()))
 segments_plot(segments, chain, predicted, title="measured here (points) and predicted (dashed): 4 MiB over 4 ranks")
 
 # %% [markdown]

@@ -14,8 +14,9 @@
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_server_load
+from ringlab.lab.staleness import describe_staleness
 from ringlab.lab.tables import table
-from ringlab.viz import staleness_plot, use_renderer
+from ringlab.viz import staleness_order_plot, staleness_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -83,10 +84,26 @@ table([{"mode": mode, "worker": w, **everyone[w + 1][mode]} for mode in ("sync",
 # %% [markdown]
 # Synchronously, the fast workers spend most of their time waiting for the straggler. Asynchronously
 # nobody waits, but a push may be computed on parameters that other workers have since moved: its
-# staleness. The straggler's pushes are the stalest:
+# staleness, the number of updates the server applied between the worker's pull and its push. The
+# server recorded every push in the order it applied them. Which worker's pushes were the stalest?
 
 # %%
-staleness_plot(everyone[0]["async"]["staleness"])
+pushes = everyone[0]["async"]["staleness"]  # (worker, staleness) of every push, in the order applied
+# worker 3 is the straggler, as in ParameterServer(..., straggler=(3, 4.0)) above
+staleness_plot(pushes, straggler=3)
+
+# %% [markdown]
+# The same pushes in the order the server applied them show when each worker pushed:
+
+# %%
+staleness_order_plot(pushes, straggler=3)
+
+# %% [markdown]
+# Read back from the pushes (a push of staleness s missed exactly the s updates applied just before
+# it, so the order says whose updates each worker missed):
+
+# %%
+print(describe_staleness(pushes, straggler=3))
 
 # %% [markdown]
 # ## Summary
@@ -96,6 +113,9 @@ staleness_plot(everyone[0]["async"]["staleness"])
 # - Synchronous servers compute the same average as data-parallel SGD, so everyone waits for the
 #   slowest worker.
 # - Asynchronous servers never wait, at the price of stale gradients, which can hurt convergence.
+# - Staleness counts the updates between a worker's pull and its push: a slow worker's pushes are
+#   stale while the fast ones run and fresh once it runs alone; what it hands the others are
+#   gradients of old weights.
 #
 # ## Exercises
 #

@@ -3,7 +3,7 @@
 #
 # **What you'll do:** sweep message sizes on 2 and 4 MPI ranks, see where time stops being latency
 # and starts being bandwidth, fit the alpha-beta model to your own measurements, then use the model
-# to predict what nobody here can run: DGX-1, DGX-2 and 1024 GPUs.
+# to predict what nobody here can run: DGX-1, DGX-2, the 8-GPU NVSwitch boards and 1024 GPUs.
 #
 # **What you'll learn:** how to read busbw curves, why NCCL switches from tree to ring as messages
 # grow, and why the order of ranks in a ring matters on a real machine.
@@ -15,14 +15,19 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.predict.costmodel import crossover, whatif
+from ringlab.predict.costmodel import crossover  # for exercise 2
 from ringlab.lab.exercises import check_ring_time
+from ringlab.lab.latency import describe_alpha
+from ringlab.lab.predictions import (describe_crossovers, describe_machines, describe_with_ranks, machines_at,
+                                     tree_against_ring, with_ranks)
 from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_rows
 from ringlab.measure import published
 from ringlab.measure.recorded import gpu_bench, print_sharing, sharing_comparison, sharing_rows
+from ringlab.mpi.launch import cores
 from ringlab.predict.rings import ring_report
-from ringlab.viz import busbw_plot, measured_vs_predicted, use_renderer, versus_plot
+from ringlab.viz import (busbw_plot, measured_vs_predicted, predicted_machines_plot, time_vs_ranks, tree_ring_plot,
+                         use_renderer, versus_plot)
 
 use_renderer()  # plotly figures show in JupyterLab and in exported HTML
 sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
@@ -31,28 +36,40 @@ sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 # ## Measure: sizes and ranks
 #
 # The same sweep on 2 ranks, then 4: ringlab's ring against MPI's own Allreduce, every result
-# checked.
+# checked; and one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against.
 
 # %%
-rows = {}
+MEASURE = ("from mpi4py import MPI\nfrom ringlab.measure.bandwidth import pingpong\n"
+           "from ringlab.measure.bench import run\n"
+           f"result = run('allreduce', ['ring', 'mpi'], {sizes}, iters=5, warmup=1)\n"
+           "raw = pingpong(MPI.COMM_WORLD, [8])")  # rows on rank 0 only
+rows, raw = {}, {}
 for n in (2, 4):
     with MPICluster(n) as ranks:
-        ranks.view.execute(f"from ringlab.measure.bench import run\nresult = run('allreduce', ['ring', 'mpi'], {sizes}, "
-                           f"iters=5, warmup=1)", block=True)
-        rows[n] = ranks.pull_rank0("result")["rows"]
+        ranks.view.execute(MEASURE, block=True)
+        rows[n], raw[n] = ranks.pull_rank0("result")["rows"], ranks.pull_rank0("raw")[0]["one_way_s"]
 busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks") for n in rows for r in rows[n]],
            title="measured here: allreduce bus bandwidth")
 
 # %% [markdown]
 # Small messages are latency-bound: the time barely changes with size, so busbw climbs with size.
 # Large messages are bandwidth-bound and busbw flattens. Fit alpha (latency) and B (bandwidth) to
-# the 4-rank ring measurements:
+# the 4-rank ring measurements, and set alpha beside the raw message:
 
 # %%
 fitted = fit_rows(rows[4], "ring", 4)
 print(fitted)
+print(describe_alpha(fitted, raw[4], "ring allreduce", nranks=4, cores=cores()))
 measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ring, 4 ranks",
                       title="measured here against the fitted alpha-beta model")
+
+# %% [markdown]
+# Lab 02 fitted an alpha too, to a chain broadcast; the two need not agree, and neither is lab 01's
+# raw message. Each is what one step of its own collective costs, fitted to its own measurements: a
+# ring step has every rank send, receive and add at once, a chain step only passes a segment on; the
+# chain's pieces were 64 KiB to 4 MiB (4 MiB in 1 to 64 segments), the ring's here 256 B to 1 MiB
+# (1 KiB to 4 MiB in 4 chunks); and the chain's fit reads alpha from how time grows with the number
+# of segments at one size, the ring's from how it levels off at small sizes.
 
 # %% [markdown]
 # ## On GPUs: ringlab against MPI and NCCL
@@ -184,35 +201,43 @@ ring_time = check_ring_time(ring_time)  # yours when it is right, else the refer
 # %% [markdown]
 # ## Predict: what nobody here can run
 #
-# The same model on topologies built from published figures, with 64 MiB per GPU. These are
-# predictions, not measurements:
+# The same model on topologies built from published figures (DGX-1, DGX-2, and the 8-GPU NVSwitch
+# boards of the A100 and H100), with 64 MiB per GPU. The bars are predictions, not measurements;
+# where ringlab's data set has a published nccl-tests sweep of the machine at that size, a diamond
+# shows what NCCL reached there (with its own choice of algorithm). The hover names each bar's
+# bottleneck.
 
 # %%
-table(whatif(["allreduce.ring", "allreduce.tree"], 64 << 20,
-             [rl.topology.preset(p) for p in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8")]),
-      {"topology": "topology", "algorithm": "algorithm", "predicted (ms)": "seconds",
-       "busbw (GB/s)": ("busbw", ".1f"), "bounded by": "bottleneck"})
+MACHINES = ["dgx1-v100", "dgx2-nvswitch", "hgx-a100-8", "hgx-h100-8"]
+predicted, found = machines_at(MACHINES, 64 << 20, ["allreduce.ring", "allreduce.tree"])
+predicted_machines_plot(predicted, found, title="predicted (cost model): allreduce of 64 MiB per GPU; "
+                        "diamonds: published nccl-tests busbw (ringlab's data set)").show()
+print(describe_machines(predicted, found))
 
 # %% [markdown]
-# And 1024 GPUs with 100 Gbit/s links (12.5 GB/s each way) and an assumed 5 µs per message:
+# And up to 1024 GPUs with 100 Gbit/s links (12.5 GB/s each way) and an assumed 5 µs per message:
 
 # %%
-network = rl.topology.uniform(1024, bandwidth=12.5e9, latency=5e-6)
-table([{"algorithm": name, "seconds": rl.predict(rl.build(name, 1024), 64 << 20, network).seconds}
-       for name in ("allreduce.ring", "allreduce.tree", "allreduce.rhd")],
-      {"algorithm": "algorithm", "predicted (ms)": "seconds"})
-print(f"your formula for the ring: {ring_time(1024, 64 << 20, 5e-6, 12.5e9) * 1e3:.2f} ms")
+ranks_counts = [2 ** k for k in range(1, 11)]  # 2 .. 1024
+scaling = with_ranks(["allreduce.ring", "allreduce.tree", "allreduce.rhd"], 64 << 20, ranks_counts, 12.5e9, 5e-6)
+time_vs_ranks(ranks_counts, scaling, unit="ms", title="predicted (cost model): allreduce of 64 MiB per rank, "
+              "12.5 GB/s links, 5 µs a message (assumed)").show()
+print(describe_with_ranks(scaling, ranks_counts, 64 << 20, 12.5e9, 5e-6))
+print(f"your formula for the ring at 1024 ranks: {ring_time(1024, 64 << 20, 5e-6, 12.5e9) * 1e3:.2f} ms")
 
 # %% [markdown]
 # ## Tree against ring
 #
 # A tree takes log2(n) steps of the whole buffer; a ring takes 2(n-1) steps of K/n. The tree wins
-# while latency dominates, so NCCL picks its algorithm by message size. Where is the crossover?
+# while latency dominates, so NCCL picks its algorithm by message size. Where is the crossover? Each
+# panel is one machine: predicted busbw of both over message size, the crossover marked, and the
+# machine's published nccl-tests sweeps where ringlab's data set has them.
 
 # %%
-table([{"topology": p, "bytes": crossover("allreduce.tree", "allreduce.ring", rl.topology.preset(p))}
-       for p in ("dgx1-v100", "dgx2-nvswitch", "hgx-h100-8")],
-      {"topology": "topology", "predicted: ring beats tree from (KiB)": "bytes"})
+panels = {p: tree_against_ring(p, [1 << k for k in range(10, 31)]) for p in MACHINES}  # 1 KiB .. 1 GiB
+tree_ring_plot(panels, title="predicted (cost model): tree (dashed) against ring (solid) allreduce; "
+               "diamonds: published nccl-tests busbw").show()
+print(describe_crossovers(panels))
 
 # %% [markdown]
 # ## The order of the ring
@@ -229,6 +254,8 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 #
 # - busbw climbs with size while latency dominates, then flattens at what the links carry.
 # - Two numbers, alpha and B, fitted to your own runs, predict other sizes and algorithms.
+# - A fitted alpha is what one step of that collective costs, a raw message and all that goes with
+#   it; the printout above says how much of it was the message itself.
 # - A ring costs 2(n-1)(alpha + K/(nB)): the bandwidth term hardly grows with n, the latency term
 #   does, which is why trees (or NCCL's double binary trees) take over for small messages.
 # - On machines with uneven links, the ring's order matters as much as the algorithm.

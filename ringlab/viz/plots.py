@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from ..measure.units import format_bytes
 from ..schedule import bus_factor
@@ -163,12 +164,22 @@ def fitted_busbw_plot(rows: list[dict], fits: dict, title: str = FITTED_TITLE, p
     return fig
 
 
-def time_vs_ranks(ranks, seconds: dict, title: str = "predicted time against ranks") -> go.Figure:
-    """Time against rank count, one line per label in ``seconds`` ({label: [seconds per rank count]})."""
+TIME_UNITS = {"µs": 1e6, "ms": 1e3, "s": 1.0}
+
+
+def time_vs_ranks(ranks, seconds: dict, title: str = "predicted time against ranks", unit: str = "µs") -> go.Figure:
+    """Time against rank count, one line per label in ``seconds`` ({label: [seconds per rank count]}),
+    shown in ``unit`` (µs, ms or s); the hover gives each point's time."""
+    if unit not in TIME_UNITS:
+        raise ValueError(f"unit must be one of {', '.join(TIME_UNITS)}, got {unit!r}")
+    scale = TIME_UNITS[unit]
     fig = go.Figure()
     for label, values in seconds.items():
-        fig.add_scatter(x=list(ranks), y=[v * 1e6 for v in values], mode="lines+markers", name=label)
-    fig.update_layout(title=title, xaxis=dict(type="log", title="ranks"), yaxis=dict(type="log", title="time (µs)"))
+        fig.add_scatter(x=list(ranks), y=[v * scale for v in values], mode="lines+markers", name=label,
+                        hoverinfo="text", hovertext=[f"{label}: {n} ranks, {v * scale:.3g} {unit}"
+                                                     for n, v in zip(ranks, values)])
+    fig.update_layout(title=title, xaxis=dict(type="log", title="ranks"),
+                      yaxis=dict(type="log", title=f"time ({unit})"))
     return fig
 
 
@@ -197,13 +208,37 @@ def segments_plot(segments, measured, predicted=None, title: str = "chain broadc
     return fig
 
 
-def staleness_plot(pushes, title: str = "measured here: staleness of every push") -> go.Figure:
-    """A histogram of push staleness per worker; ``pushes`` is a list of (worker, staleness)."""
+def _worker_name(worker: int, straggler: int | None) -> str:
+    return f"worker {worker} (straggler)" if worker == straggler else f"worker {worker}"
+
+
+def staleness_plot(pushes, title: str = "measured here: staleness of every push", straggler: int | None = None
+                   ) -> go.Figure:
+    """A histogram of push staleness per worker; ``pushes`` is a list of (worker, staleness), and
+    ``straggler`` names the slowed worker in the legend."""
     fig = go.Figure()
     for worker in sorted({w for w, _ in pushes}):
-        fig.add_histogram(x=[s for w, s in pushes if w == worker], name=f"worker {worker}", xbins=dict(size=1))
+        fig.add_histogram(x=[s for w, s in pushes if w == worker], name=_worker_name(worker, straggler),
+                          xbins=dict(size=1))
     fig.update_layout(title=title, barmode="group", xaxis_title="staleness (updates the shard saw meanwhile)",
                       yaxis_title="pushes")
+    return fig
+
+
+def staleness_order_plot(pushes, straggler: int | None = None,
+                         title: str = "measured here: staleness of every push, in the order the server applied them"
+                         ) -> go.Figure:
+    """Staleness against the push's place in the server's order, one colour per worker: who pushed when,
+    and how stale (``pushes``: (worker, staleness) in the order applied, as the server records them)."""
+    fig = go.Figure()
+    for i, worker in enumerate(sorted({w for w, _ in pushes})):
+        mine = [(order, s) for order, (w, s) in enumerate(pushes) if w == worker]
+        fig.add_scatter(x=[o for o, _ in mine], y=[s for _, s in mine], mode="markers",
+                        name=_worker_name(worker, straggler), marker=dict(color=PALETTE[i % len(PALETTE)], size=7,
+                                                                          symbol="diamond" if worker == straggler
+                                                                          else "circle"))
+    fig.update_layout(title=title, xaxis_title="push number (the server's order, 0 = first)",
+                      yaxis_title="staleness (updates the shard saw meanwhile)")
     return fig
 
 
@@ -260,4 +295,79 @@ def fraction_bars(rows: list[dict], title: str) -> go.Figure:
                                              for r in rows])
     fig.update_layout(title=title, barmode="overlay", xaxis=dict(type="log", title="GB/s per direction"),
                       yaxis=dict(autorange="reversed"), margin=dict(l=320), height=140 + 34 * len(rows))
+    return fig
+
+
+PUBLISHED_MARKER = dict(symbol="diamond", size=11, color="#222", line=dict(width=1, color="white"))
+
+
+def predicted_machines_plot(predicted: list[dict], published: list[dict] = (),
+                            title: str = "predicted (cost model): allreduce bus bandwidth per machine") -> go.Figure:
+    """Bars of predicted bus bandwidth, one group per machine and one colour per algorithm (``predicted``:
+    rows of ``topology``, ``algorithm``, ``busbw``, ``seconds``, ``bottleneck``, as ``whatif`` gives them);
+    ``published`` busbw (rows of ``topology``, ``label``, ``bytes``, ``busbw_Bps``) as diamonds on their
+    machine. Log scale, GB/s."""
+    fig = go.Figure()
+    for i, algorithm in enumerate(dict.fromkeys(r["algorithm"] for r in predicted)):
+        mine = [r for r in predicted if r["algorithm"] == algorithm]
+        fig.add_bar(x=[r["topology"] for r in mine], y=[r["busbw"] / 1e9 for r in mine],
+                    name=f"{algorithm}: predicted", marker_color=PALETTE[i % len(PALETTE)],
+                    text=[f"{r['busbw'] / 1e9:.3g}" for r in mine], textposition="outside", hoverinfo="text",
+                    hovertext=[f"{r['topology']}, {algorithm}, predicted: {r['seconds'] * 1e3:.3g} ms, "
+                               f"{r['busbw'] / 1e9:.3g} GB/s busbw<br>bounded by {r['bottleneck']}" for r in mine])
+    if published:
+        fig.add_scatter(x=[r["topology"] for r in published], y=[r["busbw_Bps"] / 1e9 for r in published],
+                        mode="markers", name="published: nccl-tests (NCCL's own algorithm)", marker=PUBLISHED_MARKER,
+                        hoverinfo="text", hovertext=[f"published: {r['label']}<br>{format_bytes(r['bytes'])}: "
+                                                     f"{r['busbw_Bps'] / 1e9:.3g} GB/s busbw" for r in published])
+    fig.update_layout(title=title, barmode="group", xaxis_title="machine (ringlab preset)",
+                      yaxis=dict(type="log", title="bus bandwidth (GB/s)"), height=460)
+    return fig
+
+
+def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree against ring allreduce",
+                   columns: int = 2) -> go.Figure:
+    """One panel per machine (``panels``: name -> what ``ringlab.lab.predictions.tree_against_ring`` returns):
+    predicted busbw of tree (dashed) and ring (solid) over message size, a cross where the ring is
+    predicted to overtake the tree, and the machine's published sweeps as diamonds. Log axes."""
+    names = list(panels)
+    rows = -(-len(names) // columns)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=names, shared_yaxes=True,
+                        horizontal_spacing=0.06, vertical_spacing=0.14)
+    shown = set()
+    for i, name in enumerate(names):
+        row, col = i // columns + 1, i % columns + 1
+        panel = panels[name]
+        for algorithm, dash, color in (("tree", "dash", PALETTE[1]), ("ring", "solid", PALETTE[0])):
+            mine = sorted((r for r in panel["predicted"] if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
+            label = f"{algorithm}: predicted"
+            fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="lines",
+                            name=label, legendgroup=label, showlegend=label not in shown,
+                            line=dict(color=color, dash=dash), hoverinfo="text",
+                            hovertext=[f"{name}, {algorithm}, predicted: {format_bytes(r['bytes'])}, "
+                                       f"{r['busbw_Bps'] / 1e9:.3g} GB/s" for r in mine], row=row, col=col)
+            shown.add(label)
+        found = panel.get("published") or []
+        if found:
+            label = "published: nccl-tests (NCCL's own algorithm)"
+            fig.add_scatter(x=[r["bytes"] for r in found], y=[r["busbw_Bps"] / 1e9 for r in found], mode="markers",
+                            name=label, legendgroup=label, showlegend=label not in shown,
+                            marker=dict(PUBLISHED_MARKER, size=7), hoverinfo="text",
+                            hovertext=[f"published: {r['algorithm']}<br>{format_bytes(r['bytes'])}: "
+                                       f"{r['busbw_Bps'] / 1e9:.3g} GB/s" for r in found], row=row, col=col)
+            shown.add(label)
+        if panel.get("crossover"):
+            label = "ring overtakes tree (predicted)"
+            fig.add_scatter(x=[panel["crossover"]], y=[panel["crossover_busbw_Bps"] / 1e9], mode="markers+text",
+                            name=label, legendgroup=label, showlegend=label not in shown,
+                            marker=dict(symbol="x", size=11, color="#555"), text=[format_bytes(panel["crossover"])],
+                            textposition="top left", hoverinfo="text",
+                            hovertext=f"{name}: ring predicted faster from {format_bytes(panel['crossover'])}",
+                            row=row, col=col)
+            shown.add(label)
+        fig.update_xaxes(type="log", title_text="message size per rank (bytes)", row=row, col=col)
+        fig.update_yaxes(type="log", row=row, col=col)
+    for row in range(1, rows + 1):
+        fig.update_yaxes(title_text="bus bandwidth (GB/s)", row=row, col=1)
+    fig.update_layout(title=title, height=340 * rows + 120)
     return fig
