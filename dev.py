@@ -61,6 +61,8 @@ def ensure_env() -> None:
     run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", TORCH])
     run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
          "-e", f"{ROOT}[{EXTRAS}]"])
+    # saved notebooks keep their widgets (JupyterLab's saveState), so a reopened lab shows them
+    run([str(python), "-m", "ringlab.lab", "settings"])
     STAMP.write_text(stamp)
 
 

@@ -52,7 +52,7 @@ def jupyterlab(tmp_path):
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("JupyterLab did not start")
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/lab/tree/lab.ipynb?token={token}"
+        yield f"http://127.0.0.1:{port}/lab/tree/lab.ipynb?token={token}", tmp_path / "lab.ipynb"
     finally:
         server.terminate()
         try:
@@ -63,13 +63,17 @@ def jupyterlab(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab):
+    from ringlab.lab.settings import overrides_path
+
+    url, saved = jupyterlab
+    assert overrides_path().exists(), "run python3 dev.py (or python -m ringlab.lab settings) first"
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
             "--disable-component-update", "--disable-sync"])
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(jupyterlab)
+            page.goto(url)
             page.wait_for_selector(".jp-Notebook", timeout=90_000)
             page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)  # the kernel is up
             page.get_by_role("menuitem", name="Run", exact=True).click()
@@ -77,14 +81,28 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             page.wait_for_selector(".widget-slider", timeout=120_000)
             page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
             readout = page.locator(".widget-readout").first
-            assert readout.inner_text() == "0"
+            assert readout.inner_text() == "start"
             assert page.get_by_text("Error displaying widget").count() == 0
             page.get_by_role("button", name="next ▶").click()
-            page.wait_for_function("() => document.querySelector('.widget-readout').innerText === '1'", timeout=20_000)
+            page.wait_for_function("() => document.querySelector('.widget-readout').innerText === '0'", timeout=20_000)
             page.get_by_text("after step 0 (reduce-scatter): 4 messages").first.wait_for(timeout=20_000)
             page.locator(".widget-slider").first.scroll_into_view_if_needed()
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT))
             assert page.get_by_text("Error displaying widget").count() == 0
+            # saved, closed and reopened without a kernel: the widget comes back from its saved state
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 30
+            while "application/vnd.jupyter.widget-state+json" not in saved.read_text():
+                assert time.monotonic() < deadline, "the saved notebook holds no widget state"
+                time.sleep(0.5)
+            page.get_by_role("menuitem", name="Kernel", exact=True).click()
+            page.get_by_text("Shut Down Kernel", exact=True).click()
+            page.get_by_text("No Kernel").first.wait_for(timeout=30_000)
+            page.reload()
+            page.wait_for_selector(".jp-Notebook", timeout=90_000)
+            page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
+            assert page.get_by_text("Error displaying widget").count() == 0
+            page.screenshot(path=str(SCREENSHOT.with_name("step-through-reopened.png")))
         finally:
             browser.close()

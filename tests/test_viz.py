@@ -22,14 +22,14 @@ def test_frames_follow_the_ring():
 def test_widget_state_drives_every_view():
     ring = rl.build("allreduce.ring", 4)
     w = StepThrough(ring)
-    assert w.slider.max == 6 and w.play.max == 6
+    assert len(w.slider.options) == 7 and w.play.max == 6  # the start, then after each of 6 steps
     w.step = 3
-    assert w.slider.value == 3
+    assert w.slider.index == 3 and w.slider.value == "2"  # the readout names the step just done
     assert np.allclose(np.array(w.figure.data[2].z), w.frames[3].fill)
     assert len(w.figure.layout.annotations) == 2 * 4  # an arrow and a chunk label per message
-    assert list(w.figure.data[1].text) == ["768 KiB sent"] * 4  # 3 steps of a 1 MiB ring: 3 chunks of 256 KiB
+    assert list(w.figure.data[1].text) == ["↑768 KiB ↓768 KiB"] * 4  # 3 steps of a 1 MiB ring: 3 chunks of 256 KiB
     assert "after step 2 (reduce-scatter)" in w.caption.value
-    w.slider.value = 5  # the slider moves the state too
+    w.slider.index = 5  # the slider moves the state too
     assert w.step == 5
     w.next.click()
     assert w.step == 6
@@ -46,7 +46,7 @@ def test_a_wrong_schedule_stops_at_the_failing_step_with_the_message():
     wrong = rl.make_schedule("broadcast", 3, 1, [[(0, 1, 0, "copy")], [(2, 0, 0, "copy")], [(1, 2, 0, "copy")]],
                              root=0)
     w = StepThrough(wrong)
-    assert w.slider.max == 1  # the start, then step 0; step 1 is where it fails
+    assert w.slider.options == ("start", "0")  # the start, then step 0; step 1 is where it fails
     w.step = 1
     assert "step 1: rank 2 sends chunk 0 to rank 0, but rank 2 holds no data" in w.caption.value
     assert any("rank 2 holds no data" in (a.text or "") for a in w.figure.layout.annotations)
@@ -77,7 +77,7 @@ def test_static_figure_plays_without_a_kernel():
     assert len(fig.frames) == 4  # start + 3 levels
     assert [s.label for s in fig.layout.sliders[0].steps] == ["start", "0", "1", "2"]
     assert fig.layout.updatemenus[0].buttons[0].label == "play"
-    assert len(fig.frames[1].layout.annotations) == 2 * 2  # two messages in the first level
+    assert len(fig.frames[1].layout.annotations) == 2 * 2 + 1  # two messages in the first level, and the legend
     html = fig.to_html(include_plotlyjs=False, full_html=False)
     assert "Plotly.newPlot" in html and "Plotly.addFrames" in html
 
@@ -226,3 +226,70 @@ def test_fitted_busbw_plot_draws_measured_markers_and_the_fit_through_them():
     assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
     assert "(bytes)" in fig.layout.xaxis.title.text and "(GB/s)" in fig.layout.yaxis.title.text
     assert "measured here" in fig.layout.title.text and "fitted" in fig.layout.title.text
+
+
+def test_predicted_machines_plot_draws_bars_per_algorithm_and_published_diamonds():
+    from ringlab.viz import predicted_machines_plot
+
+    predicted = [{"topology": t, "algorithm": a, "busbw": b, "seconds": s, "bottleneck": "gpu0->gpu1"}
+                 for t, a, b, s in (("box A", "allreduce.ring", 20e9, 6e-3), ("box A", "allreduce.tree", 7e9, 17e-3),
+                                    ("box B", "allreduce.ring", 300e9, 4e-4), ("box B", "allreduce.tree", 90e9, 1e-3))]
+    found = [{"topology": "box B", "label": "8x GPU (A05)", "bytes": 64 << 20, "busbw_Bps": 360e9}]
+    fig = predicted_machines_plot(predicted, found)
+    ring, tree, pub = fig.data
+    assert (ring.type, tree.type, pub.type) == ("bar", "bar", "scatter")
+    assert ring.name == "allreduce.ring: predicted" and list(ring.x) == ["box A", "box B"]
+    assert list(ring.y) == [20.0, 300.0] and list(tree.y) == [7.0, 90.0]  # GB/s
+    assert list(pub.x) == ["box B"] and list(pub.y) == [360.0] and pub.marker.symbol == "diamond"
+    assert pub.name.startswith("published") and "(A05)" in pub.hovertext[0] and "64 MiB" in pub.hovertext[0]
+    assert "6 ms" in ring.hovertext[0] and "gpu0->gpu1" in ring.hovertext[0]
+    assert fig.layout.title.text.startswith("predicted (cost model)")
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
+    assert len(predicted_machines_plot(predicted).data) == 2  # no published rows: no diamonds
+
+
+def test_tree_ring_plot_has_a_panel_per_machine_with_the_crossover_and_published_points():
+    from ringlab.lab.predictions import tree_against_ring
+    from ringlab.viz import tree_ring_plot
+
+    sizes = [1 << k for k in range(10, 27, 2)]
+    panels = {p: tree_against_ring(p, sizes) for p in ("dgx1-v100", "hgx-h100-8")}
+    fig = tree_ring_plot(panels)
+    assert [a.text for a in fig.layout.annotations][:2] == ["dgx1-v100", "hgx-h100-8"]  # panel titles
+    names = [(t.name, t.xaxis) for t in fig.data]
+    assert names == [("tree: predicted", "x"), ("ring: predicted", "x"), ("ring overtakes tree (predicted)", "x"),
+                     ("tree: predicted", "x2"), ("ring: predicted", "x2"),
+                     ("published: nccl-tests (NCCL's own algorithm)", "x2"), ("ring overtakes tree (predicted)", "x2")]
+    assert [t.showlegend for t in fig.data] == [True, True, True, False, False, True, False]  # each name once
+    tree, ring, cross = fig.data[:3]
+    assert tree.line.dash == "dash" and list(ring.x) == sizes
+    assert ring.y[-1] == pytest.approx(panels["dgx1-v100"]["predicted"][-1]["busbw_Bps"] / 1e9)
+    assert cross.x[0] == panels["dgx1-v100"]["crossover"] and cross.text[0].endswith("KiB")
+    assert len(fig.data[5].x) == len(panels["hgx-h100-8"]["published"])
+    assert fig.layout.xaxis.type == fig.layout.xaxis2.type == fig.layout.yaxis.type == "log"
+    assert fig.layout.xaxis.title.text == "message size per rank (bytes)"
+    assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
+    assert fig.layout.title.text.startswith("predicted (cost model)")
+
+
+def test_time_vs_ranks_in_milliseconds():
+    fig = time_vs_ranks([2, 1024], {"ring": [0.005, 0.021]}, unit="ms", title="predicted (cost model): t")
+    assert list(fig.data[0].y) == [5.0, 21.0] and fig.layout.yaxis.title.text == "time (ms)"
+    assert fig.data[0].hovertext[1] == "ring: 1024 ranks, 21 ms"
+    with pytest.raises(ValueError, match="unit must be one of"):
+        time_vs_ranks([2], {"ring": [1.0]}, unit="minutes")
+
+
+def test_staleness_figures_name_the_straggler():
+    from ringlab.viz import staleness_order_plot, staleness_plot
+
+    pushes = [(0, 0), (1, 1), (3, 2), (0, 2), (1, 1), (3, 0)]
+    fig = staleness_plot(pushes, straggler=3)
+    assert [t.name for t in fig.data] == ["worker 0", "worker 1", "worker 3 (straggler)"]
+    assert list(fig.data[2].x) == [2, 0]
+    fig = staleness_order_plot(pushes, straggler=3)
+    assert [t.name for t in fig.data] == ["worker 0", "worker 1", "worker 3 (straggler)"]
+    assert list(fig.data[2].x) == [2, 5] and list(fig.data[2].y) == [2, 0]  # place in the server's order
+    assert fig.data[2].marker.symbol == "diamond" and fig.data[0].marker.symbol == "circle"
+    assert fig.layout.title.text.startswith("measured here")
+    assert "staleness" in fig.layout.yaxis.title.text and "push number" in fig.layout.xaxis.title.text

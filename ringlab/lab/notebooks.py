@@ -141,6 +141,11 @@ def main(argv=None) -> int:
         for path in behind:
             print(f"out of date with its source: {path} (run: python -m ringlab.lab build)")
         return 1 if behind else 0
+    if argv == ["settings"]:
+        from .settings import write_overrides
+
+        print(f"JupyterLab will save widget state with notebooks: {write_overrides()}")
+        return 0
     if len(argv) == 2 and argv[0] == "script":
         try:
             print(rank_script(argv[1])[1], end="")
@@ -148,9 +153,10 @@ def main(argv=None) -> int:
             print(f"ringlab.lab: {err}", file=sys.stderr)
             return 2
         return 0
-    print("usage: python -m ringlab.lab build | check | script LAB\n"
+    print("usage: python -m ringlab.lab build | check | settings | script LAB\n"
           "  build         write labs/*.ipynb and labs/solutions/*.ipynb from labs/src/\n"
           "  check         fail when a notebook and its source differ\n"
+          "  settings      make this environment's JupyterLab save widget state with notebooks\n"
           "  script LAB    print a lab's %%px cells as one script for mpiexec (LAB: 03 or 03_allreduce)",
           file=sys.stderr)
     return 2

@@ -1,5 +1,6 @@
 """What one moment of a schedule looks like: ranks on a circle with the step's transfers as arrows,
-every rank's buffer as a row of chunks coloured by provenance, and bytes sent so far.
+every rank's buffer as a row of chunks coloured by provenance (the cells the step changed outlined),
+and the bytes each rank has sent and received so far.
 
 :func:`frames` turns a schedule into plain data, one frame per moment (the start, then after each
 step); :func:`step_figure` draws them as a plotly figure with animation frames that plays without
@@ -17,7 +18,12 @@ from ..schedule import REDUCE, Schedule
 from ..simulate import ScheduleError, check, provenance_str, traffic_by_step
 from ..measure.units import format_bytes
 
-LABELS_UP_TO = 24     # ranks; above this, arrows lose their chunk labels and cells their text
+LABELS_UP_TO = 12     # ranks; above this, cells lose their text (it stays in the hover)
+RANK_TEXT_UP_TO = 8   # ranks; above this, arrows lose their chunk labels and ranks their byte counts (hover)
+LEGEND = ("cells: grey = nothing of what the collective needs there yet; orange = part of it (darker = more); "
+          "green = all of it; outlined = changed by this step. Arrows: orange +c2 = chunk 2 added into the "
+          "receiver's copy; blue =c2 = chunk 2 copied over it. Under each rank: bytes sent (↑) and received (↓) "
+          "so far; hover a rank or a cell for the details.")
 COLORSCALE = [[0.0, "#f4f4f4"], [1e-9, "#fde2c4"], [0.5, "#f59b42"], [0.999, "#c4541b"], [1.0, "#2a7f3f"]]
 
 
@@ -32,6 +38,8 @@ class Frame:
     provenance: tuple        # [rank][chunk]: provenance as text, e.g. "r0+r1+r2"
     sent: np.ndarray         # bytes each rank has sent so far
     error: str = ""          # the checker's message, on the frame where a wrong schedule stops
+    received: np.ndarray | None = None  # bytes each rank has received so far
+    changed: tuple = ()      # (rank, chunk) cells whose contents this step changed
 
 
 def circle(nranks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,23 +82,31 @@ def frames(schedule: Schedule, nbytes: int = 1 << 20) -> list[Frame]:
     coll = schedule.collective
     n, k = coll.nranks, coll.nchunks
     need = [[len(coll.end(r, c) or coll.everyone) for c in range(k)] for r in range(n)]
-    sent_by_step = np.cumsum(traffic_by_step(schedule, nbytes)["sent"], axis=0)
-    out = []
+    traffic = traffic_by_step(schedule, nbytes)
+    sent_by_step, received_by_step = (np.cumsum(traffic[key], axis=0) for key in ("sent", "received"))
+    out, before = [], None
     for index, state in enumerate(history):
         arrows = _arrows(schedule.steps[index - 1]) if index else ()
         sent = sent_by_step[index - 1] if index else np.zeros(n, dtype=np.int64)
+        received = received_by_step[index - 1] if index else np.zeros(n, dtype=np.int64)
         fill = np.array([[len(state[r][c]) / need[r][c] for c in range(k)] for r in range(n)])
         provenance = tuple(tuple(provenance_str(state[r][c]) for c in range(k)) for r in range(n))
+        changed = () if before is None else tuple((r, c) for r in range(n) for c in range(k)
+                                                  if provenance[r][c] != before[r][c])
+        # steps count from 0, as in the textbook formulas (rank j sends chunk (j - i) mod n at step i) and
+        # in `ringlab demo`; the slider's readout shows the same number
         label = "start" if index == 0 else f"after step {index - 1}" + (
             f" ({schedule.steps[index - 1].label})" if schedule.steps[index - 1].label else "")
         title = f"{schedule.name} on {n} ranks: {label}"
         message = error if index == failed_at else ""
-        out.append(Frame(index, title, arrows, fill, provenance, sent, message))
+        out.append(Frame(index, title, arrows, fill, provenance, sent, message, received, changed))
+        before = provenance
     return out
 
 
 def _annotations(frame: Frame, x, y, labels: bool) -> list[dict]:
-    """Arrows from sender to receiver, stopping short of the markers, with a chunk label midway."""
+    """Arrows from sender to receiver, stopping short of the markers, with a chunk label midway
+    (``labels``: up to :data:`RANK_TEXT_UP_TO` ranks)."""
     notes = []
     for src, dst, text in frame.arrows:
         x0, y0, x1, y1 = x[src], y[src], x[dst], y[dst]
@@ -112,21 +128,32 @@ def _annotations(frame: Frame, x, y, labels: bool) -> list[dict]:
 
 
 def frame_traces(frame: Frame, x, y, labels: bool) -> list:
-    """The three traces of a frame: the ranks, the bytes each has sent (under its marker), the chunk grid."""
+    """The four traces of a frame: the ranks (bytes sent and received in the hover, and under each
+    marker when ``labels``), that text, the chunk grid (text in the cells up to :data:`LABELS_UP_TO`
+    ranks), and outlines on the cells this step changed."""
     n = len(frame.sent)
+    received = frame.received if frame.received is not None else np.zeros(n, dtype=np.int64)
+    cell_text = n <= LABELS_UP_TO
     ranks = go.Scatter(x=x, y=y, mode="markers+text", text=[f"r{r}" for r in range(n)], textposition="middle center",
-                       marker=dict(size=34 if labels else 14, color="#ffffff", line=dict(width=2, color="#444")),
-                       hovertext=[f"rank {r}: {int(b):,} bytes sent so far" for r, b in enumerate(frame.sent)],
+                       marker=dict(size=34 if labels else max(10, 22 - n // 4), color="#ffffff",
+                                   line=dict(width=2, color="#444")),
+                       hovertext=[f"rank {r}: {format_bytes(int(s))} sent, {format_bytes(int(v))} received so far"
+                                  for r, (s, v) in enumerate(zip(frame.sent, received))],
                        hoverinfo="text", xaxis="x", yaxis="y", textfont=dict(size=12 if labels else 7))
-    sent = go.Scatter(x=np.asarray(x), y=np.asarray(y) - 0.3, mode="text", hoverinfo="skip", xaxis="x", yaxis="y",
-                      text=[f"{format_bytes(int(b))} sent" if labels else "" for b in frame.sent],
-                      textfont=dict(size=10, color="#555"))
+    bytes_text = go.Scatter(x=np.asarray(x) * 1.0, y=np.asarray(y) - 0.3, mode="text", hoverinfo="skip",
+                            xaxis="x", yaxis="y",
+                            text=[f"↑{format_bytes(int(s))} ↓{format_bytes(int(v))}" if labels else ""
+                                  for s, v in zip(frame.sent, received)],
+                            textfont=dict(size=10, color="#555"))
     grid = go.Heatmap(z=frame.fill, zmin=0, zmax=1, colorscale=COLORSCALE, showscale=False,
-                      text=[list(row) for row in frame.provenance], texttemplate="%{text}" if labels else None,
+                      text=[list(row) for row in frame.provenance], texttemplate="%{text}" if cell_text else None,
                       customdata=[list(row) for row in frame.provenance], xgap=2, ygap=2,
                       hovertemplate="rank %{y}, chunk %{x}: %{customdata}<extra></extra>",
                       x=list(range(frame.fill.shape[1])), y=list(range(n)), xaxis="x2", yaxis="y2")
-    return [ranks, sent, grid]
+    changed = go.Scatter(x=[c for _, c in frame.changed], y=[r for r, _ in frame.changed], mode="markers",
+                         marker=dict(symbol="square-open", size=max(8, 30 - n), color="#1a1a1a", line=dict(width=2)),
+                         hoverinfo="skip", xaxis="x2", yaxis="y2", name="changed by this step")
+    return [ranks, bytes_text, grid, changed]
 
 
 def base_layout(schedule: Schedule, height: int | None = None) -> dict:
@@ -137,25 +164,38 @@ def base_layout(schedule: Schedule, height: int | None = None) -> dict:
         xaxis=dict(domain=[0, 0.42], range=[-1.55, 1.55], visible=False),
         yaxis=dict(range=[-1.55, 1.55], visible=False, scaleanchor="x"),
         xaxis2=dict(domain=[0.5, 1], title="chunk", dtick=1 if schedule.nchunks <= 32 else None, side="top"),
-        yaxis2=dict(title="rank", autorange="reversed", dtick=1 if n <= 32 else None),
+        yaxis2=dict(title="rank", autorange="reversed", dtick=1 if n <= 32 else None, side="right"),
     )
 
 
-def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = None, positions=None) -> go.Figure:
-    """The whole schedule as one plotly figure with a play button and a step slider (no kernel needed).
+def step_names(nframes: int) -> list[str]:
+    """What a slider shows at each frame: "start", then the number of the step just done (from 0)."""
+    return ["start"] + [str(i) for i in range(nframes - 1)]
 
-    Orange cells hold part of what the collective needs there, green ones all of it; orange arrows
-    add into the receiver's copy, blue arrows replace it.
+
+def _wrapped(text: str, width: int = 110) -> str:
+    """``text`` broken into lines of about ``width`` characters with <br> (plotly does not wrap)."""
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, width))
+
+
+def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = None, positions=None) -> go.Figure:
+    """The whole schedule as one plotly figure with a play button and a step slider (no kernel needed),
+    with the legend (:data:`LEGEND`) under it. The slider counts like the titles: "0" is after step 0.
     """
     all_frames = frames(schedule, nbytes)
-    labels = schedule.nranks <= LABELS_UP_TO
+    labels = schedule.nranks <= RANK_TEXT_UP_TO
     x, y = circle(schedule.nranks) if positions is None else _checked(positions, schedule.nranks)
     first = all_frames[0]
     fig = go.Figure(data=frame_traces(first, x, y, labels), layout=base_layout(schedule, height))
-    fig.update_layout(title=first.title, annotations=_annotations(first, x, y, labels))
-    names = ["start"] + [f"{i}" for i in range(len(all_frames) - 1)]
+    legend = dict(x=0, y=-0.16, xref="paper", yref="paper", xanchor="left", yanchor="top", align="left",
+                  showarrow=False, text=_wrapped(LEGEND), font=dict(size=11, color="#444"))
+    fig.update_layout(title=first.title, annotations=_annotations(first, x, y, labels) + [legend])
+    fig.update_layout(margin=dict(b=150))
+    names = step_names(len(all_frames))
     fig.frames = [go.Frame(name=name, data=frame_traces(f, x, y, labels),
-                           layout=dict(title=dict(text=f.title), annotations=_annotations(f, x, y, labels)))
+                           layout=dict(title=dict(text=f.title), annotations=_annotations(f, x, y, labels) + [legend]))
                   for name, f in zip(names, all_frames)]
     play = dict(label="play", method="animate", args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)])
     pause = dict(label="pause", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0))])

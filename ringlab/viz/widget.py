@@ -8,14 +8,17 @@ import plotly.graph_objects as go
 import traitlets
 
 from ..schedule import Schedule
-from .stepview import LABELS_UP_TO, _annotations, _checked, base_layout, circle, frame_traces, frames
+from .stepview import LEGEND, RANK_TEXT_UP_TO, step_names, _annotations, _checked, base_layout, circle, frame_traces, frames
 
 
 class StepThrough(widgets.VBox):
     """Step through ``schedule`` one step at a time (``positions``: (x, y) per rank, default a circle).
 
-    ``step`` (0 = the start, s+1 = just after step s) is the state; the slider, the play button
-    and the figure all follow it, and setting it from code moves them too. For a wrong schedule
+    ``step`` (0 = the start, s+1 = just after step s) is the state; the slider (whose readout shows
+    "start", then the number of the step just done, as the caption does), the play button and the
+    figure all follow it, and setting it from code moves them too. A legend
+    under the buttons says what each colour, arrow and label means; with more than
+    :data:`~ringlab.viz.stepview.RANK_TEXT_UP_TO` ranks the per-rank text moves into the hover. For a wrong schedule
     the slider ends at the failing step, where the checker's message is shown. Errors raised
     while drawing appear under the widget instead of vanishing.
     """
@@ -26,27 +29,32 @@ class StepThrough(widgets.VBox):
                  positions=None):
         self.schedule = schedule
         self.frames = frames(schedule, nbytes)
-        self.labels = schedule.nranks <= LABELS_UP_TO
+        self.labels = schedule.nranks <= RANK_TEXT_UP_TO
         self._x, self._y = circle(schedule.nranks) if positions is None else _checked(positions, schedule.nranks)
         last = len(self.frames) - 1
-        self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play")
-        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="step", continuous_update=True,
-                                        layout=widgets.Layout(width="420px"))
-        self.previous = widgets.Button(description="◀ previous", layout=widgets.Layout(width="110px"))
-        self.next = widgets.Button(description="next ▶", layout=widgets.Layout(width="110px"))
+        self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play",
+                                 tooltip="play the steps one after another; pause stops, the square goes back to the start")
+        self.slider = widgets.SelectionSlider(options=step_names(len(self.frames)), index=0, description="after step",
+                                              continuous_update=True, layout=widgets.Layout(width="420px"),
+                                              tooltip="drag through the steps: the state after each one")
+        self.previous = widgets.Button(description="◀ previous", layout=widgets.Layout(width="110px"),
+                                       tooltip="one step back")
+        self.next = widgets.Button(description="next ▶", layout=widgets.Layout(width="110px"),
+                                   tooltip="one step forward")
         self.caption = widgets.HTML()
+        self.legend = widgets.HTML(f"<span style='font-size:12px;color:#444'>{LEGEND}</span>")
         self.errors = widgets.Output()
         first = self.frames[0]
         figure = go.Figure(data=frame_traces(first, self._x, self._y, self.labels),
                            layout=base_layout(schedule, height))
         self.figure = go.FigureWidget(figure)
-        widgets.jslink((self.play, "value"), (self.slider, "value"))
-        traitlets.link((self.slider, "value"), (self, "step"))
+        widgets.jslink((self.play, "value"), (self.slider, "index"))
+        traitlets.link((self.slider, "index"), (self, "step"))
         self.previous.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
         self.observe(self._on_step, names=["step"])
         super().__init__([widgets.HBox([self.play, self.previous, self.slider, self.next]), self.caption,
-                          self.figure, self.errors])
+                          self.legend, self.figure, self.errors])
         self._draw(0)
 
     def _move(self, delta: int) -> None:
@@ -62,17 +70,19 @@ class StepThrough(widgets.VBox):
 
     def _draw(self, index: int) -> None:
         frame = self.frames[index]
-        ranks, sent, grid = frame_traces(frame, self._x, self._y, self.labels)
+        ranks, sent, grid, changed = frame_traces(frame, self._x, self._y, self.labels)
         with self.figure.batch_update():
             self.figure.data[0].hovertext = ranks.hovertext
             self.figure.data[1].text = sent.text
             self.figure.data[2].z = grid.z
             self.figure.data[2].text = grid.text
             self.figure.data[2].customdata = grid.customdata
+            self.figure.data[3].x, self.figure.data[3].y = changed.x, changed.y
             self.figure.layout.annotations = _annotations(frame, self._x, self._y, self.labels)
             self.figure.layout.title = frame.title
         moves = len(frame.arrows)
-        note = f"<b>{frame.title}</b>" + (f": {moves} message{'s' * (moves != 1)}" if index else "")
+        note = f"<b>{frame.title}</b>" + (f": {moves} message{'s' * (moves != 1)}, {len(frame.changed)} "
+                                          f"cell{'s' * (len(frame.changed) != 1)} changed" if index else "")
         if frame.error:
             note += f"<br><span style='color:#b00020'>{frame.error}</span>"
         self.caption.value = note
