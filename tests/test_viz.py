@@ -115,6 +115,38 @@ def test_topology_drawings(name):
     assert topo.source in fig.layout.title.text
 
 
+def test_topology_figures_tell_link_kinds_apart_and_call_gpus_gpus():
+    import math
+
+    dgx = rl.topology.preset("dgx1-v100")
+    fig = topology_figure(dgx)
+    legend = {t.name for t in fig.data if t.showlegend is not False}
+    assert {"NVLink (×k: k links bonded)", "PCIe", "CPU interconnect (QPI/UPI)", "GPUs"} <= legend
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines"}
+    assert len(set(colours.values())) == 3  # NVLink, PCIe and QPI look different
+    bonded = next(t for t in fig.data if t.mode == "text")
+    assert list(bonded.text).count("×2") == sum(1 for link in dgx.links if link.kind == "nvlink" and
+                                                link.bandwidth > min(k.bandwidth for k in dgx.links if k.kind == "nvlink"))
+    gpus = next(t for t in fig.data if t.name == "GPUs")
+    assert list(gpus.text) == [f"GPU {i}" for i in range(8)]
+    assert "rank" not in " ".join(t.hovertext or "" for t in fig.data if t.mode == "lines")
+    xy = {i: (gpus.x[i], gpus.y[i]) for i in range(8)}  # the cube-mesh: GPU i+4 straight behind GPU i
+    offsets = {(round(xy[i + 4][0] - xy[i][0], 6), round(xy[i + 4][1] - xy[i][1], 6)) for i in range(4)}
+    assert len(offsets) == 1
+    front = [math.dist(xy[a], xy[b]) for a, b in ((0, 1), (2, 3), (0, 2), (1, 3))]
+    assert max(front) - min(front) < 1e-9  # GPUs 0-3 on a square face
+    peer_off = topology_figure(rl.topology.preset("rtx4090-8-p2p-off"))
+    assert any(t.line.dash == "dot" for t in peer_off.data if t.mode == "lines")
+    assert "network (InfiniBand)" in {t.name for t in topology_figure(rl.topology.preset("ib-2x4")).data}
+
+
+def test_a_published_topology_has_the_numa_nodes_its_printout_says():
+    topo = rl.topology.published("rtx4090x8")  # its NUMA Affinity column: 0 for GPUs 0-3, 1 for GPUs 4-7
+    assert sorted(n for n in topo.nodes if n.startswith("numa-node")) == ["numa-node0", "numa-node1"]
+    assert {link.b for link in topo.links if link.a in ("gpu0", "gpu3")} == {"numa-node0"}
+    assert {link.b for link in topo.links if link.a in ("gpu4", "gpu7")} == {"numa-node1"}
+
+
 def test_scaling_plots_have_log_axes_and_units():
     rows = [{"algorithm": a, "bytes": b, "busbw_Bps": b / 1e3} for a in ("mpi", "ring") for b in (1024, 4096)]
     fig = busbw_plot(rows)

@@ -64,15 +64,21 @@ print(text.split("Legend")[0])
 
 # %% [markdown]
 # The same matrix as a ringlab topology: a tree of PCIe links with the sockets joined at the top.
+# Every pair is `SYS`, so the codes alone cannot say which GPUs share a socket; the printout's
+# NUMA Affinity column can (0 for GPUs 0-3, 1 for GPUs 4-7), and the picture groups them by it.
 # The codes give the shape only, so the link rates in this picture are assumptions (PCIe 3.0 x16
-# everywhere), not figures read from that machine.
+# everywhere), not figures read from that machine. The legend names each kind of link.
 
 # %%
 topology_figure(rl.topology.published("rtx4090x8"))
 
 # %% [markdown]
-# And a machine built around NVLink: the DGX-1 with V100s, from published figures. Each GPU has six
-# NVLinks (some pairs get two), on top of its PCIe link to the CPU.
+# And a machine built around NVLink: the DGX-1 with V100s, from published figures, drawn as its
+# published "hybrid cube-mesh": GPUs 0-3 and 4-7 are two fully linked quads, the front and back faces
+# of a cube, and each GPU is also linked to the one straight behind it (i and i+4). Each GPU has six
+# NVLinks; where a pair has two, the line is wider and marked ×2. Below the GPUs, in another colour,
+# the PCIe switches and the two CPUs with the link between the sockets: the path a copy takes when
+# two GPUs have no NVLink between them.
 
 # %%
 topology_figure(rl.topology.preset("dgx1-v100"))

@@ -23,11 +23,17 @@ LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
 
 @dataclass
 class TopoMatrix:
-    """What ``nvidia-smi topo -m`` prints: device columns, a code for each (row, column), CPU affinity."""
+    """What ``nvidia-smi topo -m`` prints: device columns, a code for each (row, column), CPU and NUMA affinity."""
 
     devices: list[str]
     codes: dict[tuple[str, str], str] = field(default_factory=dict)
     cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str] = field(default_factory=dict)
+
+    def gpu_numa(self) -> list[str] | None:
+        """Each GPU's NUMA node as printed ("0", "1", ...), or None when the printout has no such column."""
+        found = [self.numa_affinity.get(g) for g in self.gpus]
+        return found if all(v not in (None, "", "N/A") for v in found) else None
 
     @property
     def gpus(self) -> list[str]:
@@ -73,8 +79,11 @@ def parse_topo(text: str) -> TopoMatrix:
             if not re.fullmatch(r"X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC", code):
                 raise ValueError(f"row {name}, column {device}: unknown connection {code!r}")
             matrix.codes[(name, device)] = "NODE" if code == "SOC" else code
-        if len(cells) > len(devices):
-            matrix.cpu_affinity[name] = cells[len(devices)]
+        extras = dict(zip((c.lower() for c in columns[len(devices):]), cells[len(devices):]))
+        if "cpu affinity" in extras:
+            matrix.cpu_affinity[name] = extras["cpu affinity"]
+        if "numa affinity" in extras:
+            matrix.numa_affinity[name] = extras["numa affinity"]
     return matrix
 
 
@@ -85,11 +94,13 @@ def _is_header(tokens: list[str]) -> bool:
 
 def topology_from_codes(codes: list[list[str]], names=None, pcie: float | list[float] = PCIE3_X16,
                         nvlink_rate: float = NVLINK2, smp: float = QPI, name: str = "discovered",
-                        source: str = "discovered") -> Topology:
+                        source: str = "discovered", numa: list[str] | None = None) -> Topology:
     """A Topology from a GPU-by-GPU code matrix: NV# links directly; the PCIe tree as nested groups.
 
     GPUs whose code is at most PIX share a switch, at most PXB a bridge, at most PHB a host bridge,
-    at most NODE a NUMA node; NUMA nodes meet at the SMP interconnect. ``pcie`` is each GPU's link
+    at most NODE a NUMA node (or, given ``numa``, each GPU's NUMA node as ``topo -m`` prints it, so
+    that GPUs of one socket share a node even where their codes say SYS); NUMA nodes meet at the SMP
+    interconnect. ``pcie`` is each GPU's link
     (bytes/s per direction, one figure or one per GPU), ``nvlink_rate`` one NVLink's and ``smp`` the
     link between sockets; latencies are the presets' assumed ones.
     """
@@ -106,14 +117,18 @@ def topology_from_codes(codes: list[list[str]], names=None, pcie: float | list[f
     # NVLink says nothing about PCIe distance: on NVLink-only printouts treat the PCIe tree as flat
     parent = {i: names[i] for i in range(n)}
     for level, label in ((10, "pcie-switch"), (20, "pcie-bridge"), (30, "host-bridge"), (40, "numa-node")):
-        groups = _components(n, lambda i, j: LEVELS.get(codes[i][j] or "SYS", 0) <= level and
-                             not (codes[i][j] or "").startswith("NV"))
+        if label == "numa-node" and numa is not None:  # the printed NUMA affinity, not the codes
+            nodes = sorted(set(numa), key=lambda v: (len(v), v))
+            groups = [[i for i in range(n) if numa[i] == v] for v in nodes]
+        else:
+            groups = _components(n, lambda i, j: LEVELS.get(codes[i][j] or "SYS", 0) <= level and
+                                 not (codes[i][j] or "").startswith("NV"))
         new_parent = {}
         for g, members in enumerate(groups):
             if len(members) == 1 and label != "numa-node":  # a level with one GPU alone adds only a hop
                 new_parent[members[0]] = parent[members[0]]
                 continue
-            node = f"{label}{g}"
+            node = f"{label}{nodes[g]}" if label == "numa-node" and numa is not None else f"{label}{g}"
             for child in sorted({parent[m] for m in members}):
                 bandwidth = min(per_gpu[m] for m in members)
                 links.append(Link(child, node, bandwidth, LATENCY["pcie"], "pcie"))
@@ -173,4 +188,4 @@ def published(name: str, pcie: float = PCIE3_X16) -> Topology:
     """
     _, matrix = published_topo(name)
     return topology_from_codes(matrix.gpu_codes(), pcie=pcie, name=f"{name} (published topo -m)",
-                               source="published nvidia-smi topo -m; link rates assumed")
+                               source="published nvidia-smi topo -m; link rates assumed", numa=matrix.gpu_numa())

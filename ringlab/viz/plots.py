@@ -6,6 +6,7 @@ and every axis carries its unit.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import plotly.graph_objects as go
@@ -89,35 +90,101 @@ def host_device_figure(gpu: dict, title: str) -> go.Figure:
     return fig
 
 
-def topology_figure(topology) -> go.Figure:
-    """The topology's graph: ranks on a circle, other nodes (switches, CPUs, NICs) inside; line width
-    grows with bandwidth, and the hover names each link's kind, bandwidth and latency."""
-    ranks = list(topology.ranks)
-    others = [node for node in topology.nodes if node not in ranks]
-    pos = {}
-    for i, name in enumerate(ranks):
-        angle = math.pi / 2 - 2 * math.pi * i / len(ranks)
-        pos[name] = (math.cos(angle), math.sin(angle))
-    for i, name in enumerate(others):
-        angle = math.pi / 2 - 2 * math.pi * i / max(len(others), 1)
-        radius = 0.0 if len(others) == 1 else 0.45
+# how each kind of link is drawn: (legend name, colour, dash)
+LINK_STYLES = {
+    "nvlink": ("NVLink (×k: k links bonded)", "#76b900", "solid"),
+    "nvswitch": ("NVLink to an NVSwitch", "#2f7d32", "solid"),
+    "pcie": ("PCIe", "#3b75c4", "solid"),
+    "host": ("PCIe, peer access off: through host memory", "#3b75c4", "dot"),
+    "qpi": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
+    "fabric": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
+    "ib": ("network (InfiniBand)", "#7b3fa0", "solid"),
+}
+
+
+def _shown(node: str) -> str:
+    """A node's label in figures: GPUs as "GPU 3", other nodes as named."""
+    match = re.fullmatch(r"gpu(\d+)", node)
+    return f"GPU {match.group(1)}" if match else node
+
+
+def _cube_mesh(gpus: list[str], others: list[str]) -> dict:
+    """DGX-1 positions as its published drawing: two fully linked quads as the front and back faces
+    of a cube (GPU i's partner i+4 straight behind it), PCIe switches and CPUs in rows below."""
+    face = {0: (-0.75, 0.15), 1: (0.05, 0.15), 2: (-0.75, -0.65), 3: (0.05, -0.65)}
+    pos = {gpus[i]: face[i] for i in range(4)}
+    pos.update({gpus[i + 4]: (face[i][0] + 0.95, face[i][1] + 0.35) for i in range(4)})  # the back face
+    switches = [o for o in others if o.startswith("pcie")]
+    rest = [o for o in others if o not in switches]
+    for row, names in ((-1.05, switches), (-1.4, rest)):
+        for i, name in enumerate(names):
+            pos[name] = (-0.9 + 2.0 * (i + 0.5) / len(names), row)
+    return pos
+
+
+def _inside(pos: dict, others: list[str], links) -> None:
+    """Place switches, CPUs and NICs inside the circle of GPUs, each halfway towards the middle of
+    what it links to (a NUMA node near its own GPUs), nodes linked to none of those on a small circle."""
+    for _ in range(3):  # nodes linked only to other inner nodes are placed once those are
+        for name in others:
+            if name in pos:
+                continue
+            near = [pos[o] for link in links for o in (link.a, link.b)
+                    if name in (link.a, link.b) and o != name and o in pos]
+            if near:
+                pos[name] = (0.5 * sum(x for x, _ in near) / len(near), 0.5 * sum(y for _, y in near) / len(near))
+    left = [name for name in others if name not in pos]
+    for i, name in enumerate(left):
+        angle = math.pi / 2 - 2 * math.pi * i / len(left)
+        radius = 0.0 if len(left) == 1 else 0.45
         pos[name] = (radius * math.cos(angle), radius * math.sin(angle))
+
+
+def topology_figure(topology) -> go.Figure:
+    """The topology's graph, links coloured by kind with a legend (NVLink with its multiplicity,
+    NVSwitch, PCIe, peer access off, QPI/UPI, network); line width grows with bandwidth, and the hover
+    gives each link's kind, bandwidth and latency. GPUs sit on a circle (a DGX-1 as its hybrid
+    cube-mesh), switches, CPUs and NICs inside."""
+    gpus = list(topology.ranks)
+    others = [node for node in topology.nodes if node not in gpus]
+    if topology.name.startswith("dgx1") and len(gpus) == 8:
+        pos = _cube_mesh(gpus, others)
+    else:
+        pos = {}
+        for i, name in enumerate(gpus):
+            angle = math.pi / 2 - 2 * math.pi * i / len(gpus)
+            pos[name] = (math.cos(angle), math.sin(angle))
+        _inside(pos, others, topology.links)
     fig = go.Figure()
     widest = max(link.bandwidth for link in topology.links)
+    one_nvlink = min((link.bandwidth for link in topology.links if link.kind == "nvlink"), default=None)
+    shown_kinds, bonded = set(), []
     for link in topology.links:
+        name, colour, dash = LINK_STYLES.get(link.kind, (link.kind or "link", "#888888", "solid"))
         (x0, y0), (x1, y1) = pos[link.a], pos[link.b]
+        count = round(link.bandwidth / one_nvlink) if link.kind == "nvlink" and one_nvlink else 1
+        what = f"NVLink ×{count}" if link.kind == "nvlink" else name
         fig.add_scatter(x=[x0, (x0 + x1) / 2, x1], y=[y0, (y0 + y1) / 2, y1], mode="lines",
-                        line=dict(width=1 + 6 * link.bandwidth / widest, color="#7a9cc6"), hoverinfo="text",
-                        hovertext=f"{link.a} – {link.b}: {link.kind}, {link.bandwidth / 1e9:g} GB/s each way, "
-                                  f"{link.latency * 1e6:g} µs", showlegend=False)
-    fig.add_scatter(x=[pos[r][0] for r in ranks], y=[pos[r][1] for r in ranks], mode="markers+text", text=ranks,
-                    marker=dict(size=30, color="white", line=dict(width=2, color="#333")), name="ranks")
+                        line=dict(width=1 + 6 * link.bandwidth / widest, color=colour, dash=dash), hoverinfo="text",
+                        hovertext=f"{_shown(link.a)} – {_shown(link.b)}: {what}, {link.bandwidth / 1e9:g} GB/s each way, "
+                                  f"{link.latency * 1e6:g} µs", name=name, legendgroup=name,
+                        showlegend=name not in shown_kinds)
+        shown_kinds.add(name)
+        if count > 1:
+            bonded.append(((x0 + x1) / 2, (y0 + y1) / 2, f"×{count}"))
+    if bonded:
+        fig.add_scatter(x=[b[0] for b in bonded], y=[b[1] for b in bonded], mode="text", text=[b[2] for b in bonded],
+                        textfont=dict(size=11, color="#2f5d00"), hoverinfo="skip", showlegend=False)
+    fig.add_scatter(x=[pos[g][0] for g in gpus], y=[pos[g][1] for g in gpus], mode="markers+text",
+                    text=[_shown(g) for g in gpus], textposition="middle center", textfont=dict(size=10),
+                    marker=dict(size=40, color="white", line=dict(width=2, color="#333")), name="GPUs")
     if others:
         fig.add_scatter(x=[pos[o][0] for o in others], y=[pos[o][1] for o in others], mode="markers+text",
                         text=others, textposition="bottom center", marker=dict(size=14, symbol="square", color="#999"),
                         name="switches, CPUs, NICs")
     fig.update_layout(title=f"{topology.name}: {topology.source}", xaxis=dict(visible=False),
-                      yaxis=dict(visible=False, scaleanchor="x"), height=520, plot_bgcolor="white")
+                      yaxis=dict(visible=False, scaleanchor="x"), height=560, plot_bgcolor="white",
+                      legend=dict(title="links (width: GB/s)"))
     return fig
 
 
