@@ -1,5 +1,7 @@
-"""One real browser: JupyterLab on a loopback port, the opening of lab 03 (up to its step-through
-widget) run in headless Chromium, the widget rendered and stepped. Skips, saying why, where Chromium or Playwright is missing
+"""Real browsers: JupyterLab on a loopback port in headless Chromium. The opening of lab 03 (up to its
+step-through widget) is run, the widget rendered, stepped, saved and reopened without a kernel; and every
+exercise notebook, as shipped, runs all to the end with no error output and no "Error displaying widget",
+leaving a screenshot under build/screenshots/. Skips, saying why, where Chromium or Playwright is missing
 (.ci/run installs Debian's chromium so that CI runs it)."""
 import os
 import shutil
@@ -35,6 +37,11 @@ def jupyterlab(tmp_path):
     and must start no MPI engines)."""
     lab = nbformat.read(notebooks.LABS / "solutions" / "03_allreduce.ipynb", as_version=4)
     nbformat.write(notebooks.cut(lab, "StepThrough(ring)"), tmp_path / "lab.ipynb")
+    yield from _serve(tmp_path)
+
+
+def _serve(tmp_path):
+    """JupyterLab on ``tmp_path`` (which holds lab.ipynb): yields its URL and the notebook's path."""
     port, token = free_port(), "ringlab-browser-test"
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=",
@@ -104,5 +111,56 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
             assert page.get_by_text("Error displaying widget").count() == 0
             page.screenshot(path=str(SCREENSHOT.with_name("step-through-reopened.png")))
+        finally:
+            browser.close()
+
+
+def _browser(p):
+    return p.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"])
+
+
+@pytest.fixture
+def exercise_lab(tmp_path, request):
+    """JupyterLab on a copy of one exercise notebook, as a learner opens it."""
+    source = notebooks.LABS / f"{request.param}.ipynb"
+    (tmp_path / "lab.ipynb").write_text(source.read_text())
+    yield from _serve(tmp_path)
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("exercise_lab", [p.stem for p in notebooks.sources()], indirect=True)
+def test_each_exercise_notebook_runs_all_in_a_real_browser(exercise_lab, request):
+    """Run All on the notebook as shipped: it gets to the end, no cell's output is an error, no widget
+    says "Error displaying widget", and a screenshot is kept under build/screenshots/."""
+    url, saved = exercise_lab
+    name = request.node.callspec.params["exercise_lab"]
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook", timeout=90_000)
+            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_text("Run All Cells", exact=True).click()
+            deadline = time.monotonic() + 360
+            while True:  # save now and then until the saved notebook shows every cell run
+                time.sleep(3)
+                page.keyboard.press("Control+s")
+                time.sleep(1)
+                code = [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
+                failed = any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
+                if code and (failed or all(c.get("execution_count") for c in code)):
+                    break  # all ran, or one failed (and Run All stops there)
+                assert time.monotonic() < deadline, f"{name}: not every cell had run after 6 minutes"
+            errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(code) for o in c.get("outputs", [])
+                      if o.get("output_type") == "error"]
+            assert errors == [], f"{name}: error outputs {errors}"
+            assert all(c.get("execution_count") for c in code), f"{name}: some cells did not run"
+            assert page.get_by_text("Error displaying widget").count() == 0
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT.with_name(f"{name}.png")), full_page=True)
         finally:
             browser.close()
