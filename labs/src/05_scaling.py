@@ -23,7 +23,7 @@ from ringlab.lab.predictions import (describe_crossovers, describe_machines, des
 from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_rows
 from ringlab.measure import published
-from ringlab.measure.recorded import gpu_bench, print_sharing, sharing_comparison, sharing_rows
+from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
 from ringlab.mpi.launch import cores
 from ringlab.predict.rings import ring_report
 from ringlab.viz import (busbw_plot, measured_vs_predicted, predicted_machines_plot, time_vs_ranks, tree_ring_plot,
@@ -102,13 +102,7 @@ if pair is None:
 else:
     busbw_plot(sharing_rows(pair), title=f"{pair['ranks']} ranks sharing {pair['machine']}: time slices against MPS "
                f"(recorded {pair['with_mps'].date[:10]})").show()
-    shared = print_sharing(pair)
-    fastest = max(shared, key=lambda r: r["speedup"])
-    print(f"MPS made the ring {min(r['speedup'] for r in shared):.1f}x to {fastest['speedup']:.1f}x faster "
-          f"(most at {fastest['bytes']} bytes); at {shared[-1]['bytes'] >> 20} MiB it was {shared[-1]['speedup']:.1f}x, "
-          + ("the least of all sizes: there moving the bytes, not waiting for a turn, takes most of the time."
-             if shared[-1]["speedup"] == min(r["speedup"] for r in shared) else
-             "so even there waiting for turns cost more than moving the bytes."))
+    print(describe_sharing(print_sharing(pair)))
 
 # %% [markdown]
 # ## Published sweeps: what NCCL reaches on real machines

@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .units import format_bytes
+
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 KINDS = ("ringlab-bandwidth", "ringlab-bench")
 
@@ -227,3 +229,17 @@ def print_sharing(pair: dict, out=None) -> list[dict]:
         print(f"  {row['bytes']:>10}  {row['without_mps_s'] * 1e6:>17.1f}  {row['with_mps_s'] * 1e6:>9.1f}  "
               f"{row['speedup']:.1f}x", file=out)
     return rows
+
+
+def describe_sharing(rows: list[dict]) -> str:
+    """One sentence from :func:`print_sharing`'s rows: how much faster MPS made the ring, where most,
+    and whether the largest size gained least (moving bytes, not waiting for turns, dominating there)."""
+    if not rows:
+        raise ValueError("no sizes recorded both with and without MPS")
+    fastest = max(rows, key=lambda r: r["speedup"])
+    least = min(r["speedup"] for r in rows)
+    last = rows[-1]
+    return (f"MPS made the ring {least:.1f}x to {fastest['speedup']:.1f}x faster (most at {fastest['bytes']} bytes); "
+            f"at {format_bytes(last['bytes'])} it was {last['speedup']:.1f}x, "
+            + ("the least of all sizes: there moving the bytes, not waiting for a turn, takes most of the time."
+               if last["speedup"] == least else "so even there waiting for turns cost more than moving the bytes."))
