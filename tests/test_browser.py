@@ -164,3 +164,58 @@ def test_each_exercise_notebook_runs_all_in_a_real_browser(exercise_lab, request
             page.screenshot(path=str(SCREENSHOT.with_name(f"{name}.png")), full_page=True)
         finally:
             browser.close()
+
+
+@pytest.fixture
+def big_rings(tmp_path):
+    """JupyterLab on a notebook that draws the step-through widget at 16 and at 32 ranks."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import ringlab as rl\nfrom ringlab.viz import StepThrough"),
+                nbformat.v4.new_code_cell('StepThrough(rl.build("allreduce.ring", 16))'),
+                nbformat.v4.new_code_cell('StepThrough(rl.build("allreduce.ring", 32))')]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, tmp_path / "lab.ipynb")
+    yield from _serve(tmp_path)
+
+
+# the ring's extent (outermost marker edges), its panel (the x-y subplot's drag box) and the width plotly drew
+# the figure at, in pixels, per figure
+RING_GEOMETRY = """() => [...document.querySelectorAll('.jupyter-widgets .js-plotly-plot')].map(plot => {
+    const panel = plot.querySelector('.nsewdrag[data-subplot="xy"]').getBoundingClientRect();
+    const points = [...plot.querySelectorAll('.subplot.xy .scatterlayer .trace:first-child .point')]
+        .map(p => p.getBoundingClientRect());
+    const left = Math.min(...points.map(b => b.left)), right = Math.max(...points.map(b => b.right));
+    const top = Math.min(...points.map(b => b.top)), bottom = Math.max(...points.map(b => b.bottom));
+    return {points: points.length, ring: [right - left, bottom - top], panel: [panel.width, panel.height],
+            figure: plot.querySelector('.main-svg').getBoundingClientRect().width};
+})"""
+
+
+@pytest.mark.timeout(240)
+def test_the_ring_fills_its_panel_at_16_and_32_ranks(big_rings):
+    """Drawn in a real browser, the ring of 16 and of 32 ranks spans most of its panel's smaller side, and
+    the panel takes a fair share of the figure's width (not a 200-px ring in a corner)."""
+    url, _ = big_rings
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook", timeout=90_000)
+            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_text("Run All Cells", exact=True).click()
+            page.wait_for_function("() => document.querySelectorAll('.jupyter-widgets .js-plotly-plot').length == 2",
+                                   timeout=120_000)
+            time.sleep(1)
+            geometry = page.evaluate(RING_GEOMETRY)
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT.with_name("step-through-32-ranks.png")), full_page=True)
+        finally:
+            browser.close()
+    print(geometry)
+    assert [g["points"] for g in geometry] == [16, 32]
+    for g in geometry:
+        side = min(g["panel"])
+        assert min(g["ring"]) >= 0.8 * side, f"the ring spans {g['ring']} px of a {g['panel']} px panel"
+        assert side >= 0.35 * g["figure"], f"the ring's panel is {g['panel']} px of a {g['figure']} px figure"

@@ -2,7 +2,7 @@
 sentences whose verdict follows the numbers (ringlab.lab.staleness)."""
 import pytest
 
-from ringlab.lab.staleness import alone_from, by_worker, describe_staleness, missed_updates
+from ringlab.lab.staleness import alone_from, by_worker, describe_staleness, describe_waiting, missed_updates
 
 
 def applied(order):
@@ -58,3 +58,27 @@ def test_a_straggler_that_never_runs_alone_is_called_staler():
 def test_a_worker_that_never_pushed_is_an_error():
     with pytest.raises(ValueError, match="worker 7 made no push"):
         describe_staleness(STRAGGLER_ALONE, straggler=7)
+
+
+def _worker(wait, compute):
+    return {"wait_seconds": wait, "compute_seconds": compute}
+
+
+def test_waiting_is_worded_from_the_shares():
+    runs = {"sync": [_worker(3.0, 1.0), _worker(2.9, 1.1), _worker(3.2, 0.8), _worker(0.1, 4.0)],
+            "async": [_worker(0.1, 1.0), _worker(0.2, 1.0), _worker(0.1, 0.9), _worker(0.1, 4.0)]}
+    text = describe_waiting(runs, straggler=3)
+    assert "Sync: the fast workers spent most of their time waiting (76% on average, 72% to 80%)" in text
+    assert "the straggler (worker 3) 2%" in text
+    assert "Async: the fast workers spent a small part of their time waiting" in text
+    assert "so it waits less." in text
+    # the other way round: the words follow the numbers, not the expectation
+    runs["async"] = [_worker(3.5, 1.0)] * 3 + [_worker(0.1, 4.0)]
+    text = describe_waiting(runs, straggler=3)
+    assert "Async: the fast workers spent most of their time waiting (78% each)" in text
+    assert "yet here it did not wait less" in text
+
+
+def test_waiting_names_a_worker_that_is_not_there():
+    with pytest.raises(ValueError, match="worker 5 is not among the 4 workers"):
+        describe_waiting({"sync": [_worker(1, 1)] * 4}, straggler=5)

@@ -14,7 +14,7 @@
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_server_load
-from ringlab.lab.staleness import describe_staleness
+from ringlab.lab.staleness import describe_staleness, describe_waiting
 from ringlab.lab.tables import table
 from ringlab.viz import staleness_order_plot, staleness_plot, use_renderer
 
@@ -82,10 +82,17 @@ table([{"mode": mode, "worker": w, **everyone[w + 1][mode]} for mode in ("sync",
       {"mode": "mode", "worker": "worker", "waiting (s)": "wait_seconds", "computing (s)": "compute_seconds"})
 
 # %% [markdown]
-# Synchronously, the fast workers spend most of their time waiting for the straggler. Asynchronously
-# nobody waits, but a push may be computed on parameters that other workers have since moved: its
-# staleness, the number of updates the server applied between the worker's pull and its push. The
-# server recorded every push in the order it applied them. Which worker's pushes were the stalest?
+# How much of its time did each worker spend waiting, from the same records?
+
+# %%
+print(describe_waiting({mode: [everyone[w + 1][mode] for w in range(4)] for mode in ("sync", "async")},
+                       straggler=3))
+
+# %% [markdown]
+# An asynchronous server does not wait for the slowest worker, but a push may be computed on
+# parameters that other workers have since moved: its staleness, the number of updates the server
+# applied between the worker's pull and its push. The server recorded every push in the order it
+# applied them. Which worker's pushes were the stalest?
 
 # %%
 pushes = everyone[0]["async"]["staleness"]  # (worker, staleness) of every push, in the order applied

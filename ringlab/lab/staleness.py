@@ -99,3 +99,38 @@ def describe_staleness(pushes, straggler: int) -> str:
 
 def _pushes(count: int) -> str:
     return f"{count} push" if count == 1 else f"{count} pushes"
+
+
+def describe_waiting(workers_by_mode: dict, straggler: int) -> str:
+    """Sentences on how much of their time the workers spent waiting, in each mode, worded from what
+    :meth:`ringlab.train.ParameterServer.run` returned on the workers.
+
+    ``workers_by_mode``: ``{mode: [record of worker 0, worker 1, ...]}``, each record with
+    ``wait_seconds`` (pushing and pulling, waiting for the server included) and ``compute_seconds``.
+    """
+    lines = []
+    for mode, records in workers_by_mode.items():
+        if not 0 <= straggler < len(records):
+            raise ValueError(f"worker {straggler} is not among the {len(records)} workers of the {mode!r} run")
+        share = [r["wait_seconds"] / max(r["wait_seconds"] + r["compute_seconds"], 1e-12) for r in records]
+        fast = [s for w, s in enumerate(share) if w != straggler]
+        mean = float(np.mean(fast)) if fast else 0.0
+        amount = ("most of their time" if mean > 0.5 else "about half their time" if mean >= 0.4
+                  else "a small part of their time" if mean < 0.2 else "a fair part of their time")
+        spread = (f"{mean:.0%} each" if f"{min(fast):.0%}" == f"{max(fast):.0%}" else
+                  f"{mean:.0%} on average, {min(fast):.0%} to {max(fast):.0%}") if fast else ""
+        lines.append(f"{mode.capitalize()}: the fast workers spent {amount} waiting ({spread}); the straggler "
+                     f"(worker {straggler}) "
+                     f"{share[straggler]:.0%}." if fast else
+                     f"{mode.capitalize()}: only the straggler ran; it spent {share[straggler]:.0%} of its time waiting.")
+    if {"sync", "async"} <= workers_by_mode.keys():
+        sync, asyn = ([r["wait_seconds"] / max(r["wait_seconds"] + r["compute_seconds"], 1e-12)
+                       for w, r in enumerate(workers_by_mode[m]) if w != straggler] for m in ("sync", "async"))
+        if sync and asyn:
+            lower = np.mean(asyn) < np.mean(sync)
+            lines.append("Synchronously a fast worker cannot start its next step until the server has every "
+                         "push, the straggler's included; asynchronously it only waits for the server's reply to "
+                         "its own push" + (", so it waits less." if lower else
+                                           ", yet here it did not wait less: the server, busy with the others' "
+                                           "pushes, was the bottleneck."))
+    return "\n".join(lines)

@@ -157,13 +157,17 @@ def frame_traces(frame: Frame, x, y, labels: bool) -> list:
 
 
 def base_layout(schedule: Schedule, height: int | None = None) -> dict:
+    """The figure's frame: the ring on the left, the chunk grid on the right. Up to
+    :data:`RANK_TEXT_UP_TO` ranks the ring leaves room for the byte counts under each rank; above, it
+    has no text around it, so it grows to fill its panel and the panel takes half the width."""
     n = schedule.nranks
+    reach, share = (1.55, 0.42) if n <= RANK_TEXT_UP_TO else (1.15, 0.5)
     return dict(
         height=height or max(420, min(900, 26 * n + 260)),
         margin=dict(l=20, r=20, t=60, b=70), showlegend=False, plot_bgcolor="white",
-        xaxis=dict(domain=[0, 0.42], range=[-1.55, 1.55], visible=False),
-        yaxis=dict(range=[-1.55, 1.55], visible=False, scaleanchor="x"),
-        xaxis2=dict(domain=[0.5, 1], title="chunk", dtick=1 if schedule.nchunks <= 32 else None, side="top"),
+        xaxis=dict(domain=[0, share], range=[-reach, reach], visible=False),
+        yaxis=dict(range=[-reach, reach], visible=False, scaleanchor="x"),
+        xaxis2=dict(domain=[share + 0.06, 1], title="chunk", dtick=1 if schedule.nchunks <= 32 else None, side="top"),
         yaxis2=dict(title="rank", autorange="reversed", dtick=1 if n <= 32 else None, side="right"),
     )
 
