@@ -91,4 +91,4 @@ def build(name: str, nranks: int, **options) -> Schedule:
 
 
 # Importing the pages registers their builders.
-from . import broadcast, reduce, ring, allreduce  # noqa: E402,F401
+from . import broadcast, reduce, ring, allreduce, dbtree, channels, hierarchical, gather, scatter, alltoall  # noqa: E402,F401
