@@ -22,7 +22,8 @@ import importlib
 
 from . import topology
 from .algorithms import ALGORITHMS, build
-from .mpi import StepTimeout, Trace, allreduce, broadcast, execute, reduce, release_buffers, which_transport
+from .mpi import (StepTimeout, Trace, allreduce, alltoall, broadcast, execute, gather, reduce, release_buffers,
+                  scatter, which_transport)
 from .predict import Prediction, predict
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
@@ -33,8 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
-    "provenance_str", "allreduce", "reduce", "broadcast", "execute", "which_transport", "release_buffers", "StepTimeout",
-    "Trace", "topology", "predict", "Prediction", "__version__",
+    "provenance_str", "allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "execute",
+    "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "__version__",
 ]
 
 _ON_FIRST_USE = ("train", "viz", "measure", "lab")

@@ -35,15 +35,21 @@ def parser() -> argparse.ArgumentParser:
         description="Print every step of a collective: who sends which chunk to whom, what every rank "
                     "holds afterwards (r0+r1+r2 = the sum of those ranks' inputs), then the bytes each "
                     "rank sends and receives.",
-        epilog=_algorithm_help() + "\n\nexample:\n  ringlab demo --algorithm allreduce.ring -n 4",
+        epilog=_algorithm_help() + "\n\nexamples:\n  ringlab demo --algorithm allreduce.ring -n 4\n"
+               "  ringlab demo -a allreduce.dbtree -n 6 --segments 2\n"
+               "  ringlab demo -a allreduce.hierarchical -n 4 --local 2\n"
+               "  ringlab demo -a alltoall.pairwise -n 3",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_argument("-a", "--algorithm", default="allreduce.ring", metavar="NAME",
                       help="a registered algorithm, listed below (default: allreduce.ring)")
     demo.add_argument("-n", "--nranks", type=int, default=4,
                       help=f"number of ranks, 1 to {DEMO_MAX_RANKS} (default: 4)")
     demo.add_argument("--root", type=int, help="root rank, for algorithms that have one (default: 0)")
-    demo.add_argument("--segments", type=int, help="pipeline segments, for the chain algorithms (default: n)")
+    demo.add_argument("--segments", type=int,
+                      help="pipeline segments, for the chain algorithms and allreduce.dbtree (default: the builder's)")
     demo.add_argument("--servers", type=int, help="parameter-server shards M, for allreduce.ps (default: 1)")
+    demo.add_argument("--rings", type=int, help="rings (NCCL's channels) k, for allreduce.rings (default: 2)")
+    demo.add_argument("--local", type=int, help="ranks per node L, for allreduce.hierarchical")
     demo.add_argument("-b", "--bytes", type=_size, default="1M", dest="nbytes",
                       help="buffer size per rank for the traffic table, e.g. 4K, 64M (default: 1M)")
     predict = commands.add_parser(
@@ -309,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from .lab.demo import walkthrough
 
-        options = {k: getattr(args, k) for k in ("root", "segments", "servers") if getattr(args, k) is not None}
+        options = {k: getattr(args, k) for k in ("root", "segments", "servers", "rings", "local")
+                   if getattr(args, k) is not None}
         if args.nranks > DEMO_MAX_RANKS:
             top.exit(2, f"ringlab demo: error: {args.nranks} ranks: the walk-through prints every rank's row of "
                         f"every chunk after every step, which past {DEMO_MAX_RANKS} ranks no one can read; use "

@@ -24,11 +24,18 @@ REDUCE = "reduce"  # the receiver adds the chunk into its own copy
 COPY = "copy"      # the receiver replaces its copy with the chunk
 OPS = (REDUCE, COPY)
 
-COLLECTIVES = ("reduce", "broadcast", "allreduce", "reduce_scatter", "allgather")
+COLLECTIVES = ("reduce", "broadcast", "allreduce", "reduce_scatter", "allgather", "gather", "scatter", "alltoall")
 
-# nccl-tests' bus bandwidth: busbw = algbw x factor, what each rank's link carries relative to the buffer
+ROOTED = ("reduce", "broadcast", "gather", "scatter")                  # collectives with a root
+OWNED = ("reduce_scatter", "allgather", "gather", "scatter")           # collectives whose chunks have owners
+
+# nccl-tests' bus bandwidth: busbw = algbw x factor, what each rank's link carries relative to the size,
+# algbw = size / time. The size (src/*.cu, *GetBw) is count*typesize for allreduce, reduce and broadcast:
+# the buffer; count*typesize*nranks for the rest: the n-block buffer (reduce_scatter's input, allgather's
+# output, gather's root output, scatter's root input, one rank's alltoall send buffer). A ringlab schedule's
+# buffer is that size for every collective except alltoall, whose buffer holds n x n blocks: n times it.
 BUS_FACTORS = {"allreduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "allgather": "(n-1)/n", "reduce": "1",
-               "broadcast": "1"}
+               "broadcast": "1", "gather": "(n-1)/n", "scatter": "(n-1)/n", "alltoall": "(n-1)/n"}
 
 
 def bus_factor(kind: str, nranks: int) -> float:
@@ -37,6 +44,12 @@ def bus_factor(kind: str, nranks: int) -> float:
         raise ValueError(f"no bus factor for {kind!r}; known: {', '.join(BUS_FACTORS)}")
     n = check_count("nranks", nranks)
     return {"2(n-1)/n": 2 * (n - 1) / n, "(n-1)/n": (n - 1) / n, "1": 1.0}[BUS_FACTORS[kind]]
+
+
+def nccl_tests_size(kind: str, nranks: int, nbytes: int) -> float:
+    """The size nccl-tests reports (its algbw = size / time) for a ringlab schedule of ``kind`` over a
+    buffer of ``nbytes``: ``nbytes`` itself, except alltoall, whose schedule buffer is n x one rank's."""
+    return nbytes / check_count("nranks", nranks) if kind == "alltoall" else float(nbytes)
 
 
 def chunk_bounds(count: int, nchunks: int) -> np.ndarray:
@@ -158,8 +171,16 @@ class Collective:
     - ``reduce_scatter``: every rank starts with its own data; the owner of each chunk must end
       with that chunk's sum of all.
     - ``allgather``: each chunk starts only at its owner; every rank must end with every chunk.
+    - ``gather``: each chunk starts only at its owner; ``root`` must end with every chunk.
+    - ``scatter``: only ``root`` starts with data; the owner of each chunk must end with root's.
+    - ``alltoall``: chunks cannot change position, so the buffer holds n x n chunks (blocks), and
+      chunk ``s*n + d`` is the block rank ``s`` sends to rank ``d``. Rank ``s`` starts with its
+      row, chunks ``s*n .. s*n+n-1``; rank ``d`` must end with its column, chunk ``s*n + d`` from
+      every ``s``. One rank's send (or receive) buffer is 1/n of this buffer: an MPI alltoall of
+      n blocks of b elements is a schedule over n*n*b elements. Every other chunk: anything.
 
-    ``owners[c]`` is the rank that owns chunk ``c`` (reduce_scatter and allgather only).
+    ``owners[c]`` is the rank that owns chunk ``c`` (reduce_scatter, allgather, gather and scatter
+    only; by default chunk ``c`` belongs to rank ``c``).
     """
 
     kind: str
@@ -173,11 +194,14 @@ class Collective:
             raise ValueError(f"unknown collective {self.kind!r}; expected one of {', '.join(COLLECTIVES)}")
         check_count("nranks", self.nranks)
         check_count("nchunks", self.nchunks)
-        if self.kind in ("reduce", "broadcast"):
+        if self.kind in ROOTED:
             check_root(self.root, self.nranks)
         elif self.root is not None:
             raise ValueError(f"{self.kind} has no root (got root={self.root})")
-        if self.kind in ("reduce_scatter", "allgather"):
+        if self.kind == "alltoall" and self.nchunks != self.nranks ** 2:
+            raise ValueError(f"alltoall needs n x n chunks (chunk s*n+d: the block rank s sends to rank d): "
+                             f"{self.nchunks} chunks for {self.nranks} ranks")
+        if self.kind in OWNED:
             owners = tuple(range(self.nranks)) if self.owners is None else tuple(int(o) for o in self.owners)
             if len(owners) != self.nchunks:
                 raise ValueError(f"{self.kind} needs one owner per chunk: {len(owners)} owners for {self.nchunks} chunks")
@@ -194,10 +218,12 @@ class Collective:
 
     def start(self, rank: int, chunk: int) -> frozenset[int]:
         """Whose inputs ``rank`` holds in ``chunk`` before the first step (empty: no data)."""
-        if self.kind == "broadcast":
+        if self.kind in ("broadcast", "scatter"):
             return frozenset({rank}) if rank == self.root else frozenset()
-        if self.kind == "allgather":
+        if self.kind in ("allgather", "gather"):
             return frozenset({rank}) if rank == self.owners[chunk] else frozenset()
+        if self.kind == "alltoall":  # rank s holds row s: the blocks it sends
+            return frozenset({rank}) if chunk // self.nranks == rank else frozenset()
         return frozenset({rank})
 
     def end(self, rank: int, chunk: int) -> frozenset[int] | None:
@@ -210,6 +236,13 @@ class Collective:
             return self.everyone
         if self.kind == "reduce_scatter":
             return self.everyone if rank == self.owners[chunk] else None
+        if self.kind == "gather":
+            return frozenset({self.owners[chunk]}) if rank == self.root else None
+        if self.kind == "scatter":
+            return frozenset({self.root}) if rank == self.owners[chunk] else None
+        if self.kind == "alltoall":  # rank d gets column d: block s*n+d from rank s
+            sender, receiver = divmod(chunk, self.nranks)
+            return frozenset({sender}) if receiver == rank else None
         return frozenset({self.owners[chunk]})  # allgather
 
     def start_table(self) -> tuple[tuple[frozenset[int], ...], ...]:

@@ -14,7 +14,8 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def variants(name: str, nranks: int, roots=None):
-    """Option dicts for ``name`` on ``nranks`` ranks: every root, several segment counts, every server count."""
+    """Option dicts for ``name`` on ``nranks`` ranks: every root, several segment counts, every server count,
+    1 to 3 rings and rings in orders of their own, every node size that divides n and one that does not."""
     accepted = options_of(name)
     roots = range(nranks) if roots is None else roots
     out = [{}]
@@ -24,6 +25,13 @@ def variants(name: str, nranks: int, roots=None):
         out = [dict(o, segments=s) for o in out for s in sorted({1, 2, 3, 7, nranks})]
     if "servers" in accepted:
         out = [dict(o, servers=m) for o in out for m in range(1, nranks + 1)]
+    if "rings" in accepted:  # 1 to 3 rings in the default orders, then 2 in orders of our own
+        order = tuple(range(0, nranks, 2)) + tuple(range(1, nranks, 2))  # evens, then odds
+        out = [dict(o, rings=k) for o in out for k in (1, 2, 3)] + [dict(o, orders=(order, order[::-1])) for o in out]
+    if "local" in accepted:  # every divisor of n, then the smallest L that leaves a smaller last node
+        divisors = [size for size in range(1, nranks + 1) if nranks % size == 0]
+        uneven = [size for size in range(2, nranks) if nranks % size][:1]
+        out = [dict(o, local=size) for o in out for size in divisors + uneven]
     return out
 
 

@@ -19,7 +19,7 @@ def run_cli(*args, timeout=120):
     (["bench", "-n", "2", "--iters", "0"], "iters must be at least 1"),
     (["bench", "-n", "2", "-w", "-1"], "warmup must be 0 or more, got -1"),
     (["bench", "-n", "3", "--root", "3"], "root must be a rank in 0..2, got 3"),
-    (["bench", "-n", "2", "-a", "ring,gossip"], "no allreduce implementation 'gossip'; choose from naive"),
+    (["bench", "-n", "2", "-a", "ring,gossip"], "no allreduce implementation 'gossip'; choose from dbtree, hierarchical, naive"),
     (["bench", "-n", "2", "-c", "scatter"], "collective must be one of"),
     (["bench", "-n", "2", "-d", "float8"], "dtype must be one of"),
     (["bench", "-n", "2", "--json", "/no/such/folder/out.json"], "there is no folder /no/such/folder"),

@@ -132,7 +132,8 @@ def test_resolve_names():
     assert resolve("allreduce", "ring", 4).name == "allreduce.ring"
     assert resolve("allreduce", "allreduce.rhd", 4).name == "allreduce.rhd"
     assert resolve("broadcast", "chain", 4, root=1, segments=3).options == {"root": 1, "segments": 3}
-    with pytest.raises(ValueError, match="unknown allreduce algorithm 'chain'; choose one of: naive, ps, rhd, ring, tree"):
+    with pytest.raises(ValueError, match="unknown allreduce algorithm 'chain'; choose one of: "
+                                         "dbtree, hierarchical, naive, ps, rhd, ring, rings, tree"):
         resolve("allreduce", "chain", 4)
     with pytest.raises(ValueError, match="this schedule is for reduce, not allreduce"):
         resolve("allreduce", rl.build("reduce.tree", 4), 4)

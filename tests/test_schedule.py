@@ -61,7 +61,7 @@ def test_malformed_schedule_is_rejected_when_built(steps, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(kind="gather", nranks=2, nchunks=1), "unknown collective 'gather'"),
+    (dict(kind="gossip", nranks=2, nchunks=1), "unknown collective 'gossip'"),
     (dict(kind="reduce", nranks=2, nchunks=1, root=2), "root must be a rank in 0..1"),
     (dict(kind="allreduce", nranks=2, nchunks=1, root=0), "allreduce has no root"),
     (dict(kind="allgather", nranks=2, nchunks=3), "one owner per chunk"),

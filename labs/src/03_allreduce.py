@@ -16,12 +16,13 @@
 import numpy as np
 import ringlab as rl
 from ringlab.lab.demo import walkthrough
-from ringlab.lab.exercises import check_reduce_scatter_rule
+from ringlab.lab.busbw import OPTIMAL, bandwidth_optimal, describe_scaling, scaling_rows
+from ringlab.lab.exercises import check_bus_factor, check_reduce_scatter_rule
 from ringlab.lab.sweep import describe_sweep
 from ringlab.lab.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.predict.fitting import fit_rows
-from ringlab.viz import StepThrough, fitted_busbw_plot, step_figure, use_renderer
+from ringlab.viz import StepThrough, algbw_busbw_plot, fitted_busbw_plot, step_figure, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -170,12 +171,68 @@ fitted_busbw_plot(rows, fits, title=f"markers: allreduce busbw measured here on 
 print(describe_sweep(rows, fits, nranks, cores()))  # the ranks run on this machine: its cores are theirs
 
 # %% [markdown]
+# ## algbw against busbw
+#
+# nccl-tests prints two rates for every collective: algbw, the size over the time, and busbw, algbw
+# times a factor of its own per collective: 2(n-1)/n for allreduce, 1 for broadcast. Where do the
+# factors come from? Each is the number of bytes the busiest rank's link carries, in units of the
+# size, when the collective runs its bandwidth-optimal algorithm; so busbw is what the link carried
+# per second, comparable across collectives and rank counts. `bandwidth_optimal(kind, n)` builds
+# that schedule for six collectives (the ring for allreduce, reduce-scatter and allgather, the
+# pipelined chain for broadcast and reduce, the pairwise exchange for alltoall).
+#
+# ## Exercise 2: bus factors from the bytes
+#
+# Write `bus_factor(kind, n)`: build `bandwidth_optimal(kind, n)`, count its bytes with
+# `rl.traffic(schedule, nbytes)` (any nbytes, say 1 MiB), take the most bytes any rank receives,
+# and divide by the size nccl-tests prints. That size is one rank's buffer: `nbytes`, except for
+# alltoall, whose schedule holds all n x n blocks (chunk s·n+d goes from rank s to rank d), so one
+# rank's buffer is `nbytes / n`. The checker compares your factors with nccl-tests' definitions.
+
+# %% tags=["solution"]
+def bus_factor(kind, n):
+    """Bytes on the busiest rank's link in the bandwidth-optimal schedule, over nccl-tests' size."""
+    # solution
+    nbytes = 1 << 20
+    received = max(rl.traffic(bandwidth_optimal(kind, n), nbytes)["received"])
+    return received / (nbytes / n if kind == "alltoall" else nbytes)
+
+
+# %%
+bus_factor = check_bus_factor(bus_factor)  # yours when it is right, else the reference
+
+# %%
+table([{"kind": kind, **{n: bus_factor(kind, n) for n in (2, 4, 8)}} for kind in OPTIMAL],
+      {"collective": "kind", "2 ranks": (2, ".3f"), "4 ranks": (4, ".3f"), "8 ranks": (8, ".3f")})
+
+# %% [markdown]
+# Why report busbw at all? As ranks are added, each rank's link carries 2(n-1)/n of the buffer, so the
+# same link takes longer per byte of result: algbw falls even on a perfect network, while busbw stays
+# at the link's rate. The lines below are predicted by the cost model with the alpha and bandwidth
+# fitted to your ring measurements above, for 2, 4 and 8 ranks; the markers are your measurements on
+# four ranks.
+
+# %%
+ring_fit = fits["ring"]
+scaling = scaling_rows(ring_fit.alpha, ring_fit.bandwidth)
+measured = [dict(r, ranks=nranks) for r in rows if r["algorithm"] == "ring"]
+algbw_busbw_plot(scaling, measured=measured, title="lines: predicted (cost model, fitted here); "
+                                                   f"markers: ring allreduce measured here on {nranks} ranks")
+
+# %%
+print(describe_scaling(scaling, ring_fit.bandwidth))
+
+# %% [markdown]
 # ## Summary
 #
 # - The naive allreduce funnels (n-1)·K bytes into one root and (n-1)·K out of it. A ring rank sends
 #   and receives 2(n-1)/n·K, which tends to 2K: the ring is bandwidth-optimal.
 # - At reduce-scatter step i, rank j sends chunk (j-i) mod n. The allgather passes the finished
 #   chunks on, starting one chunk later.
+# - Bus bandwidth puts algorithms and rank counts on one scale: its factor is the bytes on the busiest
+#   link over the size, counted from the bandwidth-optimal schedule (2(n-1)/n for allreduce, (n-1)/n for
+#   reduce-scatter, allgather and alltoall, 1 for broadcast and reduce), so it stays at the link's rate
+#   as ranks are added while algbw falls.
 # - Bus bandwidth puts algorithms and rank counts on one scale. Where the ring overtakes naive, and
 #   by how much it wins, depends on the machine: the text printed under the figure says it for yours,
 #   from your own numbers (ranks against cores, the crossover measured and fitted, the ratios at the
@@ -183,7 +240,7 @@ print(describe_sweep(rows, fits, nranks, cores()))  # the ranks run on this mach
 #
 # ## Exercises
 #
-# 1. (Above) the reduce-scatter index rule.
+# 1. (Above) the reduce-scatter index rule, and the bus factors.
 # 2. Run the measurement again with `"rhd"` and `"ps"` added. Which one wins at 64 MiB, and why does
 #    `ps` (one server) behave like `naive`?
 # 3. Fit `"rhd"` too and find where the ring overtakes it: `measured_crossover(rows, "rhd", "ring")`

@@ -13,7 +13,7 @@ import functools
 import inspect
 from typing import Callable
 
-from ..schedule import Collective, Schedule, check_count, check_root
+from ..schedule import ROOTED, Collective, Schedule, check_count, check_root
 
 ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
 
@@ -23,7 +23,7 @@ def register(name: str):
 
     The builder returns ``(nchunks, steps)``. What gets registered returns a Schedule of that
     collective and name, its empty steps dropped, with the options it was built with (those not
-    None) recorded; a ``root`` is also the collective's root for reduce and broadcast.
+    None) recorded; a ``root`` is also the collective's root for reduce, broadcast, gather and scatter.
     """
     collective = name.split(".", 1)[0]
 
@@ -36,7 +36,7 @@ def register(name: str):
             bound = signature.bind(nranks, *args, **options)
             bound.apply_defaults()
             recorded = {k: v for k, v in list(bound.arguments.items())[1:] if v is not None}
-            root = recorded.get("root") if collective in ("reduce", "broadcast") else None
+            root = recorded.get("root") if collective in ROOTED else None
             return Schedule(Collective(collective, nranks, nchunks, root=root), tuple(s for s in steps if len(s)),
                             name=name, options=recorded)
 
@@ -73,14 +73,26 @@ def checked_options(name: str, nranks: int, options: dict) -> dict:
         servers = check_count("servers", options["servers"])
         if servers > nranks:
             raise ValueError(f"servers must be in 1..{nranks} for {nranks} ranks, got {servers}")
+    if options.get("rings") is not None:
+        options["rings"] = check_count("rings", options["rings"])
+    if options.get("orders") is not None:  # one permutation per ring; rings= follows when not given
+        options["orders"] = channels.check_orders(options["orders"], options.get("rings"), nranks)
+        options["rings"] = len(options["orders"])
+    if options.get("local") is not None:
+        local = check_count("local", options["local"])
+        if local > nranks:
+            raise ValueError(f"local (ranks per node) must be in 1..{nranks} for {nranks} ranks, got {local}")
+        options["local"] = local
     return options
 
 
 def build(name: str, nranks: int, **options) -> Schedule:
     """The schedule of algorithm ``name`` (e.g. ``"allreduce.ring"``) on ``nranks`` ranks.
 
-    Options: ``root=`` (reduce, broadcast, naive and tree allreduce), ``segments=`` (chain),
-    ``servers=`` (parameter server). Any mistake raises a ValueError saying what is wrong.
+    Options: ``root=`` (reduce, broadcast, gather, scatter, naive and tree allreduce), ``segments=`` (chain, double
+    binary tree), ``servers=`` (parameter server), ``rings=`` and ``orders=`` (rings: how many, and
+    one permutation of the ranks each; rings follows from orders when only orders is given),
+    ``local=`` (hierarchical: ranks per node, 1..n). Any mistake raises a ValueError saying what is wrong.
     """
     if name not in ALGORITHMS:
         close = difflib.get_close_matches(str(name), ALGORITHMS, n=1)

@@ -7,11 +7,15 @@
 - ``settings``: JupyterLab's saveState turned on, so that saved notebooks keep their widgets;
 - ``demo``: a terminal walk-through of one collective (``ringlab demo``);
 - ``tables``: :func:`~ringlab.lab.tables.table`, the labs' aligned text tables with units in the headers;
+- ``busbw``: each collective's bus factor counted from its bandwidth-optimal schedule, and algbw
+  against busbw over the ranks (lab 03);
 - ``sweep``: a measured allreduce sweep read back in sentences computed from it, and where the ring
   overtakes naive, measured and fitted (lab 03);
 - ``copies``: one core's copy against MPI at the same sizes, and the staged formula taken apart (lab 01);
 - ``latency``: a fitted per-step alpha set beside a raw MPI message (labs 02 and 05);
 - ``staleness``: whose pushes were how stale, and what the straggler did to the others (lab 04);
 - ``predictions``: the cost model's predictions beside published sweeps, ready to plot (lab 05);
-- ``training``: the three trainers compared, speed-up and accuracy described from the numbers (lab 06).
+- ``training``: the three trainers compared, speed-up and accuracy described from the numbers (lab 06);
+- ``diagnose``: a hang or a straggler read back from real ranks' messages and traces, the NCCL settings,
+  ranks mapped to GPUs and links (lab 07).
 """

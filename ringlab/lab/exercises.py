@@ -116,6 +116,12 @@ def _message_time(nbytes, alpha, bandwidth):
     return alpha + nbytes / bandwidth
 
 
+def _bus_factor(kind, n):
+    from .busbw import bus_factor_from_traffic
+
+    return bus_factor_from_traffic(kind, n)
+
+
 def _staged_time(nbytes, alpha, link, copy):
     return alpha + nbytes / link + 2 * nbytes / copy
 
@@ -252,3 +258,21 @@ def check_staged_time(staged_time):
              "the message itself costs alpha + K / link; staging adds one copy of K bytes at the copy rate before "
              "the send and another after the receive.")
     print("Correct: staging adds 2K / copy rate to every message.")
+
+
+@exercise(_bus_factor, "factor")
+def check_bus_factor(bus_factor):
+    """``bus_factor(kind, n)``: counted from the traffic of the collective's bandwidth-optimal schedule,
+    compared with the factors nccl-tests defines (``ringlab.schedule.BUS_FACTORS``)."""
+    from ..schedule import bus_factor as nccl_tests
+
+    cases = [dict(kind=kind, n=n) for kind in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+                                                "alltoall") for n in (2, 3, 4, 8)]
+    _compare(bus_factor, "bus_factor", cases, lambda kind, n: nccl_tests(kind, n),
+             "take the most bytes any rank receives (rl.traffic(schedule, nbytes)['received']) and divide by the "
+             "size nccl-tests prints: one rank's buffer, nbytes, except for alltoall, where it is nbytes / n.",
+             rel_tol=1e-3, unit="(nccl-tests' factor)")
+    print("Correct: the bytes on the busiest link, over the size, give nccl-tests' factors for all six collectives.")
+
+
+from .diagnose import check_culprit, check_straggler  # noqa: E402,F401  (lab 07's checks live with its diagnosis)

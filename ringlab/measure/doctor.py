@@ -13,6 +13,7 @@ LAB_PLANS = [  # (lab, what it needs, what it does)
     ("04 Parameter servers", "torch", "single against sharded, sync against async"),
     ("05 Scaling", "mpi", "sizes and ranks, fitted alpha and beta, predictions"),
     ("06 Data-parallel training", "torch", "ringlab's allreduce, a parameter server and DDP"),
+    ("07 When it hangs or crawls", "mpi", "a missing rank, a straggler's trace, NCCL's settings, ranks to GPUs"),
 ]
 
 

@@ -1,6 +1,7 @@
 """Running a schedule for real, one MPI process per rank, each on its own numpy or cupy buffer.
 
 - ``collectives``: the public calls, ``rl.allreduce``, ``rl.reduce``, ``rl.broadcast``, ``rl.execute``;
+- ``primitives``: ``rl.gather``, ``rl.scatter``, ``rl.alltoall``: MPI's blocks laid out as a schedule's chunks;
 - ``executor``: a schedule compiled into each rank's plan of messages, and the step loop that runs it;
 - ``fastpath``: the per-call path for numpy buffers (plans, agreement digests and persistent requests made once);
 - ``mpich``: MPICH's own settings, written while running (its ring allreduce forced for ``bench -a mpi-ring``);
@@ -9,7 +10,9 @@
 - ``launch``: starting MPI jobs (``mpiexec``) and torch process groups from Python.
 """
 from .collectives import allreduce, broadcast, execute, reduce, which_transport
+from .primitives import alltoall, gather, scatter
 from .transports import release_buffers
 from .executor import StepTimeout, Trace
 
-__all__ = ["allreduce", "reduce", "broadcast", "execute", "which_transport", "release_buffers", "StepTimeout", "Trace"]
+__all__ = ["allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "execute", "which_transport",
+           "release_buffers", "StepTimeout", "Trace"]

@@ -267,15 +267,24 @@ def _recorder(comm, flat, itemsize: int) -> Recorder:
 
 def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
               agree: bool = True, trace: bool = False, timeout: float | None = None, root: int | None = None,
-              servers: int | None = None, out=None):
+              servers: int | None = None, segments: int | None = None, rings: int | None = None, orders=None,
+              local: int | None = None, out=None):
     """Sum ``x`` over all ranks; every rank gets the sum (a new array of the same type and shape).
 
     ``algorithm``: ``"ring"`` (default), ``"naive"`` (through ``root``), ``"ps"`` (``servers``
-    shards), ``"tree"``, ``"rhd"``, a full name, or a Schedule. ``out=`` (an array like ``x``)
+    shards), ``"tree"``, ``"rhd"``, ``"dbtree"`` (NCCL's double binary tree, pipelined in
+    ``segments``), ``"rings"`` (``rings`` rings at once, optionally in ``orders``: one permutation
+    of the ranks per ring), ``"hierarchical"`` (``local`` ranks per node), a full name, or a
+    Schedule. Options left None take the builder's default. ``out=`` (an array like ``x``)
     receives the sum instead of a new array.
     """
-    options = {} if root is None and servers is None else {
-        k: v for k, v in (("root", root), ("servers", servers)) if v is not None}
+    options = {}
+    if root is not None or servers is not None or segments is not None or rings is not None or local is not None:
+        options = {k: v for k, v in (("root", root), ("servers", servers), ("segments", segments), ("rings", rings),
+                                     ("local", local)) if v is not None}
+    if orders is not None:  # as tuples: the options are part of a cache key
+        from ..algorithms.channels import frozen_orders
+        options["orders"] = frozen_orders(orders)
     return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
                 timeout=timeout, what="rl.allreduce", out=out)
 

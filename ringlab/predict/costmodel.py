@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..algorithms import build
-from ..schedule import REDUCE, Schedule, bus_factor, chunk_bounds, check_count
+from ..schedule import REDUCE, Schedule, bus_factor, chunk_bounds, check_count, nccl_tests_size
 from ..topology import Topology
 from .protocols import AUTO, NVLINK, PROTOCOLS, Protocol, hardware_class, protocol as find_protocol
 
@@ -198,6 +198,12 @@ def first_size_where(holds, lo: int, hi: int) -> int:
     return hi
 
 
+def busbw(kind: str, nranks: int, nbytes: int, seconds: float) -> float:
+    """nccl-tests' busbw for a schedule of ``kind`` over ``nbytes`` that takes ``seconds`` (alltoall's size
+    is one rank's buffer, 1/n of its schedule's: see :func:`ringlab.schedule.nccl_tests_size`)."""
+    return nccl_tests_size(kind, nranks, nbytes) / seconds * bus_factor(kind, nranks)
+
+
 def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology], protocol: str | None = None) -> list[dict]:
     """One row per (topology, algorithm): predicted time, busbw, and the step bottleneck seen most
     (and the protocol, when one is modelled: see :func:`predict`)."""
@@ -209,7 +215,7 @@ def whatif(algorithms: list[str], nbytes: int, topologies: list[Topology], proto
             links = [p.bottleneck_link(s) for s in range(len(p.steps))]
             rows.append({"topology": topo.name, "algorithm": name, "nranks": topo.nranks, "nbytes": nbytes,
                          "seconds": p.seconds,
-                         "busbw": nbytes / p.seconds * bus_factor(schedule.collective.kind, topo.nranks),
+                         "busbw": busbw(schedule.collective.kind, topo.nranks, nbytes, p.seconds),
                          "bottleneck": max(set(links), key=links.count) if links else "-",
                          "protocol": p.protocol or "-", "source": topo.source})
     return rows

@@ -97,3 +97,12 @@ def best_gpus(bandwidth, count: int) -> tuple[list[int], float]:
         if slowest > best[1]:
             best = (list(gpus), float(slowest))
     return best
+
+
+def ring_orders(topology: Topology, rings: int = 2, nranks: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """Rank orders for ``allreduce.rings`` on ``topology``: :func:`best_ring` and the same ring backwards,
+    alternately (NCCL also runs more channels than distinct rings by repeating them), so that
+    every link of the best ring carries data both ways."""
+    order, _ = best_ring(topology, nranks)
+    backwards = order[:1] + order[1:][::-1]  # still starting at rank 0
+    return tuple(tuple(order if p % 2 == 0 else backwards) for p in range(rings))

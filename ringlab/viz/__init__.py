@@ -5,7 +5,7 @@ call :func:`use_renderer` once: plotly figures then show in JupyterLab and in ex
 """
 from __future__ import annotations
 
-from .plots import (bandwidth_heatmap, busbw_plot, fitted_busbw_plot, fraction_bars, host_device_figure,
+from .plots import (algbw_busbw_plot, bandwidth_heatmap, busbw_plot, fitted_busbw_plot, fraction_bars, host_device_figure,
                     links_figure, measured_vs_predicted, predicted_machines_plot, segments_plot, staleness_order_plot,
                     staleness_plot, time_vs_ranks, timeline, topology_figure, tree_ring_plot, versus_plot)
 from .stepview import frames, step_figure
@@ -25,7 +25,7 @@ def use_renderer(offline: bool = False) -> str:
     return pio.renderers.default
 
 
-__all__ = ["StepThrough", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",
+__all__ = ["StepThrough", "algbw_busbw_plot", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",
            "topology_figure", "busbw_plot", "fitted_busbw_plot", "links_figure", "time_vs_ranks",
            "measured_vs_predicted", "segments_plot", "staleness_plot", "staleness_order_plot", "versus_plot",
            "fraction_bars", "predicted_machines_plot", "tree_ring_plot", "use_renderer"]

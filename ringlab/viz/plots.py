@@ -438,3 +438,35 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
         fig.update_yaxes(title_text="bus bandwidth (GB/s)", row=row, col=1)
     fig.update_layout(title=title, height=340 * rows + 120)
     return fig
+
+
+def algbw_busbw_plot(rows: list[dict], title: str = "predicted (cost model): algbw and busbw of the ring allreduce",
+                     measured: list[dict] = ()) -> go.Figure:
+    """Two panels over message size, one line per rank count (rows: ranks, bytes, algbw_Bps, busbw_Bps, as
+    :func:`ringlab.lab.busbw.scaling_rows` gives them): algbw on the left, busbw on the right. ``measured``
+    rows (bytes, algbw_Bps, busbw_Bps, and ranks) are added as markers, labelled measured here."""
+    fig = make_subplots(rows=1, cols=2, shared_xaxes=True, horizontal_spacing=0.1,
+                        subplot_titles=("algbw = size / time", "busbw = algbw × 2(n-1)/n"))
+    counts = sorted({r["ranks"] for r in rows} | {r["ranks"] for r in measured})
+    for i, n in enumerate(counts):
+        color = PALETTE[i % len(PALETTE)]
+        mine = sorted((r for r in rows if r["ranks"] == n), key=lambda r: r["bytes"])
+        seen = sorted((r for r in measured if r["ranks"] == n), key=lambda r: r["bytes"])
+        for col, key in ((1, "algbw_Bps"), (2, "busbw_Bps")):
+            if mine:
+                fig.add_scatter(x=[r["bytes"] for r in mine], y=[r[key] / 1e9 for r in mine], mode="lines",
+                                line=dict(color=color), name=f"{n} ranks: predicted", legendgroup=str(n),
+                                showlegend=col == 1, row=1, col=col, hoverinfo="text",
+                                hovertext=[f"{n} ranks, predicted: {format_bytes(r['bytes'])}, {r[key] / 1e9:.3g} GB/s"
+                                           for r in mine])
+            if seen:
+                fig.add_scatter(x=[r["bytes"] for r in seen], y=[r[key] / 1e9 for r in seen], mode="markers",
+                                marker=dict(color=color, size=8), name=f"{n} ranks: measured here",
+                                legendgroup=str(n), showlegend=col == 1, row=1, col=col, hoverinfo="text",
+                                hovertext=[f"{n} ranks, measured here: {format_bytes(r['bytes'])}, "
+                                           f"{r[key] / 1e9:.3g} GB/s" for r in seen])
+    for col in (1, 2):
+        fig.update_xaxes(type="log", title_text="message size per rank (bytes)", row=1, col=col)
+        fig.update_yaxes(title_text="GB/s", row=1, col=col)
+    fig.update_layout(title=title, height=430)
+    return fig

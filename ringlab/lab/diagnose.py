@@ -1,0 +1,556 @@
+"""When it hangs or crawls (lab 07): a rank that never comes, a straggler, the settings and links to check.
+
+- :func:`run_on_ranks` runs one of the lab's mistakes (:data:`MISTAKES`) as a real MPI job and returns
+  what each rank's ringlab said; :func:`predicted_timeouts` works out the same StepTimeout messages from
+  the schedule alone, and :func:`describe_timeouts` reads back who waited for whom;
+- :func:`straggler_traces` records a traced ring allreduce with and without one rank :func:`slowed`;
+  :func:`describe_straggler` says from a Trace which rank the others waited for, and how long;
+  :func:`model_trace` builds such a Trace from a lockstep model (the exercises' cases);
+- :func:`nccl_settings`, :func:`html_table`: NCCL's settings that matter, with their sources;
+  :func:`p2p_rows` and :func:`describe_p2p`: the published P2P off/on sweeps of one RTX 4090 box;
+- :func:`rank_links`: which GPU each rank gets under ``CUDA_VISIBLE_DEVICES``, and which link each pair
+  of ring neighbours crosses, from an ``nvidia-smi topo -m`` matrix;
+- :func:`check_culprit`, :func:`check_straggler`: the lab's exercises.
+
+    python -m mpi4py -m ringlab.lab.diagnose MODE FOLDER    # one rank of a mistake (run_on_ranks does this)
+"""
+from __future__ import annotations
+
+import functools
+import html
+import pickle
+import re
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+# What each of the lab's mistakes does on its ranks: (what the text says, ranks it needs)
+MISTAKES = {
+    "skip": "rank 2 never calls rl.allreduce; ringlab's argument check notices",
+    "skip-unchecked": "rank 2 never calls rl.allreduce, and the ranks do not compare arguments (agree=False), as NCCL does not",
+    "sizes": "rank 1 passes 11 elements where the others pass 10",
+}
+ABSENT = 2           # the rank that never comes in "skip" and "skip-unchecked"
+TIMEOUT_S = 1.0      # the lab's StepTimeout: a step that waits longer raises
+ELEMENTS = 30        # the mistakes' buffers: small, so every message is sent eagerly
+
+
+def _exercise(reference, what: str):
+    """:func:`ringlab.lab.exercises.exercise`, looked up when a check runs, so that exercises.py may import
+    this module's checks without an import cycle."""
+    def wrap(strict_check):
+        @functools.wraps(strict_check)
+        def check_yours(yours, strict: bool | None = None):
+            from .exercises import exercise
+
+            return exercise(reference, what)(strict_check)(yours, strict)
+        return check_yours
+    return wrap
+
+
+def _not_done(text: str):
+    from .exercises import NotDoneYet
+
+    return NotDoneYet(text)
+
+
+# --- 1. a rank that never comes, or comes with another size ---------------------------------------------
+
+def run_on_ranks(mode: str, nranks: int = 4, timeout: float = 60) -> dict[int, str]:
+    """Run mistake ``mode`` (see :data:`MISTAKES`) on ``nranks`` real MPI ranks; {rank: what it said}.
+    A rank that never called has no entry."""
+    from ..mpi.launch import run_mpi
+
+    if mode not in MISTAKES:
+        raise ValueError(f"no mistake {mode!r}; there are: {', '.join(MISTAKES)}")
+    if not 3 <= nranks <= 8:
+        raise ValueError(f"the mistakes need 3 to 8 ranks (rank {ABSENT} stays away), got {nranks}")
+    with tempfile.TemporaryDirectory(prefix="ringlab-diagnose-") as folder:
+        done = run_mpi(nranks, ["-m", "ringlab.lab.diagnose", mode, folder], timeout=timeout)
+        said = {int(p.stem.split("-")[1]): p.read_text().strip() for p in Path(folder).glob("rank-*.txt")}
+    if not said:
+        raise RuntimeError(f"no rank of the {mode!r} job said anything; its errors:\n{done.stderr[-2000:]}")
+    return dict(sorted(said.items()))
+
+
+def _on_rank(mode: str, folder: str) -> None:
+    """One rank of mistake ``mode``: call rl.allreduce (or not), write what ringlab said to FOLDER/rank-N.txt."""
+    import ringlab as rl
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+
+    def say(text: str) -> None:
+        Path(folder, f"rank-{rank}.txt").write_text(text + "\n")
+
+    if mode == "sizes":
+        try:
+            rl.allreduce(np.ones(ELEMENTS // 3 + (rank == 1)), "ring", timeout=30)  # 10 elements, 11 on rank 1
+        except ValueError as err:
+            say(str(err))
+        return
+    if rank != ABSENT:
+        try:
+            rl.allreduce(np.ones(ELEMENTS), "ring", timeout=TIMEOUT_S, agree=(mode == "skip"))
+        except rl.StepTimeout as err:
+            say(str(err))
+    if rank == 0:  # ends the job once every rank that called has written: the others wait for nobody
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(list(Path(folder).glob("rank-*.txt"))) < comm.Get_size() - 1:
+            time.sleep(0.05)
+        comm.Abort(0)
+    time.sleep(60)
+
+
+def predicted_timeouts(nranks: int, absent: int, algorithm: str = "allreduce.ring", elements: int = ELEMENTS,
+                       timeout: float = TIMEOUT_S) -> dict[int, str]:
+    """The StepTimeout each present rank raises when rank ``absent`` never calls (and the ranks do not
+    compare arguments first), worked out from the ranks' plans: a rank starts step s once its step s-1 is
+    done, posting that step's sends, which complete at once (small messages are sent eagerly); a receive
+    completes once its sender has started that step. {rank: message} for every rank that gets stuck."""
+    from ..algorithms import build
+    from ..mpi.executor import compile_plan
+
+    if not 0 <= absent < nranks:
+        raise ValueError(f"the absent rank must be one of 0..{nranks - 1}, got {absent}")
+    schedule = build(algorithm, nranks)
+    plans = [compile_plan(schedule, r, elements, 8) for r in range(nranks)]
+    nsteps = len(schedule.steps)
+    started = [-1 if r == absent else 0 for r in range(nranks)]  # the step each rank is in (its sends posted)
+
+    def waits_on(r):
+        step = plans[r].steps[started[r]]
+        return step, next((m for m in step.recvs if started[m.peer] < step.index), None)
+
+    moved = True
+    while moved:
+        moved = False
+        for r in range(nranks):
+            if r != absent and started[r] < nsteps and waits_on(r)[1] is None:
+                started[r] += 1
+                moved = True
+    stuck = {r: waits_on(r) for r in range(nranks) if r != absent and started[r] < nsteps}
+    out = {}
+    for r, (step, m) in sorted(stuck.items()):
+        label = f" ({step.label})" if step.label else ""
+        out[r] = (f"rank {r}: step {step.index}{label} did not finish within {timeout:g} s: "
+                  f"still waiting to receive chunk {m.first} from rank {m.peer}")
+    return out
+
+
+_WAITING = re.compile(r"^rank (\d+): step (\d+).*from rank (\d+)$")
+_MISSING = re.compile(r"^rank (\d+): rl\.\w+: ranks? ([\d, ]+) did not call it")
+_DISAGREE = re.compile(r"^(rl\.\w+): the ranks disagree \((.*)\)$")
+
+
+def read_timeouts(messages: dict[int, str]) -> dict[int, tuple[int | None, list[int]]]:
+    """{rank: (the step it was stuck at, or None in the argument check; the ranks it waited for)} from
+    ringlab's StepTimeout messages."""
+    out = {}
+    for rank, text in messages.items():
+        waiting, missing = _WAITING.match(text), _MISSING.match(text)
+        if waiting:
+            out[rank] = (int(waiting.group(2)), [int(waiting.group(3))])
+        elif missing:
+            out[rank] = (None, [int(q) for q in missing.group(2).split(",")])
+        else:
+            raise ValueError(f"rank {rank}'s message is not a StepTimeout of ringlab: {text!r}")
+    return out
+
+
+def describe_timeouts(messages: dict[int, str], nranks: int) -> str:
+    """Who waited for whom, and which rank never came, worded from the messages of one job."""
+    if not messages:
+        raise ValueError("no messages: every rank finished, or none of them wrote")
+    agreed = {m.group(1): m.group(2) for m in map(_DISAGREE.match, messages.values()) if m}
+    if agreed:
+        if len(set(messages.values())) != 1:
+            raise ValueError("some ranks disagree about the arguments and some do not: these are two jobs")
+        what, detail = next(iter(agreed.items()))
+        return (f"All {len(messages)} ranks raised the same error before any data moved: {what} was called with "
+                f"different arguments ({detail}). Nobody waits: the job can stop at once.")
+    read = read_timeouts(messages)
+    silent = [r for r in range(nranks) if r not in messages]
+    named = sorted({q for _, waited in read.values() for q in waited})
+    if all(step is None for step, _ in read.values()):
+        return (f"Ranks {_join(sorted(read))} each waited in the argument check for rank{'s' * (len(named) > 1)} "
+                f"{_join(named)}, which never called: the message names the rank that never came.")
+    chain = "; ".join(f"rank {r} at step {step} waited for rank {q[0]}" for r, (step, q) in
+                      sorted(read.items(), key=lambda item: item[1][0]))
+    first = min(read.values(), key=lambda v: v[0])[1][0]
+    verdict = (f"Rank {first} is named at the earliest step and said nothing itself: it never came; "
+               "every other rank waits for a neighbour that waits in turn." if first in silent else
+               f"The earliest wait is for rank {first}, which itself timed out: look further back.")
+    return f"{chain}. {verdict}"
+
+
+def _join(items) -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _culprit(messages):
+    """The reference answer: the rank named at the earliest step (which timed out on no one)."""
+    read = read_timeouts(messages)
+    return min(read.values(), key=lambda v: (v[0] is not None, v[0] or 0))[1][0]
+
+
+@_exercise(_culprit, "answer")
+def check_culprit(culprit):
+    """``culprit(messages)``: the rank that never called, from the StepTimeouts of the ranks that did (the
+    ranks compared no arguments), for rings of 3 to 8 ranks and every absent rank."""
+    for n in (4, 3, 5, 8):
+        for absent in range(n):
+            messages = predicted_timeouts(n, absent)
+            got = culprit(messages)
+            if got is None and n == 4 and absent == 0:
+                raise _not_done("culprit returned None")
+            if got != absent:
+                shown = "\n  ".join(messages.values())
+                raise AssertionError(f"with {n} ranks, for these messages\n  {shown}\nculprit returned {got!r}; the "
+                                     f"rank that never came is {absent}.\nHint: each rank names the rank it waits "
+                                     "for, which may itself be waiting; the one named at the earliest step wrote "
+                                     "nothing.")
+    print("Correct: for every ring of 3 to 8 ranks and every absent rank, you name the one that never came.")
+
+
+# --- 2. a straggler, from a trace --------------------------------------------------------------------------
+
+@contextmanager
+def slowed(seconds: float):
+    """While inside, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
+    slower link or a busier GPU is late at every step (the delay is injected; everything else is measured)."""
+    from ..mpi import collectives
+
+    if not 0 <= seconds < 10:
+        raise ValueError(f"a pause of 0 to 10 s per step, got {seconds!r}")
+    plain = collectives.make_ops
+
+    def late_ops(*args, **kwargs):
+        ops = plain(*args, **kwargs)
+        before = ops.before_step
+
+        def pause_first():
+            time.sleep(seconds)
+            before()
+        ops.before_step = pause_first
+        return ops
+
+    collectives.make_ops = late_ops
+    try:
+        yield
+    finally:
+        collectives.make_ops = plain
+
+
+def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, elements: int = 1 << 16,
+                     timeout: float = 60) -> dict[str, object]:
+    """A ring allreduce traced on ``nranks`` real MPI ranks, first as it is, then with ``slow_rank`` pausing
+    ``pause`` seconds before each step: {"as it is": Trace, "slowed": Trace} (rank 0's, with every rank's rows)."""
+    from ..algorithms import build
+    from ..mpi.executor import Trace
+    from ..mpi.launch import run_mpi
+
+    if not 0 <= slow_rank < nranks:
+        raise ValueError(f"the slow rank must be one of 0..{nranks - 1}, got {slow_rank}")
+    with tempfile.TemporaryDirectory(prefix="ringlab-diagnose-") as folder:
+        args = ["-m", "ringlab.lab.diagnose", "straggler", folder, str(slow_rank), repr(pause), str(elements)]
+        done = run_mpi(nranks, args, timeout=timeout)
+        path = Path(folder, "traces.pickle")
+        if not path.exists():
+            raise RuntimeError(f"the traced job wrote no traces; its errors:\n{done.stderr[-2000:]}")
+        saved = pickle.loads(path.read_bytes())
+    schedule = build("allreduce.ring", nranks)
+    return {name: Trace(rows, schedule, clock, itemsize) for name, (rows, clock, itemsize) in saved.items()}
+
+
+def _trace_on_rank(folder: str, slow_rank: int, pause: float, elements: int) -> None:
+    import ringlab as rl
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    x = np.ones(elements, np.float32)
+    rl.allreduce(x, "ring")  # warm-up: plans compiled, buffers made
+    _, plain = rl.allreduce(x, "ring", trace=True, timeout=30)
+    with slowed(pause if comm.Get_rank() == slow_rank else 0.0):
+        _, late = rl.allreduce(x, "ring", trace=True, timeout=30)
+    if comm.Get_rank() == 0:
+        saved = {name: (t.records.tolist(), t.clock, t.itemsize) for name, t in (("as it is", plain), ("slowed", late))}
+        Path(folder, "traces.pickle").write_bytes(pickle.dumps(saved))  # a Schedule does not pickle: rows only
+
+
+def step_gaps(trace) -> np.ndarray:
+    """Seconds each rank spent outside its transfers before each step: [rank, step], from a Trace (the gap
+    between the end of its previous step and the start of this one; before step 0, from the trace's start)."""
+    rows, nsteps, nranks = trace.records, len(trace.schedule.steps), trace.schedule.nranks
+    start, end = np.full((nranks, nsteps), np.nan), np.full((nranks, nsteps), np.nan)
+    for r in range(nranks):
+        for s in range(nsteps):
+            mine = rows[(rows["rank"] == r) & (rows["step"] == s)]
+            if len(mine):
+                start[r, s], end[r, s] = mine["start"].min(), mine["end"].max()
+    if np.isnan(start).all():
+        raise ValueError("the trace has no rows: rank 0's trace holds every rank's, the others only their own")
+    previous = np.concatenate([np.zeros((nranks, 1)), end[:, :-1]], axis=1)
+    for r in range(nranks):  # a step in which this rank moves nothing: carry its last end forward
+        for s in range(1, nsteps):
+            if np.isnan(previous[r, s]):
+                previous[r, s] = previous[r, s - 1]
+    return np.nan_to_num(np.clip(start - previous, 0, None))
+
+
+def receive_waits(trace) -> np.ndarray:
+    """Seconds each rank spent in receives, per rank (the receives of one step overlap: their union)."""
+    rows, out = trace.records, np.zeros(trace.schedule.nranks)
+    for r in range(len(out)):
+        for s in range(len(trace.schedule.steps)):
+            mine = rows[(rows["rank"] == r) & (rows["step"] == s) & (rows["side"] == "recv")]
+            if len(mine):
+                out[r] += mine["end"].max() - mine["start"].min()
+    return out
+
+
+def describe_straggler(trace, stands_out: float = 3.0) -> str:
+    """Which rank the others waited for and how long, worded from a Trace: the rank that spent the most
+    time outside its transfers is named when it spent ``stands_out`` times the next most (and over 1 ms)."""
+    gaps = step_gaps(trace).sum(axis=1)
+    waits = receive_waits(trace)
+    order = np.argsort(gaps)[::-1]
+    top, second = int(order[0]), float(gaps[order[1]]) if len(order) > 1 else 0.0
+    total = float(trace.records["end"].max())
+    if gaps[top] <= 1e-3 or gaps[top] < stands_out * second:
+        return (f"No rank stands out: the most any rank spent between its steps, outside its transfers, was "
+                f"{gaps[top] * 1e3:.2f} ms (rank {top}), the next most {second * 1e3:.2f} ms; the whole call took "
+                f"{total * 1e3:.2f} ms.")
+    others = [int(r) for r in np.argsort(waits)[::-1] if r != top]
+    waited = ", ".join(f"rank {r} {waits[r] * 1e3:.1f} ms" for r in others)
+    rows = trace.records
+    receivers = {int(r) for r in rows["rank"][(rows["side"] == "recv") & (rows["peer"] == top)]}
+    first = others[0]
+    why = (f"rank {first}, which receives from rank {top}, waited longest, and the ranks after it wait for their "
+           f"neighbour in turn: a ring moves at the pace of its slowest rank" if first in receivers else
+           f"rank {first} waited longest, though it receives nothing from rank {top}")
+    return (f"Rank {top} is the straggler: it spent {gaps[top] * 1e3:.1f} ms between its steps, outside any "
+            f"transfer, against {second * 1e3:.2f} ms at most for any other rank. Time in receives: {waited}; rank "
+            f"{top} itself {waits[top] * 1e3:.1f} ms. The call took {total * 1e3:.1f} ms; {why}.")
+
+
+def model_trace(nranks: int, slow_rank: int | None = None, pause: float = 0.02, transfer: float = 1e-4,
+                algorithm: str = "allreduce.ring", nbytes: int = 1 << 16):
+    """A Trace from a lockstep model, not a measurement: each rank pauses (``pause`` seconds for
+    ``slow_rank``, none for the others) before each step, then posts its sends; a send takes ``transfer``
+    seconds, a receive ends ``transfer`` after both its ends have started the step."""
+    from ..algorithms import build
+    from ..mpi.executor import Trace
+
+    schedule = build(algorithm, nranks)
+    ends, rows = np.zeros(nranks), []
+    for index, step in enumerate(schedule.steps):
+        starts = ends + np.array([pause if r == slow_rank else 0.0 for r in range(nranks)])
+        new_ends = starts.copy()
+        for t in step:
+            sent, got = starts[t.src] + transfer, max(starts[t.src], starts[t.dst]) + transfer
+            size = nbytes // schedule.nchunks
+            rows.append((t.src, index, t.dst, t.chunk, size, "send", starts[t.src], sent))
+            rows.append((t.dst, index, t.src, t.chunk, size, "recv", starts[t.dst], got))
+            new_ends[t.src], new_ends[t.dst] = max(new_ends[t.src], sent), max(new_ends[t.dst], got)
+        ends = new_ends
+    return Trace(rows, schedule, clock="model (lockstep, not measured)", itemsize=4)
+
+
+def _straggler(trace):
+    """The reference answer: the rank that spent the most time outside its transfers."""
+    return int(np.argmax(step_gaps(trace).sum(axis=1)))
+
+
+@_exercise(_straggler, "answer")
+def check_straggler(straggler):
+    """``straggler(trace)``: the slowed rank, on traces of the lockstep model for 3 to 8 ranks."""
+    for n, slow in ((4, 2), (4, 0), (3, 1), (5, 4), (8, 3)):
+        got = straggler(model_trace(n, slow))
+        if got is None and (n, slow) == (4, 2):
+            raise _not_done("straggler returned None")
+        if got != slow:
+            raise AssertionError(f"on a ring of {n} ranks in which rank {slow} pauses before every step, straggler "
+                                 f"returned {got!r}.\nHint: the ranks after the straggler wait longest in their "
+                                 "receives; the straggler itself waits for nobody, yet starts each step late: "
+                                 "look at the time between a rank's steps (ringlab.lab.diagnose.step_gaps).")
+    print("Correct: you find the slowed rank from the gaps between its steps, not from who waited longest.")
+
+
+# --- 3. NCCL's settings, and P2P off against on ---------------------------------------------------------------
+
+NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
+NCCL_TROUBLE = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
+
+
+def nccl_settings() -> list[dict]:
+    """NCCL's settings that matter when a job hangs or crawls: setting, what it changes, when to use it, source."""
+    return [
+        {"setting": "NCCL_DEBUG=INFO", "changes": "prints NCCL's version, the transport of every ring and tree "
+         "edge (P2P/IPC, SHM, NET/IB, NET/Socket), the number of channels, and warnings", "when": "first, on every "
+         "rank: it says what NCCL chose, and the last lines before a hang say where it stopped", "source": NCCL_ENV},
+        {"setting": "NCCL_P2P_DISABLE=1", "changes": "no direct GPU-to-GPU copies (NVLink or PCIe peer access): "
+         "data goes through host memory (SHM) instead", "when": "to test whether a hang comes from broken peer "
+         "access (IOMMU/ACS on, some consumer GPUs and drivers); if it helps, fix the platform, since it costs "
+         "bandwidth", "source": NCCL_ENV},
+        {"setting": "NCCL_SHM_DISABLE=1", "changes": "no shared-memory transport between processes: NCCL uses "
+         "the network (IB or sockets) where P2P cannot be used", "when": "a container's /dev/shm too small, or "
+         "shared memory failing; better: give the container more", "source": NCCL_ENV},
+        {"setting": "NCCL_IB_DISABLE=1", "changes": "no InfiniBand/RoCE verbs: TCP sockets between nodes",
+         "when": "to rule out a misconfigured IB fabric; expect much lower bandwidth between nodes",
+         "source": NCCL_ENV},
+        {"setting": "NCCL_SOCKET_IFNAME=eth0", "changes": "which IP interfaces NCCL uses for bootstrap and socket "
+         "traffic (prefixes; ^ excludes, = exact)", "when": "hangs at start-up on hosts with docker0, virbr or "
+         "several NICs where the chosen one cannot reach the other nodes", "source": NCCL_ENV},
+        {"setting": "NCCL_ALGO, NCCL_PROTO", "changes": "forces ring/tree (and others) and the LL/LL128/Simple "
+         "protocols instead of NCCL's tuned choice", "when": "only to test a suspicion (a slow tree, a protocol "
+         "bug); NCCL marks them for debugging, not production", "source": NCCL_ENV},
+        {"setting": "docker --shm-size=1g (or --ipc=host)", "changes": "room in /dev/shm, where NCCL keeps its "
+         "SHM buffers; docker's default is 64 MB", "when": "'unhandled system error' or 'Error while creating "
+         "shared memory segment' inside a container", "source": NCCL_TROUBLE},
+        {"setting": "ulimit -l unlimited (docker --ulimit memlock=-1)", "changes": "how much memory a process may "
+         "pin (page-lock), which InfiniBand registration needs", "when": "IB errors registering memory inside "
+         "containers or under a batch system's limits", "source": NCCL_TROUBLE},
+    ]
+
+
+def html_table(rows: list[dict], columns: dict) -> object:
+    """``rows`` as an HTML table (``columns``: header -> key), escaped, for a notebook; no pandas needed."""
+    from IPython.display import HTML
+
+    if not rows:
+        raise ValueError("no rows to show")
+    missing = [key for key in columns.values() if key not in rows[0]]
+    if missing:
+        raise ValueError(f"the rows have no {', '.join(map(repr, missing))}; they have {', '.join(rows[0])}")
+    head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in columns)
+    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{_cell(row[k])}</td>" for k in columns.values())
+                   + "</tr>" for row in rows)
+    return HTML(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def _cell(value) -> str:
+    text = html.escape(str(value))
+    return f"<a href='{text}'>{text.split('/')[-1] or text}</a>" if text.startswith("https://") else text
+
+
+P2P_SWEEPS = {"P2P off": "A10_chlc_rtx4090x8_pcie_p2poff_allreduce", "P2P on": "A11_chlc_rtx4090x8_pcie_p2pon_allreduce"}
+
+
+def p2p_rows(sweeps: dict = P2P_SWEEPS) -> list[dict]:
+    """The published nccl-tests allreduce sweeps of one 8x RTX 4090 box with peer access off and on, as rows
+    for ``ringlab.viz.busbw_plot`` (out-of-place busbw; sizes with none printed left out)."""
+    from ..measure import published
+
+    rows = []
+    for state, name in sweeps.items():
+        entry = published.load(name)
+        for r in entry.data["rows"]:
+            busbw = r["busbw_Bps"] if r["busbw_Bps"] is not None else r["inplace_busbw_Bps"]
+            if r["bytes"] and busbw:
+                rows.append({"bytes": r["bytes"], "busbw_Bps": busbw, "algorithm": f"published: {state} ({name[:3]})"})
+    return rows
+
+
+def describe_p2p(rows: list[dict]) -> str:
+    """The two published sweeps compared at the largest size both printed, worded from the rows."""
+    lines = sorted({r["algorithm"] for r in rows})
+    off = [a for a in lines if "P2P off" in a]
+    on = [a for a in lines if "P2P on" in a]
+    if len(off) != 1 or len(on) != 1:
+        raise ValueError(f"need one 'P2P off' and one 'P2P on' sweep, got: {', '.join(lines) or 'none'}")
+    by = {a: {r["bytes"]: r["busbw_Bps"] for r in rows if r["algorithm"] == a} for a in (off[0], on[0])}
+    common = sorted(set(by[off[0]]) & set(by[on[0]]))
+    if not common:
+        raise ValueError("the two sweeps share no size")
+    size = common[-1]
+    b_off, b_on = by[off[0]][size], by[on[0]][size]
+    ratio = b_on / b_off
+    verdict = (f"{ratio:.1f}x the busbw with peer access on" if ratio >= 1.05 else
+               f"only {1 / ratio:.1f}x the busbw with peer access off: here P2P did not help" if ratio < 1 / 1.05 else
+               "about the same busbw either way")
+    return (f"At {size / 2**20:g} MiB, the largest size of both published sweeps: {b_on / 1e9:.2f} GB/s with P2P on, "
+            f"{b_off / 1e9:.2f} GB/s with P2P off, {verdict}.")
+
+
+# --- 4. CUDA_VISIBLE_DEVICES, local ranks, and the link between ring neighbours ---------------------------
+
+CODE_MEANING = {
+    "PIX": "PCIe through at most one switch", "PXB": "PCIe through several switches, not the host bridge",
+    "PHB": "PCIe through the host bridge, in the CPU", "NODE": "PCIe and the link between host bridges of one "
+    "NUMA node", "SYS": "PCIe and the SMP interconnect between NUMA nodes, such as QPI/UPI",
+}
+
+
+def _meaning(code: str) -> str:
+    match = re.fullmatch(r"NV(\d+)", code)
+    if match:
+        return f"{match.group(1)} bonded NVLinks"
+    if code not in CODE_MEANING:
+        raise ValueError(f"unknown topo -m code {code!r}; known: NV#, {', '.join(CODE_MEANING)}")
+    return CODE_MEANING[code]
+
+
+def visible_gpus(visible: str | None, count: int) -> list[int]:
+    """The physical GPUs a process sees, in the order it numbers them 0, 1, ...: ``CUDA_VISIBLE_DEVICES``
+    (None or unset: all ``count``)."""
+    if visible is None:
+        return list(range(count))
+    items = [v.strip() for v in visible.split(",")]
+    if not all(re.fullmatch(r"\d+", v) for v in items):
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r}: this reads GPU indices (like 2,3); "
+                         "UUIDs (GPU-...) or MIG names need nvidia-smi -L to map")
+    gpus = [int(v) for v in items]
+    wrong = [g for g in gpus if g >= count]
+    if wrong:
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} names GPU {wrong[0]}; the topology has GPUs 0-{count - 1}")
+    if len(set(gpus)) != len(gpus):
+        raise ValueError(f"CUDA_VISIBLE_DEVICES={visible!r} names a GPU twice")
+    return gpus
+
+
+def rank_links(codes, visible: str | None, ranks_per_node: int, numa: list | None = None) -> list[dict]:
+    """For the ranks of one node (local rank = rank here): the device each binds (``bind_device``: local rank
+    mod visible GPUs), the physical GPU behind it, and the link to the next rank of the ring, from a GPU-by-GPU
+    ``topo -m`` code matrix. One row per rank, with a sentence ``says``."""
+    codes = codes.gpu_codes() if hasattr(codes, "gpu_codes") else [list(row) for row in codes]
+    if not codes or any(len(row) != len(codes) for row in codes):
+        raise ValueError("codes must be a square GPU-by-GPU matrix of topo -m codes")
+    if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 2:
+        raise ValueError(f"a ring needs at least 2 ranks on the node, got {ranks_per_node!r}")
+    gpus = visible_gpus(visible, len(codes))
+    rows = []
+    for rank in range(ranks_per_node):
+        after = (rank + 1) % ranks_per_node
+        device, next_device = rank % len(gpus), after % len(gpus)
+        gpu, next_gpu = gpus[device], gpus[next_device]
+        if gpu == next_gpu:
+            code, link = "X", "the same GPU: NCCL refuses two ranks of one communicator on one GPU"
+        else:
+            code = codes[gpu][next_gpu]
+            link = f"{code} ({_meaning(code)})"
+            if numa is not None and numa[gpu] is not None and numa[next_gpu] is not None:
+                link += f", NUMA node {numa[gpu]} -> {numa[next_gpu]}"
+        sharing = [r for r in range(ranks_per_node) if gpus[r % len(gpus)] == gpu]
+        shared = (f"; ranks {_join(sharing)} {'both' if len(sharing) == 2 else 'all'} drive GPU {gpu}, and NCCL refuses two ranks of one communicator "
+                  "on one GPU" if len(sharing) > 1 and code != "X" else "")
+        rows.append({"rank": rank, "device": device, "gpu": gpu, "next_rank": after, "next_gpu": next_gpu,
+                     "code": code, "says": f"rank {rank} -> rank {after}: device {device} -> {next_device} is "
+                                           f"GPU {gpu} -> GPU {next_gpu} over {link}{shared}"})
+    return rows
+
+
+if __name__ == "__main__":  # one rank of a job that run_on_ranks or straggler_traces started
+    if len(sys.argv) >= 3 and sys.argv[1] in MISTAKES:
+        _on_rank(sys.argv[1], sys.argv[2])
+    elif len(sys.argv) == 6 and sys.argv[1] == "straggler":
+        _trace_on_rank(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
+    else:
+        sys.exit("usage: python -m mpi4py -m ringlab.lab.diagnose MODE FOLDER (MODE: "
+                 + ", ".join(MISTAKES) + ") | straggler FOLDER SLOW_RANK PAUSE ELEMENTS")
