@@ -4,9 +4,10 @@ import pytest
 
 import ringlab as rl
 from ringlab.lab.predictions import (describe_crossovers, describe_machines, describe_with_ranks, machines_at,
-                                     published_sweeps, tree_against_ring, with_ranks)
+                                     published_sweeps, with_ranks)
+from ringlab.lab.predictions import (DBTREE_SEGMENTS, dbtree_seconds, describe_hierarchy, hierarchical_against_flat,
+                                     rings_on, trees_against_ring)
 from ringlab.measure import published
-from ringlab.predict.costmodel import crossover
 
 
 def test_published_sweeps_are_those_the_preset_models():
@@ -54,15 +55,61 @@ def test_with_ranks_matches_the_cost_model_and_splits_the_ring():
     assert f"from 0.01 to {latency * 1e3:.2f} ms" in text
 
 
-def test_tree_against_ring_panel():
-    sizes = [1 << k for k in range(10, 27, 4)]
-    panel = tree_against_ring("hgx-h100-8", sizes)
-    assert panel["crossover"] == crossover("allreduce.tree", "allreduce.ring", rl.topology.preset("hgx-h100-8"))
+def test_trees_against_ring_panel():
+    sizes = [1 << k for k in range(10, 29, 2)]
+    panel = trees_against_ring("hgx-h100-8", sizes)
+    assert {r["algorithm"] for r in panel["predicted"]} == {"tree", "dbtree", "ring"}
     assert [r["bytes"] for r in panel["predicted"] if r["algorithm"] == "ring"] == sizes
-    largest = {r["algorithm"]: r["busbw_Bps"] for r in panel["predicted"] if r["bytes"] == sizes[-1]}
-    ring_big, tree_big = largest["ring"], largest["tree"]
-    assert ring_big > tree_big  # past the crossover the ring is ahead
+    by = {(r["algorithm"], r["bytes"]): r["busbw_Bps"] for r in panel["predicted"]}
+    cross = panel["crossover"]  # from there on the ring is at least as fast, and just below it it is not
+    assert cross is not None and all(by["ring", k] >= by["dbtree", k] for k in sizes if k >= cross)
+    assert by["ring", sizes[sizes.index(cross) - 1]] < by["dbtree", sizes[sizes.index(cross) - 1]]
+    assert by["dbtree", sizes[-1]] > 2 * by["tree", sizes[-1]]  # the binomial tree moves the whole buffer each step
     assert {r["algorithm"][-5:] for r in panel["published"]} == {"(A01)", "(A05)"}
-    assert panel["crossover_busbw_Bps"] > 0
     text = describe_crossovers({"hgx-h100-8": panel})
-    assert text.startswith("hgx-h100-8 (8 GPUs): the ring is predicted faster from ")
+    assert text.startswith("hgx-h100-8 (8 GPUs): the ring is predicted faster than the double binary tree from ")
+    never = dict(panel, crossover=None)
+    assert "never predicted faster" in describe_crossovers({"x": never})
+
+
+def test_dbtree_takes_its_best_segment_count():
+    topology = rl.topology.preset("hgx-h100-8")
+    small, s_small = dbtree_seconds(topology, 1 << 10)
+    big, s_big = dbtree_seconds(topology, 1 << 28)
+    assert s_small < s_big
+    assert big == min(rl.predict(rl.build("allreduce.dbtree", 8, segments=s), 1 << 28, topology).seconds
+                      for s in DBTREE_SEGMENTS)
+
+
+def test_two_searched_rings_beat_one_on_the_dgx1():
+    rows = rings_on("dgx1-v100", 64 << 20)
+    plain, one, two = rows
+    assert plain["orders"] == "plain 0..n-1" and one["rings"] == 1 and two["rings"] == 2
+    assert two["seconds"] < one["seconds"] < plain["seconds"]
+    assert two["orders"].count(";") == 1  # the best ring and it backwards
+
+
+def test_hierarchical_against_flat_on_two_nodes():
+    sizes = [1 << k for k in range(20, 29, 4)]
+    curves = hierarchical_against_flat("ib-2x8-h100", sizes, local=8)
+    labels = list(curves)
+    assert labels[:2] == ["flat ring: predicted", "hierarchical (8 per node): predicted"]
+    assert any("A03, Ring (NCCL_ALGO=RING)" in label for label in labels)
+    text = describe_hierarchy(curves, 1 << 28)
+    flat, hier = (curves[k][-1]["busbw_Bps"] for k in labels[:2])
+    assert f"{hier / flat:.1f}x the flat ring's" in text
+    assert ("between the two predictions" in text) or ("above both" in text) or ("below both" in text)
+
+
+def test_describe_forced_ring_follows_the_published_numbers():
+    from ringlab.lab.predictions import describe_forced_ring
+
+    sweeps = published_sweeps("ib-2x8-h100", algorithm=True)
+    text = describe_forced_ring(sweeps)
+    assert text.startswith("Published, 11 sizes from 8 MiB to 8 GiB")
+    assert "The largest gap: 1.89x at 8 MiB (73.0 against 38.6 GB/s of busbw)." in text
+    same = {"a (Ring (NCCL_ALGO=RING))": [{"bytes": 1, "busbw_Bps": 2.0}], "b": [{"bytes": 1, "busbw_Bps": 1.0}]}
+    assert "more than 10% slower at 1." in describe_forced_ring(same)
+    assert "The forced ring was never slower" in describe_forced_ring(same)
+    with pytest.raises(ValueError, match="NCCL_ALGO=Ring forced"):
+        describe_forced_ring({"b": []})

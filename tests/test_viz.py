@@ -281,27 +281,25 @@ def test_predicted_machines_plot_draws_bars_per_algorithm_and_published_diamonds
 
 
 def test_tree_ring_plot_has_a_panel_per_machine_with_the_crossover_and_published_points():
-    from ringlab.lab.predictions import tree_against_ring
+    from ringlab.lab.predictions import trees_against_ring
     from ringlab.viz import tree_ring_plot
 
-    sizes = [1 << k for k in range(10, 27, 2)]
-    panels = {p: tree_against_ring(p, sizes) for p in ("dgx1-v100", "hgx-h100-8")}
+    sizes = [1 << k for k in range(10, 29, 2)]
+    panels = {p: trees_against_ring(p, sizes) for p in ("dgx1-v100", "hgx-h100-8")}
     fig = tree_ring_plot(panels)
     assert [a.text for a in fig.layout.annotations][:2] == ["dgx1-v100", "hgx-h100-8"]  # panel titles
     names = [(t.name, t.xaxis) for t in fig.data]
-    assert names == [("tree: predicted", "x"), ("ring: predicted", "x"), ("ring overtakes tree (predicted)", "x"),
-                     ("tree: predicted", "x2"), ("ring: predicted", "x2"),
-                     ("published: nccl-tests (NCCL's own algorithm)", "x2"), ("ring overtakes tree (predicted)", "x2")]
-    assert [t.showlegend for t in fig.data] == [True, True, True, False, False, True, False]  # each name once
-    tree, ring, cross = fig.data[:3]
-    assert tree.line.dash == "dash" and list(ring.x) == sizes
-    assert ring.y[-1] == pytest.approx(panels["dgx1-v100"]["predicted"][-1]["busbw_Bps"] / 1e9)
-    assert cross.x[0] == panels["dgx1-v100"]["crossover"] and cross.text[0].endswith("KiB")
-    assert len(fig.data[5].x) == len(panels["hgx-h100-8"]["published"])
-    assert fig.layout.xaxis.type == fig.layout.xaxis2.type == fig.layout.yaxis.type == "log"
-    assert fig.layout.xaxis.title.text == "message size per rank (bytes)"
-    assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
-    assert fig.layout.title.text.startswith("predicted (cost model)")
+    lines = [("binomial tree: predicted", "x"), ("double binary tree: predicted", "x"), ("ring: predicted", "x")]
+    assert names[:3] == lines
+    assert ("published: nccl-tests (NCCL's own algorithm)", "x2") in names
+    assert ("ring overtakes the double binary tree (predicted)", "x2") in names
+    assert sum(t.showlegend for t in fig.data) == len({t.name for t in fig.data})  # each name once in the legend
+    tree, dbtree, ring = fig.data[:3]
+    assert tree.line.dash == "dot" and dbtree.line.dash == "dash" and list(ring.x) == sizes
+    cross = next(t for t in fig.data if t.xaxis == "x2" and t.name.startswith("ring overtakes"))
+    assert cross.x[0] == panels["hgx-h100-8"]["crossover"]
+    published = next(t for t in fig.data if t.xaxis == "x2" and t.name.startswith("published"))
+    assert len(published.x) == len(panels["hgx-h100-8"]["published"])
 
 
 def test_time_vs_ranks_in_milliseconds():

@@ -18,16 +18,17 @@ from ringlab.lab.cluster import MPICluster
 from ringlab.predict.costmodel import crossover  # for exercise 2
 from ringlab.lab.exercises import check_ring_time
 from ringlab.lab.latency import describe_alpha
-from ringlab.lab.predictions import (describe_crossovers, describe_machines, describe_with_ranks, machines_at,
-                                     tree_against_ring, with_ranks)
+from ringlab.lab.predictions import (describe_crossovers, describe_forced_ring, describe_hierarchy, describe_machines,
+                                     describe_with_ranks, hierarchical_against_flat, machines_at, published_sweeps,
+                                     rings_on, trees_against_ring, with_ranks)
 from ringlab.lab.tables import table
 from ringlab.predict.fitting import fit_rows
 from ringlab.measure import published
 from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
 from ringlab.mpi.launch import cores
 from ringlab.predict.rings import ring_report
-from ringlab.viz import (busbw_plot, measured_vs_predicted, predicted_machines_plot, time_vs_ranks, tree_ring_plot,
-                         use_renderer, versus_plot)
+from ringlab.viz import (StepThrough, busbw_plot, measured_vs_predicted, predicted_machines_plot, time_vs_ranks,
+                         tree_ring_plot, use_renderer, versus_plot)
 
 use_renderer()  # plotly figures show in JupyterLab and in exported HTML
 sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
@@ -222,16 +223,69 @@ print(f"your formula for the ring at 1024 ranks: {ring_time(1024, 64 << 20, 5e-6
 # %% [markdown]
 # ## Tree against ring
 #
-# A tree takes log2(n) steps of the whole buffer; a ring takes 2(n-1) steps of K/n. The tree wins
-# while latency dominates, so NCCL picks its algorithm by message size. Where is the crossover? Each
-# panel is one machine: predicted busbw of both over message size, the crossover marked, and the
-# machine's published nccl-tests sweeps where ringlab's data set has them.
+# Lab 02's binomial tree sends the whole buffer on every one of its 2·log2(n) steps. That is not
+# NCCL's tree. NCCL builds a **double binary tree**: two binary trees over the same ranks, each
+# carrying half of the buffer, arranged so that a rank that forwards in one tree is a leaf in the
+# other, and pipelined in small pieces, so data flows up and down the tree at once. Every rank then
+# moves about 2K bytes in all, like the ring, but in about 2·log2(n) + S steps instead of 2(n-1).
+# `allreduce.dbtree` is that algorithm (NCCL's `ncclGetBtree` and `ncclGetDtree`), with `segments=S`;
+# step through it:
 
 # %%
-panels = {p: tree_against_ring(p, [1 << k for k in range(10, 31)]) for p in MACHINES}  # 1 KiB .. 1 GiB
-tree_ring_plot(panels, title="predicted (cost model): tree (dashed) against ring (solid) allreduce; "
-               "diamonds: published nccl-tests busbw").show()
+dbtree = rl.build("allreduce.dbtree", 6, segments=2)
+print(f"{dbtree}: bytes each rank sends, 1 MiB buffer: {rl.traffic(dbtree, 1 << 20)['sent']}")
+StepThrough(dbtree)
+
+# %% [markdown]
+# The tree wins while latency dominates, so NCCL picks its algorithm by message size. Where is the
+# crossover? Each panel is one machine: predicted busbw of the binomial tree, the double binary tree
+# (at its best segment count for each size, as NCCL's fixed-size pipelining does) and the ring over
+# message size, the crossover marked, and the machine's published nccl-tests sweeps where ringlab's
+# data set has them (NCCL's own choice, which on the H100 boxes is NVLS, reduction in the switch).
+
+# %%
+panels = {p: trees_against_ring(p, [1 << k for k in range(10, 31)]) for p in MACHINES}  # 1 KiB .. 1 GiB
+tree_ring_plot(panels, title="predicted (cost model): binomial tree (dotted), double binary tree (dashed), ring "
+               "(solid); diamonds: published nccl-tests busbw").show()
 print(describe_crossovers(panels))
+
+# %% [markdown]
+# Published, across two nodes: the same 16 H100s measured with NCCL left to choose (it mixes trees,
+# NVLS and rings by size) and with `NCCL_ALGO=Ring` forced (sweeps A02 and A03 of ringlab's data set,
+# from nccl-tests issue #290). Where the two differ, NCCL's own choice was not the ring:
+
+# %%
+print(describe_forced_ring(published_sweeps("ib-2x8-h100", algorithm=True)))
+
+# %% [markdown]
+# ## Several rings at once
+#
+# One ring uses one link out of each GPU. A DGX-1's GPUs have four to six NVLinks each, so NCCL runs
+# several rings (its *channels*), each over part of the buffer, in orders its search picks so that
+# they use different links; the same ring backwards uses each link's other direction.
+# `allreduce.rings` with `rings=k` and `orders=` does that; `ringlab.predict.rings.ring_orders` finds
+# the orders on a topology. Predicted for 64 MiB on the DGX-1:
+
+# %%
+table(rings_on("dgx1-v100", 64 << 20), {"rings": "rings", "orders": "orders", "predicted (ms)": ("seconds", ".2f"),
+                                         "predicted busbw (GB/s)": "busbw_Bps"})
+
+# %% [markdown]
+# ## Across nodes: hierarchy
+#
+# Between nodes a GPU's network card is several times slower than its NVLinks. A flat ring over 16
+# GPUs of two nodes crosses the network at the node boundaries only; a hierarchical allreduce
+# (`allreduce.hierarchical`, `local=8`) reduce-scatters inside each node over NVLink, allreduces each
+# shard across the nodes between the GPUs that hold it (every GPU through its own card), and
+# allgathers inside the node again. Predicted on the 2 x 8 H100 preset, with the published sweeps of
+# that machine beside them:
+
+# %%
+hierarchy = hierarchical_against_flat("ib-2x8-h100", [1 << k for k in range(16, 31)], local=8)
+busbw_plot([dict(r, algorithm=label) for label, rows in hierarchy.items() for r in rows],
+           title="2 nodes x 8 H100: flat ring and hierarchical allreduce predicted (cost model); "
+                 "published nccl-tests sweeps").show()
+print(describe_hierarchy(hierarchy, 1 << 28))
 
 # %% [markdown]
 # ## The order of the ring
@@ -251,7 +305,10 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 # - A fitted alpha is what one step of that collective costs, a raw message and all that goes with
 #   it; the printout above says how much of it was the message itself.
 # - A ring costs 2(n-1)(alpha + K/(nB)): the bandwidth term hardly grows with n, the latency term
-#   does, which is why trees (or NCCL's double binary trees) take over for small messages.
+#   does, which is why NCCL's double binary tree (two pipelined binary trees, about 2K per rank in
+#   2 log2 n + S steps) takes over for small and middle sizes.
+# - NCCL runs several rings at once (channels), in orders that use different links; across nodes, a
+#   hierarchy keeps most bytes on NVLink and sends each shard through its own network card.
 # - On machines with uneven links, the ring's order matters as much as the algorithm.
 #
 # ## Exercises

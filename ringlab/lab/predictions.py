@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from ..algorithms import build
 from ..measure import published
-from ..predict.costmodel import crossover, predict, whatif
+from ..predict.costmodel import predict, whatif
 from ..schedule import bus_factor
 from ..topology import preset
 
 
-def published_sweeps(preset_name: str, collective: str = "allreduce") -> dict[str, list[dict]]:
+def published_sweeps(preset_name: str, collective: str = "allreduce", algorithm: bool = False) -> dict[str, list[dict]]:
     """{label: rows (``bytes``, ``busbw_Bps``)} of every shipped nccl-tests sweep of ``collective`` on a
-    machine that the preset ``preset_name`` models; the out-of-place busbw where printed, else in place."""
+    machine that the preset ``preset_name`` models; the out-of-place busbw where printed, else in place.
+    With ``algorithm``, each label also says what NCCL was told to use, where the source says."""
     out = {}
     for name in published.modelled():
         entry = published.load(name)
@@ -25,7 +26,8 @@ def published_sweeps(preset_name: str, collective: str = "allreduce") -> dict[st
             continue
         rows = [{"bytes": r["bytes"], "busbw_Bps": r["busbw_Bps"] if r["busbw_Bps"] is not None else
                  r["inplace_busbw_Bps"]} for r in entry.data["rows"] if r["bytes"]]
-        out[f"{entry.machine} ({name[:3]})"] = [r for r in rows if r["busbw_Bps"]]
+        told = entry.data.get("nccl_algorithm") if algorithm else None
+        out[f"{entry.machine} ({name[:3]}{', ' + told if told else ''})"] = [r for r in rows if r["busbw_Bps"]]
     return out
 
 
@@ -48,28 +50,6 @@ def with_ranks(algorithms: list[str], nbytes: int, ranks: list[int], bandwidth: 
 
     return {name: [predict(build(name, n), nbytes, uniform(n, bandwidth=bandwidth, latency=latency)).seconds
                    for n in ranks] for name in algorithms}
-
-
-def tree_against_ring(preset_name: str, sizes: list[int]) -> dict:
-    """One machine's panel for ``ringlab.viz.tree_ring_plot``: the predicted busbw of ``allreduce.tree`` and
-    ``allreduce.ring`` at ``sizes`` (``predicted``: rows of ``bytes``, ``busbw_Bps``, ``algorithm``), the size
-    from which the ring is predicted faster (``crossover``, bytes, or None) with the ring's busbw there
-    (``crossover_busbw_Bps``), and the machine's published sweeps (``published``: rows of ``bytes``,
-    ``busbw_Bps``, ``algorithm`` = the sweep's label)."""
-    topology = preset(preset_name)
-    factor = bus_factor("allreduce", topology.nranks)
-    rows = []
-    for name in ("allreduce.tree", "allreduce.ring"):
-        schedule = build(name, topology.nranks)
-        for nbytes in sizes:
-            seconds = predict(schedule, nbytes, topology).seconds
-            rows.append({"bytes": nbytes, "busbw_Bps": nbytes / seconds * factor, "algorithm": name.split(".")[1]})
-    found = [dict(r, algorithm=label) for label, sweep in published_sweeps(preset_name).items() for r in sweep]
-    size = crossover("allreduce.tree", "allreduce.ring", topology)
-    at = (size / predict(build("allreduce.ring", topology.nranks), size, topology).seconds * factor
-          if size is not None else None)
-    return {"predicted": rows, "crossover": size, "crossover_busbw_Bps": at, "published": found,
-            "nranks": topology.nranks}
 
 
 def describe_machines(predicted: list[dict], published: list[dict]) -> str:
@@ -125,10 +105,133 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
 
 
 def describe_crossovers(panels: dict) -> str:
-    """One line per machine: from what size the ring is predicted to beat the tree."""
+    """One line per machine: from what size the ring is predicted to beat NCCL's double binary tree, and how
+    the binomial tree compares at the largest size."""
     from ..measure.units import format_bytes
 
-    return "\n".join(f"{name} ({panel['nranks']} GPUs): " + (
-        f"the ring is predicted faster from {format_bytes(panel['crossover'])}; below it the tree."
-        if panel["crossover"] else "the ring is never predicted faster than the tree here.")
-        for name, panel in panels.items())
+    lines = []
+    for name, panel in panels.items():
+        top = max(r["bytes"] for r in panel["predicted"])
+        at = {r["algorithm"]: r["busbw_Bps"] for r in panel["predicted"] if r["bytes"] == top}
+        line = f"{name} ({panel['nranks']} GPUs): " + (
+            f"the ring is predicted faster than the double binary tree from {format_bytes(panel['crossover'])}; "
+            "below it the double binary tree." if panel["crossover"] else
+            "the ring (in the plain order 0..n-1) is never predicted faster than the double binary tree here.")
+        line += (f" At {format_bytes(top)} the binomial tree reaches {at['tree'] / at['dbtree']:.0%} of the double "
+                 "binary tree's busbw: it sends the whole buffer on every step.")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+DBTREE_SEGMENTS = (1, 2, 4, 8, 16, 32, 64)  # NCCL pipelines in fixed-size pieces: more of them for larger buffers
+
+
+def dbtree_seconds(topology, nbytes: int) -> tuple[float, int]:
+    """(predicted seconds, segments) of ``allreduce.dbtree`` on ``topology`` at its best segment count,
+    as NCCL's fixed-size pipelining picks more segments for larger buffers."""
+    return min((predict(build("allreduce.dbtree", topology.nranks, segments=s), nbytes, topology).seconds, s)
+               for s in DBTREE_SEGMENTS)
+
+
+def trees_against_ring(preset_name: str, sizes: list[int]) -> dict:
+    """One machine's panel for ``ringlab.viz.tree_ring_plot``: predicted busbw of the binomial tree (``tree``,
+    lab 02's, the whole buffer on every step), NCCL's double binary tree (``dbtree``, at its best segment
+    count per size) and the ring at ``sizes``; the first size from which the ring is predicted faster than
+    the double binary tree (``crossover``, None if never) and its busbw there; the published sweeps."""
+    topology = preset(preset_name)
+    factor = bus_factor("allreduce", topology.nranks)
+    rows, ring, dbtree = [], {}, {}
+    for nbytes in sizes:
+        seconds = {"tree": predict(build("allreduce.tree", topology.nranks), nbytes, topology).seconds,
+                   "dbtree": dbtree_seconds(topology, nbytes)[0],
+                   "ring": predict(build("allreduce.ring", topology.nranks), nbytes, topology).seconds}
+        ring[nbytes], dbtree[nbytes] = seconds["ring"], seconds["dbtree"]
+        rows += [{"bytes": nbytes, "busbw_Bps": nbytes / s * factor, "algorithm": name} for name, s in seconds.items()]
+    size = None  # the start of the last run of sizes where the ring is at least as fast
+    for nbytes in sorted(sizes, reverse=True):
+        if ring[nbytes] > dbtree[nbytes]:
+            break
+        size = nbytes
+    found = [dict(r, algorithm=label) for label, sweep in published_sweeps(preset_name).items() for r in sweep]
+    return {"predicted": rows, "crossover": size, "crossover_busbw_Bps": size / ring[size] * factor if size else None,
+            "published": found, "nranks": topology.nranks}
+
+
+def rings_on(preset_name: str, nbytes: int, counts=(1, 2)) -> list[dict]:
+    """Predicted allreduce of ``nbytes`` on a preset with one ring in the plain order 0..n-1, and with k rings
+    in the orders the ring search picks (the best ring, and it backwards): rows of ``rings``, ``orders``,
+    ``seconds``, ``busbw_Bps``."""
+    from ..predict.rings import ring_orders
+
+    topology = preset(preset_name)
+    n, factor = topology.nranks, bus_factor("allreduce", topology.nranks)
+    plain = predict(build("allreduce.ring", n), nbytes, topology).seconds
+    rows = [{"rings": 1, "orders": "plain 0..n-1", "seconds": plain, "busbw_Bps": nbytes / plain * factor}]
+    for k in counts:
+        orders = ring_orders(topology, k)
+        seconds = predict(build("allreduce.rings", n, rings=k, orders=orders), nbytes, topology).seconds
+        shown = "; ".join(dict.fromkeys(" ".join(map(str, o)) for o in orders))
+        rows.append({"rings": k, "orders": f"searched: {shown}", "seconds": seconds, "busbw_Bps": nbytes / seconds * factor})
+    return rows
+
+
+def hierarchical_against_flat(preset_name: str, sizes: list[int], local: int) -> dict[str, list[dict]]:
+    """{label: rows of ``bytes``, ``busbw_Bps``} for ``ringlab.viz.busbw_plot``-style drawing: the flat ring
+    and the hierarchical allreduce (``local`` GPUs per node) predicted on a multi-node preset, and the
+    machine's published sweeps, each label saying which it is."""
+    topology = preset(preset_name)
+    n, factor = topology.nranks, bus_factor("allreduce", topology.nranks)
+    out = {}
+    for label, schedule in (("flat ring: predicted", build("allreduce.ring", n)),
+                            (f"hierarchical ({local} per node): predicted", build("allreduce.hierarchical", n, local=local))):
+        out[label] = [{"bytes": k, "busbw_Bps": k / predict(schedule, k, topology).seconds * factor} for k in sizes]
+    for label, rows in published_sweeps(preset_name, algorithm=True).items():
+        out[f"published: {label}"] = rows
+    return out
+
+
+def describe_hierarchy(curves: dict[str, list[dict]], nbytes: int) -> str:
+    """The predicted flat ring, hierarchical allreduce and each published sweep at ``nbytes``, worded from
+    their ratios."""
+    at = {label: next((r["busbw_Bps"] for r in rows if r["bytes"] == nbytes), None) for label, rows in curves.items()}
+    flat = next(v for k, v in at.items() if k.startswith("flat"))
+    hier = next(v for k, v in at.items() if k.startswith("hierarchical"))
+    lines = [f"At {nbytes / 2**20:.0f} MiB per GPU the hierarchical allreduce is predicted at {hier / 1e9:.0f} GB/s of "
+             f"busbw, {hier / flat:.1f}x the flat ring's {flat / 1e9:.0f}: " + (
+                 "inside a node the shards move over NVLink, and each GPU's shard crosses the network through its "
+                 "own card, instead of one ring squeezing through one card per node boundary." if hier > flat else
+                 "here the hierarchy does not pay.")]
+    for label, value in at.items():
+        if label.startswith("published") and value:
+            lines.append(f"{label[11:]}: {value / 1e9:.0f} GB/s, " + (
+                "between the two predictions." if min(flat, hier) <= value <= max(flat, hier) else
+                "above both predictions." if value > max(flat, hier) else "below both predictions."))
+    return "\n".join(lines)
+
+
+def describe_forced_ring(sweeps: dict[str, list[dict]]) -> str:
+    """Two published sweeps of one machine, NCCL's own choice against ``NCCL_ALGO=Ring`` (labels as
+    :func:`published_sweeps` gives them with ``algorithm=True``), compared size by size."""
+    from ..measure.units import format_bytes
+
+    forced = [label for label in sweeps if "NCCL_ALGO=RING" in label.upper()]
+    chosen = [label for label in sweeps if label not in forced]
+    if not forced or not chosen:
+        raise ValueError("need a sweep with NCCL_ALGO=Ring forced and one without: got " + "; ".join(sweeps))
+    ring = {r["bytes"]: r["busbw_Bps"] for r in sweeps[forced[0]]}
+    own = {r["bytes"]: r["busbw_Bps"] for r in sweeps[chosen[0]]}
+    sizes = sorted(set(ring) & set(own))
+    if not sizes:
+        raise ValueError("the two sweeps share no message size")
+    ratio = {k: own[k] / ring[k] for k in sizes}
+    ahead = [k for k in sizes if ratio[k] > 1.1]
+    behind = [k for k in sizes if ratio[k] < 1 / 1.1]
+    best = max(sizes, key=lambda k: ratio[k])
+    lines = [f"Published, {len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(sizes[-1])}: NCCL's own "
+             f"choice was more than 10% faster than the forced ring at {len(ahead)} of them"
+             + (f" ({format_bytes(ahead[0])} to {format_bytes(ahead[-1])})" if ahead else "")
+             + f", and more than 10% slower at {len(behind)}."]
+    lines.append(f"The largest gap: {ratio[best]:.2f}x at {format_bytes(best)} ({own[best] / 1e9:.1f} against "
+                 f"{ring[best] / 1e9:.1f} GB/s of busbw)." if ratio[best] > 1 else
+                 "The forced ring was never slower: NCCL chose the ring, or as good, everywhere.")
+    return "\n".join(lines)

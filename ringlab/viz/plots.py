@@ -392,11 +392,16 @@ def predicted_machines_plot(predicted: list[dict], published: list[dict] = (),
     return fig
 
 
+TREE_RING_STYLES = (("tree", "dot", PALETTE[1]), ("dbtree", "dash", PALETTE[3]), ("ring", "solid", PALETTE[0]))
+TREE_RING_NAMES = {"tree": "binomial tree", "dbtree": "double binary tree", "ring": "ring"}
+
+
 def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree against ring allreduce",
                    columns: int = 2) -> go.Figure:
-    """One panel per machine (``panels``: name -> what ``ringlab.lab.predictions.tree_against_ring`` returns):
-    predicted busbw of tree (dashed) and ring (solid) over message size, a cross where the ring is
-    predicted to overtake the tree, and the machine's published sweeps as diamonds. Log axes."""
+    """One panel per machine (``panels``: name -> what ``ringlab.lab.predictions.trees_against_ring`` returns):
+    predicted busbw of the binomial tree (dotted), NCCL's double binary tree (dashed) and the ring (solid)
+    over message size, a cross where the ring is predicted to overtake the double binary tree, and the
+    machine's published sweeps as diamonds. Log axes."""
     names = list(panels)
     rows = -(-len(names) // columns)
     fig = make_subplots(rows=rows, cols=columns, subplot_titles=names, shared_yaxes=True,
@@ -405,9 +410,11 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
     for i, name in enumerate(names):
         row, col = i // columns + 1, i % columns + 1
         panel = panels[name]
-        for algorithm, dash, color in (("tree", "dash", PALETTE[1]), ("ring", "solid", PALETTE[0])):
+        for algorithm, dash, color in TREE_RING_STYLES:
             mine = sorted((r for r in panel["predicted"] if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
-            label = f"{algorithm}: predicted"
+            if not mine:
+                continue
+            label = f"{TREE_RING_NAMES[algorithm]}: predicted"
             fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="lines",
                             name=label, legendgroup=label, showlegend=label not in shown,
                             line=dict(color=color, dash=dash), hoverinfo="text",
@@ -424,12 +431,13 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
                                        f"{r['busbw_Bps'] / 1e9:.3g} GB/s" for r in found], row=row, col=col)
             shown.add(label)
         if panel.get("crossover"):
-            label = "ring overtakes tree (predicted)"
+            label = "ring overtakes the double binary tree (predicted)"
             fig.add_scatter(x=[panel["crossover"]], y=[panel["crossover_busbw_Bps"] / 1e9], mode="markers+text",
                             name=label, legendgroup=label, showlegend=label not in shown,
                             marker=dict(symbol="x", size=11, color="#555"), text=[format_bytes(panel["crossover"])],
                             textposition="top left", hoverinfo="text",
-                            hovertext=f"{name}: ring predicted faster from {format_bytes(panel['crossover'])}",
+                            hovertext=f"{name}: ring predicted faster than the double binary tree from "
+                                      f"{format_bytes(panel['crossover'])}",
                             row=row, col=col)
             shown.add(label)
         fig.update_xaxes(type="log", title_text="message size per rank (bytes)", row=row, col=col)
