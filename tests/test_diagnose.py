@@ -3,7 +3,7 @@ predicts, stragglers found from traces, the published P2P sweeps and topology re
 verdict follows the numbers, and the exercises' checks accepting the right answer and rejecting a wrong one."""
 import pytest
 
-from ringlab.lab import diagnose
+from ringlab.lab import checklist, diagnose
 from ringlab.lab.exercises import NotDoneYet
 
 D02 = "D02_chlc_rtx4090x8_topo"
@@ -106,75 +106,75 @@ def test_a_trace_without_rows_is_refused():
 # --- settings, published sweeps, links --------------------------------------------------------------------
 
 def test_the_settings_table_has_every_setting_with_a_source():
-    rows = diagnose.nccl_settings()
+    rows = checklist.nccl_settings()
     names = " ".join(r["setting"] for r in rows)
     for setting in ("NCCL_DEBUG", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME",
                     "NCCL_ALGO", "NCCL_PROTO", "--shm-size", "memlock"):
         assert setting in names
     assert all(r["source"].startswith("https://docs.nvidia.com/") for r in rows)
-    shown = diagnose.html_table(rows[:1], {"setting": "setting", "source": "source"}).data
+    shown = checklist.html_table(rows[:1], {"setting": "setting", "source": "source"}).data
     assert "<td style='text-align:left'>NCCL_DEBUG=INFO</td>" in shown and "<a href='https://" in shown
     with pytest.raises(ValueError, match="the rows have no 'nope'"):
-        diagnose.html_table(rows, {"x": "nope"})
+        checklist.html_table(rows, {"x": "nope"})
     with pytest.raises(ValueError, match="no rows"):
-        diagnose.html_table([], {"x": "setting"})
+        checklist.html_table([], {"x": "setting"})
 
 
 def test_p2p_rows_are_the_published_numbers_and_the_sentence_follows_them():
-    rows = diagnose.p2p_rows()
+    rows = checklist.p2p_rows()
     assert {r["algorithm"] for r in rows} == {"published: P2P off (A10)", "published: P2P on (A11)"}
     top = {r["algorithm"]: r["busbw_Bps"] for r in rows if r["bytes"] == 128 << 20}
     assert top == {"published: P2P off (A10)": 14.45e9, "published: P2P on (A11)": 20.64e9}
-    assert diagnose.describe_p2p(rows) == ("At 128 MiB, the largest size of both published sweeps: 20.64 GB/s with "
+    assert checklist.describe_p2p(rows) == ("At 128 MiB, the largest size of both published sweeps: 20.64 GB/s with "
                                            "P2P on, 14.45 GB/s with P2P off, 1.4x the busbw with peer access on.")
     swapped = [dict(r, algorithm=r["algorithm"].replace("off", "X").replace("on", "off").replace("X", "on"))
                for r in rows]
-    assert "here P2P did not help" in diagnose.describe_p2p(swapped)
+    assert "here P2P did not help" in checklist.describe_p2p(swapped)
     even = [dict(r, busbw_Bps=1e9) for r in rows]
-    assert "about the same busbw either way" in diagnose.describe_p2p(even)
+    assert "about the same busbw either way" in checklist.describe_p2p(even)
     with pytest.raises(ValueError, match="need one 'P2P off' and one 'P2P on' sweep"):
-        diagnose.describe_p2p([r for r in rows if "off" in r["algorithm"]])
+        checklist.describe_p2p([r for r in rows if "off" in r["algorithm"]])
 
 
 def test_visible_devices_renumber_and_rank_links_name_the_physical_gpus():
     from ringlab.measure import published
 
     topo = published.load(D02)
-    rows = diagnose.rank_links(topo.data["codes"], "2,3,6,7", 4, numa=topo.data["numa"])
+    rows = checklist.rank_links(topo.data["codes"], "2,3,6,7", 4, numa=topo.data["numa"])
     assert [(r["rank"], r["device"], r["gpu"], r["next_gpu"]) for r in rows] == [
         (0, 0, 2, 3), (1, 1, 3, 6), (2, 2, 6, 7), (3, 3, 7, 2)]
     assert rows[0]["says"] == ("rank 0 -> rank 1: device 0 -> 1 is GPU 2 -> GPU 3 over SYS (PCIe and the SMP "
                                "interconnect between NUMA nodes, such as QPI/UPI), NUMA node 1 -> 0")
-    shared = diagnose.rank_links(topo.data["codes"], "2,3", 4)
+    shared = checklist.rank_links(topo.data["codes"], "2,3", 4)
     assert "ranks 0 and 2 both drive GPU 2" in shared[0]["says"]
-    alone = diagnose.rank_links(topo.data["codes"], "5", 2)
+    alone = checklist.rank_links(topo.data["codes"], "5", 2)
     assert alone[0]["code"] == "X" and "NCCL refuses two ranks" in alone[0]["says"]
-    assert diagnose.visible_gpus(None, 3) == [0, 1, 2]
+    assert checklist.visible_gpus(None, 3) == [0, 1, 2]
 
 
 def test_rank_links_read_a_parsed_topo_and_nvlink():
     import ringlab as rl
 
-    rows = diagnose.rank_links(rl.topology.published_topo("rtx5090x2")[1], None, 2)
+    rows = checklist.rank_links(rl.topology.published_topo("rtx5090x2")[1], None, 2)
     assert rows[0]["code"] == "PHB" and "host bridge" in rows[0]["says"]
-    nv = diagnose.rank_links(rl.topology.published_topo("dgx-a100-partial")[1], "0,1,2,3", 4)
+    nv = checklist.rank_links(rl.topology.published_topo("dgx-a100-partial")[1], "0,1,2,3", 4)
     assert nv[0]["says"].endswith("over NV12 (12 bonded NVLinks)")
 
 
 def test_rank_links_refuse_bad_input():
     codes = [["X", "SYS"], ["SYS", "X"]]
     with pytest.raises(ValueError, match="names GPU 9; the topology has GPUs 0-1"):
-        diagnose.rank_links(codes, "0,9", 2)
+        checklist.rank_links(codes, "0,9", 2)
     with pytest.raises(ValueError, match="UUIDs"):
-        diagnose.rank_links(codes, "GPU-1234", 2)
+        checklist.rank_links(codes, "GPU-1234", 2)
     with pytest.raises(ValueError, match="names a GPU twice"):
-        diagnose.rank_links(codes, "1,1", 2)
+        checklist.rank_links(codes, "1,1", 2)
     with pytest.raises(ValueError, match="at least 2 ranks"):
-        diagnose.rank_links(codes, None, 1)
+        checklist.rank_links(codes, None, 1)
     with pytest.raises(ValueError, match="square"):
-        diagnose.rank_links([["X", "SYS"]], None, 2)
+        checklist.rank_links([["X", "SYS"]], None, 2)
     with pytest.raises(ValueError, match="unknown topo -m code 'WAT'"):
-        diagnose.rank_links([["X", "WAT"], ["WAT", "X"]], None, 2)
+        checklist.rank_links([["X", "WAT"], ["WAT", "X"]], None, 2)
 
 
 # --- the exercises ---------------------------------------------------------------------------------------------

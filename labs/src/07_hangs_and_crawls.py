@@ -16,9 +16,9 @@
 
 # %%
 import ringlab as rl
-from ringlab.lab.diagnose import (ABSENT, check_culprit, check_straggler, describe_p2p, describe_straggler,
-                                  describe_timeouts, html_table, nccl_settings, p2p_rows, predicted_timeouts,
-                                  rank_links, run_on_ranks, step_gaps, straggler_traces)
+from ringlab.lab.checklist import describe_p2p, html_table, nccl_settings, p2p_rows, rank_links
+from ringlab.lab.diagnose import (ABSENT, check_culprit, check_straggler, describe_straggler, describe_timeouts,
+                                  predicted_timeouts, run_on_ranks, step_gaps, straggler_traces)
 from ringlab.lab.tables import table
 from ringlab.measure import published
 from ringlab.viz import busbw_plot, timeline, use_renderer

@@ -16,6 +16,7 @@
 - ``staleness``: whose pushes were how stale, and what the straggler did to the others (lab 04);
 - ``predictions``: the cost model's predictions beside published sweeps, ready to plot (lab 05);
 - ``training``: the three trainers compared, speed-up and accuracy described from the numbers (lab 06);
-- ``diagnose``: a hang or a straggler read back from real ranks' messages and traces, the NCCL settings,
+- ``diagnose``: a hang or a straggler read back from real ranks' messages and traces (lab 07);
+- ``checklist``: what to check when a GPU job crawls: NCCL's settings, P2P off against on (published),
   ranks mapped to GPUs and links (lab 07).
 """
