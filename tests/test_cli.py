@@ -42,6 +42,14 @@ def test_demo_runs_every_algorithm(name, capsys):
     assert out.startswith(f"{name} (") and "Traffic for a buffer of K = 4 KiB" in out
 
 
+def test_demo_passes_the_nccl_options_on(capsys):
+    assert main(["demo", "-a", "allreduce.hierarchical", "-n", "4", "--local", "2"]) == 0
+    assert capsys.readouterr().out.startswith("allreduce.hierarchical (")
+    assert main(["demo", "-a", "allreduce.rings", "-n", "3", "--rings", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("allreduce.rings (") and "rings=3" in out
+
+
 def test_help_lists_every_algorithm():
     done = run_cli("demo", "--help")
     assert done.returncode == 0
@@ -55,6 +63,8 @@ def test_help_lists_every_algorithm():
     (["demo", "-n", "0"], "nranks must be >= 1, got 0"),
     (["demo", "-a", "allreduce.ps", "--servers", "5"], "servers must be in 1..4"),
     (["demo", "-b", "lots"], "cannot read 'lots' as a size"),
+    (["demo", "-a", "allreduce.hierarchical", "--local", "9"], "local (ranks per node) must be in 1..4"),
+    (["demo", "-a", "allreduce.ring", "--rings", "2"], "allreduce.ring does not take option 'rings'"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, message):
     done = run_cli(*args)
