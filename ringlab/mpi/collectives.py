@@ -274,10 +274,14 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
     ``algorithm``: ``"ring"`` (default), ``"naive"`` (through ``root``), ``"ps"`` (``servers``
     shards), ``"tree"``, ``"rhd"``, ``"dbtree"`` (NCCL's double binary tree, pipelined in
     ``segments``), ``"rings"`` (``rings`` rings at once, optionally in ``orders``: one permutation
-    of the ranks per ring), ``"hierarchical"`` (``local`` ranks per node), a full name, or a
-    Schedule. Options left None take the builder's default. ``out=`` (an array like ``x``)
-    receives the sum instead of a new array.
+    of the ranks per ring), ``"hierarchical"`` (``local`` ranks per node; by default the nodes of
+    ``comm``, found by :func:`ringlab.mpi.nodes.ranks_per_node`: hosts, or ``RINGLAB_RANKS_PER_NODE``
+    for simulated nodes), a full name, or a Schedule. Options left None take the builder's default.
+    ``out=`` (an array like ``x``) receives the sum instead of a new array.
     """
+    if local is None and algorithm in ("hierarchical", "allreduce.hierarchical"):  # the nodes, from the ranks
+        from .nodes import ranks_per_node
+        local = ranks_per_node(_world(comm), timeout if _usable_timeout(timeout) else None)
     options = {}
     if root is not None or servers is not None or segments is not None or rings is not None or local is not None:
         options = {k: v for k, v in (("root", root), ("servers", servers), ("segments", segments), ("rings", rings),

@@ -1,0 +1,102 @@
+"""Which ranks share a node: read from the ranks themselves, or simulated for a laptop and for tests.
+
+On a cluster every rank reports its host (``MPI.Get_processor_name``); ranks with the same host
+share a node. Setting ``RINGLAB_RANKS_PER_NODE=L`` in the job's environment instead treats
+consecutive groups of L ranks as nodes (simulated nodes: every rank still runs on this machine,
+and the "network" between them is the same shared memory), so that "2 nodes x 2 ranks" can be
+tried on one machine, clearly labelled as such.
+
+``rl.allreduce(x, "hierarchical")`` takes its ranks per node from :func:`ranks_per_node` unless
+``local=`` is given.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import numpy as np
+
+SIMULATED = "RINGLAB_RANKS_PER_NODE"  # consecutive groups of this many ranks are treated as nodes
+
+_SEEN: dict = {}  # (communicator handle, setting) -> node of every rank; asked once per communicator
+
+
+def simulated(environ=None) -> int | None:
+    """The ranks per simulated node ``RINGLAB_RANKS_PER_NODE`` asks for (None: not set), or a ValueError."""
+    value = (os.environ if environ is None else environ).get(SIMULATED, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{SIMULATED} must be a whole number of ranks per node >= 1, got {value!r}")
+    return int(value)
+
+
+def node_ids(comm, timeout: float | None = None) -> list[int]:
+    """The node of every rank of ``comm``, numbered from 0 in order of their lowest rank.
+
+    Simulated nodes when ``RINGLAB_RANKS_PER_NODE`` is set; otherwise the ranks compare their hosts
+    (a non-blocking allgather of an 8-byte digest of ``MPI.Get_processor_name()``, so that with a
+    ``timeout`` a rank that never comes is a TimeoutError, not a hang). Remembered per communicator.
+    """
+    per = simulated()
+    key = (comm.py2f() if hasattr(comm, "py2f") else id(comm), per)
+    if key in _SEEN:
+        return _SEEN[key]
+    size = comm.Get_size()
+    if per is not None:
+        ids = [rank // per for rank in range(size)]
+    else:
+        from mpi4py import MPI
+
+        digest = hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest()
+        mine, hosts = np.frombuffer(digest, dtype=np.int64).copy(), np.empty(size, dtype=np.int64)
+        request = comm.Iallgather(mine, hosts)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not request.Test():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"rank {comm.Get_rank()}: not every rank told its host within {timeout:g} s "
+                                   "(a rank that never called?)")
+            time.sleep(0)
+        order = {host: i for i, host in enumerate(dict.fromkeys(hosts.tolist()))}
+        ids = [order[h] for h in hosts.tolist()]
+    _SEEN[key] = ids
+    return ids
+
+
+def ranks_per_node(comm, timeout: float | None = None) -> int:
+    """L for ``allreduce.hierarchical``: nodes are consecutive blocks of L ranks (the last may be smaller).
+
+    A ValueError says so when the ranks of a node are not consecutive (a round-robin placement) or the
+    nodes hold different numbers of ranks: start the ranks in node order (MPICH's ``-ppn``, Slurm's
+    block distribution) or pass ``local=`` yourself.
+    """
+    return local_size(node_ids(comm, timeout))
+
+
+def local_size(ids: list[int]) -> int:
+    """L such that node g holds ranks g*L .. g*L+L-1, from the node of every rank; else a ValueError."""
+    members: dict[int, list[int]] = {}
+    for rank, node in enumerate(ids):
+        members.setdefault(node, []).append(rank)
+    groups = list(members.values())
+    size = len(groups[0])
+    for g, ranks in enumerate(groups):
+        if ranks != list(range(ranks[0], ranks[0] + len(ranks))) or ranks[0] != g * size:
+            raise ValueError(f"the ranks of a node are not consecutive (node {g} holds ranks {ranks}): start the "
+                             "ranks in node order (MPICH: -ppn; Slurm: --distribution=block) or pass local=")
+        if len(ranks) != size and g != len(groups) - 1:
+            raise ValueError(f"the nodes hold different numbers of ranks ({', '.join(str(len(r)) for r in groups)}): "
+                             "pass local= yourself")
+    return size
+
+
+def describe(comm, timeout: float | None = None) -> str:
+    """One line: how many nodes, ranks per node, and whether they are simulated."""
+    ids = node_ids(comm, timeout)
+    count = max(ids) + 1
+    per = simulated()
+    where = (f"simulated nodes ({SIMULATED}={per}): every rank runs on this machine" if per is not None
+             else "nodes told apart by host name")
+    sizes = sorted({ids.count(node) for node in range(count)})
+    return f"{count} node{'s' * (count != 1)}, {'/'.join(map(str, sizes))} ranks per node; {where}"
