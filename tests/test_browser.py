@@ -75,16 +75,9 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
     url, saved = jupyterlab
     assert overrides_path().exists(), "run python3 dev.py (or python -m ringlab.lab settings) first"
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = _browser(p)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)  # the kernel is up
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_text("Run All Cells", exact=True).click()
+            page = run_all(browser, url)
             page.wait_for_selector(".widget-slider", timeout=120_000)
             page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
             readout = page.locator(".widget-readout").first
@@ -115,6 +108,17 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             browser.close()
 
 
+def run_all(browser, url: str):
+    """A page on the notebook at ``url``, once its kernel is up, with Run All Cells clicked."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)  # the kernel is up
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_text("Run All Cells", exact=True).click()
+    return page
+
+
 def _browser(p):
     return p.chromium.launch(executable_path=CHROMIUM, args=[
         "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -139,12 +143,7 @@ def test_each_exercise_notebook_runs_all_in_a_real_browser(exercise_lab, request
     with playwright.sync_playwright() as p:
         browser = _browser(p)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_text("Run All Cells", exact=True).click()
+            page = run_all(browser, url)
             deadline = time.monotonic() + 360
             while True:  # save now and then until the saved notebook shows every cell run
                 time.sleep(3)
@@ -202,12 +201,7 @@ def test_the_ring_fills_its_panel_at_16_and_32_ranks(big_rings):
     with playwright.sync_playwright() as p:
         browser = _browser(p)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(url)
-            page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)
-            page.get_by_role("menuitem", name="Run", exact=True).click()
-            page.get_by_text("Run All Cells", exact=True).click()
+            page = run_all(browser, url)
             page.wait_for_function("() => document.querySelectorAll('.jupyter-widgets .js-plotly-plot').length == 2",
                                    timeout=120_000)
             time.sleep(1)

@@ -5,31 +5,13 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
+from against_mpi import COUNT, data, same
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
 TIMEOUT = 60
 COUNTS = sorted({0, 1, max(n - 1, 0), n, n + 1, 10007})
 DTYPES = [np.int32, np.int64, np.float32, np.float64]
-checked = 0
-
-
-def data(count, dtype, seed):
-    rng = np.random.default_rng(seed * 1000 + rank)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(-1000, 1000, count).astype(dtype)
-    return rng.uniform(-1, 1, count).astype(dtype)
-
-
-def same(got, want, what):
-    global checked
-    checked += 1
-    if np.issubdtype(want.dtype, np.integer):
-        ok = np.array_equal(got, want)
-    else:  # summation order differs from MPI's: allow float rounding
-        ok = np.allclose(got, want, rtol=n * np.finfo(want.dtype).eps * 4, atol=n * np.finfo(want.dtype).eps * 4)
-    if not ok or got.dtype != want.dtype or got.shape != want.shape:
-        raise AssertionError(f"rank {rank}: {what}: differs from MPI's result")
 
 
 for name in sorted(rl.ALGORITHMS):
@@ -85,7 +67,7 @@ comm.Allreduce(np.ascontiguousarray(strided), want)
 same(rl.allreduce(strided), want, "a strided view")
 half = np.arange(12, dtype=np.float16) + rank
 same(rl.allreduce(half), (np.arange(12) * n + n * (n - 1) / 2).astype(np.float16), "float16")
-total = comm.allreduce(checked)
+total = comm.allreduce(COUNT[0])
 if rank == 0:
     print(f"ok {n} ranks, {total} comparisons with MPI")
 sys.exit(0)

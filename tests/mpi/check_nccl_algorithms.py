@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
+from against_mpi import COUNT, data, same
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
@@ -20,25 +21,6 @@ VARIANTS = ([("dbtree", {"segments": s}) for s in (None, 1, 3)]
             + [("rings", {"rings": k}) for k in (None, 1, 3)]
             + [("rings", {"orders": [list(evens_then_odds), list(evens_then_odds[::-1])]})]
             + [("hierarchical", {"local": size}) for size in (None, *sorted({1, min(2, n), n, *uneven}))])
-checked = 0
-
-
-def data(count, dtype, seed):
-    rng = np.random.default_rng(seed * 1000 + rank)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(-1000, 1000, count).astype(dtype)
-    return rng.uniform(-1, 1, count).astype(dtype)
-
-
-def same(got, want, what):
-    global checked
-    checked += 1
-    if np.issubdtype(want.dtype, np.integer):
-        ok = np.array_equal(got, want)
-    else:  # summation order differs from MPI's: allow float rounding
-        ok = np.allclose(got, want, rtol=n * np.finfo(want.dtype).eps * 4, atol=n * np.finfo(want.dtype).eps * 4)
-    if not ok or got.dtype != want.dtype or got.shape != want.shape:
-        raise AssertionError(f"rank {rank}: {what}: differs from MPI's result")
 
 
 for count in COUNTS:
@@ -67,7 +49,7 @@ for case, (short, options) in BAD.items():
     except ValueError as err:
         said[case] = str(err)
 everyone = comm.gather(said, root=0)
-total = comm.allreduce(checked)
+total = comm.allreduce(COUNT[0])
 if rank == 0:
     print(json.dumps({case: [s[case] for s in everyone] for case in BAD}))
     print(f"ok {n} ranks, {total} comparisons with MPI")
