@@ -83,3 +83,30 @@ def test_device_misuse_is_the_same_error_everywhere(case):
 def test_distributed_optimizer_device_path_averages_like_numpy(transport, overlap, nranks):
     """Backward writes gradients on torch's stream; the optimizer must wait for them with events."""
     ok(run_gpusim(nranks, [str(SCRIPTS / "gpusim_optimizer.py"), transport, overlap]), f"ok {nranks} ranks")
+
+
+@pytest.mark.parametrize("nranks, per_node, cuda_aware", [(4, 2, False), (3, 2, True)])
+def test_on_simulated_nodes_ipc_joins_only_the_ranks_of_a_node(nranks, per_node, cuda_aware):
+    """RINGLAB_RANKS_PER_NODE: every algorithm and collective on device arrays equals numpy through
+    ipc inside a node and the network path (host, or cuda-aware MPI) between nodes."""
+    network = "cuda-aware" if cuda_aware else "host"
+    done = run_gpusim(nranks, [str(SCRIPTS / "gpusim_collectives.py"), "ipc", "quick"], cuda_aware=cuda_aware,
+                      RINGLAB_RANKS_PER_NODE=str(per_node))
+    assert f"via ipc+{network} (ipc asked)" in ok(done, f"ok {nranks} ranks")
+
+
+@pytest.mark.parametrize("transport", ["auto", "ipc"])
+def test_on_simulated_nodes_each_transfer_takes_the_path_of_its_pair(transport):
+    import json
+
+    done = run_gpusim(4, [str(SCRIPTS / "gpusim_nodes.py"), transport], RINGLAB_RANKS_PER_NODE="2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["ids"] == [0, 0, 1, 1] and seen["used"] == "ipc+host"
+    for algorithm, pairs in seen["pairs"].items():
+        assert pairs, algorithm
+        for src, dst, via in pairs:
+            assert via == ("ipc" if src // 2 == dst // 2 else "host"), (algorithm, src, dst, via)
+        assert {via for *_, via in pairs} == {"ipc", "host"}, algorithm  # both paths were used
+    # each rank mapped the memory of the other rank of its node, and nobody else's
+    assert seen["mapped"] == [[1], [0], [3], [2]]

@@ -30,7 +30,7 @@ def test_without_the_setting_the_ranks_of_one_host_are_one_node():
     done = run_mpi(3, [str(HERE / "check_nodes.py")], timeout=120, env={nodes.SIMULATED: ""})
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["ids"] == [0, 0, 0] and seen["crossing"] == [] and "told apart by host name" in seen["describe"]
+    assert seen["ids"] == [0, 0, 0] and seen["crossing"] == [] and "shared-memory split" in seen["describe"]
 
 
 def test_local_size_wants_consecutive_blocks():

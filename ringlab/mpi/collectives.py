@@ -233,8 +233,9 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
         out = x if in_place else xp.array(x, order="C", copy=True)
     flat = out.reshape(-1)
     count, itemsize = flat.size, flat.dtype.itemsize
-    staged = name == "ipc" or (name == "host" and xp is not np)
-    plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=name != "ipc")
+    peer_memory = name.startswith("ipc")  # ipc, or ipc inside nodes and MPI between them
+    staged = peer_memory or (name == "host" and xp is not np)
+    plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=not peer_memory)
     recorder = _recorder(comm, flat, itemsize) if trace else None
     ops = make_ops(name, xp, plan, flat.dtype, comm, count)
     bounds = chunk_bounds(count, schedule.nchunks)

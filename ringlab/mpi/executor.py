@@ -178,11 +178,12 @@ class Recorder:
     def __init__(self, rank: int, itemsize: int, clock):
         self.rank, self.itemsize, self.clock, self.rows = rank, itemsize, clock, []
 
-    def record(self, step: int, message: Message, side: str, start: float, end: float, bounds) -> None:
+    def record(self, step: int, message: Message, side: str, start: float, end: float, bounds, via: str = "") -> None:
         for chunk in range(message.first, message.last + 1):
             lo, hi = max(message.lo, bounds[chunk]), min(message.hi, bounds[chunk + 1])
             if hi > lo:
-                self.rows.append((self.rank, step, message.peer, chunk, (hi - lo) * self.itemsize, side, start, end))
+                self.rows.append((self.rank, step, message.peer, chunk, (hi - lo) * self.itemsize, side, start, end,
+                                  via))
 
 
 def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, recorder: Recorder | None = None,
@@ -208,7 +209,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
             for m, request in zip(step.sends, sends):
                 wait_for(request, f"for rank {m.peer} to take chunk {m.first}")
                 if recorder:
-                    recorder.record(step.index, m, "send", posted, recorder.clock(), bounds)
+                    recorder.record(step.index, m, "send", posted, recorder.clock(), bounds, ops.route(m))
 
         ops.before_step()
         posted = recorder.clock() if recorder else 0.0
@@ -219,7 +220,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
             wait_for(recvs[i], f"to receive chunk {m.first} from rank {m.peer}")
             ops.land(buf, m)
             if recorder:
-                recorder.record(step.index, m, "recv", posted, recorder.clock(), bounds)
+                recorder.record(step.index, m, "recv", posted, recorder.clock(), bounds, ops.route(m))
             later = i + step.window
             if step.window and later < len(step.recvs):  # its slot is free again: take the next message
                 ops.reuse()
@@ -231,17 +232,19 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
 
 
 TRACE_DTYPE = np.dtype([("rank", "i4"), ("step", "i4"), ("peer", "i4"), ("chunk", "i4"), ("nbytes", "i8"),
-                        ("side", "U4"), ("start", "f8"), ("end", "f8")])
+                        ("side", "U4"), ("start", "f8"), ("end", "f8"), ("via", "U16")])
 
 
 class Trace:
     """Every transfer of one run as a table: one row per side (send or recv) of each transfer.
 
     Times are seconds from a common start (a barrier just before the run). ``records`` is a numpy
-    structured array with columns rank, step, peer, chunk, nbytes, side, start, end.
+    structured array with columns rank, step, peer, chunk, nbytes, side, start, end, and via: the
+    path the transfer took (``host``, ``cuda-aware`` or ``ipc``; empty for a modelled trace).
     """
 
     def __init__(self, rows, schedule: Schedule, clock: str, itemsize: int = 1):
+        rows = [tuple(r) if len(r) == len(TRACE_DTYPE) else (*r, "") for r in rows]
         self.records = np.array(sorted(rows, key=lambda r: (r[1], r[0], r[6])), dtype=TRACE_DTYPE)
         self.schedule, self.clock, self.itemsize = schedule, clock, itemsize
 

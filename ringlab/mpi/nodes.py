@@ -1,7 +1,6 @@
 """Which ranks share a node: read from the ranks themselves, or simulated for a laptop and for tests.
 
-On a cluster every rank reports its host (``MPI.Get_processor_name``); ranks with the same host
-share a node. Setting ``RINGLAB_RANKS_PER_NODE=L`` in the job's environment instead treats
+On a cluster MPI says which ranks share a node (its shared-memory split, ``COMM_TYPE_SHARED``). Setting ``RINGLAB_RANKS_PER_NODE=L`` in the job's environment instead treats
 consecutive groups of L ranks as nodes (simulated nodes: every rank still runs on this machine,
 and the "network" between them is the same shared memory), so that "2 nodes x 2 ranks" can be
 tried on one machine, clearly labelled as such.
@@ -35,9 +34,10 @@ def simulated(environ=None) -> int | None:
 def node_ids(comm, timeout: float | None = None) -> list[int]:
     """The node of every rank of ``comm``, numbered from 0 in order of their lowest rank.
 
-    Simulated nodes when ``RINGLAB_RANKS_PER_NODE`` is set; otherwise the ranks compare their hosts
-    (a non-blocking allgather of an 8-byte digest of ``MPI.Get_processor_name()``, so that with a
-    ``timeout`` a rank that never comes is a TimeoutError, not a hang). Remembered per communicator.
+    Simulated nodes when ``RINGLAB_RANKS_PER_NODE`` is set; otherwise MPI's shared-memory split
+    (``Split_type(COMM_TYPE_SHARED)``): ranks that can share memory are one node. A non-blocking
+    allgather of the hosts comes first, so that with a ``timeout`` a rank that never comes is a
+    TimeoutError, not a hang. Remembered per communicator.
     """
     per = simulated()
     key = (comm.py2f() if hasattr(comm, "py2f") else id(comm), per)
@@ -49,6 +49,10 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
     else:
         from mpi4py import MPI
 
+        from .devices import local_comm
+
+        # first make sure every rank is here (a non-blocking allgather of the hosts, with the timeout),
+        # then ask MPI which ranks share memory: its shared-memory split is the node
         digest = hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest()
         mine, hosts = np.frombuffer(digest, dtype=np.int64).copy(), np.empty(size, dtype=np.int64)
         request = comm.Iallgather(mine, hosts)
@@ -58,8 +62,10 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
                 raise TimeoutError(f"rank {comm.Get_rank()}: not every rank told its host within {timeout:g} s "
                                    "(a rank that never called?)")
             time.sleep(0)
-        order = {host: i for i, host in enumerate(dict.fromkeys(hosts.tolist()))}
-        ids = [order[h] for h in hosts.tolist()]
+        first = local_comm(comm).allreduce(comm.Get_rank(), op=MPI.MIN)  # lowest rank of my node
+        leaders = comm.allgather(first)
+        order = {leader: i for i, leader in enumerate(dict.fromkeys(leaders))}
+        ids = [order[leader] for leader in leaders]
     _SEEN[key] = ids
     return ids
 
@@ -97,6 +103,6 @@ def describe(comm, timeout: float | None = None) -> str:
     count = max(ids) + 1
     per = simulated()
     where = (f"simulated nodes ({SIMULATED}={per}): every rank runs on this machine" if per is not None
-             else "nodes told apart by host name")
+             else "nodes as MPI's shared-memory split finds them")
     sizes = sorted({ids.count(node) for node in range(count)})
     return f"{count} node{'s' * (count != 1)}, {'/'.join(map(str, sizes))} ranks per node; {where}"

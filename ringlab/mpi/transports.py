@@ -7,7 +7,9 @@
 - ``ipc``: ranks on one node exchange CUDA IPC handles of a persistent work buffer once, then each
   step reads the peer's chunk straight from its device memory and reduces it with one kernel;
   empty MPI messages say when a peer's data is ready and when it has been read. This is the
-  GPUDirect peer-to-peer path.
+  GPUDirect peer-to-peer path. CUDA IPC cannot leave a node: when the ranks span several nodes
+  (real ones, or simulated with ``RINGLAB_RANKS_PER_NODE``), ``ipc+host`` and ``ipc+cuda-aware``
+  use ipc between the ranks of a node and the network path (MPI, host or cuda-aware) between nodes.
 
 Each is an :class:`Ops`, driven by the executor's one step loop.
 
@@ -21,9 +23,9 @@ import sys
 
 import numpy as np
 
-from .devices import cupy_module, is_device_array, local_comm, pinned_empty
+from .devices import cupy_module, is_device_array, pinned_empty
 from ..schedule import REDUCE
-from .executor import TAG_LIMIT, RankPlan, overlaps
+from .executor import TAG_LIMIT, RankPlan
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 
@@ -69,9 +71,15 @@ class Ops:
     and ``outgoing`` name.
     """
 
+    name = "host"
+
     def begin(self, flat):
         """The buffer the steps work on (the caller's, unless the transport keeps its own)."""
         return flat
+
+    def route(self, m) -> str:
+        """The path message ``m`` takes (the transport's name; per peer for :class:`NodeOps`)."""
+        return self.name
 
     def before_step(self) -> None:
         pass
@@ -203,57 +211,6 @@ def _notice(comm, text: str) -> None:
             print(f"ringlab: {text}", file=sys.stderr, flush=True)
 
 
-def ipc_possible(comm) -> bool:
-    """All ranks of ``comm`` share this node, and every rank's GPU can read every other rank's
-    (the same GPU, or peer access between them), so CUDA IPC can work. Collective over ``comm``.
-
-    CUDA opens IPC handles of GPUs the process cannot see, so ranks that each see only their own
-    GPU (``CUDA_VISIBLE_DEVICES`` per rank) may use ipc too: for a GPU hidden from CUDA, NVML,
-    which sees every GPU, says whether the two can read each other."""
-    from mpi4py import MPI
-
-    cp = cupy_module()
-    alone = cp is not None and local_comm(comm).Get_size() == comm.Get_size()
-    if not comm.allreduce(alone, op=MPI.LAND):
-        return False
-    runtime = cp.cuda.runtime
-    mine = cp.cuda.Device().id
-    my_bus = runtime.deviceGetPCIBusId(mine)
-    reachable = True
-    for bus in comm.allgather(my_bus):
-        try:
-            theirs = runtime.deviceGetByPCIBusId(bus)
-        except runtime.CUDARuntimeError:  # that GPU is hidden from this process
-            reachable = _nvml_p2p_read(my_bus, bus)
-        else:
-            reachable = theirs == mine or bool(runtime.deviceCanAccessPeer(mine, theirs))
-        if not reachable:
-            break
-    return comm.allreduce(reachable, op=MPI.LAND)
-
-
-def _nvml_p2p_read(bus_a: str, bus_b: str) -> bool:
-    """Whether NVML says the GPU at ``bus_a`` can read the one at ``bus_b`` peer to peer (False when
-    NVML cannot be asked)."""
-    try:
-        import pynvml
-    except ImportError:
-        return False
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return False
-    try:
-        a, b = (pynvml.nvmlDeviceGetHandleByPciBusId(bus) for bus in (bus_a, bus_b))
-        index = pynvml.NVML_P2P_CAPS_INDEX_READ
-        index = index[0] if isinstance(index, tuple) else index
-        return pynvml.nvmlDeviceGetP2PStatus(a, b, index) == pynvml.NVML_P2P_STATUS_OK
-    except pynvml.NVMLError:
-        return False
-    finally:
-        pynvml.nvmlShutdown()
-
-
 def describe() -> list[str]:
     """Why each transport would or would not be used by ranks of this machine (for ``ringlab doctor``)."""
     cp = cupy_module()
@@ -288,7 +245,9 @@ _CHOSEN: dict[tuple, str] = {}  # (communicator, GPU, request) -> transport
 
 def choose(x, comm, requested: str = "auto") -> str:
     """The transport a call will use: numpy buffers always go by ``host``; for cupy, ``auto``
-    picks ipc (all ranks on one node), else cuda-aware (if MPI supports it), else host.
+    picks ipc (ranks on one node), ``ipc+cuda-aware`` or ``ipc+host`` (ranks on several nodes:
+    ipc inside a node, the network path between nodes), else cuda-aware (if MPI supports it),
+    else host.
 
     For cupy the answer takes collectives over ``comm``, so it is worked out once per
     (communicator, GPU, request) and remembered: every rank calls this with the same sequence of
@@ -308,85 +267,49 @@ def choose(x, comm, requested: str = "auto") -> str:
 
 
 def _choose_for_device(comm, requested: str) -> str:
+    from .ipc import ipc_possible
+    from .nodes import node_ids
+
+    several = max(node_ids(comm)) > 0
+    network = "cuda-aware" if mpi_is_cuda_aware() else "host"
     if requested == "auto":
         if ipc_possible(comm):
-            return "ipc"
-        return "cuda-aware" if mpi_is_cuda_aware() else "host"
-    if requested == "cuda-aware" and not mpi_is_cuda_aware():
+            return f"ipc+{network}" if several else "ipc"
+        return network
+    if requested == "cuda-aware" and network != "cuda-aware":
         _notice(comm, "this MPI library is not CUDA-aware; using the host transport instead")
         return "host"
-    if requested == "ipc" and not ipc_possible(comm):
-        raise ValueError("transport='ipc' needs every rank on one node, each with a GPU that can reach the "
-                         "others' (the same GPU, or peer access between them)")
+    if requested == "ipc":
+        if not ipc_possible(comm):
+            raise ValueError("transport='ipc' needs each rank's GPU to reach the GPUs of the other ranks on its node "
+                             "(the same GPU, or peer access between them)")
+        if several:
+            _notice(comm, f"CUDA IPC joins the ranks of one node only: between nodes this uses {network}")
+            return f"ipc+{network}"
     return requested
 
 
 def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 0) -> Ops:
-    """The Ops the executor drives for ``transport`` (host, cuda-aware or ipc)."""
-    if transport == "ipc":
-        return IpcOps(xp, ipc_buffer(xp, comm, count, dtype), plan)
-    if transport == "host" and xp is not np:
-        return StagedOps(xp, plan, dtype)
-    return DirectOps(xp, plan, dtype)
+    """The Ops the executor drives for ``transport`` (host, cuda-aware, ipc, ipc+host or ipc+cuda-aware)."""
+    if transport.startswith("ipc"):
+        from .ipc import IpcOps, NodeOps, ipc_buffer
+        from .nodes import node_ids
 
-
-class IpcBuffer:
-    """A device work buffer whose CUDA IPC handle every peer has opened: ``work`` here,
-    ``peers[rank]`` the same buffer of each other rank, mapped into this process."""
-
-    def __init__(self, cp, comm, count: int, dtype):
-        self.cp, self.dtype, self.count = cp, np.dtype(dtype), max(count, 1)
-        # Our own cudaMalloc, outside cupy's pool: an IPC handle covers a whole allocation, and the
-        # pool packs several arrays into one. We still send base handle + offset, as one must.
-        self.memory = cp.cuda.Memory(self.count * self.dtype.itemsize)
-        self.work = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(self.memory, 0))
-        handle = cp.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
-        offset = self.work.data.ptr - self.memory.ptr
-        everyone = comm.allgather((handle, offset))
-        self.peers, self.opened = {}, []
-        device = cp.cuda.Device().id
-        for rank, (peer_handle, peer_offset) in enumerate(everyone):
-            if rank == comm.Get_rank():
-                continue
-            ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
-            self.opened.append(ptr)
-            owned = cp.cuda.UnownedMemory(ptr, peer_offset + self.work.nbytes, owner=self, device_id=device)
-            self.peers[rank] = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
-        self.scratch = None
-
-    def scratch_for(self, nelems: int):
-        if self.scratch is None or self.scratch.size < nelems:
-            self.scratch = self.cp.empty(max(nelems, 1), dtype=self.dtype)
-        return self.scratch
-
-    def release(self, comm) -> None:
-        """Give everything back, in the only safe order (collective over ``comm``): nobody reads a
-        peer any more (barrier), everyone unmaps the peers' buffers, and only once all have
-        (barrier) does each free its own, which others had mapped. Every call that used the buffer
-        has synchronised its stream before returning, so no kernel still reads a peer."""
-        comm.Barrier()
-        self.peers = {}
-        for ptr in self.opened:
-            self.cp.cuda.runtime.ipcCloseMemHandle(ptr)
-        self.opened = []
-        comm.Barrier()
-        self.work = self.scratch = self.memory = None
-
-
-_IPC: dict[tuple, IpcBuffer] = {}
-
-
-def ipc_buffer(cp, comm, count: int, dtype) -> IpcBuffer:
-    """The IpcBuffer of (communicator, GPU, dtype), grown (collectively: every rank asks for the same
-    count) when a call needs more than it holds. Handles are exchanged once per buffer."""
-    key = (comm.py2f(), cp.cuda.Device().id, np.dtype(dtype).str)
-    have = _IPC.get(key)
-    if have is not None and have.count >= count:
-        return have
-    if have is not None:
-        have.release(comm)
-    _IPC[key] = IpcBuffer(cp, comm, count, dtype)
-    return _IPC[key]
+        ids = node_ids(comm)
+        shared = ipc_buffer(xp, comm, count, dtype, ids)
+        if transport == "ipc":
+            ops = IpcOps(xp, shared, plan)
+        else:
+            network = transport.split("+", 1)[1]
+            between = StagedOps(xp, plan, dtype) if network == "host" else DirectOps(xp, plan, dtype)
+            between.name = network
+            ops = NodeOps(xp, shared, plan, between, {r for r, g in enumerate(ids) if g == ids[comm.Get_rank()]})
+    elif transport == "host" and xp is not np:
+        ops = StagedOps(xp, plan, dtype)
+    else:
+        ops = DirectOps(xp, plan, dtype)
+    ops.name = transport
+    return ops
 
 
 def release_buffers(comm=None) -> None:
@@ -394,6 +317,7 @@ def release_buffers(comm=None) -> None:
     and the IPC buffers shared over ``comm`` (all communicators when None). Call it on every rank
     of the communicators that used ``transport="ipc"``: releasing those is collective."""
     from . import fastpath
+    from .ipc import _IPC, _communicator
 
     fastpath.release()  # the remembered calls, their bound buffers and persistent requests
     _POOL.clear()
@@ -401,69 +325,3 @@ def release_buffers(comm=None) -> None:
         _IPC.pop(key).release(comm if comm is not None else _communicator(key[0]))
 
 
-def _communicator(handle: int):
-    from mpi4py import MPI
-
-    return MPI.Comm.f2py(handle)
-
-
-_SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"
-
-
-class IpcOps(Ops):
-    """CUDA IPC, the GPUDirect peer-to-peer path: a rank reads its peers' device memory directly.
-
-    A step's messages are empty MPI messages that say when data may be read: each rank tells its
-    readers "ready" once its previous step is in memory (``post``); a receive reads the peer's
-    bytes with one kernel (``land``), straight into the buffer, or into scratch when that would
-    overwrite bytes a reader may still be reading; then ranks tell their sources "done reading"
-    and wait for their own readers before landing what waits in scratch (``after_step``).
-    """
-
-    def __init__(self, cp, shared: IpcBuffer, plan: RankPlan):
-        self.cp, self.shared = cp, shared
-        self.scratch = shared.scratch_for(plan.scratch_elems)
-        self.stream = cp.cuda.get_current_stream()
-        self.direct = True
-
-    def begin(self, flat):
-        work = self.shared.work[:flat.size]
-        work[...] = flat
-        return work
-
-    def before_step(self):
-        self.stream.synchronize()  # my previous step is in memory: my readers may look
-
-    def post(self, comm, buf, step):
-        # straight into the buffer unless a landing would overwrite what this step sends, or two
-        # receives write the same elements and one of them replaces
-        self.direct = not step.sends_before_landing and not any(
-            overlaps(a, b) for i, a in enumerate(step.recvs) for b in step.recvs[i + 1:]
-            if not (a.op == REDUCE and b.op == REDUCE))
-        tag = (2 * step.index) % TAG_LIMIT
-        ready = [comm.Irecv(_SIGNAL, source=m.peer, tag=tag) for m in step.recvs]
-        told = [comm.Isend(_SIGNAL, dest=m.peer, tag=tag) for m in step.sends]
-        return ready, told
-
-    def land(self, buf, m):
-        peer = self.shared.peers[m.peer][m.lo:m.hi]
-        if self.direct:
-            _land(self.cp, buf[m.lo:m.hi], peer, m.op)
-        else:
-            self.scratch[m.slot:m.slot + m.size] = peer
-
-    def after_step(self, comm, buf, step, wait_for):
-        self.stream.synchronize()  # every read of a peer's memory is done
-        tag = (2 * step.index + 1) % TAG_LIMIT
-        done = [comm.Isend(_SIGNAL, dest=peer, tag=tag) for peer in sorted({m.peer for m in step.recvs})]
-        for peer in sorted({m.peer for m in step.sends}):
-            wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
-        if not self.direct:
-            for m in step.recvs:
-                _land(self.cp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
-        for request in done:
-            request.Wait()
-
-    def end(self, flat, buf):
-        flat[...] = buf
-        self.stream.synchronize()

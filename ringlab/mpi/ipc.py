@@ -1,0 +1,267 @@
+"""CUDA IPC, the GPUDirect peer-to-peer path between ranks of one node, and :class:`NodeOps`, which
+uses it inside a node and an MPI transport between nodes.
+
+Ranks exchange CUDA IPC handles of a persistent work buffer once (:class:`IpcBuffer`, opened only
+between ranks of one node); then each step reads a peer's chunk straight from its device memory,
+and empty MPI messages say when data is ready and when it has been read.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..schedule import REDUCE
+from .devices import cupy_module, local_comm
+from .executor import TAG_LIMIT, RankPlan, overlaps
+from .transports import Ops, _land
+
+def ipc_possible(comm) -> bool:
+    """Every rank's GPU can read the GPU of every other rank of its node (the same GPU, or peer
+    access between them), and the ranks of a node share memory, so CUDA IPC can join them.
+    Collective over ``comm``. Nodes are :func:`ringlab.mpi.nodes.node_ids`' (simulated nodes
+    split one machine's ranks further; ipc is then used only inside each).
+
+    CUDA opens IPC handles of GPUs the process cannot see, so ranks that each see only their own
+    GPU (``CUDA_VISIBLE_DEVICES`` per rank) may use ipc too: for a GPU hidden from CUDA, NVML,
+    which sees every GPU, says whether the two can read each other."""
+    from mpi4py import MPI
+
+    from .nodes import node_ids
+
+    cp = cupy_module()
+    ids, me = node_ids(comm), comm.Get_rank()
+    sharing = set(local_comm(comm).allgather(me))  # the ranks MPI says share memory with this one
+    mine = [r for r, node in enumerate(ids) if node == ids[me]]
+    usable = cp is not None and set(mine) <= sharing
+    if not comm.allreduce(usable, op=MPI.LAND):
+        return False
+    runtime = cp.cuda.runtime
+    here = cp.cuda.Device().id
+    my_bus = runtime.deviceGetPCIBusId(here)
+    reachable = True
+    for rank, bus in enumerate(comm.allgather(my_bus)):
+        if ids[rank] != ids[me]:
+            continue  # another node: ipc is not asked to reach it
+        try:
+            theirs = runtime.deviceGetByPCIBusId(bus)
+        except runtime.CUDARuntimeError:  # that GPU is hidden from this process
+            reachable = _nvml_p2p_read(my_bus, bus)
+        else:
+            reachable = theirs == here or bool(runtime.deviceCanAccessPeer(here, theirs))
+        if not reachable:
+            break
+    return comm.allreduce(reachable, op=MPI.LAND)
+
+
+def _nvml_p2p_read(bus_a: str, bus_b: str) -> bool:
+    """Whether NVML says the GPU at ``bus_a`` can read the one at ``bus_b`` peer to peer (False when
+    NVML cannot be asked)."""
+    try:
+        import pynvml
+    except ImportError:
+        return False
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    try:
+        a, b = (pynvml.nvmlDeviceGetHandleByPciBusId(bus) for bus in (bus_a, bus_b))
+        index = pynvml.NVML_P2P_CAPS_INDEX_READ
+        index = index[0] if isinstance(index, tuple) else index
+        return pynvml.nvmlDeviceGetP2PStatus(a, b, index) == pynvml.NVML_P2P_STATUS_OK
+    except pynvml.NVMLError:
+        return False
+    finally:
+        pynvml.nvmlShutdown()
+
+
+class IpcBuffer:
+    """A device work buffer whose CUDA IPC handle every peer has opened: ``work`` here,
+    ``peers[rank]`` the same buffer of each other rank, mapped into this process."""
+
+    def __init__(self, cp, comm, count: int, dtype, node_of=None):
+        self.cp, self.dtype, self.count = cp, np.dtype(dtype), max(count, 1)
+        node_of = node_of or [0] * comm.Get_size()  # only the ranks of this one's node are mapped
+        # Our own cudaMalloc, outside cupy's pool: an IPC handle covers a whole allocation, and the
+        # pool packs several arrays into one. We still send base handle + offset, as one must.
+        self.memory = cp.cuda.Memory(self.count * self.dtype.itemsize)
+        self.work = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(self.memory, 0))
+        handle = cp.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
+        offset = self.work.data.ptr - self.memory.ptr
+        everyone = comm.allgather((handle, offset))
+        self.peers, self.opened = {}, []
+        device = cp.cuda.Device().id
+        for rank, (peer_handle, peer_offset) in enumerate(everyone):
+            if rank == comm.Get_rank() or node_of[rank] != node_of[comm.Get_rank()]:
+                continue
+            ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
+            self.opened.append(ptr)
+            owned = cp.cuda.UnownedMemory(ptr, peer_offset + self.work.nbytes, owner=self, device_id=device)
+            self.peers[rank] = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
+        self.scratch = None
+
+    def scratch_for(self, nelems: int):
+        if self.scratch is None or self.scratch.size < nelems:
+            self.scratch = self.cp.empty(max(nelems, 1), dtype=self.dtype)
+        return self.scratch
+
+    def release(self, comm) -> None:
+        """Give everything back, in the only safe order (collective over ``comm``): nobody reads a
+        peer any more (barrier), everyone unmaps the peers' buffers, and only once all have
+        (barrier) does each free its own, which others had mapped. Every call that used the buffer
+        has synchronised its stream before returning, so no kernel still reads a peer."""
+        comm.Barrier()
+        self.peers = {}
+        for ptr in self.opened:
+            self.cp.cuda.runtime.ipcCloseMemHandle(ptr)
+        self.opened = []
+        comm.Barrier()
+        self.work = self.scratch = self.memory = None
+
+
+_IPC: dict[tuple, IpcBuffer] = {}
+
+
+def ipc_buffer(cp, comm, count: int, dtype, node_of=None) -> IpcBuffer:
+    """The IpcBuffer of (communicator, GPU, dtype), grown (collectively: every rank asks for the same
+    count) when a call needs more than it holds. Handles are exchanged once per buffer, and opened
+    only between ranks of one node (``node_of``: the node of every rank; None: all on one)."""
+    key = (comm.py2f(), cp.cuda.Device().id, np.dtype(dtype).str)
+    have = _IPC.get(key)
+    if have is not None and have.count >= count:
+        return have
+    if have is not None:
+        have.release(comm)
+    _IPC[key] = IpcBuffer(cp, comm, count, dtype, node_of)
+    return _IPC[key]
+
+
+def _communicator(handle: int):
+    from mpi4py import MPI
+
+    return MPI.Comm.f2py(handle)
+
+
+_SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"
+
+
+def lands_directly(step) -> bool:
+    """Whether a step's receives may land straight in the buffer while readers may still read it: not
+    when a landing would overwrite what this step sends, or two receives write the same elements and
+    one of them replaces."""
+    return not step.sends_before_landing and not any(
+        overlaps(a, b) for i, a in enumerate(step.recvs) for b in step.recvs[i + 1:]
+        if not (a.op == REDUCE and b.op == REDUCE))
+
+
+class IpcOps(Ops):
+    """CUDA IPC, the GPUDirect peer-to-peer path: a rank reads its peers' device memory directly.
+
+    A step's messages are empty MPI messages that say when data may be read: each rank tells its
+    readers "ready" once its previous step is in memory (``post``); a receive reads the peer's
+    bytes with one kernel (``land``), straight into the buffer, or into scratch when that would
+    overwrite bytes a reader may still be reading; then ranks tell their sources "done reading"
+    and wait for their own readers before landing what waits in scratch (``after_step``).
+    """
+
+    def __init__(self, cp, shared: IpcBuffer, plan: RankPlan):
+        self.cp, self.shared = cp, shared
+        self.scratch = shared.scratch_for(plan.scratch_elems)
+        self.stream = cp.cuda.get_current_stream()
+        self.direct = True
+
+    def begin(self, flat):
+        work = self.shared.work[:flat.size]
+        work[...] = flat
+        return work
+
+    def before_step(self):
+        self.stream.synchronize()  # my previous step is in memory: my readers may look
+
+    def post(self, comm, buf, step):
+        self.direct = lands_directly(step)
+        tag = (2 * step.index) % TAG_LIMIT
+        ready = [comm.Irecv(_SIGNAL, source=m.peer, tag=tag) for m in step.recvs]
+        told = [comm.Isend(_SIGNAL, dest=m.peer, tag=tag) for m in step.sends]
+        return ready, told
+
+    def land(self, buf, m):
+        peer = self.shared.peers[m.peer][m.lo:m.hi]
+        if self.direct:
+            _land(self.cp, buf[m.lo:m.hi], peer, m.op)
+        else:
+            self.scratch[m.slot:m.slot + m.size] = peer
+
+    def after_step(self, comm, buf, step, wait_for):
+        self.stream.synchronize()  # every read of a peer's memory is done
+        tag = (2 * step.index + 1) % TAG_LIMIT
+        done = [comm.Isend(_SIGNAL, dest=peer, tag=tag) for peer in sorted({m.peer for m in step.recvs})]
+        for peer in sorted({m.peer for m in step.sends}):
+            wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
+        if not self.direct:
+            for m in step.recvs:
+                _land(self.cp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
+        for request in done:
+            request.Wait()
+
+    def end(self, flat, buf):
+        flat[...] = buf
+        self.stream.synchronize()
+
+
+class NodeOps(Ops):
+    """ipc between ranks of one node, an MPI transport (``between``: host or cuda-aware) between nodes.
+
+    The steps work in the shared IPC buffer. A peer on this node is read directly as in
+    :class:`IpcOps` (its messages are "ready"/"done reading" signals); a peer on another node sends
+    real MPI messages through ``between``. Landing follows IpcOps' rule for both kinds: straight
+    into the buffer when nothing this step sends or receives overlaps, otherwise deferred to the
+    end of the step, once this node's readers have said they are done reading.
+    """
+
+    def __init__(self, cp, shared: IpcBuffer, plan: RankPlan, between: Ops, node: set[int]):
+        self.ipc, self.between, self.node = IpcOps(cp, shared, plan), between, node
+        self.cp, self.stream = cp, self.ipc.stream
+
+    def route(self, m) -> str:
+        return "ipc" if m.peer in self.node else self.between.name
+
+    def begin(self, flat):
+        return self.ipc.begin(flat)
+
+    def before_step(self):
+        self.stream.synchronize()  # my previous step is in memory: readers may look, MPI may send it
+
+    def post(self, comm, buf, step):
+        self.ipc.direct = self.direct = lands_directly(step)
+        signal, data = (2 * step.index) % TAG_LIMIT, step.index % TAG_LIMIT
+        recvs = [comm.Irecv(_SIGNAL, source=m.peer, tag=signal) if m.peer in self.node else
+                 self.between.post_recv(comm, buf, step, m) for m in step.recvs]
+        sends = [comm.Isend(_SIGNAL, dest=m.peer, tag=signal) if m.peer in self.node else
+                 comm.Isend(self.between.outgoing(buf, m), dest=m.peer, tag=data) for m in step.sends]
+        return recvs, sends
+
+    def land(self, buf, m):
+        if m.peer in self.node:
+            self.ipc.land(buf, m)  # straight in, or into the ipc scratch for after_step
+        elif self.direct:
+            self.between.land(buf, m)  # otherwise it waits in the network scratch until after_step
+
+    def after_step(self, comm, buf, step, wait_for):
+        local = [m for m in step.recvs if m.peer in self.node]
+        self.stream.synchronize()  # every read of a peer's memory is done
+        tag = (2 * step.index + 1) % TAG_LIMIT
+        done = [comm.Isend(_SIGNAL, dest=peer, tag=tag) for peer in sorted({m.peer for m in local})]
+        for peer in sorted({m.peer for m in step.sends if m.peer in self.node}):
+            wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
+        if not self.direct:
+            for m in step.recvs:  # in plan order, as the schedule lands them
+                if m.peer in self.node:
+                    _land(self.cp, buf[m.lo:m.hi], self.ipc.scratch[m.slot:m.slot + m.size], m.op)
+                else:
+                    self.between.land(buf, m)
+        for request in done:
+            request.Wait()
+
+    def end(self, flat, buf):
+        flat[...] = buf
+        self.stream.synchronize()
