@@ -49,3 +49,40 @@ def test_the_setting_is_read_with_a_clear_error():
         nodes.simulated({nodes.SIMULATED: "two"})
     with pytest.raises(ValueError, match="got '0'"):
         nodes.simulated({nodes.SIMULATED: "0"})
+
+
+@pytest.mark.parametrize("nranks, per_node", [(4, 2), (3, 2)])
+def test_a_slowed_link_between_simulated_nodes_delays_only_the_transfers_that_cross_it(nranks, per_node):
+    done = run_mpi(nranks, [str(HERE / "check_slow_link.py")], timeout=180,
+                   env={nodes.SIMULATED: str(per_node), nodes.LINK: "0.02"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for algorithm in ("ring", "hierarchical"):
+        run = seen[algorithm]
+        assert run["crossing_slowed"] and run["inside_not_slowed"], run
+        assert run["elapsed"] >= run["link_s"] > 0, run  # the link's time is a floor, whatever else runs
+
+
+def test_the_link_setting_is_read_with_a_clear_error():
+    assert nodes.simulated_link({}) is None
+    assert nodes.simulated_link({nodes.SIMULATED: "2", nodes.LINK: "1.5"}) == 1.5e9
+    with pytest.raises(ValueError, match="RINGLAB_NODE_LINK_GBPS must be a bandwidth in GB/s > 0, got 'fast'"):
+        nodes.simulated_link({nodes.SIMULATED: "2", nodes.LINK: "fast"})
+    with pytest.raises(ValueError, match="got '-1'"):
+        nodes.simulated_link({nodes.SIMULATED: "2", nodes.LINK: "-1"})
+    with pytest.raises(ValueError, match="set RINGLAB_RANKS_PER_NODE too"):
+        nodes.simulated_link({nodes.LINK: "1"})
+
+
+def test_simulated_nodes_sets_and_restores_the_environment(monkeypatch):
+    import os
+
+    monkeypatch.delenv(nodes.SIMULATED, raising=False)
+    monkeypatch.setenv(nodes.LINK, "")
+    with nodes.simulated_nodes(2, link_gbps=0.5):
+        assert nodes.simulated() == 2 and nodes.simulated_link() == 0.5e9
+    assert nodes.SIMULATED not in os.environ and os.environ[nodes.LINK] == ""
+    with pytest.raises(ValueError, match="bandwidth in GB/s > 0"):
+        with nodes.simulated_nodes(2, link_gbps=0):
+            pass
+    assert nodes.SIMULATED not in os.environ

@@ -21,11 +21,25 @@ Everything a cluster writes (connection files, logs, those errors) goes into its
 profile folder, removed when it stops. A watchdog process stops the engines and the controller
 within seconds when the Python process that started them ends, however it ends (a kernel that
 is restarted or killed included).
+
+On a cluster the engines can start elsewhere (:func:`cluster_kwargs` says exactly how; untested
+here, where there is one machine and no Slurm):
+
+    MPICluster(16, launcher="slurm", launcher_options={"partition": "gpu", "time": "01:00:00",
+               "options": "--nodes=2 --ntasks-per-node=8"})   # sbatch, then srun of 16 engines
+    MPICluster(16, launcher="ssh", hosts={"node1": 8, "node2": 8})   # mpiexec reaches them over ssh
+    MPICluster(16, launcher="mpi")    # mpiexec picks the hosts (inside salloc: the allocation's)
+
+Every engine is one rank of one MPI job, as ``%%px`` cells expect: so ``launcher="ssh"`` is
+mpiexec over ssh, not ipyparallel's ``SSHEngineSetLauncher``, which starts each engine as an MPI
+job of its own. Engines on other hosts need the same Python environment at the same path, and the
+cluster's folder on a file system every host sees (``shared_dir``, by default the current folder).
 """
 from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -34,6 +48,9 @@ import time
 from pathlib import Path
 
 from ..mpi.launch import check_nranks, local_env
+
+LAUNCHERS = {"local": "mpi", "mpi": "mpi", "ssh": "mpi", "slurm": "slurm"}  # ringlab's name -> ipyparallel's engines
+SLURM_WORDS = {"partition": "queue", "time": "timelimit"}  # sbatch's words for SlurmEngineSetLauncher's options
 
 _RUNNING: list["MPICluster"] = []
 ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised, and cells' end marks
@@ -115,12 +132,100 @@ def _fetch(names):
     return ("missing", missing) if missing else ("ok", [namespace[n] for n in names])
 
 
-class MPICluster:
-    """``n`` MPI ranks as ipyparallel engines; ``activate=True`` makes ``%%px`` target them."""
+def _host_args(n: int, hosts) -> list[str]:
+    """mpiexec's (hydra's) arguments that put ``n`` ranks on ``hosts``, in consecutive blocks per host."""
+    if isinstance(hosts, (str, os.PathLike)):
+        if not Path(hosts).is_file():
+            raise ValueError(f"hosts={str(hosts)!r} is neither a dict, a list of host names nor a host file "
+                             "that exists")
+        return ["-f", str(hosts)]  # lines "host:count": hydra fills each host's slots in turn
+    if isinstance(hosts, (list, tuple)):
+        if not hosts or n % len(hosts):
+            raise ValueError(f"{n} ranks do not split evenly over {len(hosts)} hosts: give counts, "
+                             "hosts={host: ranks}")
+        hosts = {host: n // len(hosts) for host in hosts}
+    if not isinstance(hosts, dict) or not hosts:
+        raise ValueError(f"hosts must be {{host: ranks}}, a list of hosts or a host file, got {hosts!r}")
+    for host, count in hosts.items():
+        if not isinstance(host, str) or not host or isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"hosts wants host names and rank counts >= 1, got {host!r}: {count!r}")
+    if sum(hosts.values()) != n:
+        raise ValueError(f"the ranks per host add up to {sum(hosts.values())} ({hosts}), not n={n}")
+    return ["-hosts", ",".join(f"{host}:{count}" for host, count in hosts.items())]
 
-    def __init__(self, n: int = 4, activate: bool = True, timeout: float = 120):
-        check_nranks(n)
+
+def cluster_kwargs(n: int, launcher: str = "local", hosts=None, launcher_options: dict | None = None) -> dict:
+    """What :class:`MPICluster` gives ``ipyparallel.Cluster`` (besides its folder and log level): the engine
+    launcher, ``n``, and the launcher's configuration; a ValueError for options that do not fit.
+
+    - ``local``: ``mpiexec -n N`` on this machine (the default, and all that is tested here).
+    - ``mpi``: ``mpiexec -n N`` wherever mpiexec puts them: ``hosts`` ({host: ranks}, a list of hosts for
+      equal shares, or a host file) becomes ``-hosts``/``-f``; without hosts, inside a Slurm allocation
+      mpiexec uses its nodes.
+    - ``ssh``: the same with ``-launcher ssh``; ``hosts`` is required.
+    - ``slurm``: ipyparallel's ``SlurmEngineSetLauncher`` (``sbatch``, ``srun`` of N engines);
+      ``launcher_options`` sets its ``queue`` (or ``partition``), ``account``, ``qos``, ``timelimit``
+      (or ``time``) and ``options``: more sbatch options (``"--nodes=2 --ntasks-per-node=8"``), put on
+      sbatch's command line, since ipyparallel's default batch script leaves them out.
+
+    ``launcher_options`` may set any configurable option of the launcher class (``mpi_args`` are added
+    after the host arguments); the controller listens on every interface unless ``launcher="local"``.
+    """
+    import ipyparallel as ipp
+    from traitlets.config import Config
+
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}: use one of {', '.join(LAUNCHERS)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"need at least 1 rank, got {n!r}")
+    if hosts is not None and launcher in ("local", "slurm"):
+        raise ValueError("launcher='local' runs every rank on this machine: hosts are for launcher='mpi' or 'ssh'"
+                         if launcher == "local" else "Slurm chooses the hosts: ask for nodes in launcher_options, "
+                         "e.g. {'options': '--nodes=2 --ntasks-per-node=8'}")
+    if launcher == "ssh" and hosts is None:
+        raise ValueError("launcher='ssh' needs hosts: {host: ranks}, a list of hosts or a host file")
+    if launcher_options is not None and not isinstance(launcher_options, dict):
+        raise ValueError(f"launcher_options must be a dict of the launcher's options, got {launcher_options!r}")
+    kind = ipp.cluster.launcher.find_launcher_class(LAUNCHERS[launcher], "engine")
+    options = {SLURM_WORDS.get(k, k) if launcher == "slurm" else k: v for k, v in (launcher_options or {}).items()}
+    known = set(kind.class_traits(config=True))
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"{kind.__name__} has no option {', '.join(map(repr, unknown))}; it has "
+                         + ", ".join(sorted(known | (set(SLURM_WORDS) if launcher == "slurm" else set()))))
+    if launcher in ("mpi", "ssh"):
+        where = (["-launcher", "ssh"] if launcher == "ssh" else []) + ([] if hosts is None else _host_args(n, hosts))
+        options["mpi_args"] = where + list(options.get("mpi_args", []))
+    if launcher == "slurm":
+        options["engine_args"] = ["--mpi"] + list(options.get("engine_args", []))  # as the MPI launcher's engines
+        if options.get("options"):  # ipyparallel's own script leaves `options` out: give them to sbatch instead
+            sbatch = list(options.get("submit_command", ["sbatch"]))
+            options["submit_command"] = sbatch + shlex.split(options["options"])
+    kwargs = {"engines": LAUNCHERS[launcher], "n": n}
+    if launcher != "local":
+        kwargs["controller_ip"] = "*"  # engines on other hosts must reach the controller
+    if options:
+        kwargs["config"] = Config({kind.__name__: options})
+    return kwargs
+
+
+class MPICluster:
+    """``n`` MPI ranks as ipyparallel engines; ``activate=True`` makes ``%%px`` target them.
+
+    ``launcher``, ``hosts`` and ``launcher_options`` start them elsewhere (:func:`cluster_kwargs`; Slurm,
+    ssh and other hosts are untested here); ``shared_dir`` is where the cluster's folder goes (default:
+    the system's temporary folder for ``launcher="local"``, else the current folder, which every host
+    must see); ``timeout`` is how long to wait for the engines (a Slurm queue may need longer).
+    """
+
+    def __init__(self, n: int = 4, activate: bool = True, timeout: float = 120, launcher: str = "local",
+                 hosts=None, launcher_options: dict | None = None, shared_dir: str | None = None):
+        self.kwargs = cluster_kwargs(n, launcher, hosts, launcher_options)  # bad options fail here, not at start
+        if launcher == "local":
+            check_nranks(n)
         self.n, self.activate, self.timeout = n, activate, timeout
+        self.launcher = launcher
+        self.shared_dir = shared_dir if shared_dir is not None or launcher == "local" else os.getcwd()
         self._cluster = self.client = self.view = None
         self.profile_dir: str | None = None
         self._watchdog = None
@@ -133,10 +238,15 @@ class MPICluster:
         self.stop()
         bin_dir = str(Path(sys.executable).parent)  # mpiexec of the mpich wheel sits beside python
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-        os.environ.update(local_env(nranks=self.n))  # the engines' MPI talks over loopback, yields when oversubscribed
-        self.profile_dir = tempfile.mkdtemp(prefix="ringlab-cluster-")
+        if self.launcher == "local":
+            os.environ.update(local_env(nranks=self.n))  # the engines' MPI talks over loopback, yields when oversubscribed
+        elif os.environ.get("UCX_NET_DEVICES") == "lo":  # a local cluster set it: it keeps MPI off the network
+            del os.environ["UCX_NET_DEVICES"]
+            print("ringlab: UCX_NET_DEVICES=lo removed: engines on other hosts reach each other over the network",
+                  file=sys.stderr)
+        self.profile_dir = tempfile.mkdtemp(prefix="ringlab-cluster-", dir=self.shared_dir)
         os.makedirs(os.path.join(self.profile_dir, ERRORS))
-        self._cluster = ipp.Cluster(engines="mpi", n=self.n, log_level=40, profile_dir=self.profile_dir)
+        self._cluster = ipp.Cluster(**self.kwargs, log_level=40, profile_dir=self.profile_dir)
         _RUNNING.append(self)
         self.client = self._cluster.start_and_connect_sync(activate=False)
         self._watchdog = subprocess.Popen(
@@ -151,6 +261,24 @@ class MPICluster:
             self.view.activate()
         _explain_rank_errors_in(self)
         return self
+
+    def plan(self) -> str:
+        """What :meth:`start` would run to start the engines, without starting anything: the mpiexec command
+        line, or for Slurm the batch script it would submit."""
+        import ipyparallel as ipp
+
+        folder = tempfile.mkdtemp(prefix="ringlab-plan-")
+        try:
+            cluster = ipp.Cluster(**self.kwargs, log_level=40, profile_dir=folder, shutdown_atexit=False)
+            engines = cluster.engine_launcher_class(work_dir=folder, parent=cluster, log=cluster.log,
+                                                    profile_dir=folder, cluster_id=cluster.cluster_id)
+            if self.launcher == "slurm":
+                engines.write_batch_script(self.n)
+                return f"{shlex.join(engines.args)}\n{Path(engines.batch_file).read_text()}"
+            engines.n = self.n
+            return shlex.join(engines.find_args())
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def rank_errors(self) -> list[str]:
         """What each rank that raised wrote before the job was aborted (empty when none did)."""

@@ -1,6 +1,9 @@
 """``ringlab doctor``: what this machine has, and what each lab will do with it."""
 from __future__ import annotations
 
+import ctypes.util
+import os
+
 from ..mpi.launch import find_mpiexec
 from .machine import describe_machine
 from .recorded import RESULTS, Recorded, load
@@ -62,6 +65,7 @@ def report() -> list[str]:
         if facts.get("codes"):
             lines.append("  links: " + "; ".join(f"gpu{i}-gpu{j} {c}" for i, row in enumerate(facts["codes"])
                                                     for j, c in enumerate(row) if j > i))
+    lines += nodes_and_network(facts)
     torch_version = info["versions"]["torch"]
     nccl = None
     if torch_version:
@@ -95,3 +99,56 @@ def report() -> list[str]:
             plan += "; NCCL comparisons need 2 GPUs or more" if gpus < 2 else "; with NCCL"
         lines.append(f"  {title:<34} {plan} ({what})")
     return lines
+
+
+def nodes_and_network(facts: dict) -> list[str]:
+    """The "Nodes and network" lines, from :func:`~ringlab.topology.discover`'s ``facts``."""
+    from ..mpi.nodes import SIMULATED
+
+    nodes, network = facts["nodes"], facts["network"]
+    if nodes["nodes"] is None:  # the setting could not be read: its error says why
+        simulated = nodes["describe"]
+    elif nodes["simulated"] is not None:
+        simulated = (f"{SIMULATED}={nodes['simulated']}: simulated nodes of {nodes['simulated']} ranks, every rank on "
+                     "this machine, the 'network' between them its shared memory")
+    else:
+        simulated = f"none ({SIMULATED} is not set; set it to try nodes on this machine)"
+    try:
+        from mpi4py import MPI
+
+        library = MPI.Get_library_version()
+    except Exception as err:  # no mpi4py, or no MPI library under it
+        library = f"unavailable ({type(err).__name__})"
+    verbs = ctypes.util.find_library("ibverbs") is not None
+    return ["Nodes and network:", f"  nodes: {nodes['describe'] if nodes['nodes'] else nodes['host']}",
+            f"  simulated nodes: {simulated}", f"  {network['describe']}",
+            f"  between nodes: {between_nodes(library, network, os.environ, verbs)}"]
+
+
+def between_nodes(library: str, network: dict, environ, verbs: bool) -> str:
+    """What a multi-node job's MPI would send over, from the MPI library's version text, the network cards
+    (``read_network().as_dict()``), the environment and whether the verbs library (libibverbs) is there."""
+    first = " ".join(library.strip().splitlines()[0].split()) if library.strip() else "unknown MPI"
+    if not first.startswith("MPICH"):
+        return f"{first}: that MPI chooses its own transport (its documentation or info tool says which)"
+    device = next((line.split(":", 1)[1].strip() for line in library.splitlines()
+                   if line.startswith("MPICH Device:")), "")
+    netmods = device.split(":", 1)[1].replace(",", " ").split() if device.startswith("ch4:") else []
+    chosen = environ.get("MPIR_CVAR_CH4_NETMOD", "").strip()
+    why = f"MPIR_CVAR_CH4_NETMOD={chosen}" if chosen else f"the first of this build's '{device}'"
+    chosen = chosen or (netmods[0] if netmods else "")
+    rdma = [i for i in network["interfaces"] if i["kind"] in ("infiniband", "roce")]
+    have = ", ".join(i["name"] for i in rdma) or "no active InfiniBand/RoCE port"
+    have += "; libibverbs " + ("found" if verbs else "not found")
+    if chosen == "ucx":
+        pick = ("UCX would use InfiniBand/RoCE verbs" if rdma and verbs else "UCX would fall back to TCP over the "
+                "cards above") + f" ({have})"
+        told = [f"{name}={environ[name]}" for name in ("UCX_TLS", "UCX_NET_DEVICES") if environ.get(name)]
+        pick += f"; the environment says {', '.join(told)}" if told else ""
+    elif chosen == "ofi":
+        provider = environ.get("FI_PROVIDER", "")
+        pick = (f"libfabric provider FI_PROVIDER={provider}" if provider else "libfabric picks its provider "
+                f"(verbs where an HCA and libibverbs are there, else tcp; {have})")
+    else:
+        pick = f"netmod {chosen or 'unknown'} ({device or 'no device line in the version text'})"
+    return f"{first}, netmod {chosen or 'unknown'} ({why}): {pick}"

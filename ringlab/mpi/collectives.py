@@ -14,6 +14,7 @@ leaving the others waiting.
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, chunk_bounds
 from ..simulate import ScheduleError, check
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
-from . import fastpath
+from . import fastpath, nodes
 from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan
 from .transports import choose, make_ops
 
@@ -159,6 +160,8 @@ def _fast_call(kind, x, algorithm, comm, transport: str, options: dict, in_place
     None when they take the general path: not numpy, a transport other than host, or a problem."""
     if type(x) is not np.ndarray or transport not in ("auto", "host") or not _usable_timeout(timeout):
         return None
+    if os.environ.get(nodes.LINK):  # a slowed link between simulated nodes is the general path's
+        return None
     if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
         return None
@@ -237,7 +240,7 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
     staged = peer_memory or (name == "host" and xp is not np)
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=not peer_memory)
     recorder = _recorder(comm, flat, itemsize) if trace else None
-    ops = make_ops(name, xp, plan, flat.dtype, comm, count)
+    ops = nodes.slowed(make_ops(name, xp, plan, flat.dtype, comm, count), comm, itemsize)
     bounds = chunk_bounds(count, schedule.nchunks)
     run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
     if not trace:

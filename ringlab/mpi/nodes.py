@@ -5,11 +5,17 @@ consecutive groups of L ranks as nodes (simulated nodes: every rank still runs o
 and the "network" between them is the same shared memory), so that "2 nodes x 2 ranks" can be
 tried on one machine, clearly labelled as such.
 
+``RINGLAB_NODE_LINK_GBPS=B`` (with simulated nodes only) makes the link between simulated nodes
+slow, as a network card is next to NVLink: every message to a rank of another node waits as long
+as its bytes take at B GB/s before it leaves (:class:`SlowLink`). What is measured then is this
+machine with that delay added, and is labelled so.
+
 ``rl.allreduce(x, "hierarchical")`` takes its ranks per node from :func:`ranks_per_node` unless
 ``local=`` is given.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -17,6 +23,7 @@ import time
 import numpy as np
 
 SIMULATED = "RINGLAB_RANKS_PER_NODE"  # consecutive groups of this many ranks are treated as nodes
+LINK = "RINGLAB_NODE_LINK_GBPS"  # the bandwidth of the link between simulated nodes, GB/s
 
 _SEEN: dict = {}  # (communicator handle, setting) -> node of every rank; asked once per communicator
 
@@ -29,6 +36,44 @@ def simulated(environ=None) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{SIMULATED} must be a whole number of ranks per node >= 1, got {value!r}")
     return int(value)
+
+
+def simulated_link(environ=None) -> float | None:
+    """The bytes per second ``RINGLAB_NODE_LINK_GBPS`` asks for between simulated nodes (None: not set),
+    or a ValueError (not a positive number, or set without ``RINGLAB_RANKS_PER_NODE``)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(LINK, "").strip()
+    if not value:
+        return None
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = -1.0
+    if not rate > 0 or rate == float("inf"):
+        raise ValueError(f"{LINK} must be a bandwidth in GB/s > 0, got {value!r}")
+    if simulated(environ) is None:
+        raise ValueError(f"{LINK} slows the link between simulated nodes: set {SIMULATED} too")
+    return rate * 1e9
+
+
+@contextlib.contextmanager
+def simulated_nodes(per_node: int, link_gbps: float | None = None):
+    """Within the block, this process sees nodes of ``per_node`` consecutive ranks (and, with
+    ``link_gbps``, a link that slow between them); call it on every rank alike."""
+    saved = {name: os.environ.get(name) for name in (SIMULATED, LINK)}
+    os.environ[SIMULATED] = str(int(per_node))
+    os.environ.pop(LINK, None)
+    if link_gbps is not None:
+        os.environ[LINK] = repr(float(link_gbps))
+    try:
+        simulated(), simulated_link()  # a bad value fails here, on every rank
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def node_ids(comm, timeout: float | None = None) -> list[int]:
@@ -106,3 +151,37 @@ def describe(comm, timeout: float | None = None) -> str:
              else "nodes as MPI's shared-memory split finds them")
     sizes = sorted({ids.count(node) for node in range(count)})
     return f"{count} node{'s' * (count != 1)}, {'/'.join(map(str, sizes))} ranks per node; {where}"
+
+
+def slowed(ops, comm, itemsize: int):
+    """``ops`` behind a :class:`SlowLink` when ``RINGLAB_NODE_LINK_GBPS`` is set, else ``ops`` itself."""
+    rate = simulated_link()
+    if rate is None:
+        return ops
+    ids = node_ids(comm)
+    elsewhere = {r for r, node in enumerate(ids) if node != ids[comm.Get_rank()]}
+    return SlowLink(ops, elsewhere, rate, itemsize)
+
+
+class SlowLink:
+    """A transport's Ops whose messages to ranks of other nodes leave no faster than ``rate`` bytes/s:
+    the link is busy until each message's bytes have had their time, and a step's sends wait for it
+    (one link per rank, as every GPU of an HGX node has its own network card)."""
+
+    def __init__(self, ops, elsewhere: set[int], rate: float, itemsize: int):
+        self.ops, self.elsewhere, self.rate, self.itemsize = ops, elsewhere, rate, itemsize
+        self.free_at = 0.0  # when this rank's link has sent everything given to it so far
+
+    def post(self, comm, buf, step):
+        nbytes = sum(m.size for m in step.sends if m.peer in self.elsewhere) * self.itemsize
+        if nbytes:
+            self.free_at = max(self.free_at, time.perf_counter()) + nbytes / self.rate
+            time.sleep(max(0.0, self.free_at - time.perf_counter()))
+        return self.ops.post(comm, buf, step)
+
+    def route(self, m) -> str:
+        via = self.ops.route(m)
+        return f"{via} (slowed)" if m.peer in self.elsewhere else via
+
+    def __getattr__(self, name):  # everything else is the transport's own
+        return getattr(self.ops, name)

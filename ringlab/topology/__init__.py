@@ -6,13 +6,17 @@
   arithmetic they rest on (PCIe generations, NVLink versions).
 - ``codes``: ``nvidia-smi topo -m`` text and its connection codes, and published printouts shipped
   with ringlab (:func:`published`).
-- ``nvml``: :func:`discover`, this machine's GPUs read through NVML or ``nvidia-smi``.
+- ``nvml``: :func:`discover`, this machine's GPUs read through NVML or ``nvidia-smi``, with the nodes
+  and the network from ``network``.
+- ``network``: :func:`read_network`, this host's network cards and their speeds (sysfs, as ``ibstat``
+  reads them), and :func:`node_facts`, which nodes a job's ranks are on.
 """
 from .codes import parse_topo, published, published_topo, published_topo_names, topology_from_codes
 from .graph import GB, Link, SwitchTopology, Topology, from_matrix, ring, uniform
+from .network import node_facts, read_network
 from .nvml import discover
 from .presets import PUBLISHED_LINKS, pcie_bandwidth, preset, preset_names
 
 __all__ = ["Topology", "Link", "SwitchTopology", "GB", "uniform", "ring", "from_matrix", "preset", "preset_names",
            "discover", "published", "published_topo", "published_topo_names", "parse_topo", "topology_from_codes",
-           "pcie_bandwidth", "PUBLISHED_LINKS"]
+           "pcie_bandwidth", "PUBLISHED_LINKS", "read_network", "node_facts"]

@@ -1,7 +1,8 @@
 """This machine's GPU topology: NVML (nvidia-ml-py) first, ``nvidia-smi topo -m`` as a fallback.
 
 :func:`discover` returns the same :class:`Topology` the presets and the cost model use, with what
-it learnt on the way (driver, GPUs, PCIe generation and width, NVLink version, P2P support).
+it learnt on the way (driver, GPUs, PCIe generation and width, NVLink version, P2P support), and
+the nodes and network between hosts (``network``).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from .codes import parse_topo, topology_from_codes
 from .graph import Topology
+from .network import node_facts, read_network
 from .presets import ENCODING, nvlink_per_link, pcie_bandwidth
 
 NVML_LEVEL_CODES = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -149,8 +151,21 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def discover() -> tuple[Topology | None, dict]:
-    """This machine's GPU topology and what was learnt on the way; (None, {"reason": ...}) without GPUs."""
+def discover(comm=None, timeout: float | None = None, root: str = "/") -> tuple[Topology | None, dict]:
+    """This machine's GPU topology and what was learnt on the way; (None, {"reason": ...}) without GPUs.
+
+    Whatever the GPUs, ``facts["nodes"]`` says which nodes the job is on (:func:`.network.node_facts`:
+    asked of every rank of ``comm``, a collective call then, or this host alone without one) and
+    ``facts["network"]`` lists this host's network cards and their speeds (:func:`.network.read_network`,
+    under ``root``): the link between nodes.
+    """
+    between_hosts = {"nodes": node_facts(comm, timeout), "network": read_network(root).as_dict()}
+    topology, facts = _gpus()
+    return topology, {**facts, **between_hosts}
+
+
+def _gpus() -> tuple[Topology | None, dict]:
+    """The GPU topology through NVML, else ``nvidia-smi topo -m``, else (None, {"reason": ...})."""
     try:
         topology, facts = read_nvml()
         facts["method"] = "NVML"

@@ -1,0 +1,153 @@
+"""Lab 05's two nodes on one machine: the flat ring against the hierarchical allreduce, measured on
+simulated nodes with a slowed link between them, and predicted by the cost model for the same setup.
+
+The nodes are simulated (``ringlab.mpi.nodes``): every rank runs here, and the link between the
+nodes is this machine's shared memory with a delay added, at a bandwidth chosen in the same ratio to
+the fitted in-node bandwidth as an H100's NVLink to its 400 Gbit/s network card. Measured figures
+are this machine with that delay; they say nothing about InfiniBand itself.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms import build
+from ..predict.costmodel import predict
+from ..schedule import bus_factor
+from ..topology.graph import from_matrix
+from ..topology.presets import H100_NVLINK, IB_400G
+
+ALGORITHMS = ("ring", "hierarchical")
+
+
+def nvlink_to_nic() -> float:
+    """How many times an H100's NVLink bandwidth (per GPU, one way) is its NDR network card's (public figures)."""
+    return H100_NVLINK / IB_400G
+
+
+def measure_on_simulated_nodes(sizes: list[int], per_node: int, link_gbps: float, repeats: int = 5,
+                               comm=None, timeout: float = 60) -> list[dict]:
+    """Call on every rank: the flat ring and the hierarchical allreduce at each size (bytes of float64
+    per rank) on nodes of ``per_node`` simulated ranks with a ``link_gbps`` link between them. Every
+    result is checked against MPI's Allreduce first; then the median of ``repeats`` timed calls (the
+    slowest rank's time, from a barrier). Rows ``algorithm, bytes, time_s, busbw_Bps``, on every rank."""
+    from mpi4py import MPI
+
+    from ..mpi import collectives
+    from ..mpi.nodes import simulated_nodes
+
+    comm = comm or MPI.COMM_WORLD
+    n, rows = comm.Get_size(), []
+    with simulated_nodes(per_node, link_gbps):
+        for nbytes in sizes:
+            x = np.random.default_rng(comm.Get_rank()).standard_normal(max(nbytes // 8, 1))
+            want = np.empty_like(x)
+            comm.Allreduce(x, want)
+            for algorithm in ALGORITHMS:
+                if not np.allclose(collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), want):
+                    raise AssertionError(f"rank {comm.Get_rank()}: {algorithm} on simulated nodes differs from "
+                                         "MPI's Allreduce")
+                times = []
+                for _ in range(repeats):
+                    comm.Barrier()
+                    start = MPI.Wtime()
+                    collectives.allreduce(x, algorithm, comm=comm, timeout=timeout)
+                    times.append(comm.allreduce(MPI.Wtime() - start, op=MPI.MAX))
+                seconds = float(np.median(times))
+                rows.append({"algorithm": algorithm, "bytes": x.nbytes, "time_s": seconds,
+                             "busbw_Bps": x.nbytes / seconds * bus_factor("allreduce", n)})
+    return rows
+
+
+def simulated_topology(nranks: int, per_node: int, alpha: float, bandwidth: float, link_Bps: float):
+    """The cost model's picture of the simulated setup: every pair of ranks linked, at ``bandwidth``
+    inside a node and ``link_Bps`` between nodes, ``alpha`` per message."""
+    node = np.arange(nranks) // per_node
+    matrix = np.where(node[:, None] == node[None, :], bandwidth, link_Bps)
+    np.fill_diagonal(matrix, 0)
+    return from_matrix(matrix, latency=alpha, name=f"{nranks} ranks in simulated nodes of {per_node}",
+                       source="fitted here (in a node); the simulated link (between nodes)")
+
+
+def predicted_on_simulated(sizes: list[int], nranks: int, per_node: int, alpha: float, bandwidth: float,
+                           link_Bps: float) -> list[dict]:
+    """Rows like :func:`measure_on_simulated_nodes`', predicted by the cost model on :func:`simulated_topology`."""
+    topology = simulated_topology(nranks, per_node, alpha, bandwidth, link_Bps)
+    rows = []
+    for algorithm in ALGORITHMS:
+        options = {"local": per_node} if algorithm == "hierarchical" else {}
+        schedule = build(f"allreduce.{algorithm}", nranks, **options)
+        for nbytes in sizes:
+            seconds = predict(schedule, nbytes, topology, itemsize=8).seconds
+            rows.append({"algorithm": algorithm, "bytes": nbytes, "time_s": seconds,
+                         "busbw_Bps": nbytes / seconds * bus_factor("allreduce", nranks)})
+    return rows
+
+
+def describe_simulated(measured: list[dict], predicted: list[dict], link_gbps: float, nranks: int,
+                       per_node: int) -> str:
+    """The largest size's measured and predicted ratio, flat ring time over hierarchical time, worded,
+    with the bytes each sends across the slow link (from the schedules' closed forms)."""
+    def at(rows, algorithm, nbytes):
+        return next(r["time_s"] for r in rows if r["algorithm"] == algorithm and r["bytes"] == nbytes)
+
+    nbytes = max(r["bytes"] for r in measured)
+    nodes = -(-nranks // per_node)
+    ring_share, hier_share = 2 * (nranks - 1) / nranks, 2 * (nodes - 1) / nranks
+    got = at(measured, "ring", nbytes) / at(measured, "hierarchical", nbytes)
+    model = at(predicted, "ring", nbytes) / at(predicted, "hierarchical", nbytes)
+    verdict = ("the hierarchical allreduce was faster, as predicted" if got > 1 and model > 1 else
+               "the hierarchical allreduce was not faster, though the model predicts it would be" if model > 1 else
+               "the model itself predicts no gain here")
+    close = abs(np.log(got / model)) < np.log(1.5)
+    return (f"At {nbytes / 2**20:.2f} MiB per rank, with the link between the simulated nodes slowed to "
+            f"{link_gbps:.3g} GB/s, the flat ring took {at(measured, 'ring', nbytes) * 1e3:.1f} ms and the hierarchical "
+            f"allreduce {at(measured, 'hierarchical', nbytes) * 1e3:.1f} ms (measured here): {got:.2f}x; "
+            f"the cost model predicted {model:.2f}x. So {verdict}"
+            + (", and the measured ratio is within 1.5x of the predicted one." if close else
+               f"; the measured ratio is {'above' if got > model else 'below'} the predicted one by more than 1.5x "
+               "(ranks sharing this machine's cores, and sleeps that overshoot, are not in the model).")
+            + f" Across the slow link the flat ring's boundary ranks each send 2(n-1)/n = {ring_share:.2f} of the "
+              f"buffer, one chunk every step; in the hierarchy every rank sends 2(G-1)/n = {hier_share:.2f} of it, "
+              f"with G = {nodes} nodes.")
+
+
+def side_by_side(measured: list[dict], predicted: list[dict], link_gbps: float, nranks: int, per_node: int,
+                 h100: dict[str, list[dict]]) -> list[dict]:
+    """Rows for ``table``: how much faster the hierarchy is than the flat ring (flat time over hierarchical
+    time), measured and predicted on the simulated nodes here, and on 2 x 8 H100 predicted
+    (``h100``: :func:`ringlab.lab.predictions.hierarchical_against_flat`'s curves) and published
+    (NCCL's own choice over ``NCCL_ALGO=Ring``), each at the largest size all of its figures share."""
+    def ratio(rows_flat, rows_hier, key):
+        sizes = sorted({r["bytes"] for r in rows_flat} & {r["bytes"] for r in rows_hier})
+        if not sizes:
+            return None, None
+        nbytes = sizes[-1]
+        flat = next(r[key] for r in rows_flat if r["bytes"] == nbytes)
+        hier = next(r[key] for r in rows_hier if r["bytes"] == nbytes)
+        return nbytes, (flat / hier if key == "time_s" else hier / flat)
+
+    def of(rows, algorithm):
+        return [r for r in rows if r["algorithm"] == algorithm]
+
+    here = (f"{nranks} ranks as {-(-nranks // per_node)} simulated nodes here, link slowed to {link_gbps:.3g} GB/s")
+    out = []
+    for source, rows in (("measured here", measured), ("predicted (cost model, alpha and B fitted here)", predicted)):
+        nbytes, value = ratio(of(rows, "ring"), of(rows, "hierarchical"), "time_s")
+        out.append({"setup": here, "source": source, "bytes": nbytes, "speedup": value})
+    flat = next(rows for label, rows in h100.items() if label.startswith("flat"))
+    hier = next(rows for label, rows in h100.items() if label.startswith("hierarchical"))
+    forced = [rows for label, rows in h100.items() if label.startswith("published") and "NCCL_ALGO=RING" in label.upper()]
+    chosen = [rows for label, rows in h100.items() if label.startswith("published") and "NCCL_ALGO=RING" not in label.upper()]
+    published_bytes = ({r["bytes"] for r in forced[0]} & {r["bytes"] for r in chosen[0]}) if forced and chosen else set()
+    common = sorted({r["bytes"] for r in flat} & published_bytes) or sorted(r["bytes"] for r in flat)
+    at = common[-1]
+    nbytes, value = ratio([r for r in flat if r["bytes"] == at], [r for r in hier if r["bytes"] == at], "busbw_Bps")
+    out.append({"setup": "2 nodes x 8 H100, NDR InfiniBand", "source": "predicted (cost model, public figures)",
+                "bytes": nbytes, "speedup": value})
+    if forced and chosen:
+        nbytes, value = ratio([r for r in forced[0] if r["bytes"] == at], [r for r in chosen[0] if r["bytes"] == at],
+                              "busbw_Bps")
+        out.append({"setup": "2 nodes x 8 H100, NDR InfiniBand",
+                    "source": "published nccl-tests: NCCL's own choice over NCCL_ALGO=Ring (A02/A03)",
+                    "bytes": nbytes, "speedup": value})
+    return out

@@ -1,0 +1,69 @@
+"""Lab 05's simulated nodes (ringlab.lab.simnodes): measured under mpiexec, predicted by the cost model."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ringlab.lab import simnodes
+from ringlab.mpi.launch import run_mpi
+
+HERE = Path(__file__).parent / "mpi"
+
+
+@pytest.mark.parametrize("nranks", [4, 3])
+def test_the_measurement_checks_and_times_both_algorithms_on_every_size(nranks):
+    done = run_mpi(nranks, [str(HERE / "simnodes_measure.py")], timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(r["algorithm"], r["bytes"]) for r in rows] == [(a, k) for k in (1 << 12, 1 << 16) for a in simnodes.ALGORITHMS]
+    factor = 2 * (nranks - 1) / nranks
+    for r in rows:
+        assert r["time_s"] > 0 and r["busbw_Bps"] == pytest.approx(r["bytes"] / r["time_s"] * factor)
+    # the slowed link is a floor: a boundary rank of the ring sends 2(n-1)/n of the buffer across it
+    ring = next(r for r in rows if r["algorithm"] == "ring" and r["bytes"] == 1 << 16)
+    assert ring["time_s"] >= (1 << 16) * factor / 0.05e9 * 0.99
+
+
+def test_the_topology_is_fast_inside_a_node_and_slow_between():
+    topology = simnodes.simulated_topology(4, 2, alpha=1e-5, bandwidth=8e9, link_Bps=1e9)
+    speeds = {tuple(sorted((link.a, link.b))): link.bandwidth for link in topology.links}
+    assert speeds[("rank0", "rank1")] == 8e9 and speeds[("rank2", "rank3")] == 8e9
+    assert speeds[("rank0", "rank2")] == 1e9 and speeds[("rank1", "rank3")] == 1e9 and len(speeds) == 6
+
+
+def test_the_model_prefers_the_hierarchy_when_the_link_is_slow_and_not_when_it_is_not():
+    sizes = [1 << 20, 1 << 24]
+    slow = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=9e9, link_Bps=1e9)
+    even = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=1e9, link_Bps=1e9)
+    time = {(r["algorithm"], r["bytes"]): r["time_s"] for r in slow}
+    assert time[("ring", 1 << 24)] > 2 * time[("hierarchical", 1 << 24)]
+    flat = {(r["algorithm"], r["bytes"]): r["time_s"] for r in even}
+    assert flat[("hierarchical", 1 << 24)] >= flat[("ring", 1 << 24)] * 0.99  # no slow link: nothing to gain
+    text = simnodes.describe_simulated(slow, slow, 1.0, 4, 2)
+    assert "as predicted" in text and "within 1.5x" in text and "2(n-1)/n = 1.50" in text and "2(G-1)/n = 0.50" in text
+    worse = [dict(r, time_s=r["time_s"] * (10 if r["algorithm"] == "hierarchical" else 1)) for r in slow]
+    text = simnodes.describe_simulated(worse, slow, 1.0, 4, 2)
+    assert "was not faster, though the model predicts" in text and "below the predicted one" in text
+
+
+def test_the_ratio_comes_from_the_presets_figures():
+    assert simnodes.nvlink_to_nic() == pytest.approx(9.0)
+    assert np.isfinite(simnodes.nvlink_to_nic())
+
+
+def test_side_by_side_sets_the_simulated_nodes_beside_the_h100_prediction_and_the_published_sweeps():
+    from ringlab.lab.predictions import hierarchical_against_flat
+
+    sizes = [1 << 16, 1 << 20]
+    model = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=9e9, link_Bps=1e9)
+    measured = [dict(r, time_s=r["time_s"] * 2) for r in model]  # twice as slow, same ratio
+    h100 = hierarchical_against_flat("ib-2x8-h100", [1 << k for k in range(16, 31)], local=8)
+    rows = simnodes.side_by_side(measured, model, 1.0, 4, 2, h100)
+    assert [r["source"].split(" ")[0] for r in rows] == ["measured", "predicted", "predicted", "published"]
+    assert rows[0]["speedup"] == pytest.approx(rows[1]["speedup"]) and rows[0]["bytes"] == 1 << 20
+    assert rows[0]["setup"].startswith("4 ranks as 2 simulated nodes")
+    flat = {r["bytes"]: r["busbw_Bps"] for r in h100["flat ring: predicted"]}
+    hier = {r["bytes"]: r["busbw_Bps"] for r in next(v for k, v in h100.items() if k.startswith("hierarchical"))}
+    assert rows[2]["speedup"] == pytest.approx(hier[rows[2]["bytes"]] / flat[rows[2]["bytes"]])
+    assert rows[3]["bytes"] == rows[2]["bytes"] and rows[3]["speedup"] > 1  # NCCL's choice beats the forced ring
