@@ -96,3 +96,48 @@ def test_with_a_straggler_synchronous_workers_wait(tmp_path):
     # workers 0 and 1 spend their time waiting for worker 2, which is computing
     assert workers[0]["wait_seconds"] > workers[2]["wait_seconds"]
     assert workers[0]["wait_seconds"] > workers[0]["compute_seconds"]
+
+
+def ps_counts(tmp_path, nranks: int, servers: int, mode: str, steps: int) -> dict:
+    out = tmp_path / f"{mode}{servers}.json"
+    done = run_mpi(nranks, [str(HERE / "ps_traffic.py"), str(out), str(servers), mode, str(steps)], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_a_synchronous_server_counts_one_push_in_and_one_reply_out_per_worker_and_step(tmp_path, servers):
+    seen = ps_counts(tmp_path, 4, servers, "sync", 5)
+    records, bounds, workers = seen["records"], seen["bounds"], 4 - servers
+    for s in range(servers):
+        shard = 4 * (bounds[s + 1] - bounds[s])  # float32 bytes of this server's shard
+        assert records[s]["received_bytes"] == records[s]["sent_bytes"] == 5 * workers * shard
+        assert len(records[s]["busy_seconds"]) == 5 and all(b > 0 for b in records[s]["busy_seconds"])
+        history = records[s]["history"]
+        assert len(history) == 5 + 1 and history[0][0] == 0  # the start, then every step
+        assert [t for t, _ in history] == sorted(t for t, _ in history)
+        assert history[-1][1] == records[s]["final"]  # the last copy is the final shard
+    for worker in records[servers:]:
+        assert worker["sent_bytes"] == worker["received_bytes"] == 5 * 4 * seen["elements"]
+
+
+def test_an_asynchronous_server_counts_headers_and_one_update_per_push(tmp_path):
+    seen = ps_counts(tmp_path, 3, 1, "async", 4)
+    server, workers, K = seen["records"][0], seen["records"][1:], 4 * seen["elements"]
+    header = 16  # two int64: the version the push was computed on, and whether the worker is done
+    for worker in workers:
+        assert worker["sent_bytes"] == 4 * (header + K) + header  # its pushes, then "done"
+        assert worker["received_bytes"] == 4 * (header + K)  # a reply per push
+    assert server["received_bytes"] == sum(w["sent_bytes"] for w in workers)
+    assert server["sent_bytes"] == sum(w["received_bytes"] for w in workers)
+    assert len(server["busy_seconds"]) == len(server["staleness"]) == 2 * 4
+    assert len(server["history"]) == 2 * 4 + 1 and server["history"][-1][1] == server["final"]
+    assert workers[1]["compute_seconds"] > 4 * 0.002  # the straggler slept 2 ms more a step at least
+
+
+def test_a_straggler_outside_the_workers_is_refused():
+    done = run_mpi(2, ["-c", "import torch\nfrom ringlab.train import ParameterServer\n"
+                             "from ringlab.train.task import make_model\n"
+                             "try:\n    ParameterServer(make_model(), straggler=(1, 3.0))\nexcept ValueError as e:\n"
+                             "    print(e)\n"], timeout=120)
+    assert "the straggler is worker 1, but there are 1 workers (0..0): 2 ranks, 1 serving" in done.stdout

@@ -1,0 +1,209 @@
+"""Convergence against wall-clock time (lab 04): one model trained by a synchronous and an asynchronous
+parameter server and by a ring allreduce, on the same MPI ranks with the same straggler; the test loss
+after every update against the seconds since the start, and sentences worded from the runs."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+METHODS = ("sync", "async", "ring")
+NAMES = {"sync": "the synchronous server", "async": "the asynchronous server", "ring": "the ring allreduce"}
+
+
+def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int = 32, comm=None) -> dict:
+    """Train lab 04's MLP with ``method`` on every rank of ``comm`` (default COMM_WORLD); every rank
+    returns the run: the test loss after every update against the seconds since the start, and the
+    straggler as plain values (``worker``, ``factor``, ``extra_seconds``, and ``said``: it in words).
+
+    ``"sync"`` and ``"async"``: rank 0 serves and ranks 1.. work (:class:`ringlab.train.ParameterServer`).
+    ``"ring"``: ranks 1.. average their gradients with ringlab's ring allreduce
+    (:class:`ringlab.train.DistributedOptimizer`, plain SGD at ``lr``, no overlap, so that the straggler's
+    sleep comes before its allreduce) while rank 0 sits out. Either way the same workers compute on the
+    same batches from the same initial weights, and ``straggler`` (a
+    :class:`~ringlab.train.straggler.Straggler`) slows the same worker.
+    """
+    import torch
+    from mpi4py import MPI
+    from torch.nn.utils import parameters_to_vector
+
+    from ..train import DistributedOptimizer, ParameterServer
+    from ..train.straggler import Straggler
+    from ..train.task import batches, make_data, make_model
+
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    comm = MPI.COMM_WORLD if comm is None else comm
+    straggler = Straggler.of(straggler)
+    rank, workers = comm.Get_rank(), comm.Get_size() - 1
+    if workers < 1:
+        raise ValueError("race needs at least 2 ranks: rank 0 serves (or sits out), the others work")
+    x, y, x_test, y_test = make_data()
+    batch, loss_fn, model = batches(x, y, workers, per_worker), torch.nn.CrossEntropyLoss(), make_model()
+    run = {"method": method, "workers": workers, "steps": steps, "lr": lr, "staleness": None,
+           "straggler": None if straggler is None else {"worker": straggler.worker, "factor": straggler.factor,
+                                                        "extra_seconds": straggler.extra_seconds,
+                                                        "said": str(straggler)}}
+    if method == "ring":
+        group = comm.Split(0 if rank > 0 else MPI.UNDEFINED)
+        history = []
+        if group != MPI.COMM_NULL:
+            worker = group.Get_rank()
+            opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr), model.named_parameters(),
+                                       comm=group, overlap=False)
+            history.append((0.0, parameters_to_vector(model.parameters()).detach().numpy().copy()))
+            group.Barrier()
+            start = time.perf_counter()
+            for step in range(steps):
+                began = time.perf_counter()
+                opt.zero_grad()
+                inputs, targets = batch(worker, step)
+                loss_fn(model(inputs), targets).backward()
+                if straggler is not None:
+                    straggler.slow_down(worker, time.perf_counter() - began)
+                opt.step()
+                history.append((time.perf_counter() - start,
+                                parameters_to_vector(model.parameters()).detach().numpy().copy()))
+            opt.close()
+            group.Free()
+        barrier(comm, idle=rank == 0)
+        keeper = 1  # worker 0: every worker holds the same weights after every step
+    else:
+        ps = ParameterServer(model, servers=1, mode=method, lr=lr, straggler=straggler, history=True, comm=comm)
+        record = ps.run(steps, batch, loss_fn)
+        history = record.get("history", [])
+        if method == "async" and rank == 0:
+            run["staleness"] = record["staleness"]
+        keeper = 0
+    if rank == keeper:
+        run["seconds"] = [seconds for seconds, _ in history]
+        run["loss"] = test_losses([flat for _, flat in history], model, x_test, y_test)
+    return comm.bcast(run, root=keeper)
+
+
+def barrier(comm, idle: bool, poll: float = 0.001) -> None:
+    """A barrier on every rank of ``comm``; an ``idle`` rank sleeps between polls instead of spinning in MPI,
+    so that it leaves the cores to the ranks still working (when ranks outnumber cores, its spinning would
+    slow them down and their timings with them)."""
+    request = comm.Ibarrier()
+    if not idle:
+        request.Wait()
+        return
+    while not request.Test():
+        time.sleep(poll)
+
+
+def test_losses(flats, model, x, y) -> list[float]:
+    """The cross-entropy on (``x``, ``y``) of ``model`` with each flat weight vector of ``flats``."""
+    import torch
+    from torch.nn.utils import vector_to_parameters
+
+    out = []
+    with torch.no_grad():
+        for flat in flats:
+            vector_to_parameters(torch.from_numpy(np.ascontiguousarray(flat)), model.parameters())
+            out.append(float(torch.nn.functional.cross_entropy(model(x), y)))
+    return out
+
+
+def time_to(run: dict, target: float) -> float | None:
+    """The seconds at which ``run``'s loss first reached ``target`` (None if it never did)."""
+    for seconds, loss in zip(run["seconds"], run["loss"]):
+        if loss <= target:
+            return seconds
+    return None
+
+
+def common_target(runs: dict) -> float:
+    """Halfway from the initial loss (the same for every run: the same initial weights) to the lowest loss
+    that every run reached (the highest of the runs' lowest losses)."""
+    initial = max(run["loss"][0] for run in runs.values())
+    return (initial + max(min(run["loss"]) for run in runs.values())) / 2
+
+
+def straggler_of(runs: dict):
+    """The straggler every run of ``runs`` ran with (attributes ``worker``, ``factor``, ``extra_seconds``,
+    ``said``), or None; runs with different stragglers do not compare, and are refused."""
+    slowed = {repr(run.get("straggler")) for run in runs.values()}
+    if len(slowed) > 1:
+        raise ValueError("the runs had different stragglers, so their times do not compare: "
+                         + "; ".join(f"{m}: {(run.get('straggler') or {}).get('said', 'none')}"
+                                     for m, run in runs.items()))
+    first = next(iter(runs.values())).get("straggler")
+    return None if first is None else SimpleNamespace(**first)
+
+
+def describe_race(runs: dict, target: float | None = None) -> str:
+    """Sentences on which run reached ``target`` (default :func:`common_target`) first and why, worded from
+    ``runs`` ({method: what :func:`race` returned}, all with the same straggler)."""
+    missing = [m for m in runs if m not in METHODS]
+    if missing or not runs:
+        raise ValueError(f"runs must be named among {', '.join(METHODS)}, got {', '.join(runs) or 'none'}")
+    straggler = straggler_of(runs)
+    said_target = target is None
+    target = common_target(runs) if target is None else target
+    reached = {m: time_to(run, target) for m, run in runs.items()}
+    order = sorted((m for m in runs if reached[m] is not None), key=lambda m: reached[m])
+    lines = [f"Target: a test loss of {target:.3f}" + (", halfway from the initial loss to the lowest that every run "
+                                                         "reached." if said_target else ".")]
+    if order:
+        first, rest = order[0], order[1:]
+        lines.append(f"{NAMES[first].capitalize()} reached it first, after {reached[first]:.2f} s"
+                     + "".join(f"; {NAMES[m]} after {reached[m]:.2f} s" for m in rest)
+                     + "".join(f"; {NAMES[m]} never did (lowest {min(runs[m]['loss']):.3f})"
+                               for m in runs if reached[m] is None) + " (measured here).")
+    else:
+        lines.append("No run reached it.")
+    per_step = {m: run["seconds"][-1] / max(len(run["seconds"]) - 1, 1) for m, run in runs.items()}
+    waiting = [m for m in ("sync", "ring") if m in runs]
+    if waiting and straggler is not None:
+        paced = " and ".join(f"{NAMES[m]} {per_step[m] * 1e3:.1f} ms" for m in waiting)
+        slept = f"{straggler.extra_seconds * 1e3:g} ms sleep" if straggler.extra_seconds else "slower compute"
+        if all(per_step[m] >= straggler.extra_seconds for m in waiting):
+            lines.append(f"A step took {paced} on average, the straggler's {slept} included: no step ends before "
+                         f"the straggler's gradient is in, so every worker goes at its pace.")
+        else:
+            lines.append(f"A step took {paced} on average, less than the straggler's {slept}: the straggler was "
+                         "not what set the pace here.")
+    if {"sync", "ring"} <= runs.keys() and len(runs["sync"]["loss"]) == len(runs["ring"]["loss"]):
+        apart = float(np.max(np.abs(np.subtract(runs["sync"]["loss"], runs["ring"]["loss"]))))
+        faster = min(("sync", "ring"), key=lambda m: per_step[m])
+        other = "ring" if faster == "sync" else "sync"
+        lines.append(f"Those two compute the same average step after step (their losses after each step agree to "
+                     f"{apart:.1e}), so they differ only in time: {NAMES[faster]}'s steps were "
+                     f"{1 - per_step[faster] / per_step[other]:.0%} shorter here.")
+    if "async" in runs:
+        lines.append(_async_sentences(runs, reached, per_step, straggler))
+    return "\n".join(lines)
+
+
+def _async_sentences(runs: dict, reached: dict, per_step: dict, straggler) -> str:
+    run = runs["async"]
+    updates = len(run["seconds"]) - 1
+    waited = [m for m in ("sync", "ring") if m in runs]
+    compared = (", against " + " and ".join(f"{1 / per_step[m]:.0f} for {NAMES[m]}" for m in waited)) if waited else ""
+    seconds = run["seconds"][-1]
+    lines = [f"The asynchronous server applied {updates} updates in {seconds:.2f} s: {updates / seconds:.0f} a second"
+             f"{compared}, each of lr/{run['workers']}."]
+    pushes = run.get("staleness") or []
+    fast = [i for i, (w, _) in enumerate(pushes) if straggler is None or w != straggler.worker]
+    if straggler is not None and fast and fast[-1] + 1 < len(pushes):
+        alone = len(pushes) - fast[-1] - 1
+        finished = run["seconds"][fast[-1] + 1]
+        lines.append(f"Its fast workers did not wait for the straggler: they had made all their {len(fast)} pushes by "
+                     f"{finished:.2f} s, and the straggler's last {alone} came alone, one every "
+                     f"{(run['seconds'][-1] - finished) / alone * 1e3:.0f} ms.")
+    if pushes:
+        mine = [s for w, s in pushes if straggler is not None and w == straggler.worker]
+        lines.append(f"The price: gradients of stale weights, {np.mean([s for _, s in pushes]):.1f} updates old on "
+                     f"average" + (f" (the straggler's {np.mean(mine):.1f})." if mine else "."))
+    beaten = [m for m in waited if reached.get(m) is not None and reached.get("async") is not None
+              and reached["async"] < reached[m]]
+    if reached.get("async") is None:
+        lines.append("It never reached the target: stale gradients cost more than the waiting saved.")
+    elif len(beaten) == len(waited):
+        lines.append("Not waiting won: more updates a second outweighed their staleness.")
+    else:
+        lines.append("Yet it did not reach the target first: stale gradients cost more than the waiting saved.")
+    return " ".join(lines)

@@ -1,0 +1,48 @@
+"""One slow worker, made on purpose: its compute takes ``factor`` times as long, plus ``extra_seconds`` a step.
+
+The parameter server (``ParameterServer(..., straggler=)``) and lab 04's ring allreduce run
+(:func:`ringlab.lab.wallclock.race`) slow their worker the same way, by sleeping after it computes.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """Worker ``worker`` computes ``factor`` times as slowly, then sleeps ``extra_seconds`` more, every step."""
+    worker: int
+    factor: float = 1.0
+    extra_seconds: float = 0.0
+
+    def __post_init__(self):
+        if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
+            raise ValueError(f"the straggler's worker must be a worker index (an int >= 0), got {self.worker!r}")
+        if not self.factor >= 1:
+            raise ValueError(f"the straggler's factor must be >= 1 (1: no slower), got {self.factor!r}")
+        if not self.extra_seconds >= 0:
+            raise ValueError(f"the straggler's extra_seconds must be >= 0, got {self.extra_seconds!r}")
+
+    @classmethod
+    def of(cls, straggler) -> "Straggler | None":
+        """None, a Straggler, or a ``(worker, factor)`` pair, as a Straggler (or None)."""
+        if straggler is None or isinstance(straggler, cls):
+            return straggler
+        if isinstance(straggler, tuple) and len(straggler) == 2:
+            return cls(straggler[0], float(straggler[1]))
+        raise ValueError(f"straggler must be None, a Straggler or a (worker, factor) pair, got {straggler!r}")
+
+    def slow_down(self, worker: int, spent: float) -> float:
+        """On ``worker``, after computing for ``spent`` seconds: sleep if it is the straggler; the step's
+        compute seconds in all (``spent`` on every other worker)."""
+        if worker != self.worker:
+            return spent
+        extra = spent * (self.factor - 1) + self.extra_seconds
+        time.sleep(extra)
+        return spent + extra
+
+    def __str__(self) -> str:
+        slower = ([f"computes {self.factor:g}x as slowly"] if self.factor != 1 else []) + (
+            [f"sleeps {self.extra_seconds * 1e3:g} ms more every step"] if self.extra_seconds else [])
+        return f"worker {self.worker} " + (" and ".join(slower) if slower else "runs at full speed")

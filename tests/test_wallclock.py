@@ -1,0 +1,139 @@
+"""Lab 04's race against the clock (ringlab.lab.wallclock) and the server's load (ringlab.lab.serverload):
+on real ranks, the three trainers start alike and sync and ring agree step by step, the server's bytes are
+counted exactly; the sentences follow the numbers, whichever way they fall; the figures show the runs."""
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (the train extra)")
+
+from ringlab.lab.serverload import describe_server_load  # noqa: E402
+from ringlab.lab.wallclock import common_target, describe_race, time_to  # noqa: E402
+from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.train.straggler import Straggler  # noqa: E402
+from ringlab.viz.training import loss_against_time_plot, server_load_plot  # noqa: E402
+
+SCRIPT = Path(__file__).parent / "mpi" / "lab04_race.py"
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """Three ranks: one server (or one rank sitting out) and two workers, the last a straggler."""
+    out = tmp_path_factory.mktemp("race") / "race.json"
+    done = run_mpi(3, [str(SCRIPT), str(out)], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_the_three_trainers_start_alike_and_sync_and_ring_agree_step_by_step(measured):
+    runs = measured["runs"]
+    assert {run["loss"][0] for run in runs.values()} == {runs["sync"]["loss"][0]}  # the same initial weights
+    assert len(runs["sync"]["loss"]) == len(runs["ring"]["loss"]) == 6 + 1  # the start, then every step
+    assert len(runs["async"]["loss"]) == 2 * 6 + 1  # every push of both workers is an update
+    assert max(abs(a - b) for a, b in zip(runs["sync"]["loss"], runs["ring"]["loss"])) < 1e-5
+    for run in runs.values():
+        assert run["seconds"][0] == 0 and run["seconds"] == sorted(run["seconds"])
+        assert run["loss"][-1] < run["loss"][0]  # it learned
+    pushes = runs["async"]["staleness"]
+    assert sorted(w for w, _ in pushes) == [0] * 6 + [1] * 6 and all(s >= 0 for _, s in pushes)
+    assert all(run["straggler"] == {"worker": 1, "factor": 1.0, "extra_seconds": 0.005,
+                                    "said": "worker 1 sleeps 5 ms more every step"} for run in runs.values())
+    assert runs["sync"]["staleness"] is None and runs["ring"]["staleness"] is None
+
+
+def test_the_servers_load_is_counted_from_its_messages(measured):
+    rows = measured["load"]
+    K = (16 * 16 + 16) + (16 * 16 + 16) + (16 * 8 + 8)  # the MLP of hidden=16: weights and biases
+    assert [row["workers"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["gradient_bytes"] == 4 * K
+        assert row["received"] == row["sent"] == row["workers"] * 4 * K  # a push in and a reply out per worker
+        assert row["busy_seconds"] > 0
+    assert [row["ring_bytes"] for row in rows] == [0, 4 * K]  # 2(n-1)/n K at n = 2
+
+
+SLOWED = {"worker": 2, "factor": 1.0, "extra_seconds": 0.08, "said": str(Straggler(2, extra_seconds=0.08))}
+
+
+def run(seconds, loss, **more):
+    return {"seconds": seconds, "loss": loss, "workers": 3, "staleness": None, "straggler": SLOWED, **more}
+
+
+SYNC = run([0, .1, .2, .3, .4], [2.0, 1.8, 1.4, 1.0, 0.6])
+RING = run([0, .11, .22, .33, .44], [2.0, 1.8, 1.4, 1.0, 0.6 + 1e-7])
+# fast workers 0 and 1 push 4 times each in 40 ms, the straggler (2) four times, the last three alone
+ASYNC = run([0, .01, .01, .02, .02, .025, .03, .03, .04, .04, .1, .2, .3],
+            [2.0, 1.9, 1.8, 1.7, 1.6, 1.55, 1.5, 1.4, 1.3, 1.2, 1.0, 0.8, 0.7],
+            staleness=[[0, 0], [1, 1], [0, 1], [1, 1], [2, 4], [0, 1], [1, 1], [0, 1], [1, 1], [2, 5], [2, 0], [2, 0]])
+
+
+def test_the_target_and_who_reached_it():
+    runs = {"sync": SYNC, "async": ASYNC, "ring": RING}
+    assert common_target(runs) == pytest.approx((2.0 + 0.7) / 2)  # halfway to the lowest loss all reached
+    assert time_to(SYNC, 1.35) == .3 and time_to(SYNC, 0.1) is None
+    text = describe_race(runs)
+    assert "Target: a test loss of 1.350, halfway from the initial loss" in text
+    assert ("The asynchronous server reached it first, after 0.04 s; the synchronous server after 0.30 s; the "
+            "ring allreduce after 0.33 s (measured here).") in text
+    assert ("A step took the synchronous server 100.0 ms and the ring allreduce 110.0 ms on average, the "
+            "straggler's 80 ms sleep included") in text
+    assert "every worker goes at its pace" in text
+    assert "agree to 1.0e-07" in text and "the synchronous server's steps were 9% shorter here" in text
+    assert ("applied 12 updates in 0.30 s: 40 a second, against 10 for the synchronous server and 9 for the ring "
+            "allreduce, each of lr/3.") in text
+    assert "1.3 updates old on average (the straggler's 2.2)" in text  # (0+1+1+1+4+1+1+1+1+5+0+0)/12, (4+5+0+0)/4
+    assert ("they had made all their 8 pushes by 0.04 s, and the straggler's last 3 came alone, one every "
+            "87 ms") in text
+    assert "Not waiting won" in text
+
+
+def test_the_words_follow_the_numbers_when_async_loses():
+    slow = dict(ASYNC, seconds=[t * 10 for t in ASYNC["seconds"]])
+    text = describe_race({"sync": SYNC, "async": slow, "ring": RING})
+    assert "The synchronous server reached it first, after 0.30 s; the ring allreduce after 0.33 s" in text
+    assert "Yet it did not reach the target first" in text and "Not waiting won" not in text
+    text = describe_race({"sync": SYNC, "async": slow}, target=0.65)
+    assert "the asynchronous server never did (lowest 0.700)" in text and "It never reached the target" in text
+    long_sleep = dict(SYNC, straggler=dict(SLOWED, extra_seconds=0.5))  # longer than a step took: not the pace
+    assert "less than the straggler's 500 ms sleep: the straggler was not what set the pace here" in describe_race(
+        {"sync": long_sleep})
+    with pytest.raises(ValueError, match="runs must be named among sync, async, ring, got ps"):
+        describe_race({"ps": SYNC})
+    with pytest.raises(ValueError, match="different stragglers, so their times do not compare"):
+        describe_race({"sync": SYNC, "ring": dict(RING, straggler=None)})
+
+
+def load_row(workers, busy, K=1000):
+    ring = 2 * (workers - 1) * K // workers
+    return {"workers": workers, "gradient_bytes": K, "received": workers * K, "sent": workers * K,
+            "busy_seconds": busy, "ring_bytes": ring}
+
+
+def test_the_load_is_worded_from_the_rows():
+    rows = [load_row(1, 0.001), load_row(2, 0.002), load_row(3, 0.0031), load_row(4, 0.0042)]
+    text = describe_server_load(rows, nranks=5, cores=8)
+    assert "with 1 worker the server received 1.00 K a step and with 4 workers 4.00 K" in text
+    assert "exactly 1 K per worker" in text and "it sent 4.00 K back" in text
+    assert "1.00 K at 2, 1.33 K at 3, 1.50 K at 4, never more than 2 K" in text
+    assert "busy 1.00 ms a step with 1 worker and 4.20 ms with 4 (4.2x for 4x the workers)" in text
+    assert "about in proportion to the workers" in text and "shared" not in text
+    rows[-1]["busy_seconds"] = 0.0018
+    text = describe_server_load(rows, nranks=5, cores=2)
+    assert "less than in proportion" in text and "The 5 ranks shared 2 cores" in text
+    with pytest.raises(ValueError, match="at least two worker counts"):
+        describe_server_load(rows[:1])
+
+
+def test_the_figures_show_the_runs_and_the_load():
+    fig = loss_against_time_plot({"sync": SYNC, "async": ASYNC}, target=1.35)
+    assert [t.name for t in fig.data] == ["synchronous server (4 updates)", "asynchronous server (12 updates)"]
+    assert list(fig.data[1].x) == ASYNC["seconds"] and list(fig.data[1].y) == ASYNC["loss"]
+    assert fig.layout.shapes[0].y0 == 1.35  # the target
+    assert "worker 2 sleeps 80 ms more every step" in fig.layout.title.text
+    rows = [load_row(1, 0.001), load_row(2, 0.002), load_row(4, 0.004)]
+    fig = server_load_plot(rows)
+    shown = {t.name: t for t in fig.data}
+    assert list(shown["server receives"].y) == [1, 2, 4] and list(shown["a ring rank sends (and receives)"].y) == [
+        0, 1, 1.5]
+    assert list(shown["server busy (median of steps)"].y) == [1, 2, 4]
