@@ -5,7 +5,8 @@ Gradients are fused into buckets of about ``bucket_bytes`` (tensor fusion): each
 flat torch tensor whose memory numpy (or cupy) sees through DLPack, with no copy, and the
 parameters' ``.grad`` are views into it. With ``overlap=True`` a bucket's allreduce starts on a
 communication thread as soon as its last gradient has been accumulated (gradients arrive last
-layer first), while the backward pass goes on with the layers before it.
+layer first), while the backward pass goes on with the layers before it. With ``trace=True`` it records
+when each gradient became ready and when each bucket was averaged (:meth:`DistributedOptimizer.trace_records`).
 """
 from __future__ import annotations
 
@@ -84,9 +85,35 @@ def broadcast_parameters(params, root: int = 0, comm=None) -> None:
                 data.copy_(flat.view_as(data))
 
 
+TRACE_DTYPE = np.dtype([("kind", "U9"), ("name", "U64"), ("bucket", "i4"), ("rank", "i4"), ("step", "i4"),
+                        ("start", "f8"), ("end", "f8"), ("bytes", "i8"), ("issued", "f8"), ("waited", "f8")])
+
+
+class _Tracer:
+    """The rows of :meth:`DistributedOptimizer.trace_records`, on one clock from a barrier."""
+
+    def __init__(self, comm):
+        comm.Barrier()
+        self.origin, self.rank = time.perf_counter(), comm.Get_rank()
+        self.rows, self.step = [], 0
+        self.mark = 0.0  # the latest backward start, gradient hook or step end: where the next backward row starts
+
+    def clock(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def backward(self, name: str, bucket: int, nbytes: int) -> None:
+        now = self.clock()
+        self.rows.append(("backward", name, bucket, self.rank, self.step, self.mark, now, nbytes, np.nan, 0.0))
+        self.mark = now
+
+    def allreduce(self, bucket: "_Bucket", waited: float) -> None:
+        self.rows.append(("allreduce", f"bucket {bucket.index}", bucket.index, self.rank, self.step, bucket.started,
+                          bucket.ended, bucket.array.nbytes, bucket.issued, waited))
+
+
 class _Bucket:
-    def __init__(self, index: int, params: list, device, dtype):
-        self.index, self.params = index, params
+    def __init__(self, index: int, params: list, names: list[str], device, dtype):
+        self.index, self.params, self.names = index, params, names
         sizes = [p.numel() for p in params]
         self.offsets = np.concatenate(([0], np.cumsum(sizes))).astype(int)
         self.flat = torch.zeros(int(self.offsets[-1]), device=device, dtype=dtype)
@@ -94,6 +121,7 @@ class _Bucket:
         self.gradients_ready = self.averaged = None  # events, on a GPU (see _GpuOrder)
         self.seen = [0] * len(params)  # backward passes accumulated into each gradient since the last step
         self.queued = False            # handed to the communication thread this step
+        self.issued = self.started = self.ended = np.nan  # trace clock: handed over, allreduce began, ended
         self.ready = threading.Event()  # set: the thread may reduce it
         self.done = threading.Event()   # set: reduced
 
@@ -106,7 +134,9 @@ class DistributedOptimizer:
 
     ``named_parameters`` as in Horovod (``model.named_parameters()``); initial parameters are
     broadcast from rank 0 at construction, after the ranks have checked that their models have the
-    same parameters. ``algorithm`` and ``transport`` go to :func:`ringlab.allreduce`.
+    same parameters. ``algorithm`` and ``transport`` go to :func:`ringlab.allreduce`. ``trace=True``
+    records every gradient's arrival and every bucket's allreduce (:meth:`trace_records`); off, it
+    costs nothing.
 
     Buckets are reduced in the same order on every rank. A parameter that got no gradient in a
     step (unused by this rank's forward pass) is reduced with the gradient it holds, zero after
@@ -119,7 +149,7 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer: torch.optim.Optimizer, named_parameters, algorithm="ring", comm=None,
                  transport: str = "auto", bucket_bytes: int = 4 << 20, overlap: bool = True,
-                 broadcast_initial: bool = True, backward_passes_per_step: int = 1):
+                 broadcast_initial: bool = True, backward_passes_per_step: int = 1, trace: bool = False):
         from mpi4py import MPI
 
         self.optimizer, self.algorithm, self.transport, self.overlap = optimizer, algorithm, transport, overlap
@@ -131,6 +161,7 @@ class DistributedOptimizer:
             raise ValueError("DistributedOptimizer: no parameters that require gradients")
         if broadcast_initial:
             broadcast_parameters(named, root=0, comm=self.comm)
+        self._names = {id(p): name for name, p in named}
         self.buckets = self._fuse([p for _, p in reversed(named)], bucket_bytes)  # gradients come last layer first
         self._gpu = {b.flat.device: _GpuOrder(b.flat.device) for b in self.buckets if is_device_array(b.array)}
         self.comm_seconds = 0.0
@@ -138,9 +169,11 @@ class DistributedOptimizer:
         self._closed = False
         self._error: BaseException | None = None
         self._thread = None
+        self._tracer = _Tracer(self.comm) if trace else None
         if overlap:
             self._thread = threading.Thread(target=self._communicate, daemon=True, name="ringlab-allreduce")
             self._thread.start()
+        if overlap or trace:
             for bucket in self.buckets:
                 for i, p in enumerate(bucket.params):
                     p.register_post_accumulate_grad_hook(self._make_hook(bucket, i))
@@ -156,7 +189,8 @@ class DistributedOptimizer:
             size += p.numel() * p.element_size()
         if current:
             buckets.append(current)
-        out = [_Bucket(index, group, group[0].device, group[0].dtype) for index, group in enumerate(buckets)]
+        out = [_Bucket(index, group, [self._names[id(p)] for p in group], group[0].device, group[0].dtype)
+               for index, group in enumerate(buckets)]
         for bucket in out:
             for i, p in enumerate(bucket.params):
                 p.grad = bucket.view(i)  # autograd accumulates into the bucket: no copy
@@ -171,8 +205,38 @@ class DistributedOptimizer:
         finally:
             self._syncing = True
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``; when tracing, the first gradient's row starts when this backward pass did
+        (after ``loss.backward()`` alone it starts where the previous step ended: the forward pass included)."""
+        if self._tracer is not None and loss.requires_grad:
+            loss.register_hook(self._backward_began)
+        loss.backward()
+
+    def _backward_began(self, grad):
+        self._tracer.mark = self._tracer.clock()
+
+    def trace_records(self) -> np.ndarray:
+        """What ``trace=True`` recorded, one row per gradient and per bucket's allreduce of every step.
+
+        A numpy structured array (:data:`TRACE_DTYPE`), seconds on one clock from a barrier at
+        construction. ``kind`` "backward": parameter ``name``'s gradient arrived at ``end`` (its hook), its
+        backward ran from the previous hook (or the start of the backward pass, see :meth:`backward`) at
+        ``start``; ``bytes`` of gradient, going into ``bucket``. ``kind`` "allreduce": bucket ``bucket``
+        of ``bytes`` was handed to communication at ``issued`` (its last gradient's hook with overlap,
+        in ``step()`` without), averaged from ``start`` to ``end``, and ``step()`` waited ``waited``
+        seconds for it. On a GPU these are host times: ``end`` is when the host-driven allreduce returned,
+        with its last kernels perhaps still queued on the communication stream.
+        """
+        if self._tracer is None:
+            raise ValueError("DistributedOptimizer: nothing traced; construct it with trace=True")
+        return np.array(self._tracer.rows, dtype=TRACE_DTYPE)
+
     def _make_hook(self, bucket: _Bucket, i: int):
         def ready(param):
+            if self._tracer is not None:
+                self._tracer.backward(bucket.names[i], bucket.index, param.numel() * param.element_size())
+            if not self.overlap:
+                return
             self._adopt(bucket, i)
             if not self._syncing:
                 return
@@ -187,6 +251,8 @@ class DistributedOptimizer:
         return ready
 
     def _send(self, bucket: _Bucket) -> None:
+        if self._tracer is not None:
+            bucket.issued = self._tracer.clock()
         if bucket.flat.device in self._gpu:
             bucket.gradients_ready = self._gpu[bucket.flat.device].gradients_ready()
         bucket.queued = True
@@ -206,6 +272,8 @@ class DistributedOptimizer:
                       agree=False)
             bucket.array /= self.comm.Get_size()
 
+        if self._tracer is not None:
+            bucket.started = self._tracer.clock()
         order = self._gpu.get(bucket.flat.device)
         if order is None:
             allreduce_bucket()
@@ -213,6 +281,8 @@ class DistributedOptimizer:
             if bucket.gradients_ready is None:  # reduced without overlap: the gradients are complete now
                 bucket.gradients_ready = order.gradients_ready()
             order.reduce(bucket, allreduce_bucket)
+        if self._tracer is not None:
+            bucket.ended = self._tracer.clock()
 
     def _communicate(self) -> None:
         """The communication thread: reduce the buckets in index order, step after step."""
@@ -237,12 +307,17 @@ class DistributedOptimizer:
         for bucket in self.buckets:
             for i in range(len(bucket.params)):
                 self._adopt(bucket, i)  # parameters unused in this step keep the gradient they hold
+            waiting = time.perf_counter()
             if not self.overlap:
+                if self._tracer is not None:
+                    bucket.issued = self._tracer.clock()
                 self._reduce(bucket)
-                continue
-            if not bucket.queued:
-                self._send(bucket)
-            bucket.done.wait()
+            else:
+                if not bucket.queued:
+                    self._send(bucket)
+                bucket.done.wait()
+            if self._tracer is not None:
+                self._tracer.allreduce(bucket, time.perf_counter() - waiting)
         for bucket in self.buckets:
             if bucket.averaged is not None:
                 self._gpu[bucket.flat.device].before_step(bucket)
@@ -260,6 +335,9 @@ class DistributedOptimizer:
             bucket.seen = [0] * len(bucket.params)
             bucket.queued = False
             bucket.done.clear()
+        if self._tracer is not None:
+            self._tracer.step += 1
+            self._tracer.mark = self._tracer.clock()
         return result
 
     def zero_grad(self, set_to_none: bool = False) -> None:
