@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from ringlab.lab.training import compare_trainers, describe_accuracy, describe_speedup, describe_trainers
+from ringlab.lab.training import (compare_trainers, describe_accuracy, describe_speedup, describe_trainer_speeds,
+                                  describe_trainers, trainer_speeds)
 
 
 def run(ranks, speedup, accuracy, steps=None, samples=38400, comm_share=0.1, seconds=None):
@@ -92,3 +93,29 @@ def test_accuracy_at_equal_steps_and_a_one_process_run_that_disagrees():
     assert said[3].startswith("The runs saw different numbers of samples")
     with pytest.raises(ValueError, match="no run of 4 ranks and 300 steps"):
         describe_accuracy(rows, one(4, 300, 0.9))
+
+
+def test_trainer_speeds_fastest_first():
+    rows = trainer_speeds({"DistributedOptimizer (ring)": 0.06, "DDP": 0.03, "parameter server (sync)": 0.15},
+                          steps=30, batch=96)
+    assert [r["trainer"] for r in rows] == ["DDP", "DistributedOptimizer (ring)", "parameter server (sync)"]
+    assert rows[0]["step_s"] == pytest.approx(0.001) and rows[0]["samples_per_s"] == pytest.approx(96000)
+    assert [r["times_fastest"] for r in rows] == pytest.approx([1.0, 2.0, 5.0])
+    said = describe_trainer_speeds(rows, workers=3, nranks=4, cores=2).splitlines()
+    assert said[0] == ("Measured here, the same 3 workers and batches: DDP 1.00 ms a step, DistributedOptimizer (ring) "
+                       "2.00 ms a step, parameter server (sync) 5.00 ms a step. The parameter server (sync) took 5.00 "
+                       "times as long as the DDP.")
+    assert said[1].startswith("The parameter server's rank receives all 3 workers' gradients")
+    assert "a ring rank sends and receives 2(n-1)/n = 1.33 times them (lab 04)" in said[1]
+    assert said[2].startswith("4 ranks shared 2 cores here")
+    with pytest.raises(ValueError, match="no trainers timed"):
+        trainer_speeds({}, steps=30, batch=96)
+    with pytest.raises(ValueError, match="must be > 0"):
+        trainer_speeds({"DDP": 0.0}, steps=30, batch=96)
+
+
+def test_trainer_speeds_with_the_server_not_last_and_a_core_each():
+    rows = trainer_speeds({"DistributedOptimizer (ring)": 0.09, "DDP": 0.03, "parameter server (sync)": 0.06},
+                          steps=30, batch=96)
+    said = describe_trainer_speeds(rows, workers=3, nranks=4, cores=8).splitlines()
+    assert len(said) == 1 and said[0].endswith("The DistributedOptimizer (ring) took 3.00 times as long as the DDP.")

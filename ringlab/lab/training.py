@@ -1,5 +1,5 @@
 """What lab 06 says about its measurements, worded from the numbers it quotes: three trainers' weights
-compared, the speed-up against ranks on this machine's cores, and why accuracies differ between runs."""
+and times compared, the speed-up against ranks on this machine's cores, and why accuracies differ between runs."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,8 @@ from ..measure.units import format_bytes
 
 ROUNDING = 1e-5  # float32 keeps about 7 significant digits; 30 steps of rounding stay well under this
 SAME_ACCURACY = 0.01  # accuracies within 1 point (20 of 2,000 test points) count as "about the same"
+TRAINER_SPEED_COLUMNS = {"trainer": "trainer", "step (ms)": "step_s", "samples/s": ("samples_per_s", ".0f"),
+                         "x the fastest": ("times_fastest", ".2f")}  # for ringlab.lab.tables.table
 
 
 def compare_trainers(trained: dict, reference: str = "DDP") -> list[dict]:
@@ -30,6 +32,35 @@ def describe_trainers(rows: list[dict], reference: str = "DDP", tolerance: float
                 f"computed {len(rows) + 1} ways.")
     return (f"The {worst['trainer']} ended {worst['difference']:.1e} away from {reference}'s weights, more than the "
             f"{tolerance:.0e} that float rounding can explain: it did not compute the same average.")
+
+
+def trainer_speeds(seconds: dict, steps: int, batch: int) -> list[dict]:
+    """One row per trainer of ``seconds`` ({name: seconds for ``steps`` steps of global ``batch``}), fastest
+    first: seconds per step, samples per second, and how many times the fastest's time it took."""
+    if not seconds:
+        raise ValueError("no trainers timed")
+    if any(not s > 0 for s in seconds.values()):
+        raise ValueError(f"every trainer's seconds must be > 0, got {seconds!r}")
+    fastest = min(seconds.values())
+    return [{"trainer": name, "step_s": s / steps, "samples_per_s": steps * batch / s, "times_fastest": s / fastest}
+            for name, s in sorted(seconds.items(), key=lambda item: item[1])]
+
+
+def describe_trainer_speeds(rows: list[dict], workers: int, nranks: int, cores: int) -> str:
+    """What :func:`trainer_speeds`' rows say, the trainers having run on ``workers`` of ``nranks`` ranks."""
+    fastest, slowest = rows[0], rows[-1]
+    lines = [f"Measured here, the same {workers} workers and batches: " + ", ".join(
+        f"{row['trainer']} {row['step_s'] * 1e3:.2f} ms a step" for row in rows)
+        + f". The {slowest['trainer']} took {slowest['times_fastest']:.2f} times as long as the {fastest['trainer']}."]
+    server = [row for row in rows if "parameter server" in row["trainer"]]
+    if server and server[0] is slowest:
+        lines.append(f"The parameter server's rank receives all {workers} workers' gradients and sends the model back "
+                     f"to each every step: {workers} times the gradients in and out of one rank, where a ring rank "
+                     f"sends and receives 2(n-1)/n = {2 * (workers - 1) / workers:.3g} times them (lab 04).")
+    if nranks > cores:
+        lines.append(f"{nranks} ranks shared {cores} core{'s' * (cores != 1)} here (the server's rank waits during "
+                     "the other two runs): a rank's wait for a peer that had no core counts in every time.")
+    return "\n".join(lines)
 
 
 def describe_speedup(rows: list[dict], cores: int) -> str:

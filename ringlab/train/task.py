@@ -6,6 +6,8 @@ batches: rank (or worker) w takes slice w of the global batch of every step.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 FEATURES, CLASSES = 16, 8
@@ -46,3 +48,14 @@ def accuracy(model: torch.nn.Module, x, y) -> float:
 def weights(model: torch.nn.Module):
     """All parameters as one flat numpy array (float64), for comparisons."""
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach().double().numpy().copy()
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread inside the block (one rank's share of a core); as it was after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,213 @@
+"""When data parallelism pays (lab 06): the speed-up measured for a few model widths against the cost
+model's prediction from one rank's compute and a ring allreduce fitted on the same ranks, and a
+published pair of speed-ups read with the same model; every sentence worded from its numbers."""
+from __future__ import annotations
+
+from ..measure.units import format_bytes
+from ..predict.dataparallel import allreduce_seconds, speedup
+from ..predict.fitting import Fit, fit_rows
+
+# published figure (FACTS: Horovod with TensorFlow on one machine), samples per second against 1 GPU
+PUBLISHED_SPEEDUPS = {2: 1.36, 3: 2.07}
+PUBLISHED_SOURCE = "published figure: Horovod with TensorFlow on one machine"
+CURVE_RANKS = tuple(range(1, 9))
+AGREES = 0.2  # measured within 20% of predicted counts as the model holding
+PAYOFF_COLUMNS = {"width": "hidden", "gradients (KiB)": "gradient_bytes", "ranks": "ranks",  # for lab.tables.table
+                  "compute, 1 rank (us)": "compute_s", "step (us)": "step_s", "computing (us)": "computing_s",
+                  "in step() (us)": "comm_s",
+                  "allreduce predicted (us)": "allreduce_here_s", "speed-up predicted": ("predicted_here", ".2f"),
+                  "speed-up measured": ("measured", ".2f")}
+
+
+def fits(measured: dict) -> dict[int, Fit]:
+    """{ranks: alpha and B fitted to that job's ring-allreduce sweep} from :func:`measure_payoff`'s result."""
+    return {run["ranks"]: fit_rows(run["sweep"], "ring", run["ranks"]) for run in measured["runs"]}
+
+
+def curve_ranks(measured: dict) -> int:
+    """The rank count whose fit draws the curves: the largest measured with a core per rank (else the fewest)."""
+    counts = sorted(run["ranks"] for run in measured["runs"])
+    fitting = [n for n in counts if n <= measured["cores"]]
+    return fitting[-1] if fitting else counts[0]
+
+
+def speedup_rows(measured: dict, ranks=CURVE_RANKS) -> list[dict]:
+    """One row per width and rank count (``ranks`` and every measured count) from :func:`measure_payoff`.
+
+    ``predicted``: the cost model's speed-up with a core per rank and alpha, B fitted at
+    :func:`curve_ranks` (the curves). Where measured: ``measured`` speed-up (n x one rank's step time
+    over n ranks' step time), ``step_s``, ``comm_s`` (in step()) and ``computing_s`` (the rest) measured,
+    and ``predicted_here``: the model with
+    that job's own fit and the machine's cores shared as they were (``shares_cores``).
+    """
+    fitted, cores = fits(measured), measured["cores"]
+    curve = fitted[curve_ranks(measured)]
+    timed = {(run["ranks"], row["hidden"]): row for run in measured["runs"] for row in run["widths"]}
+    counts = sorted(set(ranks) | {run["ranks"] for run in measured["runs"]})
+    rows = []
+    for alone in measured["one_rank"]:
+        hidden, nbytes, compute = alone["hidden"], alone["gradient_bytes"], alone["step_s"]
+        for n in counts:
+            row = {"hidden": hidden, "gradient_bytes": nbytes, "compute_s": compute, "ranks": n,
+                   "allreduce_s": allreduce_seconds(nbytes, n, curve.alpha, curve.bandwidth),
+                   "predicted": speedup(compute, nbytes, n, curve.alpha, curve.bandwidth),
+                   "measured": None, "step_s": None, "comm_s": None, "predicted_here": None,
+                   "shares_cores": n > cores}
+            if (n, hidden) in timed:
+                own, run = fitted[n], timed[n, hidden]
+                row.update(measured=n * compute / run["step_s"], step_s=run["step_s"], comm_s=run["comm_s"],
+                           computing_s=run["step_s"] - run["comm_s"],
+                           allreduce_here_s=allreduce_seconds(nbytes, n, own.alpha, own.bandwidth),
+                           predicted_here=speedup(compute, nbytes, n, own.alpha, own.bandwidth, cores=cores))
+            rows.append(row)
+    return rows
+
+
+def measured_rows(rows: list[dict]) -> list[dict]:
+    """The rows of :func:`speedup_rows` that were measured, for a table."""
+    return [row for row in rows if row["measured"] is not None]
+
+
+def describe_payoff(rows: list[dict], measured: dict) -> str:
+    """What :func:`speedup_rows` say: the fit, each width's compute against its gradient bytes, measured
+    against predicted, why speed-up stays below n, and why more bytes per unit of compute scale worse."""
+    fitted, cores = fits(measured), measured["cores"]
+    n_curve = curve_ranks(measured)
+    curve = fitted[n_curve]
+    lines = [f"Measured here: a ring-allreduce sweep on {n_curve} ranks fits alpha = {curve.alpha * 1e6:.3g} us and "
+             f"B = {curve.bandwidth / 1e9:.3g} GB/s; the lines are the cost model with those, a core per rank, "
+             f"and each width's compute per step measured on one rank."]
+    widths = sorted({row["hidden"] for row in rows})
+    for hidden in widths:
+        lines.append(_width_sentence([row for row in rows if row["hidden"] == hidden], cores))
+    done = measured_rows(rows)
+    best = max(done, key=lambda row: row["measured"] / row["ranks"])
+    why = ("a step on n ranks computes as long as one rank's step (the same samples per rank) and then adds the "
+           "allreduce, so n x t_c / (t_c + t_comm) < n")
+    if best["measured"] < best["ranks"]:
+        lines.append(f"Every speed-up measured is below n: {why}. The best here was width {best['hidden']} at "
+                     f"{best['ranks']} ranks, {best['measured']:.2f}x: {best['measured'] / best['ranks']:.0%} of "
+                     f"{best['ranks']}x.")
+    else:
+        lines.append(f"Width {best['hidden']} at {best['ranks']} ranks measured {best['measured']:.2f}x, not below "
+                     f"{best['ranks']}x as the model has it ({why}): its ranks computed faster than the one rank "
+                     "did, which the model leaves out.")
+    lines.append(_bytes_per_compute_sentence(rows, curve))
+    return "\n".join(lines)
+
+
+def _width_sentence(rows: list[dict], cores: int) -> str:
+    first = rows[0]
+    said = [f"Width {first['hidden']}: {format_bytes(first['gradient_bytes'])} of gradients for "
+            f"{first['compute_s'] * 1e6:.0f} us of compute per step on one rank ({_per_us(first)} bytes per us)."]
+    for row in measured_rows(rows):
+        n, shared = row["ranks"], row["shares_cores"]
+        how = (f"the model predicts {row['predicted_here']:.2f}x (allreduce {row['allreduce_here_s'] * 1e6:.0f} us"
+               + (f", compute {n / cores:.2g} times as long: {n} ranks on {cores} cores" if shared else "") + ")")
+        ratio = row["measured"] / row["predicted_here"]
+        verdict = ("within {:.0%} of it".format(abs(ratio - 1)) if abs(ratio - 1) <= AGREES else
+                   f"{'above' if ratio > 1 else 'below'} it by {abs(ratio - 1):.0%}")
+        said.append(f"At {n} ranks {how}; measured {row['measured']:.2f}x, {verdict}"
+                    + (f" ({_where_the_time_went(row, cores)})" if ratio < 1 - AGREES else "") + ".")
+    return " ".join(said)
+
+
+def _where_the_time_went(row: dict, cores: int) -> str:
+    """Which part of a slower-than-predicted step grew: computing, or the time in step()."""
+    computing = row["step_s"] - row["comm_s"]
+    expected = row["compute_s"] * max(1.0, row["ranks"] / cores)
+    parts = [f"computing took {computing * 1e6:.0f} us, {computing / row['compute_s']:.2g} times one rank's",
+             f"step() {row['comm_s'] * 1e6:.0f} us against {row['allreduce_here_s'] * 1e6:.0f} us predicted for the "
+             "allreduce"]
+    if computing > (1 + AGREES) * expected:
+        parts.append("the ranks computed slower than the model allows: other work on this machine took turns on "
+                     "the cores, or the ranks competed for memory")
+    if row["comm_s"] > (1 + AGREES) * row["allreduce_here_s"]:
+        parts.append("step() took longer than the allreduce alone: waiting for the slower rank counts in it")
+    return "; ".join(parts)
+
+
+def _bytes_per_compute_sentence(rows: list[dict], curve: Fit) -> str:
+    widths = {row["hidden"]: row for row in rows if row["ranks"] == 1}
+    far = max(row["ranks"] for row in rows)
+    at_far = {row["hidden"]: row["predicted"] for row in rows if row["ranks"] == far}
+    dense = max(widths.values(), key=lambda row: row["gradient_bytes"] / row["compute_s"])
+    light = min(widths.values(), key=lambda row: row["gradient_bytes"] / row["compute_s"])
+    if dense is light:
+        return "Only one width: nothing to compare."
+    heavy = max(widths.values(), key=lambda row: row["gradient_bytes"])
+    lines = [f"Per us of compute, width {dense['hidden']} sends the most gradient bytes ({_per_us(dense)}) and "
+             f"width {light['hidden']} the fewest ({_per_us(light)}): at {far} ranks the lines predict "
+             f"{at_far[dense['hidden']]:.2f}x and {at_far[light['hidden']]:.2f}x."]
+    if heavy is not light:
+        swapped = speedup(light["compute_s"], heavy["gradient_bytes"], far, curve.alpha, curve.bandwidth)
+        lines.append(f"Give width {light['hidden']}'s {light['compute_s'] * 1e6:.0f} us of compute the "
+                     f"{format_bytes(heavy['gradient_bytes'])} of width {heavy['hidden']}'s gradients and the model "
+                     f"predicts {swapped:.2f}x at {far} ranks instead of {at_far[light['hidden']]:.2f}x: the same "
+                     "compute per step with more gradient bytes scales worse, because the allreduce grows with the "
+                     "bytes and the compute it is set against does not.")
+    lines.append("(Published, the same way round: ResNet-50 with NCCL scaled about linearly to 32 GPUs, while "
+                 "translation models of tens to hundreds of MB of parameters scaled worse.)")
+    return " ".join(lines)
+
+
+def _per_us(row: dict) -> str:
+    """Gradient bytes per microsecond of one rank's compute."""
+    rate = row["gradient_bytes"] / (row["compute_s"] * 1e6)
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
+def describe_published(speedups: dict[int, float] = PUBLISHED_SPEEDUPS, source: str = PUBLISHED_SOURCE) -> str:
+    """A published pair of speed-ups ({GPUs: x as fast as one}) read with the cost model: the bandwidth
+    term 2(n-1)/n x bytes/B fitted to the fewest GPUs predicts the others."""
+    counts = sorted(speedups)
+    if len(counts) < 2 or counts[0] < 2:
+        raise ValueError(f"need speed-ups at two GPU counts of 2 or more, got {speedups!r}")
+    first, second = counts[:2]
+    s1, s2 = speedups[first], speedups[second]
+    comm = first / s1 - 1  # t_comm / t_c at `first`: a step took first / s1 of one GPU's step
+    per_factor = comm / _ring_factor(first)  # bytes / B over t_c
+    predicted = second / (1 + per_factor * _ring_factor(second))
+    rise1, rise2 = s1 - 1, s2 - s1
+    lines = [f"{source[:1].upper() + source[1:]}: {_and([f'{n} GPUs {speedups[n]:.2f}x' for n in counts])} as fast "
+             "as 1."]
+    lines.append(f"Below n: {s1:.2f}x is {s1 / first:.0%} of {first}x. In the model a step on {first} GPUs took "
+                 f"{first}/{s1:.2f} = {first / s1:.2f} times one GPU's compute: the allreduce added {comm:.2f} of the "
+                 f"compute on top ({_ring_words(first)}, alpha left out: a real model's gradients are megabytes).")
+    if rise2 > rise1:
+        lines.append(f"From 1 to {first} GPUs the speed-up rose by {rise1:.2f}, from {first} to {second} by "
+                     f"{rise2:.2f}. The second rise can be the larger one: the step from 1 GPU brings the allreduce "
+                     f"into every step, from nothing to {_ring_factor(first):.3g} x bytes/B, while the step to "
+                     f"{second} raises it only to {_ring_factor(second):.3g} x bytes/B and adds a whole GPU's compute.")
+    else:
+        lines.append(f"From 1 to {first} GPUs the speed-up rose by {rise1:.2f}, from {first} to {second} by "
+                     f"{rise2:.2f}: the second rise was the smaller one.")
+    lines.append(f"Fitted to {s1:.2f}x at {first} GPUs, the model predicts {predicted:.2f}x at {second} (a rise of "
+                 f"{predicted - s1:.2f}).")
+    ratio = s2 / predicted
+    if abs(ratio - 1) <= AGREES / 4:
+        lines.append(f"The published {s2:.2f}x is within {abs(ratio - 1):.0%} of that: the model accounts for it.")
+    elif ratio > 1:
+        lines.append(f"The published {s2:.2f}x is {ratio - 1:.0%} above that: {s2 / second:.0%} of {second}x against "
+                     f"{s1 / first:.0%} of {first}x, as if the extra GPU brought no more communication per step, "
+                     f"while the ring's 2(n-1)/n grows from {_ring_factor(first):.3g} at {first} GPUs to "
+                     f"{_ring_factor(second):.3g} at {second}. It would take more of the allreduce hidden behind the "
+                     f"backward pass at {second} GPUs than at {first}, or more compute per step; the source gives "
+                     "only the ratios.")
+    else:
+        lines.append(f"The published {s2:.2f}x is {1 - ratio:.0%} below that: something the model leaves out "
+                     f"(latency, links shared, a slower GPU) cost more at {second} GPUs.")
+    return "\n".join(lines)
+
+
+def _ring_factor(n: int) -> float:
+    return 2 * (n - 1) / n
+
+
+def _ring_words(n: int) -> str:
+    return f"2(n-1)/n x bytes/B with n = {n} is {_ring_factor(n):.3g} x bytes/B"
+
+
+def _and(values: list) -> str:
+    values = [str(v) for v in values]
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]

@@ -1,0 +1,131 @@
+"""When data parallelism pays, measured: for a few widths of the task's MLP, seconds per step on one
+rank (all compute) and on n ranks averaging gradients, beside a ring-allreduce sweep on those n ranks
+to fit alpha and B (:mod:`ringlab.predict.dataparallel` turns them into a predicted speed-up).
+
+:func:`measure_payoff` times one rank in this process and starts one MPI job per rank count, each
+running this module::
+
+    mpiexec -n 2 python -m mpi4py -m ringlab.train.payoff --widths 64,256,1024 --steps 30
+
+Every rank takes PER_RANK samples a step (n ranks: n times the samples per step), and the
+DistributedOptimizer averages the gradients after backward (``overlap=False``), as the cost model
+assumes. A step lasts as long as its slowest rank's; the time kept is the fastest timed step's, as
+timeit keeps the best of its runs: other work on the machine can slow a step, never speed one up.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+
+import numpy as np
+
+from .scaling import PER_RANK
+from .task import one_thread
+
+WIDTHS = (64, 256, 1024)  # hidden units: 22.5 KiB, 282 KiB and 4.1 MiB of float32 gradients
+SWEEP_SIZES = tuple(1 << k for k in range(10, 23, 2))  # 1 KiB to 4 MiB: the widths' gradients and around them
+LR = 0.01  # small: the timings, not the training, are the point here
+
+
+def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None) -> dict:
+    """Train the task's MLP of ``hidden`` units for ``warmup`` + ``steps`` steps; time the steps.
+
+    Alone (``comm`` None): plain SGD, all compute. On every rank of ``comm``: a DistributedOptimizer
+    (ring, no overlap) whose ``step()`` time is the communication. Returns ``hidden``,
+    ``gradient_bytes``, ``step_s`` (the fastest step, each step as slow as its slowest rank) and ``comm_s``
+    (that step's seconds in ``step()`` on that rank).
+    """
+    import torch
+
+    from .optimizer import DistributedOptimizer
+    from .task import batches, make_data, make_model
+
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    rank = 0 if comm is None else comm.Get_rank()
+    x, y, _, _ = make_data()
+    batch = batches(x, y, 1 if comm is None else comm.Get_size(), PER_RANK)
+    model = make_model(hidden=hidden)
+    sgd = torch.optim.SGD(model.parameters(), lr=LR)
+    opt = sgd if comm is None else DistributedOptimizer(sgd, model.named_parameters(), comm=comm, overlap=False)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    seconds = np.zeros((steps, 2))  # (step, in step() communicating) per timed step
+    for step in range(warmup + steps):
+        began, comm_before = time.perf_counter(), getattr(opt, "comm_seconds", 0.0)
+        opt.zero_grad()
+        inputs, targets = batch(rank, step)
+        loss_fn(model(inputs), targets).backward()
+        opt.step()
+        if step >= warmup:
+            seconds[step - warmup] = time.perf_counter() - began, getattr(opt, "comm_seconds", 0.0) - comm_before
+    if comm is not None:
+        opt.close()
+        ranks = np.array(comm.allgather(seconds))  # (rank, step, [step, in step()])
+        slowest = ranks[:, :, 0].argmax(axis=0)  # a step lasts as long as its slowest rank's: take that rank's
+        seconds = ranks[slowest, np.arange(steps)]
+    step_s, comm_s = seconds[np.argmin(seconds[:, 0])]  # the fastest step, and its communicating
+    return {"hidden": hidden, "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "step_s": float(step_s), "comm_s": float(comm_s)}
+
+
+def run_ranks(widths=WIDTHS, steps: int = 30) -> dict | None:
+    """On every rank of COMM_WORLD: a ring-allreduce sweep, then :func:`time_steps` for each width.
+    Rank 0 returns ``{"ranks", "sweep": [{"bytes", "time_s", "algorithm"}], "widths": [...]}``."""
+    from mpi4py import MPI
+
+    from ..measure.bench import run
+
+    comm = MPI.COMM_WORLD
+    with one_thread():
+        sweep = run("allreduce", ["ring"], list(SWEEP_SIZES), iters=5, warmup=1, out=io.StringIO())
+        timed = [time_steps(hidden, steps, comm=comm) for hidden in widths]
+    if comm.Get_rank() != 0:
+        return None
+    return {"ranks": comm.Get_size(), "widths": timed,
+            "sweep": [{k: row[k] for k in ("bytes", "time_s", "algorithm")} for row in sweep["rows"]]}
+
+
+def default_rank_counts(cores: int) -> tuple[int, ...]:
+    """2 ranks, and more up to one a core, at most 4."""
+    return tuple(range(2, min(max(cores, 2), 4) + 1))
+
+
+def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: float = 300) -> dict:
+    """One rank timed in this process, then one MPI job per rank count (each at least 2; by default 2
+    up to this machine's cores, at most 4: a core per rank).
+
+    Returns ``{"cores", "per_rank", "one_rank": [time_steps rows], "runs": [run_ranks results]}``.
+    """
+    from ..mpi.launch import cores, run_mpi
+
+    rank_counts = default_rank_counts(cores()) if rank_counts is None else rank_counts
+    if not rank_counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in rank_counts):
+        raise ValueError(f"rank_counts must be integers of 2 or more (one rank is timed here), got {rank_counts!r}")
+    if not widths:
+        raise ValueError("no widths to time")
+    with one_thread():
+        alone = [time_steps(hidden, steps) for hidden in widths]
+    runs = []
+    for n in rank_counts:
+        done = run_mpi(n, ["-m", "ringlab.train.payoff", "--widths", ",".join(map(str, widths)),
+                           "--steps", str(steps)], timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"timing on {n} ranks failed:\n{done.stderr[-2000:]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {"cores": cores(), "per_rank": PER_RANK, "one_rank": alone, "runs": runs}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="one rank count's timings (run it under mpiexec)")
+    parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args(argv)
+    result = run_ranks([int(w) for w in args.widths.split(",")], args.steps)
+    if result is not None:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

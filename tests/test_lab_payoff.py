@@ -1,0 +1,126 @@
+"""Lab 06's 'when does data parallelism pay' (ringlab.lab.payoff): rows and sentences from measurements
+made by hand, with sweeps that the alpha-beta model fits exactly, so every figure can be worked out here."""
+import pytest
+
+from ringlab.algorithms import build
+from ringlab.lab.payoff import (curve_ranks, describe_payoff, describe_published, fits, measured_rows,
+                                speedup_rows)
+from ringlab.predict import predict
+from ringlab.predict.dataparallel import allreduce_seconds, speedup
+from ringlab.topology import uniform
+
+SIZES = [1 << k for k in range(10, 23, 2)]
+WIDTHS = {64: (400e-6, 23072), 1024: (4e-3, 4300832)}  # hidden: (one rank's step, gradient bytes)
+FIGURES = {2: (10e-6, 4e9), 3: (50e-6, 1e9)}  # ranks: (alpha, B) that made the sweep
+STEPS = {(2, 64): 450e-6, (2, 1024): 9e-3, (3, 64): 700e-6, (3, 1024): 20e-3}  # measured step seconds
+
+
+def sweep(n):
+    alpha, bandwidth = FIGURES[n]
+    topology = uniform(n, bandwidth=bandwidth, latency=alpha)
+    return [{"bytes": k, "time_s": predict(build("allreduce.ring", n), k, topology).seconds, "algorithm": "ring"}
+            for k in SIZES]
+
+
+def measured(cores=2):
+    return {"cores": cores, "per_rank": 32,
+            "one_rank": [{"hidden": h, "gradient_bytes": b, "step_s": t, "comm_s": 0.0}
+                         for h, (t, b) in WIDTHS.items()],
+            "runs": [{"ranks": n, "sweep": sweep(n),
+                      "widths": [{"hidden": h, "gradient_bytes": b, "step_s": STEPS[n, h], "comm_s": STEPS[n, h] / 3}
+                                 for h, (_, b) in WIDTHS.items()]} for n in (2, 3)]}
+
+
+def test_fits_and_the_rank_count_that_draws_the_curves():
+    fitted = fits(measured())
+    for n, (alpha, bandwidth) in FIGURES.items():
+        assert fitted[n].alpha == pytest.approx(alpha, rel=1e-6)
+        assert fitted[n].bandwidth == pytest.approx(bandwidth, rel=1e-6)
+    assert curve_ranks(measured(cores=2)) == 2  # 3 ranks on 2 cores shared them
+    assert curve_ranks(measured(cores=4)) == 3
+    assert curve_ranks(measured(cores=1)) == 2  # none had a core each: the fewest ranks
+
+
+def test_rows_predicted_and_measured():
+    rows = speedup_rows(measured())
+    assert len(rows) == 2 * 8 and {r["ranks"] for r in rows} == set(range(1, 9))
+    row = {(r["ranks"], r["hidden"]): r for r in rows}
+    alpha, bandwidth = FIGURES[2]
+    assert row[4, 64]["predicted"] == pytest.approx(speedup(400e-6, 23072, 4, alpha, bandwidth))
+    assert row[4, 64]["measured"] is None and row[1, 64]["predicted"] == 1.0
+    assert row[2, 64]["measured"] == pytest.approx(2 * 400 / 450)
+    assert row[2, 64]["computing_s"] == pytest.approx(450e-6 - 150e-6)  # the step less its time in step()
+    assert row[2, 64]["predicted_here"] == pytest.approx(speedup(400e-6, 23072, 2, alpha, bandwidth))
+    assert row[3, 1024]["shares_cores"] and not row[2, 1024]["shares_cores"]
+    assert row[3, 1024]["predicted_here"] == pytest.approx(speedup(4e-3, 4300832, 3, *FIGURES[3], cores=2))
+    assert row[3, 1024]["allreduce_here_s"] == pytest.approx(allreduce_seconds(4300832, 3, *FIGURES[3]))
+    assert [(r["ranks"], r["hidden"]) for r in measured_rows(rows)] == [(2, 64), (3, 64), (2, 1024), (3, 1024)]
+
+
+def test_the_sentences_say_what_the_rows_do():
+    rows = speedup_rows(measured())
+    said = describe_payoff(rows, measured()).splitlines()
+    assert said[0].startswith("Measured here: a ring-allreduce sweep on 2 ranks fits alpha = 10 us and B = 4 GB/s")
+    here = speedup(400e-6, 23072, 2, *FIGURES[2])
+    assert said[1].startswith("Width 64: 22.5 KiB of gradients for 400 us of compute per step on one rank "
+                              "(57.7 bytes per us).")
+    assert f"At 2 ranks the model predicts {here:.2f}x (allreduce" in said[1]
+    assert f"At 2 ranks the model predicts {here:.2f}x (allreduce 26 us); measured 1.78x, within 5% of it." in said[1]
+    shared = speedup(4e-3, 4300832, 3, *FIGURES[3], cores=2)
+    assert (f"At 3 ranks the model predicts {shared:.2f}x (allreduce" in said[2]
+            and "compute 1.5 times as long: 3 ranks on 2 cores" in said[2])
+    # 2 ranks: computing took 9000 - 3000 us, 1.5 times one rank's 4000, and step() 3000 us, more than predicted
+    assert ("measured 0.89x, below it by 43% (computing took 6000 us, 1.5 times one rank's; step() 3000 us against "
+            "1095 us predicted for the allreduce; the ranks computed slower than the model allows") in said[2]
+    assert "step() took longer than the allreduce alone: waiting for the slower rank counts in it). At 3" in said[2]
+    # 3 ranks on 2 cores: 13333 us computing is more than the 1.5 x 4000 the model allows; step() is as predicted
+    assert said[2].endswith("measured 0.60x, below it by 40% (computing took 13333 us, 3.3 times one rank's; step() "
+                            "6667 us against 5934 us predicted for the allreduce; the ranks computed slower than the "
+                            "model allows: other work on this machine took turns on the cores, or the ranks competed "
+                            "for memory).")
+    assert said[3].startswith("Every speed-up measured is below n")
+    assert said[3].endswith("The best here was width 64 at 2 ranks, 1.78x: 89% of 2x.")
+    assert said[4].startswith("Per us of compute, width 1024 sends the most gradient bytes (1,075) and width 64 "
+                              "the fewest (57.7)")
+    swapped, own = speedup(400e-6, 4300832, 8, *FIGURES[2]), speedup(400e-6, 23072, 8, *FIGURES[2])
+    assert (f"Give width 64's 400 us of compute the 4.1 MiB of width 1024's gradients and the model predicts "
+            f"{swapped:.2f}x at 8 ranks instead of {own:.2f}x") in said[4]
+
+
+def test_a_measured_speedup_at_or_above_n_is_not_called_below_it():
+    fast = measured()
+    fast["runs"][0]["widths"][0]["step_s"] = 380e-6  # 2 x 400 / 380 = 2.11x at 2 ranks
+    said = describe_payoff(speedup_rows(fast), fast).splitlines()[3]
+    assert said.startswith("Width 64 at 2 ranks measured 2.11x, not below 2x as the model has it")
+
+
+def test_one_width_has_nothing_to_compare():
+    one = measured()
+    one["one_rank"] = one["one_rank"][:1]
+    assert describe_payoff(speedup_rows(one), one).splitlines()[-1] == "Only one width: nothing to compare."
+
+
+def test_the_published_pair_read_with_the_model():
+    said = describe_published().splitlines()
+    assert said[0] == ("Published figure: Horovod with TensorFlow on one machine: 2 GPUs 1.36x and 3 GPUs 2.07x as "
+                       "fast as 1.")
+    assert said[1].startswith("Below n: 1.36x is 68% of 2x. In the model a step on 2 GPUs took 2/1.36 = 1.47 times "
+                              "one GPU's compute: the allreduce added 0.47 of the compute on top")
+    assert said[2].startswith("From 1 to 2 GPUs the speed-up rose by 0.36, from 2 to 3 by 0.71. The second rise can "
+                              "be the larger one")
+    # 3 / (1 + 0.4706 x 4/3) = 1.84
+    assert said[3] == "Fitted to 1.36x at 2 GPUs, the model predicts 1.84x at 3 (a rise of 0.48)."
+    assert said[4].startswith("The published 2.07x is 12% above that: 69% of 3x against 68% of 2x, as if the extra "
+                              "GPU brought no more communication per step, while the ring's 2(n-1)/n grows from 1 at "
+                              "2 GPUs to 1.33 at 3.")
+
+
+def test_published_pairs_the_model_accounts_for_or_not():
+    assert describe_published({2: 1.6, 3: 2.25}).splitlines()[-1].startswith(
+        "The published 2.25x is within 0% of that: the model accounts for it.")
+    said = describe_published({2: 1.6, 3: 1.9}).splitlines()
+    assert said[2].endswith("the second rise was the smaller one.")
+    assert said[-1].startswith("The published 1.90x is 16% below that")
+    for bad in ({3: 2.0}, {1: 1.0, 2: 1.5}):
+        with pytest.raises(ValueError, match="need speed-ups at two GPU counts of 2 or more"):
+            describe_published(bad)
