@@ -215,3 +215,70 @@ print(f"published: {np.median(peer[off]) / 1e9:.0f} GB/s per pair (median), {np.
 # 1. (Above) the PCIe arithmetic.
 # 2. A GPU in a x16 slot that is wired as x8: what does the same arithmetic give for PCIe 4.0? Where
 #    in `doctor`'s output, or in NVML's facts (`facts["gpus"]`), would you notice?
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("00", 1)
+
+# %% tags=["solution"]
+answer = None  # your number, in GB/s
+# solution
+answer = 16 * (128 / 130) * 8 / 8  # GT/s per lane x useful share of the bits x lanes / 8 bits per byte
+
+# %%
+check_quiz("00", 1, answer)
+
+# %%
+ask("00", 2)
+
+# %% tags=["solution"]
+answer = None  # your number of cores
+# solution
+import re
+
+from ringlab.measure.doctor import report
+
+answer = int(re.search(r"ranks and cores: (\d+) cores", "\n".join(report())).group(1))
+
+# %%
+check_quiz("00", 2, answer)
+
+# %%
+ask("00", 3)
+
+# %% tags=["solution"]
+answer = None  # your number of links
+# solution
+answer = 2  # the line from GPU 0 to GPU 3 is marked x2
+
+# %%
+check_quiz("00", 3, answer)
+
+# %%
+ask("00", 4)
+
+# %% tags=["solution"]
+answer = None  # your fraction, between 0 and 1
+# solution
+import numpy as np
+import ringlab as rl
+from ringlab.measure import published
+
+h100_peer = published.peer_matrix("B03_kr_h100x8_hgx_p2p", "unidirectional_enabled")
+h100_peak = rl.topology.preset("hgx-h100-8").peer_bandwidth_matrix()
+pairs = ~np.eye(len(h100_peer), dtype=bool)  # the diagonal is left out
+answer = float(np.median(h100_peer[pairs] / h100_peak[pairs]))
+
+# %%
+check_quiz("00", 4, answer)

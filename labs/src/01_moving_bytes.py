@@ -318,3 +318,67 @@ links_figure(PUBLISHED_LINKS, measured, title="published figures and measured on
 # 2. (Above) the cost of staging.
 # 3. From the fitted alpha and B, at what message size is half the time latency and half transfer?
 #    (Solve alpha = K/B.) Which rows of the table are latency-bound?
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("01", 1)
+
+# %% tags=["solution"]
+answer = None  # your number, in microseconds
+# solution
+answer = 2 + (1 << 20) / 10e9 * 1e6  # alpha + K/B
+
+# %%
+check_quiz("01", 1, answer)
+
+# %%
+ask("01", 2)
+
+# %% tags=["solution"]
+answer = None  # your number, in kB
+# solution
+answer = 5e-6 * 12.5e9 / 1e3  # K = alpha x B
+
+# %%
+check_quiz("01", 2, answer)
+
+# %%
+ask("01", 3)
+
+# %% tags=["solution"]
+answer = None  # your number of times
+# solution
+import ringlab as rl
+
+nbytes, latency, link, copy_rate = 16 << 20, 2e-6, rl.topology.pcie_bandwidth(3, 16), 10e9
+answer = (latency + nbytes / link + 2 * nbytes / copy_rate) / (latency + nbytes / link)
+
+# %%
+check_quiz("01", 3, answer)
+
+# %%
+ask("01", 4)
+
+# %% tags=["solution"]
+answer = None  # your number of times
+# solution
+import numpy as np
+from ringlab.measure import published
+
+p2p_on = published.peer_matrix("B03_kr_h100x8_hgx_p2p", "unidirectional_enabled")
+p2p_off = published.peer_matrix("B03_kr_h100x8_hgx_p2p", "unidirectional_disabled")
+answer = np.nanmedian(p2p_on) / np.nanmedian(p2p_off)  # medians over the GPU pairs, as printed
+
+# %%
+check_quiz("01", 4, answer)

@@ -137,3 +137,63 @@ segments_plot(segments, chain, predicted, title="measured here (points) and pred
 #
 # 1. (Above) the chain's time.
 # 2. Repeat the measurement with a 64 KiB buffer. Where does the best S move, and why?
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("02", 1)
+
+# %% tags=["solution"]
+answer = None  # your number of steps
+# solution
+import math
+
+answer = math.ceil(math.log2(13))
+
+# %%
+check_quiz("02", 1, answer)
+
+# %%
+ask("02", 2)
+
+# %% tags=["solution"]
+answer = None  # your number, in ms
+# solution
+answer = (64 << 20) * (16 + 8 - 2) / (16 * 10e9) * 1e3  # K(S+n-2)/(S B)
+
+# %%
+check_quiz("02", 2, answer)
+
+# %%
+ask("02", 3)
+
+# %% tags=["solution"]
+answer = None  # your number of segments
+# solution
+import math
+
+answer = math.sqrt((4 - 2) * (4096 << 10) / (20e-6 * 5e9))  # the minimum of (n+S-2)(alpha + K/(S B))
+
+# %%
+check_quiz("02", 3, answer)
+
+# %%
+ask("02", 4)
+
+# %% tags=["solution"]
+answer = None  # "up", "down" or "same"
+# solution
+answer = "down"  # the best S grows as sqrt(K): 64 times less data, 8 times fewer segments
+
+# %%
+check_quiz("02", 4, answer)

@@ -245,3 +245,59 @@ print(describe_scaling(scaling, ring_fit.bandwidth))
 #    `ps` (one server) behave like `naive`?
 # 3. Fit `"rhd"` too and find where the ring overtakes it: `measured_crossover(rows, "rhd", "ring")`
 #    and `fitted_crossover(fits, "rhd", "ring")` (both in `ringlab.lab.sweep`).
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("03", 1)
+
+# %% tags=["solution"]
+answer = None  # your number, in GiB
+# solution
+answer = 2 * (8 - 1) / 8 * 1  # 2(n-1)/n x K
+
+# %%
+check_quiz("03", 1, answer)
+
+# %%
+ask("03", 2)
+
+# %% tags=["solution"]
+answer = None  # your number, in MiB
+# solution
+answer = (16 - 1) * 256  # (n-1) x K
+
+# %%
+check_quiz("03", 2, answer)
+
+# %%
+ask("03", 3)
+
+# %% tags=["solution"]
+answer = None  # your chunk index
+# solution
+answer = (1 - 3) % 5  # (j - i) mod n
+
+# %%
+check_quiz("03", 3, answer)
+
+# %%
+ask("03", 4)
+
+# %% tags=["solution"]
+answer = None  # your number, in GB/s
+# solution
+answer = (256 << 20) / 20e-3 * 2 * (8 - 1) / 8 / 1e9  # algbw x 2(n-1)/n
+
+# %%
+check_quiz("03", 4, answer)

@@ -3,7 +3,8 @@
 #
 # **What you'll do:** count what a single parameter server and a sharded one carry, then train a
 # small model on five MPI ranks (one server, four workers) synchronously and asynchronously, with
-# one worker slowed down, and look at who waits and how stale the gradients get.
+# one worker slowed down, and look at who waits and how stale the gradients get. Then race the two
+# servers and a ring allreduce against the clock, and measure the server's load as workers join.
 #
 # **What you'll learn:** why one server is a bottleneck that grows with the number of workers, how
 # sharding divides it, and what asynchronous training trades for not waiting.
@@ -15,8 +16,12 @@ import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lab.exercises import check_server_load
 from ringlab.lab.staleness import describe_staleness, describe_waiting
+from ringlab.lab.serverload import describe_server_load
 from ringlab.lab.tables import table
+from ringlab.lab.wallclock import common_target, describe_race
+from ringlab.mpi.launch import cores
 from ringlab.viz import staleness_order_plot, staleness_plot, use_renderer
+from ringlab.viz.training import loss_against_time_plot, server_load_plot
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -75,7 +80,6 @@ for mode in ("sync", "async"):
 
 # %%
 everyone = ranks.view.pull("records", block=True)  # every rank's: rank 0 serves, ranks 1-4 are workers 0-3
-ranks.stop()
 table([{"mode": mode, **everyone[0][mode]} for mode in ("sync", "async")],
       {"mode": "mode", "time (s)": "seconds", "test accuracy": ("accuracy", ".3f")})
 table([{"mode": mode, "worker": w, **everyone[w + 1][mode]} for mode in ("sync", "async") for w in range(4)],
@@ -113,6 +117,64 @@ staleness_order_plot(pushes, straggler=3)
 print(describe_staleness(pushes, straggler=3))
 
 # %% [markdown]
+# ## Convergence against wall-clock time
+#
+# Staleness is the price of not waiting; what does not waiting buy? On the same five ranks, train the
+# same model three ways, 30 steps a worker at learning rate 0.3, with worker 3 sleeping a fixed 20 ms
+# more every step (`Straggler(3, extra_seconds=0.02)`, the same slow-down the server's `straggler=`
+# makes, so that all three runs are slowed alike):
+#
+# - the synchronous server and the asynchronous server (rank 0 serves, ranks 1-4 work);
+# - a ring allreduce among the four workers (`DistributedOptimizer`, the same plain SGD; rank 0 sits
+#   out, asleep).
+#
+# Each run keeps a copy of the weights after every update, with the seconds since its start
+# (measured here); the test loss of every copy is computed afterwards, off the clock.
+
+# %%
+# %%px
+from ringlab.lab.wallclock import METHODS, race
+from ringlab.train.straggler import Straggler
+
+slow = Straggler(3, extra_seconds=0.02)  # worker 3 sleeps 20 ms more every step
+runs = {method: race(method, steps=30, straggler=slow, lr=0.3) for method in METHODS}
+
+# %%
+runs = ranks.pull_rank0("runs")  # each run says how it was slowed: runs["sync"]["straggler"]
+loss_against_time_plot(runs, target=common_target(runs))
+
+# %% [markdown]
+# Which run reached the dashed target first, and why, read from the runs:
+
+# %%
+print(describe_race(runs))
+
+# %% [markdown]
+# ## The server's load, measured as well as counted
+#
+# The table at the top counted the server's bytes from the schedule. Now measure them on the ranks: a
+# synchronous server on rank 0 with 1, 2, 3 and 4 workers in turn (the ranks not in use sit out,
+# asleep), 20 steps each, with a wider MLP (256 hidden units) so that a push is big enough to take
+# time. The server counts the bytes of every message it receives and sends, and times how long it is
+# busy each step: receiving and adding the pushes, updating, answering, but not waiting for a push to
+# arrive. Beside it, what one rank of a ring allreduce over the same workers sends, counted from the
+# schedule: 2(n-1)/n K.
+
+# %%
+# %%px
+from ringlab.lab.serverload import measure_server_load
+
+load = measure_server_load(steps=20, hidden=256)  # rank 0 returns the rows, the others None
+
+# %%
+load = ranks.pull_rank0("load")
+ranks.stop()
+server_load_plot(load)
+
+# %%
+print(describe_server_load(load, nranks=ranks.n, cores=cores()))
+
+# %% [markdown]
 # ## Summary
 #
 # - One server's links carry (n-1)·K each way, like a naive allreduce's root; M shards divide that
@@ -123,9 +185,72 @@ print(describe_staleness(pushes, straggler=3))
 # - Staleness counts the updates between a worker's pull and its push: a slow worker's pushes are
 #   stale while the fast ones run and fresh once it runs alone; what it hands the others are
 #   gradients of old weights.
+# - Against the clock, a synchronous server and a ring allreduce both go at the straggler's pace (they
+#   compute the same average, step for step); an asynchronous server's fast workers run ahead on
+#   stale weights.
+# - A server receives and sends one gradient per worker every step, so its bytes and its busy time
+#   grow with the workers; a ring rank's bytes, 2(n-1)/n K, stay under 2K.
 #
 # ## Exercises
 #
 # 1. (Above) the server's load.
 # 2. Run the training again with `servers=2` on six ranks (two servers, four workers). What changes
 #    in the time per step, and what does not?
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("04", 1)
+
+# %% tags=["solution"]
+answer = None  # your number, in GB
+# solution
+answer = (16 - 1) * 100 / 1000  # (n-1) x K
+
+# %%
+check_quiz("04", 1, answer)
+
+# %%
+ask("04", 2)
+
+# %% tags=["solution"]
+answer = None  # your number, in GB
+# solution
+answer = ((16 - 1) + (4 - 1)) * 100 / 4 / 1000  # (n-1)K/M + (M-1)K/M
+
+# %%
+check_quiz("04", 2, answer)
+
+# %%
+ask("04", 3)
+
+# %% tags=["solution"]
+answer = None  # your number of times
+# solution
+answer = 16 / 2  # (n-1)K over 2(n-1)K/n
+
+# %%
+check_quiz("04", 3, answer)
+
+# %%
+ask("04", 4, pushes=pushes)
+
+# %% tags=["solution"]
+answer = None  # the worker's number
+# solution
+from ringlab.lab.staleness import by_worker
+
+answer = max(by_worker(pushes).items(), key=lambda item: item[1]["mean"])[0]
+
+# %%
+check_quiz("04", 4, answer, pushes=pushes)

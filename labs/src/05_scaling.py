@@ -18,6 +18,7 @@ from ringlab.lab.cluster import MPICluster
 from ringlab.predict.costmodel import crossover  # for exercise 2
 from ringlab.lab.exercises import check_ring_time
 from ringlab.lab.latency import describe_alpha
+from ringlab.lab.simnodes import describe_simulated, nvlink_to_nic, predicted_on_simulated, side_by_side
 from ringlab.lab.predictions import (describe_crossovers, describe_forced_ring, describe_hierarchy, describe_machines,
                                      describe_with_ranks, hierarchical_against_flat, machines_at, published_sweeps,
                                      rings_on, trees_against_ring, with_ranks)
@@ -288,6 +289,42 @@ busbw_plot([dict(r, algorithm=label) for label, rows in hierarchy.items() for r 
 print(describe_hierarchy(hierarchy, 1 << 28))
 
 # %% [markdown]
+# ### Two nodes on this machine
+#
+# You have one machine, but ringlab can treat groups of ranks as nodes and slow the link between
+# them: `RINGLAB_RANKS_PER_NODE=2` and `RINGLAB_NODE_LINK_GBPS=B` in a job's environment, or
+# `ringlab.mpi.nodes.simulated_nodes(2, B)` in code. Below, 4 ranks become 2 simulated nodes of 2.
+# Inside a node the ranks talk through shared memory at the bandwidth you fitted above; between the
+# nodes every message waits as long as its bytes take on a link 9 times slower, the ratio of an H100's
+# NVLink to its 400 Gbit/s network card (public figures). These are **simulated nodes**: what is
+# measured is this machine with that delay added, not a network. Each result is checked against MPI's
+# `Allreduce` before it is timed; the cost model predicts the same setup from your fitted alpha and B.
+
+# %%
+per_node, link_gbps = 2, float(fitted.bandwidth / nvlink_to_nic() / 1e9)
+node_sizes = [1 << k for k in range(16, 23, 2)]  # 64 KiB .. 4 MiB per rank
+with MPICluster(4) as ranks:
+    ranks.view.execute("from ringlab.lab.simnodes import measure_on_simulated_nodes\n"
+                       f"on_nodes = measure_on_simulated_nodes({node_sizes}, {per_node}, {link_gbps!r}, repeats=3)",
+                       block=True)
+    on_nodes = ranks.pull_rank0("on_nodes")
+model = predicted_on_simulated(node_sizes, 4, per_node, fitted.alpha, fitted.bandwidth, link_gbps * 1e9)
+busbw_plot([dict(r, algorithm=f"{r['algorithm']}: measured here") for r in on_nodes] +
+           [dict(r, algorithm=f"{r['algorithm']}: predicted") for r in model],
+           title=f"4 ranks as 2 simulated nodes, link slowed to {link_gbps:.2g} GB/s: measured here and predicted").show()
+print(describe_simulated(on_nodes, model, link_gbps, 4, per_node))
+
+# %% [markdown]
+# How much faster the hierarchy is than the flat ring, here and on the real two-node machine. The
+# published row is the nearest published comparison, not the same experiment: NCCL's own choice on
+# that machine is its NVLS and tree family, which also keeps most bytes inside the nodes, set
+# against the same machine with the flat ring forced.
+
+# %%
+table(side_by_side(on_nodes, model, link_gbps, 4, per_node, hierarchy),
+      {"setup": "setup", "source": "source", "size per rank (MiB)": ("bytes", ".2f"), "hierarchy over flat ring (x)": ("speedup", ".2f")})
+
+# %% [markdown]
 # ## The order of the ring
 #
 # On a DGX-1 not every pair of GPUs has an NVLink, and some pairs have two. The plain order
@@ -316,3 +353,60 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 # 1. (Above) the ring's time.
 # 2. With your fitted alpha and B, at what size does `allreduce.rhd` beat `allreduce.ring` on 4 ranks?
 #    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("05", 1)
+
+# %% tags=["solution"]
+answer = None  # your number, in ms
+# solution
+answer = 2 * (8 - 1) * (5e-6 + (64 << 20) / (8 * 12.5e9)) * 1e3  # 2(n-1)(alpha + K/(nB))
+
+# %%
+check_quiz("05", 1, answer)
+
+# %%
+ask("05", 2)
+
+# %% tags=["solution"]
+answer = None  # your fraction, between 0 and 1
+# solution
+latency = 2 * (1024 - 1) * 5e-6
+answer = latency / (latency + 2 * (1024 - 1) * (64 << 20) / (1024 * 12.5e9))
+
+# %%
+check_quiz("05", 2, answer)
+
+# %%
+ask("05", 3)
+
+# %% tags=["solution"]
+answer = None  # "ring", "binomial tree" or "double binary tree"
+# solution
+answer = "binomial tree"  # the highest line at the left edge of the DGX-1 panel
+
+# %%
+check_quiz("05", 3, answer)
+
+# %%
+ask("05", 4)
+
+# %% tags=["solution"]
+answer = None  # your number of times
+# solution
+answer = 2 * (8 - 1) / (8 + 1)  # the ring's 2K(n-1)/n over NVLS's K(n+1)/n
+
+# %%
+check_quiz("05", 4, answer)

@@ -271,3 +271,64 @@ for row in rank_links(topo.data["codes"], "2,3", ranks_per_node=4):
 # 3. Use `rank_links` on the published topology of a two-GPU RTX 5090 workstation
 #    (`rl.topology.published_topo("rtx5090x2")[1]`, a parsed `topo -m`) for two ranks, then three. Which
 #    link do the two GPUs share, and what does NCCL's `NCCL_P2P_LEVEL` say about that level?
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the
+# cell that shows a question, write your answer in the cell under it (`answer = ...`: a number in the
+# unit asked, or one of the choices as a string), then run the check. The worked answer is folded
+# under **Answer**: open it once you have tried. ringlab computes every expected answer when the check
+# runs, from its schedules, its cost model, the published measurements it ships or this machine, and
+# the worked answer says which.
+
+# %%
+from ringlab.lab.quiz import ask, check_quiz
+
+ask("07", 1)
+
+# %% tags=["solution"]
+answer = None  # the rank's number
+# solution
+answer = 4  # rank 5 is stuck at step 0, waiting for rank 4, which printed nothing
+
+# %%
+check_quiz("07", 1, answer)
+
+# %%
+ask("07", 2)
+
+# %% tags=["solution"]
+answer = None  # your number of times
+# solution
+from ringlab.lab.checklist import p2p_rows
+
+sweeps = p2p_rows()
+largest = max(r["bytes"] for r in sweeps if "P2P off" in r["algorithm"])  # both sweeps printed it
+at_largest = {("on" if "P2P on" in r["algorithm"] else "off"): r["busbw_Bps"] for r in sweeps if r["bytes"] == largest}
+answer = at_largest["on"] / at_largest["off"]
+
+# %%
+check_quiz("07", 2, answer)
+
+# %%
+ask("07", 3)
+
+# %% tags=["solution"]
+answer = None  # the GPU's number
+# solution
+answer = [2, 3, 6, 7][2 % 4]  # local rank mod visible GPUs picks the place in CUDA_VISIBLE_DEVICES
+
+# %%
+check_quiz("07", 3, answer)
+
+# %%
+ask("07", 4)
+
+# %% tags=["solution"]
+answer = None  # the rank's number
+# solution
+answer = (1 + 1) % 4  # the rank after the straggler: it receives from rank 1
+
+# %%
+check_quiz("07", 4, answer)

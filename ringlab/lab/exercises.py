@@ -275,4 +275,27 @@ def check_bus_factor(bus_factor):
     print("Correct: the bytes on the busiest link, over the size, give nccl-tests' factors for all six collectives.")
 
 
+def _bubble_fraction(n, m):
+    return (n - 1) / (m + n - 1)
+
+
+@exercise(_bubble_fraction, "formula")
+def check_bubble_fraction(bubble_fraction):
+    """``bubble_fraction(n, m)``: the idle share of a GPipe step, against the idle stage-slots counted in
+    :func:`ringlab.predict.pipeline.gpipe_schedule`'s grid for n stages and m micro-batches."""
+    from ..predict.pipeline import gpipe_schedule, idle_slots
+
+    def counted(n, m):
+        grid = gpipe_schedule(n, m)
+        return idle_slots(grid) / (n * len(grid[0]))
+
+    cases = [dict(n=n, m=m) for n, m in [(4, 8), (2, 1), (4, 1), (8, 4), (8, 32), (3, 5), (1, 6)]]
+    _compare(bubble_fraction, "bubble_fraction", cases, counted,
+             "count a step's slots: the first micro-batch needs n-1 slots to reach the last stage, then the others "
+             "follow one slot apart, and backward mirrors forward; each stage is busy for 2m of them.",
+             rel_tol=1e-9, unit="(the idle share counted in the drawn schedule)")
+    print("Correct: (n-1)/(m+n-1) of a GPipe step is bubble.")
+
+
 from .diagnose import check_culprit, check_straggler  # noqa: E402,F401  (lab 07's checks live with its diagnosis)
+from .overlap import check_step_time  # noqa: E402,F401  (lab 06's bucket model lives with its sweep)

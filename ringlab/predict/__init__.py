@@ -6,7 +6,11 @@
   Trace set against the prediction step by step;
 - ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it;
 - ``protocols``: NCCL's LL, LL128 and Simple as latency and rate terms (``predict(..., protocol=)``);
-- ``nvls``: allreduce added up inside NVSwitch, NCCL's NVLS, as a labelled closed form.
+- ``nvls``: allreduce added up inside NVSwitch, NCCL's NVLS, as a labelled closed form;
+- ``dataparallel``: a training step as compute then a ring allreduce of the gradients, and the
+  speed-up over ranks that follows;
+- ``pipeline``: GPipe's schedule built from its dependencies, its bubble (n-1)/(m+n-1), and the
+  bytes a pipeline stage boundary carries against a data-parallel allreduce.
 
 ``rl.predict`` is the function :func:`predict`; the package itself is reached with
 ``from ringlab.predict import ...``.

@@ -1,7 +1,10 @@
-"""Pictures of data-parallel training: the speed-up measured against ranks, beside the ideal."""
+"""Pictures of training on several ranks: the speed-up measured against ranks, beside the ideal; the test
+loss against wall-clock seconds of three trainers; a parameter server's load against its workers."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
+
+RACE_NAMES = {"sync": "synchronous server", "async": "asynchronous server", "ring": "ring allreduce"}
 
 
 def speedup_plot(rows: list[dict], cores: int | None = None, title: str | None = None) -> go.Figure:
@@ -39,3 +42,51 @@ def _title(rows: list[dict]) -> str:
             f"{steps.pop()} steps each" if len(steps) == 1 and None not in steps else "")
     return ("measured here: data-parallel training speed-up against ranks ("
             + ", ".join([f"{'/'.join(sorted(algorithms))} allreduce"] + ([same] if same else [])) + ")")
+
+
+def loss_against_time_plot(runs: dict, target: float | None = None) -> go.Figure:
+    """Test loss against the seconds since the start, one line per run of
+    :func:`ringlab.lab.wallclock.race` (``runs``: {method: run}), measured here; ``target`` as a dashed line;
+    the runs' straggler in the title."""
+    if not runs:
+        raise ValueError("no runs to plot")
+    fig = go.Figure()
+    for method, run in runs.items():
+        fig.add_scatter(x=run["seconds"], y=run["loss"], mode="lines+markers", marker=dict(size=4),
+                        name=f"{RACE_NAMES.get(method, method)} ({len(run['seconds']) - 1} updates)",
+                        hovertemplate="%{x:.3f} s: loss %{y:.3f}<extra></extra>")
+    if target is not None:
+        fig.add_hline(y=target, line=dict(dash="dash", color="grey"), annotation_text=f"target {target:.3f}")
+    said = {(run.get("straggler") or {}).get("said") for run in runs.values()} - {None}
+    slowed = f" ({', '.join(sorted(said))})" if said else ""
+    fig.update_layout(title=f"measured here: test loss against wall-clock time{slowed}",
+                      xaxis=dict(title="seconds since the start (measured)", rangemode="tozero"),
+                      yaxis=dict(title="test loss (cross-entropy)"), legend=dict(x=0.55, y=0.99))
+    return fig
+
+
+def server_load_plot(rows: list[dict]) -> go.Figure:
+    """Two panels against the number of workers, from :func:`ringlab.lab.serverload.measure_server_load`'s
+    rows: bytes per step in units of K (the server's, counted from its messages, beside a ring rank's,
+    counted from the schedule), and the server's busy time per step (measured here)."""
+    from plotly.subplots import make_subplots
+
+    if not rows:
+        raise ValueError("no rows to plot: measure_server_load returned none")
+    workers = [row["workers"] for row in rows]
+    K = rows[0]["gradient_bytes"]
+    fig = make_subplots(rows=1, cols=2,
+                        subplot_titles=("bytes per step (counted)", "server busy per step (measured here)"))
+    fig.add_scatter(x=workers, y=[row["received"] / K for row in rows], name="server receives", mode="lines+markers",
+                    row=1, col=1)
+    fig.add_scatter(x=workers, y=[row["sent"] / K for row in rows], name="server sends", mode="markers",
+                    marker=dict(symbol="x", size=10), row=1, col=1)
+    fig.add_scatter(x=workers, y=[row["ring_bytes"] / K for row in rows], name="a ring rank sends (and receives)",
+                    mode="lines+markers", line=dict(dash="dash"), row=1, col=1)
+    fig.add_scatter(x=workers, y=[row["busy_seconds"] * 1e3 for row in rows], name="server busy (median of steps)",
+                    mode="lines+markers", row=1, col=2)
+    fig.update_xaxes(title_text="workers", tickvals=workers)
+    fig.update_yaxes(title_text=f"K (= {K:,} bytes of gradients)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="ms per step", rangemode="tozero", row=1, col=2)
+    fig.update_layout(title="a parameter server's load against its workers")
+    return fig
