@@ -14,7 +14,6 @@ What to check on a GPU machine (NCCL's settings, P2P, links) is in :mod:`ringlab
 """
 from __future__ import annotations
 
-import functools
 import pickle
 import re
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .deferred import deferred_exercise
+
 # What each of the lab's mistakes does on its ranks: (what the text says, ranks it needs)
 MISTAKES = {
     "skip": "rank 2 never calls rl.allreduce; ringlab's argument check notices",
@@ -34,19 +35,6 @@ MISTAKES = {
 ABSENT = 2           # the rank that never comes in "skip" and "skip-unchecked"
 TIMEOUT_S = 1.0      # the lab's StepTimeout: a step that waits longer raises
 ELEMENTS = 30        # the mistakes' buffers: small, so every message is sent eagerly
-
-
-def _exercise(reference, what: str):
-    """:func:`ringlab.lab.exercises.exercise`, looked up when a check runs, so that exercises.py may import
-    this module's checks without an import cycle."""
-    def wrap(strict_check):
-        @functools.wraps(strict_check)
-        def check_yours(yours, strict: bool | None = None):
-            from .exercises import exercise
-
-            return exercise(reference, what)(strict_check)(yours, strict)
-        return check_yours
-    return wrap
 
 
 def _not_done(text: str):
@@ -197,7 +185,7 @@ def _culprit(messages):
     return min(read.values(), key=lambda v: (v[0] is not None, v[0] or 0))[1][0]
 
 
-@_exercise(_culprit, "answer")
+@deferred_exercise(_culprit, "answer")
 def check_culprit(culprit):
     """``culprit(messages)``: the rank that never called, from the StepTimeouts of the ranks that did (the
     ranks compared no arguments), for rings of 3 to 8 ranks and every absent rank."""
@@ -365,7 +353,7 @@ def _straggler(trace):
     return int(np.argmax(step_gaps(trace).sum(axis=1)))
 
 
-@_exercise(_straggler, "answer")
+@deferred_exercise(_straggler, "answer")
 def check_straggler(straggler):
     """``straggler(trace)``: the slowed rank, on traces of the lockstep model for 3 to 8 ranks."""
     for n, slow in ((4, 2), (4, 0), (3, 1), (5, 4), (8, 3)):

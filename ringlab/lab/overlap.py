@@ -6,11 +6,10 @@ The rows come from :func:`ringlab.train.overlap.measure_overlap`; alpha and B fr
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ..measure.units import format_bytes
+from .deferred import deferred_exercise
 
 CLEAR_DIFFERENCE = 0.05  # step times within 5% count as "no clear difference" on a shared, noisy machine
 
@@ -25,19 +24,7 @@ def _step_time(compute, nbytes, buckets, n, alpha, B, overlap):
     return max(compute + one, buckets * one) if overlap else compute + buckets * one
 
 
-def _exercise(reference, what: str):
-    """:func:`ringlab.lab.exercises.exercise`, looked up when a check runs (exercises.py imports this module)."""
-    def wrap(strict_check):
-        @functools.wraps(strict_check)
-        def check_yours(yours, strict: bool | None = None):
-            from .exercises import exercise
-
-            return exercise(reference, what)(strict_check)(yours, strict)
-        return check_yours
-    return wrap
-
-
-@_exercise(_step_time, "model")
+@deferred_exercise(_step_time, "model")
 def check_step_time(step_time):
     """``step_time(compute, nbytes, buckets, n, alpha, B, overlap)``: seconds per step when ``nbytes`` of
     gradients go in ``buckets`` equal buckets, each a ring allreduce on ``n`` ranks (alpha a step, B bytes/s),
