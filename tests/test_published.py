@@ -29,9 +29,10 @@ def test_at_least_ten_machines_with_their_sources():
 def test_nccl_sweeps_are_consistent_with_nccl_tests_definitions(name):
     """busbw = algbw x the collective's bus factor, algbw = bytes / time, wherever the source printed both."""
     data = published.load(name).data
-    factor = bus_factor(data["collective"], data["ranks"])
     assert any(r["bytes"] > 0 for r in data["rows"]) and all(r["bytes"] >= 0 for r in data["rows"])  # nccl-tests prints size-0 rows too
     for row in data["rows"]:
+        factor = bus_factor(row["collective"], row["ranks"])  # GPU-count tables and mixed tables vary per row
+        assert data["collective"] in (row["collective"], None) and data["ranks"] in (row["ranks"], None)
         for side in ("", "inplace_"):
             algbw, busbw, time_s = row[f"{side}algbw_Bps"], row[f"{side}busbw_Bps"], row[f"{side}time_s"]
             if algbw and busbw and algbw > 1e9:  # printed with 2 decimals: small values are too coarse to compare
@@ -54,6 +55,38 @@ def test_the_shipped_data_is_the_transcribed_sources_converted(tmp_path):
     assert written == published.names()
     for name in written:
         assert json.loads((tmp_path / f"{name}.json").read_text()) == published.load(name).data, name
+
+
+def test_tables_by_gpu_count_and_setting_keep_each_rows_ranks_and_setting():
+    """A17: one 8 GiB allreduce per GPU count, NCCL's default beside NVLS switched off, as two rows per count."""
+    data = published.load("A17_mlengineering_h200x8_nvls_on_off_by_gpucount_8GiB").data
+    assert data["ranks"] is None and data["collective"] == "allreduce"
+    assert [(r["ranks"], r["setting"]) for r in data["rows"][:2]] == [(4, None), (4, "NCCL_NVLS_ENABLE=0")]
+    at8 = {r["setting"]: r for r in data["rows"] if r["ranks"] == 8}
+    assert at8[None]["nccl_algorithm"] == "NVLS" and at8[None]["busbw_Bps"] == 473.1e9
+    assert at8["NCCL_NVLS_ENABLE=0"]["busbw_Bps"] == 365.6e9 and at8["NCCL_NVLS_ENABLE=0"]["nccl_algorithm"] is None
+    mixed = published.load("A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter").data
+    assert mixed["collective"] is None
+    assert [r["collective"] for r in mixed["rows"]] == ["allreduce", "allreduce", "allgather", "reduce_scatter"]
+
+
+def test_each_sweep_says_its_benchmark_library_and_which_columns_the_source_printed():
+    by_code = {name[:3]: published.load(name).data for name in published.names("nccl-tests")}
+    assert (by_code["A01"]["bench"], by_code["A01"]["sides"]) == ("nccl-tests", ["out-of-place", "in-place"])
+    assert by_code["A05"]["sides"] == ["in-place"]
+    assert (by_code["A40"]["bench"], by_code["A40"]["library"], by_code["A40"]["sides"]) == (
+        "all_reduce_bench.py", "NCCL", ["unlabelled"])
+    assert all(r["time_s"] is None and r["algbw_Bps"] for r in by_code["A40"]["rows"] if r["setting"] is None)
+    assert by_code["A40"]["rows"][-1] == dict(by_code["A40"]["rows"][-1], setting="NCCL_NVLS_ENABLE=0",
+                                              bytes=16 << 30, busbw_Bps=367.61e9, algbw_Bps=None)
+    assert by_code["A41"]["rows"][0]["time_s"] == pytest.approx(43.83e-6)  # one unlabelled set: the main columns
+    assert (by_code["A43"]["library"], by_code["A44"]["library"], by_code["A44"]["bench"]) == ("RCCL", "RCCL", "rccl-tests")
+    assert [r["ranks"] for r in by_code["A43"]["rows"]] == [2, 8]
+
+
+def test_a_tool_with_no_conversion_is_named():
+    with pytest.raises(ValueError, match="no conversion for a 'iperf3' measurement"):
+        published.convert({"source": "s", "tool": "iperf3", "machine": {}, "rows": []})
 
 
 def test_an_unknown_name_is_a_clear_error():
@@ -140,3 +173,14 @@ def test_every_modelled_sweep_can_be_set_against_the_model():
         rows = published.against_model(name)
         assert rows and all(r["predicted_busbw"] > 0 and r["ratio"] == r["predicted_busbw"] / r["measured_busbw"]
                             for r in rows)
+
+
+def test_sweeps_are_size_sweeps_of_one_ranks_and_setting_labelled_with_their_tool():
+    found = {s["name"][:3]: s for s in published.sweeps("allreduce")}
+    assert "A17" not in found and "A43" not in found  # one size per GPU count: points, not sweeps
+    a40 = found["A40"]  # its one NVLS-off point is left out of the line
+    assert a40["setting"] is None and len(a40["rows"]) == 20 and "all_reduce_bench.py" in a40["label"]
+    assert "rccl-tests" in found["A44"]["label"] and "(A01)" in found["A01"]["label"]
+    assert [s["name"][:3] for s in published.sweeps("allgather")] == ["A13"]
+    rows = published.busbw_rows("allreduce")
+    assert {r["algorithm"] for r in rows} == {s["label"] for s in found.values()}

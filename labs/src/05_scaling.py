@@ -109,17 +109,17 @@ else:
 # %% [markdown]
 # ## Published sweeps: what NCCL reaches on real machines
 #
-# nccl-tests' all_reduce_perf as published for real machines (ringlab ships the numbers with their
-# sources; none was measured here): PCIe boxes, 8-GPU NVSwitch servers, and clusters of them over
-# InfiniBand and Ethernet. Each line is one published sweep, named by its machine; the printout
-# after the figure gives each sweep's source.
+# Allreduce sweeps as published for real machines (ringlab ships the numbers with their sources; none
+# was measured here): PCIe boxes, 8-GPU NVSwitch servers (A100, H100, H200, B200), AMD MI300X boxes
+# under RCCL, a GB200 NVL72 rack, and clusters over InfiniBand and Ethernet. Most are nccl-tests'
+# all_reduce_perf; the label says where another tool measured (AMD's rccl-tests, or PyTorch's
+# all_reduce_bench.py, whose algbw is a mean over calls). Each line is one sweep, named by its
+# machine; the printout after the figure gives each sweep's source.
 
 # %%
-busbw_plot(published.busbw_rows("allreduce"), title="published measurements: nccl-tests allreduce bus bandwidth").show()
-for name in published.names("nccl-tests"):
-    entry = published.load(name)
-    if entry.data["collective"] == "allreduce":
-        print(f"{name[:3]}  {entry.label}")
+busbw_plot(published.busbw_rows("allreduce"), title="published measurements: allreduce bus bandwidth").show()
+for sweep in published.sweeps("allreduce"):
+    print(f"{sweep['name'][:3]}  {published.load(sweep['name']).label}")
 
 # %% [markdown]
 # ## The cost model against those sweeps

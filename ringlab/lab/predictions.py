@@ -20,14 +20,9 @@ def published_sweeps(preset_name: str, collective: str = "allreduce", algorithm:
     machine that the preset ``preset_name`` models; the out-of-place busbw where printed, else in place.
     With ``algorithm``, each label also says what NCCL was told to use, where the source says."""
     out = {}
-    for name in published.modelled():
-        entry = published.load(name)
-        if published.model_for(name)[0] != preset_name or entry.data["collective"] != collective:
-            continue
-        rows = [{"bytes": r["bytes"], "busbw_Bps": r["busbw_Bps"] if r["busbw_Bps"] is not None else
-                 r["inplace_busbw_Bps"]} for r in entry.data["rows"] if r["bytes"]]
-        told = entry.data.get("nccl_algorithm") if algorithm else None
-        out[f"{entry.machine} ({name[:3]}{', ' + told if told else ''})"] = [r for r in rows if r["busbw_Bps"]]
+    for sweep in published.sweeps(collective, [n for n in published.modelled() if published.model_for(n)[0] == preset_name]):
+        told = published.load(sweep["name"]).data.get("nccl_algorithm") if algorithm else None
+        out[sweep["label"][:-1] + (f", {told})" if told else ")")] = sweep["rows"]
     return out
 
 

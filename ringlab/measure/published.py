@@ -31,6 +31,12 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "published"
 TRANSCRIBED = DATA.parent / "transcribed"  # sources transcribed for ringlab, beside ../shared/published
 GB = 1e9
 MACHINE_FIELDS = ("gpu", "count", "interconnect", "nodes", "gpus_per_node", "nic")
+# The benchmarks whose sweeps ship in nccl-tests' columns, and the library each runs (RCCL on AMD GPUs).
+# all_reduce_bench.py (PyTorch's torch.distributed) prints busbw and algbw, no time: its algbw is the mean
+# over calls of size / time, not size / mean time as nccl-tests prints it.
+SWEEP_TOOLS = {"nccl-tests": "NCCL", "rccl-tests": "RCCL", "all_reduce_bench.py": "NCCL"}
+# A busbw the source printed beside the default one, for the same size and ranks, under another setting.
+VARIANT_COLUMNS = {"busbw_nvls_off_GBps": "NCCL_NVLS_ENABLE=0"}
 _P2P_NAMES = {"p2p_connectivity": "connectivity", "uni_p2p_disabled_GBps": "unidirectional_disabled",
               "uni_p2p_enabled_writes_GBps": "unidirectional_enabled", "uni_p2p_enabled_GBps": "unidirectional_enabled",
               "bidir_p2p_disabled_GBps": "bidirectional_disabled", "bidir_p2p_enabled_GBps": "bidirectional_enabled",
@@ -139,20 +145,34 @@ def host_device(name: str, device: str | None = None, peak_Bps: float | None = N
     return {"host_device": rows, "source": entry.label, "device": device}
 
 
-def busbw_rows(collective: str = "allreduce") -> list[dict]:
-    """Every shipped nccl-tests sweep of ``collective`` as rows for ``ringlab.viz.busbw_plot``: one
-    line per measurement, named by its machine, with the out-of-place busbw where the source printed
-    it and the in-place one otherwise."""
-    rows = []
-    for name in names("nccl-tests"):
+def sweeps(collective: str = "allreduce", names_: list[str] | None = None) -> list[dict]:
+    """Every size sweep of ``collective`` in the shipped nccl-tests-format data (or in ``names_``): the
+    rows of one file with the same ranks and setting, over two sizes or more, as ``{"name", "label",
+    "ranks", "setting", "rows"}`` with rows ``{"bytes", "busbw_Bps"}`` (out of place where printed, else
+    in place). Single points (a table by GPU count, one payload per setting) are not sweeps."""
+    out = []
+    for name in names("nccl-tests") if names_ is None else names_:
         entry = load(name)
-        if entry.data["collective"] != collective:
-            continue
+        series: dict[tuple, list[dict]] = {}
         for r in entry.data["rows"]:
             busbw = r["busbw_Bps"] if r["busbw_Bps"] is not None else r["inplace_busbw_Bps"]
-            if r["bytes"] and busbw:
-                rows.append({"bytes": r["bytes"], "busbw_Bps": busbw, "algorithm": f"{entry.machine} ({name[:3]})"})
-    return rows
+            if r["collective"] == collective and r["bytes"] and busbw:
+                series.setdefault((r["ranks"], r["setting"]), []).append({"bytes": r["bytes"], "busbw_Bps": busbw})
+        bench = entry.data["bench"]
+        for (ranks, setting), rows in series.items():
+            if len({r["bytes"] for r in rows}) < 2:
+                continue
+            how = ", ".join(x for x in (None if bench == "nccl-tests" else bench, setting) if x)
+            out.append({"name": name, "ranks": ranks, "setting": setting, "rows": rows,
+                        "label": f"{entry.machine} ({name[:3]}{', ' + how if how else ''})"})
+    return out
+
+
+def busbw_rows(collective: str = "allreduce") -> list[dict]:
+    """Every shipped sweep of ``collective`` (:func:`sweeps`) as rows for ``ringlab.viz.busbw_plot``: one
+    line per sweep, named by its machine, with the out-of-place busbw where the source printed it and
+    the in-place one otherwise."""
+    return [dict(r, algorithm=sweep["label"]) for sweep in sweeps(collective) for r in sweep["rows"]]
 
 
 def convert(raw: dict) -> dict:
@@ -161,10 +181,14 @@ def convert(raw: dict) -> dict:
     entry = {"source": raw["source"], "source_url": raw.get("source_url"), "tool": tool,
              "command": raw.get("command"), "nccl_version": raw.get("nccl_version"), "date": raw.get("date"),
              "machine": {k: raw["machine"].get(k) for k in MACHINE_FIELDS}}
-    if tool.startswith("nccl-tests"):
-        entry.update(format="nccl-tests", collective=_collective(raw), ranks=raw.get("nranks") or
-                     raw["machine"]["count"], dtype=raw.get("dtype"), nccl_algorithm=raw.get("algorithm"),
-                     rows=[_nccl_row(r) for r in raw["rows"]])
+    bench = next((b for b in SWEEP_TOOLS if tool.startswith(b)), None)
+    if bench:
+        rows = [row for r in raw["rows"] for row in _sweep_rows(r, raw)]
+        library = "RCCL" if "AMD" in raw["machine"]["gpu"] else SWEEP_TOOLS[bench]
+        entry.update(format="nccl-tests", bench=bench, library=library,
+                     collective=_uniform(rows, "collective"), ranks=_uniform(rows, "ranks"),
+                     dtype=raw.get("dtype"), nccl_algorithm=raw.get("algorithm"), sides=_sides(raw["rows"]),
+                     rows=rows + [row for r in raw.get("extra_points", []) for row in _sweep_rows(r, raw)])
     elif "p2pBandwidthLatencyTest" in tool:
         entry.update(format="p2pBandwidthLatencyTest", matrices=_p2p_matrices(raw["rows"]))
     elif "bandwidthTest" in tool:
@@ -184,10 +208,10 @@ def convert(raw: dict) -> dict:
     return entry
 
 
-def _collective(raw: dict) -> str:
-    named = raw.get("collective") or raw["tool"].split()[1]
-    return {"all_reduce_perf": "allreduce", "all_gather_perf": "allgather", "all_reduce": "allreduce",
-            "all_gather": "allgather"}.get(named, named)
+def _collective(named: str) -> str:
+    from .logs import _PROGRAMS
+
+    return _PROGRAMS.get(named.removesuffix("_perf"), named)
 
 
 def _integer(text):
@@ -198,10 +222,43 @@ def _scaled(value, scale):
     return None if value is None else value * scale
 
 
+def _uniform(rows: list[dict], key: str):
+    """The value every row shares for ``key``, or None where the rows differ."""
+    values = {r[key] for r in rows}
+    return values.pop() if len(values) == 1 else None
+
+
+def _sides(rows: list[dict]) -> list[str]:
+    """Which of nccl-tests' column sets the source printed: out-of-place, in-place, or one set it did not label."""
+    keys = {k for r in rows for k in r if r.get(k) is not None}
+    return [side for side, prefix in (("out-of-place", "oop_"), ("in-place", "ip_"), ("unlabelled", ""))
+            if any(f"{prefix}{column}" in keys for column in ("time_us", "algbw_GBps", "busbw_GBps"))]
+
+
+def _sweep_rows(r: dict, raw: dict) -> list[dict]:
+    """The rows of one source row: one, or one per setting where the source printed a busbw per setting
+    (``busbw_nvls_off_GBps`` beside ``busbw_GBps``: NCCL's default and NVLS switched off)."""
+    named = r.get("collective") or raw.get("collective") or raw["tool"].split()[1]
+    common = {"ranks": r.get("nranks") or raw.get("nranks") or raw["machine"]["count"],
+              "collective": _collective(named),
+              "nccl_algorithm": r.get("algo_printed") or r.get("algo_default"),  # where printed per row
+              "setting": r.get("env")}
+    rows = [dict(_nccl_row(r), **common)]
+    for key, setting in VARIANT_COLUMNS.items():
+        if r.get(key) is not None:
+            variant = {"size_bytes": r["size_bytes"], "busbw_GBps": r[key]}
+            rows.append(dict(_nccl_row(variant), **common | {"setting": setting, "nccl_algorithm": None}))
+    return rows
+
+
 def _nccl_row(r: dict) -> dict:
+    """One size: the out-of-place columns (or the one set a source printed unlabelled), then the in-place ones."""
+    def column(prefix, name):
+        return r.get(f"{prefix}{name}") if prefix else r.get(f"oop_{name}", r.get(name))
+
     return {"bytes": r["size_bytes"], "count": r.get("count"), "dtype": r.get("type"),
-            "time_s": _scaled(r.get("oop_time_us"), 1e-6), "algbw_Bps": _scaled(r.get("oop_algbw_GBps"), GB),
-            "busbw_Bps": _scaled(r.get("oop_busbw_GBps"), GB), "wrong": r.get("oop_wrong"),
+            "time_s": _scaled(column("", "time_us"), 1e-6), "algbw_Bps": _scaled(column("", "algbw_GBps"), GB),
+            "busbw_Bps": _scaled(column("", "busbw_GBps"), GB), "wrong": column("", "wrong"),
             "inplace_time_s": _scaled(r.get("ip_time_us"), 1e-6),
             "inplace_algbw_Bps": _scaled(r.get("ip_algbw_GBps"), GB),
             "inplace_busbw_Bps": _scaled(r.get("ip_busbw_GBps"), GB), "inplace_wrong": r.get("ip_wrong")}
@@ -255,8 +312,22 @@ MODELLED = {
     "A11_chlc_rtx4090x8_pcie_p2pon_allreduce": ("rtx4090-8-p2p-on", "best"),
     "A13_autodl_rtx2080ti_x2_pcie3_allgather": ("pcie3-switch-2-p2p-off", "ring"),
     "A14_tinygrad_rtx4090x6_p2p_allreduce_32MiB": "six RTX 4090s whose PCIe topology was not published",
+    "A15_coreweave_gb200_nvl72_1rack_72gpu_allreduce": "a GB200 NVL72 rack (72 GPUs in one NVLink 5 domain): "
+                                                       "no topology preset describes it",
+    "A16_coreweave_gb200_nvl72_2rack_128gpu_allreduce": "two GB200 NVL72 racks joined by InfiniBand of unstated "
+                                                        "speed: no topology preset describes them",
+    "A17_mlengineering_h200x8_nvls_on_off_by_gpucount_8GiB": ("hgx-h200-8", "best"),
+    "A18_mlengineering_b200x8_p6_nvls_on_off_by_gpucount_8GiB": "8x B200 (NVLink 5): no topology preset describes it",
+    "A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter": ("hgx-h200-8", "best"),
     "A20_galvatron_dgx-a100-40gb_allreduce": ("hgx-a100-8", "best"),
     "A21_facebookresearch-gcm_a100-80gb_allreduce": ("hgx-a100-8", "best"),
+    "A40_mlengineering_h200x8_allreduce_bench_sweep": ("hgx-h200-8", "best"),
+    "A41_mlengineering_a100x8_nvlink3_allreduce_sweep": ("hgx-a100-8", "best"),
+    "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": "8x B200 (NVLink 5): no topology preset describes it",
+    "A43_mlengineering_mi300x_allreduce_4GB_2v8gpu": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
+    "A44_hisohara_aac8_mi300x_x8_rccl_allreduce": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
+    "A45_hisohara_aac11_mi325x_x8_rccl_allreduce_ring_4G-16G": "AMD MI325X under RCCL: ringlab models NCCL on "
+                                                               "NVIDIA links",
 }
 
 
@@ -274,8 +345,10 @@ def model_for(name: str) -> tuple[str, str] | str:
 
 def against_model(name: str) -> list[dict]:
     """The shipped nccl-tests sweep ``name`` beside the cost model's prediction for its preset, one row
-    per size (``ringlab.predict.versus.versus``'s rows, each with ``preset`` and ``model`` added).
-    A sweep that no preset models is a ValueError saying why."""
+    per size (``ringlab.predict.versus.versus``'s rows, each with ``preset``, ``model``, ``ranks``,
+    ``collective`` and ``setting`` added). Each row is predicted for its own ranks and collective, and
+    as what ran there: the ring where NVLS was switched off or the source printed Ring, NVLS where it
+    printed NVLS, else the sweep's model. A sweep that no preset models is a ValueError saying why."""
     from ..predict.versus import versus
     from ..topology import preset
 
@@ -284,9 +357,23 @@ def against_model(name: str) -> list[dict]:
         raise ValueError(f"no preset models {name}: {match}")
     entry = load(name)
     preset_name, model = match
+    topology = preset(preset_name)
     itemsize = {"half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1}.get(entry.data.get("dtype"), 4)
-    rows = versus(entry.data["rows"], preset(preset_name), entry.data["collective"], model, itemsize=itemsize)
-    return [dict(r, preset=preset_name, model=model) for r in rows]
+    out = []
+    for row in entry.data["rows"]:
+        ran = row_model(row, model)
+        for r in versus([row], topology, row["collective"], ran, nranks=row["ranks"], itemsize=itemsize):
+            out.append(dict(r, preset=preset_name, model=ran, ranks=row["ranks"], collective=row["collective"],
+                            setting=row["setting"]))
+    return out
+
+
+def row_model(row: dict, model: str) -> str:
+    """What stands for what NCCL ran for one row (``ringlab.predict.versus``'s names): what the row says
+    ran, where it says (NVLS switched off, or the algorithm printed), else ``model``."""
+    if (row.get("setting") or "").replace(" ", "") == "NCCL_NVLS_ENABLE=0" or row.get("nccl_algorithm") == "Ring":
+        return "ring"
+    return "nvls" if row.get("nccl_algorithm") == "NVLS" else model
 
 
 if __name__ == "__main__":  # python -m ringlab.measure.published build FOLDER...

@@ -38,13 +38,16 @@ def port_rate(topology: Topology) -> float:
     return min(ports)
 
 
-def nvls_allreduce(nbytes: int, topology: Topology) -> float:
-    """Predicted seconds of an NVLS allreduce of ``nbytes`` per GPU on an NVSwitch ``topology``."""
+def nvls_allreduce(nbytes: int, topology: Topology, nranks: int | None = None) -> float:
+    """Predicted seconds of an NVLS allreduce of ``nbytes`` per GPU on an NVSwitch ``topology``, over all
+    its GPUs or the first ``nranks`` of them."""
     nbytes = check_count("nbytes", nbytes, minimum=0)
     if not topology.switch_reduce:
         raise ValueError(f"{topology.name}: its switches cannot add (NVLS needs third-generation NVSwitch, "
                          "as in the hgx-h100-8 and hgx-h200-8 presets)")
-    n = topology.nranks
+    n = topology.nranks if nranks is None else check_count("nranks", nranks, minimum=2)
+    if n > topology.nranks:
+        raise ValueError(f"NVLS over {n} GPUs: topology {topology.name} has {topology.nranks}")
     return LATENCY + nbytes * (n + 1) / (n * port_rate(topology) * EFFICIENCY)
 
 

@@ -35,7 +35,7 @@ def model_seconds(model: str, collective: str, nbytes: int, topology: Topology, 
                            and nranks == topology.nranks):
         if collective != "allreduce":
             raise ValueError(f"the NVLS closed form is for allreduce, not {collective}")
-        options.append((nvls_allreduce(nbytes, topology), "NVLS (closed form)"))
+        options.append((nvls_allreduce(nbytes, topology, nranks), "NVLS (closed form)"))
     return min(options)
 
 
