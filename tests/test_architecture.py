@@ -128,6 +128,37 @@ def test_the_parts_import_each_other_without_a_cycle():
                              + "\n".join(hops))
 
 
+def module_graph(package: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
+    """{module: {ringlab module it imports: ["ringlab/x.py:12", ...]}}: every import, at module level or in a
+    function; a package's ``__init__`` importing its own modules is how packages load, and left out."""
+    known = modules(package)
+    graph: dict[str, dict[str, list[str]]] = {}
+    for module, path in known.items():
+        for line, target in imports(module, path, known):
+            if target != module and not (path.name == "__init__.py" and target.startswith(module + ".")):
+                graph.setdefault(module, {}).setdefault(target, []).append(f"{path.relative_to(package.parent)}:{line}")
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Dependencies inside a folder run one way (``transports`` chooses among ``ops``, ``ipc`` and ``fastpath``,
+    which never import it back), at import time or at call time."""
+    graph = module_graph()
+    cycle = find_cycle(graph)
+    if cycle:
+        hops = [f"{a} -> {b}: " + ", ".join(graph[a][b]) for a, b in zip(cycle, cycle[1:])]
+        raise AssertionError("modules import each other in a circle, " + " -> ".join(cycle) + "\n" + "\n".join(hops))
+
+
+def test_the_module_walk_finds_a_circle_made_at_call_time(tmp_path):
+    files = {"__init__.py": "", "mpi/__init__.py": "from . import a\n", "mpi/a.py": "from .b import f\n",
+             "mpi/b.py": "def f():\n    from .a import g\n"}
+    for name, text in files.items():
+        (tmp_path / "ringlab" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "ringlab" / name).write_text(text)
+    assert find_cycle(module_graph(tmp_path / "ringlab")) == ["ringlab.mpi.a", "ringlab.mpi.b", "ringlab.mpi.a"]
+
+
 def test_the_import_walk_sees_every_kind_of_import(tmp_path):
     files = {
         "__init__.py": "from .predict import predict\n",

@@ -28,7 +28,7 @@ NODES = [(4, ["gpusim_collectives.py", "ipc", "quick"], {"RINGLAB_RANKS_PER_NODE
 OPTIMIZER = [(2, ["gpusim_optimizer.py", "host", o], {}) for o in ("overlap", "no-overlap")]
 CLOCKS = [(1, ["gpusim_timing.py"], {"machine": "rtx2080ti-2"})]
 CHECKS = {  # which quick runs exercise each file's synchronisations
-    "mpi/transports.py": COLLECTIVES + NODES,
+    "mpi/ops.py": COLLECTIVES + NODES,
     "mpi/ipc.py": COLLECTIVES + NODES,
     "mpi/collectives.py": COLLECTIVES + TRACE,
     "mpi/devices.py": COLLECTIVES + TRACE,

@@ -9,52 +9,9 @@ clear ValueError whichever builder it was meant for.
 from __future__ import annotations
 
 import difflib
-import functools
-import inspect
-from typing import Callable
 
-from ..schedule import ROOTED, Collective, Schedule, check_count, check_root
-
-ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
-
-
-def register(name: str):
-    """Decorator: file a builder under ``name`` (``"allreduce.ring"``); the collective is the part before the dot.
-
-    The builder returns ``(nchunks, steps)``. What gets registered returns a Schedule of that
-    collective and name, its empty steps dropped, with the options it was built with (those not
-    None) recorded; a ``root`` is also the collective's root for reduce, broadcast, gather and scatter.
-    """
-    collective = name.split(".", 1)[0]
-
-    def add(builder):
-        signature = inspect.signature(builder)
-
-        @functools.wraps(builder)
-        def build_schedule(nranks: int, *args, **options) -> Schedule:
-            nchunks, steps = builder(nranks, *args, **options)
-            bound = signature.bind(nranks, *args, **options)
-            bound.apply_defaults()
-            recorded = {k: v for k, v in list(bound.arguments.items())[1:] if v is not None}
-            root = recorded.get("root") if collective in ROOTED else None
-            return Schedule(Collective(collective, nranks, nchunks, root=root), tuple(s for s in steps if len(s)),
-                            name=name, options=recorded)
-
-        ALGORITHMS[name] = build_schedule
-        return build_schedule
-    return add
-
-
-def options_of(name: str) -> dict[str, object]:
-    """The options a registered algorithm takes, with their defaults."""
-    params = list(inspect.signature(ALGORITHMS[name]).parameters.values())[1:]
-    return {p.name: p.default for p in params}
-
-
-def about(name: str) -> str:
-    """What a registered algorithm does: its builder's docstring ("" for a name not registered)."""
-    builder = ALGORITHMS.get(name)
-    return inspect.cleandoc(builder.__doc__ or "") if builder else ""
+from ..schedule import Schedule, check_count, check_root
+from .registry import ALGORITHMS, about, options_of, register
 
 
 def checked_options(name: str, nranks: int, options: dict) -> dict:
@@ -104,3 +61,5 @@ def build(name: str, nranks: int, **options) -> Schedule:
 
 # Importing the pages registers their builders.
 from . import broadcast, reduce, ring, allreduce, dbtree, channels, hierarchical, gather, scatter, alltoall  # noqa: E402,F401
+
+__all__ = ["ALGORITHMS", "register", "options_of", "about", "checked_options", "build"]

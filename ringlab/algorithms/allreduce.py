@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..schedule import COPY, REDUCE, Step
-from . import broadcast, reduce, register
+from . import broadcast, reduce
+from .registry import register
 
 
 @register("allreduce.naive")

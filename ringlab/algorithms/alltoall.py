@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import COPY, Step
-from . import register
+from .registry import register
 
 
 @register("alltoall.direct")

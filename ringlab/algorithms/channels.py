@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import COPY, REDUCE, Step, check_count
-from . import register
+from .registry import register
 
 
 def default_orders(nranks: int, rings: int) -> tuple[tuple[int, ...], ...]:

@@ -13,7 +13,7 @@ The trees are built as NCCL builds them (``ncclGetBtree`` and ``ncclGetDtree`` i
 from __future__ import annotations
 
 from ..schedule import COPY, REDUCE, Step
-from . import register
+from .registry import register
 
 
 def btree(nranks: int) -> list[int]:

@@ -5,7 +5,7 @@ Node g holds the consecutive ranks gL .. gL+L-1 (the last node fewer when L does
 from __future__ import annotations
 
 from ..schedule import COPY, REDUCE, Step
-from . import register
+from .registry import register
 
 
 @register("allreduce.hierarchical")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import REDUCE, Step
-from . import register
+from .registry import register
 from .chain import pipeline
 
 

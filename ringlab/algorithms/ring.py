@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import COPY, REDUCE, Step
-from . import register
+from .registry import register
 
 
 @register("allreduce.ring")

@@ -34,13 +34,12 @@ import numpy as np
 
 from .executor import TAG_LIMIT, wait
 from ..schedule import REDUCE
-from .transports import reusable
+from .ops import KEEP_BYTES, reusable
 
 AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
 DIGEST_BYTES = 16
 CALLS_KEPT = 64          # signatures remembered per process
 BUFFERS_KEPT = 4         # result buffers bound per signature
-KEEP_SCRATCH_BYTES = 64 << 20  # a call needing more scratch than this frees it when it returns (transports.KEEP_BYTES)
 
 
 def digest(text: str) -> np.ndarray:
@@ -235,7 +234,7 @@ class Call:
 
     def run(self, x, out, in_place: bool, timeout):
         scratch_bytes = self.plan.scratch_elems * self.itemsize
-        keep = scratch_bytes <= KEEP_SCRATCH_BYTES
+        keep = scratch_bytes <= KEEP_BYTES  # more than this: freed when the call returns
         if in_place:
             buf = x
         elif out is not None:

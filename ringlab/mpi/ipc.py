@@ -12,7 +12,7 @@ import numpy as np
 from ..schedule import REDUCE
 from .devices import cupy_module, local_comm
 from .executor import TAG_LIMIT, RankPlan, overlaps
-from .transports import Ops, _land
+from .ops import Ops, _land
 
 def ipc_possible(comm) -> bool:
     """Every rank's GPU can read the GPU of every other rank of its node (the same GPU, or peer

@@ -11,7 +11,7 @@
   (real ones, or simulated with ``RINGLAB_RANKS_PER_NODE``), ``ipc+host`` and ``ipc+cuda-aware``
   use ipc between the ranks of a node and the network path (MPI, host or cuda-aware) between nodes.
 
-Each is an :class:`Ops`, driven by the executor's one step loop.
+Each is an :class:`~ringlab.mpi.ops.Ops` (``ops``, ``ipc``), driven by the executor's one step loop.
 
 ``choose`` picks the fastest that works here for ``transport="auto"``.
 """
@@ -23,155 +23,14 @@ import sys
 
 import numpy as np
 
-from .devices import cupy_module, is_device_array, pinned_empty
-from ..schedule import REDUCE
-from .executor import TAG_LIMIT, RankPlan
+from . import fastpath
+from .devices import cupy_module, is_device_array
+from .executor import RankPlan
+from .ipc import _IPC, IpcOps, NodeOps, _communicator, ipc_buffer, ipc_possible
+from .nodes import node_ids
+from .ops import DirectOps, Ops, StagedOps, clear_pool
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
-
-_POOL: dict[tuple, object] = {}
-KEEP_BYTES = 64 << 20  # numpy scratch up to this size is kept between calls; larger is allocated per call
-
-
-def _device_id(xp) -> int | None:
-    """The current GPU for cupy, None for numpy: caches are per device, so two GPUs never share a buffer."""
-    return None if xp is np else xp.cuda.Device().id
-
-
-def reusable(xp, nelems: int, dtype, purpose: str = "scratch"):
-    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype);
-    numpy scratch over :data:`KEEP_BYTES` is not kept (``rl.release_buffers()`` frees what is)."""
-    if xp is np and purpose == "scratch" and nelems * np.dtype(dtype).itemsize > KEEP_BYTES:
-        return np.empty(nelems, dtype=dtype)  # too big to keep for the rest of the process: freed after the call
-    key = (purpose, xp.__name__, _device_id(xp), np.dtype(dtype).str)
-    have = _POOL.get(key)
-    if have is None or have.size < nelems:
-        if purpose.startswith("pinned"):
-            have = pinned_empty(max(nelems, 1), dtype)
-        else:
-            have = xp.empty(max(nelems, 1), dtype=dtype)
-        _POOL[key] = have
-    return have
-
-
-def _land(xp, target, arrived, op: str) -> None:
-    """Add ``arrived`` into ``target`` in place (``"reduce"``), or replace ``target`` with it (``"copy"``)."""
-    if op == REDUCE:
-        xp.add(target, arrived, out=target)
-    else:
-        target[...] = arrived
-
-
-class Ops:
-    """How a step's bytes travel. :func:`~ringlab.mpi.executor.run_plan` calls, on every rank:
-    ``begin`` once, then per step ``before_step``, ``post`` (start the step's receives and sends),
-    ``land`` for each receive as it completes, ``after_step``; and ``end`` once.
-
-    The defaults are MPI messages between the buffers (or their staging areas) that ``incoming``
-    and ``outgoing`` name.
-    """
-
-    name = "host"
-
-    def begin(self, flat):
-        """The buffer the steps work on (the caller's, unless the transport keeps its own)."""
-        return flat
-
-    def route(self, m) -> str:
-        """The path message ``m`` takes (the transport's name; per peer for :class:`NodeOps`)."""
-        return self.name
-
-    def before_step(self) -> None:
-        pass
-
-    def post(self, comm, buf, step):
-        """Start the step's messages; return (receive requests, send requests), in plan order. A
-        windowed step starts only its first ``step.window`` receives (None stands for the others):
-        the executor starts each of the rest with :meth:`post_recv` once a slot is free."""
-        tag = step.index % TAG_LIMIT
-        first = step.window or len(step.recvs)
-        recvs = [self.post_recv(comm, buf, step, m) if i < first else None for i, m in enumerate(step.recvs)]
-        sends = [comm.Isend(self.outgoing(buf, m), dest=m.peer, tag=tag) for m in step.sends]
-        return recvs, sends
-
-    def post_recv(self, comm, buf, step, m):
-        return comm.Irecv(self.incoming(buf, m), source=m.peer, tag=step.index % TAG_LIMIT)
-
-    def reuse(self) -> None:
-        """A landed receive's scratch is about to take the next message: whatever reads it must be done."""
-
-    def incoming(self, buf, m):
-        return buf[m.lo:m.hi]
-
-    def outgoing(self, buf, m):
-        return buf[m.lo:m.hi]
-
-    def land(self, buf, m) -> None:
-        pass
-
-    def after_step(self, comm, buf, step, wait_for) -> None:
-        pass
-
-    def end(self, flat, buf) -> None:
-        pass
-
-
-class DirectOps(Ops):
-    """MPI reads and writes the buffers themselves: numpy, or cupy with a CUDA-aware MPI."""
-
-    def __init__(self, xp, plan: RankPlan, dtype):
-        self.xp = xp
-        self.scratch = reusable(xp, plan.scratch_elems, dtype)
-        self.device = xp is not np
-
-    def before_step(self):
-        if self.device:  # kernels that landed the previous step must finish before MPI touches memory
-            self.xp.cuda.get_current_stream().synchronize()
-
-    def reuse(self):
-        self.before_step()  # the kernel that landed a slot reads it asynchronously
-
-    def incoming(self, buf, m):
-        return buf[m.lo:m.hi] if m.slot < 0 else self.scratch[m.slot:m.slot + m.size]
-
-    def land(self, buf, m):
-        if m.slot >= 0:
-            _land(self.xp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
-
-    def end(self, flat, buf):
-        self.before_step()
-
-
-class StagedOps(Ops):
-    """cupy buffers through pinned host memory; MPI only ever sees host memory (plan compiled with stage_all)."""
-
-    def __init__(self, cp, plan: RankPlan, dtype):
-        self.cp = cp
-        self.recv_host = reusable(np, plan.scratch_elems, dtype, "pinned")
-        self.send_host = reusable(np, plan.staging_elems, dtype, "pinned-send") if plan.staging_elems else None
-        self.arrived = reusable(cp, plan.scratch_elems, dtype)
-
-    def before_step(self):
-        # the previous step's host->device copies (ndarray.set is asynchronous) must finish before
-        # MPI receives the next step's data into the same pinned slots
-        self.cp.cuda.get_current_stream().synchronize()
-
-    def outgoing(self, buf, m):
-        host = self.send_host[m.slot:m.slot + m.size]
-        buf[m.lo:m.hi].get(out=host)  # blocking: the bytes are in host memory when MPI takes them
-        return host
-
-    def incoming(self, buf, m):
-        return self.recv_host[m.slot:m.slot + m.size]
-
-    def land(self, buf, m):
-        arrived = self.arrived[m.slot:m.slot + m.size]
-        arrived.set(self.recv_host[m.slot:m.slot + m.size])
-        _land(self.cp, buf[m.lo:m.hi], arrived, m.op)
-
-    def end(self, flat, buf):
-        self.before_step()
-
 
 def mpi_is_cuda_aware() -> bool:
     """Whether the MPI library under mpi4py accepts device pointers (RINGLAB_CUDA_AWARE=0/1 overrides)."""
@@ -267,9 +126,6 @@ def choose(x, comm, requested: str = "auto") -> str:
 
 
 def _choose_for_device(comm, requested: str) -> str:
-    from .ipc import ipc_possible
-    from .nodes import node_ids
-
     several = max(node_ids(comm)) > 0
     network = "cuda-aware" if mpi_is_cuda_aware() else "host"
     if requested == "auto":
@@ -292,9 +148,6 @@ def _choose_for_device(comm, requested: str) -> str:
 def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 0) -> Ops:
     """The Ops the executor drives for ``transport`` (host, cuda-aware, ipc, ipc+host or ipc+cuda-aware)."""
     if transport.startswith("ipc"):
-        from .ipc import IpcOps, NodeOps, ipc_buffer
-        from .nodes import node_ids
-
         ids = node_ids(comm)
         shared = ipc_buffer(xp, comm, count, dtype, ids)
         if transport == "ipc":
@@ -316,11 +169,8 @@ def release_buffers(comm=None) -> None:
     """Free the buffers ringlab keeps between calls: the scratch and pinned pool of this process,
     and the IPC buffers shared over ``comm`` (all communicators when None). Call it on every rank
     of the communicators that used ``transport="ipc"``: releasing those is collective."""
-    from . import fastpath
-    from .ipc import _IPC, _communicator
-
     fastpath.release()  # the remembered calls, their bound buffers and persistent requests
-    _POOL.clear()
+    clear_pool()
     for key in sorted(k for k in _IPC if comm is None or k[0] == comm.py2f()):
         _IPC.pop(key).release(comm if comm is not None else _communicator(key[0]))
 

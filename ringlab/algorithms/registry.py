@@ -1,0 +1,52 @@
+"""The registry of algorithms: :func:`register` files a builder under ``"<collective>.<algorithm>"`` in
+:data:`ALGORITHMS`; :func:`options_of` and :func:`about` read what was filed. The pages
+(``ring.py``, ``broadcast.py``, ...) import this module; ``ringlab.algorithms`` imports the pages.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable
+
+from ..schedule import ROOTED, Collective, Schedule
+
+ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
+
+
+def register(name: str):
+    """Decorator: file a builder under ``name`` (``"allreduce.ring"``); the collective is the part before the dot.
+
+    The builder returns ``(nchunks, steps)``. What gets registered returns a Schedule of that
+    collective and name, its empty steps dropped, with the options it was built with (those not
+    None) recorded; a ``root`` is also the collective's root for reduce, broadcast, gather and scatter.
+    """
+    collective = name.split(".", 1)[0]
+
+    def add(builder):
+        signature = inspect.signature(builder)
+
+        @functools.wraps(builder)
+        def build_schedule(nranks: int, *args, **options) -> Schedule:
+            nchunks, steps = builder(nranks, *args, **options)
+            bound = signature.bind(nranks, *args, **options)
+            bound.apply_defaults()
+            recorded = {k: v for k, v in list(bound.arguments.items())[1:] if v is not None}
+            root = recorded.get("root") if collective in ROOTED else None
+            return Schedule(Collective(collective, nranks, nchunks, root=root), tuple(s for s in steps if len(s)),
+                            name=name, options=recorded)
+
+        ALGORITHMS[name] = build_schedule
+        return build_schedule
+    return add
+
+
+def options_of(name: str) -> dict[str, object]:
+    """The options a registered algorithm takes, with their defaults."""
+    params = list(inspect.signature(ALGORITHMS[name]).parameters.values())[1:]
+    return {p.name: p.default for p in params}
+
+
+def about(name: str) -> str:
+    """What a registered algorithm does: its builder's docstring ("" for a name not registered)."""
+    builder = ALGORITHMS.get(name)
+    return inspect.cleandoc(builder.__doc__ or "") if builder else ""
