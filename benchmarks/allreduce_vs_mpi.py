@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from ringlab.lab.tables import table
+from ringlab.measure.tables import table
 from ringlab.measure.bench import run, sweep
 from ringlab.measure.timing import time_collective
 from ringlab.measure.units import parse_size

@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 
-from ringlab.lab.tables import table
+from ringlab.measure.tables import table
 from ringlab.measure import published
 from ringlab.measure.units import parse_size
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from ringlab.lab.tables import table
+from ringlab.measure.tables import table
 from ringlab.train.scaling import COLUMNS, PER_RANK, measure_scaling
 
 

@@ -15,8 +15,9 @@ and on MPI ranks (``mpiexec -n 4 python -m mpi4py script.py``)::
 
 The parts, one folder each: ``schedule``, ``simulate`` and ``algorithms`` (the data model),
 ``mpi`` (running it on MPI ranks), ``topology`` and ``predict`` (the cost model), ``measure``,
-``train``, ``viz`` and ``lab``. ``rl.train``, ``rl.viz``, ``rl.measure`` and ``rl.lab`` load
-when first used, since they bring torch, plotly or ipyparallel with them.
+``train``, ``viz``, ``lab`` (what every lab uses) and ``lessons`` (one room per lab). ``rl.train``,
+``rl.viz``, ``rl.measure``, ``rl.lab`` and ``rl.lessons`` load when first used, since they bring torch,
+plotly or ipyparallel with them.
 """
 import importlib
 
@@ -38,7 +39,7 @@ __all__ = [
     "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "__version__",
 ]
 
-_ON_FIRST_USE = ("train", "viz", "measure", "lab")
+_ON_FIRST_USE = ("train", "viz", "measure", "lab", "lessons")
 
 
 def __getattr__(name):

@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = top.parse_args(argv)
     if args.command == "demo":
-        from .lab.demo import walkthrough
+        from .viz.terminal import walkthrough
 
         options = {k: getattr(args, k) for k in ("root", "segments", "servers", "rings", "local")
                    if getattr(args, k) is not None}

@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ringlab"
 
 CORE = ("schedule", "simulate", "algorithms")  # the data model: one part in three places
-PARTS = ("mpi", "topology", "predict", "measure", "train", "viz", "lab")
+PARTS = ("mpi", "topology", "predict", "measure", "train", "viz", "lab", "lessons")
 ENTRY_POINTS = ("cli", "__init__", "__main__")  # ringlab's own: they may import anything
 LAYOUT = {"schedule.py", "simulate.py", "algorithms", "mpi", "topology", "predict", "measure", "train", "viz",
-          "lab", "cli.py", "__init__.py", "__main__.py", "data"}
+          "lab", "lessons", "cli.py", "__init__.py", "__main__.py", "data"}
 
 
 def module_name(path: Path, package: Path) -> str:

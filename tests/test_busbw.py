@@ -1,11 +1,11 @@
 """Bus factors counted from the bytes of each collective's bandwidth-optimal schedule equal nccl-tests'
 definitions; the lab's exercise checker accepts that and rejects a wrong factor; predicted algbw falls
-with the ranks while busbw stays flat, and the sentence follows the numbers (ringlab.lab.busbw)."""
+with the ranks while busbw stays flat, and the sentence follows the numbers (ringlab.lessons.lab03_allreduce)."""
 import pytest
 
-from ringlab.lab.busbw import (OPTIMAL, bandwidth_optimal, bus_factor_from_traffic, describe_scaling, nccl_tests_size,
-                               scaling_rows)
-from ringlab.lab.exercises import check_bus_factor
+from ringlab.lessons.lab03_allreduce import (OPTIMAL, bandwidth_optimal, bus_factor_from_traffic, describe_scaling,
+                                             nccl_tests_size, scaling_rows)
+from ringlab.lessons.lab03_allreduce import check_bus_factor
 from ringlab.schedule import bus_factor
 
 

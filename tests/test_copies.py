@@ -3,8 +3,8 @@ sentences chosen by the numbers (MPI below, level with or above a copy of its si
 the staged formula's gap; whether the parts add up)."""
 import pytest
 
-from ringlab.lab.copies import (copy_against_mpi, copy_rows, describe_best_pingpong, describe_staged,
-                                last_level_cache, staged_rows)
+from ringlab.measure.copies import (copy_against_mpi, copy_rows, describe_best_pingpong, describe_staged,
+                                    last_level_cache, staged_rows)
 
 MiB = 1 << 20
 SIZES = [16 << 10, 256 << 10, MiB, 4 * MiB, 16 * MiB, 64 * MiB]

@@ -1,9 +1,9 @@
-"""Lab 07's diagnosis tools (ringlab.lab.diagnose): real mistakes on MPI ranks against what the schedule
+"""Lab 07's diagnosis tools (ringlab.lessons.lab07_hangs_and_crawls.diagnose): real mistakes on MPI ranks against what the schedule
 predicts, stragglers found from traces, the published P2P sweeps and topology read back in sentences whose
 verdict follows the numbers, and the exercises' checks accepting the right answer and rejecting a wrong one."""
 import pytest
 
-from ringlab.lab import checklist, diagnose
+from ringlab.lessons.lab07_hangs_and_crawls import checklist, diagnose
 from ringlab.lab.exercises import NotDoneYet
 
 D02 = "D02_chlc_rtx4090x8_topo"

@@ -1,7 +1,7 @@
-"""Lab 06's accumulation and large-batch sentences (ringlab.lab.batches), from runs made by hand, both ways."""
+"""Lab 06's accumulation and large-batch sentences (ringlab.lessons.lab06_training.batches), from runs made by hand, both ways."""
 import pytest
 
-from ringlab.lab.batches import describe_accumulation, describe_large_batches
+from ringlab.lessons.lab06_training.batches import describe_accumulation, describe_large_batches
 
 
 def row(**changes):

@@ -1,10 +1,11 @@
-"""Lab 06's buckets and overlap (ringlab.lab.overlap): sentences worded from the numbers they quote, each way the
+"""Lab 06's buckets and overlap (ringlab.lessons.lab06_training.overlap): sentences worded from the numbers they quote, each way the
 measurements can go; the step-time model's check accepting the right answer and rejecting wrong ones."""
 import pytest
 
-from ringlab.lab.exercises import NotDoneYet, check_step_time
-from ringlab.lab.overlap import (_step_time, best_overlapping, describe_overlap, describe_prediction, predict_sweep,
-                                 timeline_traces)
+from ringlab.lab.exercises import NotDoneYet
+from ringlab.lessons.lab06_training.overlap import check_step_time
+from ringlab.lessons.lab06_training.overlap import (_step_time, best_overlapping, describe_overlap, describe_prediction,
+                                                    predict_sweep, timeline_traces)
 from ringlab.predict.fitting import Fit, fit
 
 MB = 5 << 20

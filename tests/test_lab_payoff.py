@@ -1,10 +1,10 @@
-"""Lab 06's 'when does data parallelism pay' (ringlab.lab.payoff): rows and sentences from measurements
+"""Lab 06's 'when does data parallelism pay' (ringlab.lessons.lab06_training.payoff): rows and sentences from measurements
 made by hand, with sweeps that the alpha-beta model fits exactly, so every figure can be worked out here."""
 import pytest
 
 from ringlab.algorithms import build
-from ringlab.lab.payoff import (curve_ranks, describe_payoff, describe_published, fits, measured_rows,
-                                speedup_rows)
+from ringlab.lessons.lab06_training.payoff import (curve_ranks, describe_payoff, describe_published, fits,
+                                                   measured_rows, speedup_rows)
 from ringlab.predict import predict
 from ringlab.predict.dataparallel import allreduce_seconds, speedup
 from ringlab.topology import uniform

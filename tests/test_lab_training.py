@@ -1,9 +1,9 @@
-"""Lab 06's sentences (ringlab.lab.training): each worded from the numbers it quotes, both ways."""
+"""Lab 06's sentences (ringlab.lessons.lab06_training.trainers): each worded from the numbers it quotes, both ways."""
 import numpy as np
 import pytest
 
-from ringlab.lab.training import (compare_trainers, describe_accuracy, describe_speedup, describe_trainer_speeds,
-                                  describe_trainers, trainer_speeds)
+from ringlab.lessons.lab06_training.trainers import (compare_trainers, describe_accuracy, describe_speedup,
+                                                     describe_trainer_speeds, describe_trainers, trainer_speeds)
 
 
 def run(ranks, speedup, accuracy, steps=None, samples=38400, comm_share=0.1, seconds=None):

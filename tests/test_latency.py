@@ -1,10 +1,10 @@
 """A fitted per-step alpha set against a raw MPI message: the wording follows the two numbers
-(ringlab.lab.latency)."""
+(ringlab.measure.latency)."""
 import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.lab.latency import describe_alpha
+from ringlab.measure.latency import describe_alpha
 from ringlab.predict.fitting import fit
 
 

@@ -1,10 +1,11 @@
-"""Pipeline parallelism on paper (ringlab.predict.pipeline, ringlab.viz.pipeline, ringlab.lab.pipeline): the
+"""Pipeline parallelism on paper (ringlab.predict.pipeline, ringlab.viz.pipeline, ringlab.lessons.lab06_training.pipeline): the
 GPipe schedule built from dependencies alone has the bubble of the formula, the parameter count matches
 torch's own transformer layer, and the exercise accepts the formula and rejects a wrong one."""
 import pytest
 
-from ringlab.lab.exercises import NotDoneYet, check_bubble_fraction
-from ringlab.lab.pipeline import describe_bubble, describe_pipeline_traffic
+from ringlab.lab.exercises import NotDoneYet
+from ringlab.lessons.lab06_training.pipeline import check_bubble_fraction
+from ringlab.lessons.lab06_training.pipeline import describe_bubble, describe_pipeline_traffic
 from ringlab.predict.pipeline import (BACKWARD, FORWARD, bubble_fraction, gpipe_schedule, idle_slots, pipeline_traffic,
                                       transformer_layer_parameters)
 from ringlab.viz.pipeline import bubble_plot, pipeline_chart

@@ -1,12 +1,12 @@
 """Lab 05's predictions for machines nobody here runs, beside the published sweeps of those machines
-(ringlab.lab.predictions)."""
+(ringlab.lessons.lab05_scaling.predictions)."""
 import pytest
 
 import ringlab as rl
-from ringlab.lab.predictions import (describe_crossovers, describe_machines, describe_with_ranks, machines_at,
-                                     published_sweeps, with_ranks)
-from ringlab.lab.predictions import (DBTREE_SEGMENTS, dbtree_seconds, describe_hierarchy, hierarchical_against_flat,
-                                     rings_on, trees_against_ring)
+from ringlab.lessons.lab05_scaling.predictions import (describe_crossovers, describe_machines, describe_with_ranks,
+                                                       machines_at, published_sweeps, with_ranks)
+from ringlab.lessons.lab05_scaling.predictions import (DBTREE_SEGMENTS, dbtree_seconds, describe_hierarchy,
+                                                       hierarchical_against_flat, rings_on, trees_against_ring)
 from ringlab.measure import published
 
 
@@ -102,7 +102,7 @@ def test_hierarchical_against_flat_on_two_nodes():
 
 
 def test_describe_forced_ring_follows_the_published_numbers():
-    from ringlab.lab.predictions import describe_forced_ring
+    from ringlab.lessons.lab05_scaling.predictions import describe_forced_ring
 
     sweeps = published_sweeps("ib-2x8-h100", algorithm=True)
     text = describe_forced_ring(sweeps)

@@ -7,16 +7,22 @@ import re
 import nbformat
 import pytest
 
+from ringlab import lessons
 from ringlab.lab import notebooks
 from ringlab.lab.exercises import NotDoneYet
-from ringlab.lab.quiz import Question, ask, check_quiz, lab_key, question, questions
-from ringlab.lab.quizzes import QUIZZES
+from ringlab.lab.quiz import Question, Quiz
+from ringlab.lessons import lab_key
 
 LABS = [p.stem for p in notebooks.sources()]
+QUIZZES = {key: lessons.quiz(key) for key in lessons.ROOMS}
 # What a lab passes in from its own run, for the questions about it: lab 04's async pushes, (worker,
 # staleness) in the order applied; worker 3 is the stalest here.
 MEASURED = {"pushes": [(0, 0), (1, 1), (2, 2), (3, 3), (0, 3), (1, 3), (2, 3), (3, 3), (0, 2), (3, 4)]}
 EVERY_QUESTION = [(lab, n) for lab, quiz in QUIZZES.items() for n in range(1, len(quiz) + 1)]
+
+
+def question(lab, number):
+    return lessons.quiz(lab).question(number)
 
 
 def _measured(q: Question) -> dict:
@@ -36,20 +42,23 @@ def _quiz_cells(notebook):
 def test_every_lab_has_a_quiz_of_three_to_five_questions():
     assert sorted(QUIZZES) == sorted(lab_key(lab) for lab in LABS)
     for lab in LABS:
-        assert 3 <= len(questions(lab)) <= 5, lab
+        quiz = lessons.quiz(lab)
+        assert isinstance(quiz, Quiz) and quiz.lab == lab_key(lab) and 3 <= len(quiz) <= 5, lab
 
 
 @pytest.mark.parametrize("lab", LABS)
 def test_the_quiz_is_the_last_section_and_asks_every_question_in_order(lab):
     notebook = nbformat.read(notebooks.LABS / "solutions" / f"{lab}.ipynb", as_version=4)
     cells = _quiz_cells(notebook)
-    key, count = lab_key(lab), len(questions(lab))
+    count = len(lessons.quiz(lab))
     assert len(cells) == 3 * count  # per question: ask, answer (a solution cell), check
+    room = lessons.room(lab).__name__
+    assert f"from {room} import QUIZ" in cells[0].source or f"from {room}.quiz import QUIZ" in cells[0].source
     for number in range(1, count + 1):
         shown, answered, checked = cells[3 * number - 3:3 * number]
-        assert f'ask("{key}", {number}' in shown.source
+        assert f"QUIZ.ask({number}" in shown.source
         assert "solution" in answered.metadata.get("tags", []) and answered.source.startswith("answer = None")
-        assert f'check_quiz("{key}", {number}, answer' in checked.source
+        assert f"QUIZ.check({number}, answer" in checked.source
     source = (notebooks.LABS / "src" / f"{lab}.py").read_text()
     assert source.count("\n# ## Quiz\n") == 1
 
@@ -60,7 +69,7 @@ def test_the_checker_accepts_the_computed_answer_and_refuses_a_wrong_one(lab, nu
     measured = _measured(q)
     right = q.answer(**measured)
     assert q.is_right(right, **measured)
-    check_quiz(lab, number, right, strict=True, **measured)
+    lessons.quiz(lab).check(number, right, strict=True, **measured)
     assert "right" in capsys.readouterr().out
     if q.choices:
         assert right in q.choices
@@ -72,8 +81,8 @@ def test_the_checker_accepts_the_computed_answer_and_refuses_a_wrong_one(lab, nu
         wrong = [right * 2, right / 2]
         assert not any(q.is_right(w, **measured) for w in wrong)
     with pytest.raises(AssertionError, match="Hint: "):
-        check_quiz(lab, number, wrong[0], strict=True, **measured)
-    shown = ask(lab, number, **measured)
+        lessons.quiz(lab).check(number, wrong[0], strict=True, **measured)
+    shown = lessons.quiz(lab).ask(number, **measured)
     assert "<details><summary>Answer</summary>" in shown._repr_html_() and "{" not in repr(shown)
 
 
@@ -86,31 +95,31 @@ def test_an_answer_can_be_read_off_within_its_tolerance():
 
 def test_without_strict_nothing_raises_and_the_learner_is_told_what_to_do(monkeypatch, capsys):
     monkeypatch.delenv("RINGLAB_STRICT_EXERCISES", raising=False)
-    check_quiz("03", 1, None)
+    lessons.quiz("03").check(1, None)
     assert "Question 1: not answered yet" in capsys.readouterr().out
-    check_quiz("03", 1, 3.5)
+    lessons.quiz("03").check(1, 3.5)
     said = capsys.readouterr().out
     assert "you answered 3.5 GiB, too high" in said and "Hint: 2(n-1) steps" in said
-    check_quiz("03", 1, "1.75")
+    lessons.quiz("03").check(1, "1.75")
     assert "answer with a number (in GiB), not '1.75'" in capsys.readouterr().out
-    check_quiz("02", 4, "sideways")
+    lessons.quiz("02").check(4, "sideways")
     assert "'sideways' is not one of the choices: 'up', 'down', 'same'" in capsys.readouterr().out
     monkeypatch.setenv("RINGLAB_STRICT_EXERCISES", "1")
     with pytest.raises(NotDoneYet, match="not answered yet"):
-        check_quiz("03", 1, None)
+        lessons.quiz("03").check(1, None)
 
 
 def test_bad_labs_numbers_and_measurements_are_refused():
     with pytest.raises(ValueError, match="no quiz for lab 9; the labs with quizzes are 00, 01"):
-        questions(9)
+        lessons.quiz(9)
     with pytest.raises(ValueError, match="name a lab by its number"):
-        questions("allreduce")
+        lessons.quiz("allreduce")
     with pytest.raises(ValueError, match="questions 1 to 4, not 0"):
         question("03_allreduce", 0)
     with pytest.raises(ValueError, match="takes pushes from the lab; got none"):
         question("04", 4).answer()
     with pytest.raises(ValueError, match="takes no measured values from the lab; got pushes"):
-        check_quiz("03", 1, 1.75, pushes=[])
+        lessons.quiz("03").check(1, 1.75, pushes=[])
     with pytest.raises(ValueError, match="an answer off by 2x is wrong"):
         Question("?", lambda: 1.0, "", "", rel_tol=0.5)
 
@@ -137,7 +146,7 @@ def _run_quiz(notebook, strict: bool, monkeypatch) -> str:
 
 @pytest.mark.parametrize("lab", LABS)
 def test_the_solutions_answer_right_and_the_exercises_run_on_unanswered(lab, monkeypatch):
-    count = len(questions(lab))
+    count = len(lessons.quiz(lab))
     solved = _run_quiz(nbformat.read(notebooks.LABS / "solutions" / f"{lab}.ipynb", as_version=4), True, monkeypatch)
     assert solved.count(": right, ") == count, solved
     fresh = _run_quiz(nbformat.read(notebooks.LABS / f"{lab}.ipynb", as_version=4), False, monkeypatch)

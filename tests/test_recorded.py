@@ -11,6 +11,13 @@ import numpy as np
 import pytest
 
 from ringlab.lab import exercises
+from ringlab.lessons.lab00_your_machine import check_pcie
+from ringlab.lessons.lab01_moving_bytes import check_message_time, check_staged_time
+from ringlab.lessons.lab02_reduce_broadcast import check_chain_time
+from ringlab.lessons.lab03_allreduce import check_reduce_scatter_rule
+from ringlab.lessons.lab04_parameter_servers.serverload import check_server_load
+from ringlab.lessons.lab05_scaling.predictions import check_ring_time
+from ringlab.lessons.lab06_training.batches import check_scaled_lr
 from ringlab.measure import recorded
 from ringlab.mpi.devices import gpu_count
 from ringlab.measure.doctor import LAB_PLANS as DOCTOR_LABS
@@ -114,14 +121,14 @@ def test_doctor_lists_the_labs_that_exist():
 
 
 CHECKS = [
-    (exercises.check_reduce_scatter_rule, lambda j, i, n: (j - i) % n, lambda j, i, n: (j + i) % n),
-    (exercises.check_chain_time, lambda K, n, S, B: K * (S + n - 2) / (S * B), lambda K, n, S, B: (n - 1) * K / B),
-    (exercises.check_ring_time, lambda n, K, a, B: 2 * (n - 1) * (a + K / (n * B)), lambda n, K, a, B: 2 * K / B),
-    (exercises.check_server_load, lambda n, M, K: (n - 1) * K // M + (M - 1) * K // M, lambda n, M, K: (n - 1) * K),
-    (exercises.check_scaled_lr, lambda b, k, s, w: b * (1 + (k - 1) * min(s, w) / w), lambda b, k, s, w: b * k),
-    (exercises.check_pcie, lambda r, e, lanes: r * e * lanes / 8, lambda r, e, lanes: r * lanes / 8),
-    (exercises.check_message_time, lambda K, a, B: a + K / B, lambda K, a, B: K / B),
-    (exercises.check_staged_time, lambda K, a, link, c: a + K / link + 2 * K / c, lambda K, a, link, c: a + K / link),
+    (check_reduce_scatter_rule, lambda j, i, n: (j - i) % n, lambda j, i, n: (j + i) % n),
+    (check_chain_time, lambda K, n, S, B: K * (S + n - 2) / (S * B), lambda K, n, S, B: (n - 1) * K / B),
+    (check_ring_time, lambda n, K, a, B: 2 * (n - 1) * (a + K / (n * B)), lambda n, K, a, B: 2 * K / B),
+    (check_server_load, lambda n, M, K: (n - 1) * K // M + (M - 1) * K // M, lambda n, M, K: (n - 1) * K),
+    (check_scaled_lr, lambda b, k, s, w: b * (1 + (k - 1) * min(s, w) / w), lambda b, k, s, w: b * k),
+    (check_pcie, lambda r, e, lanes: r * e * lanes / 8, lambda r, e, lanes: r * lanes / 8),
+    (check_message_time, lambda K, a, B: a + K / B, lambda K, a, B: K / B),
+    (check_staged_time, lambda K, a, link, c: a + K / link + 2 * K / c, lambda K, a, link, c: a + K / link),
 ]
 
 

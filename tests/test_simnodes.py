@@ -1,11 +1,11 @@
-"""Lab 05's simulated nodes (ringlab.lab.simnodes): measured under mpiexec, predicted by the cost model."""
+"""Lab 05's simulated nodes (ringlab.lessons.lab05_scaling.simnodes): measured under mpiexec, predicted by the cost model."""
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ringlab.lab import simnodes
+from ringlab.lessons.lab05_scaling import simnodes
 from ringlab.mpi.launch import run_mpi
 
 HERE = Path(__file__).parent / "mpi"
@@ -53,7 +53,7 @@ def test_the_ratio_comes_from_the_presets_figures():
 
 
 def test_side_by_side_sets_the_simulated_nodes_beside_the_h100_prediction_and_the_published_sweeps():
-    from ringlab.lab.predictions import hierarchical_against_flat
+    from ringlab.lessons.lab05_scaling.predictions import hierarchical_against_flat
 
     sizes = [1 << 16, 1 << 20]
     model = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=9e9, link_Bps=1e9)

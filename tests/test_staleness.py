@@ -1,8 +1,9 @@
 """Staleness read back from an asynchronous server's pushes: per worker, whose updates were missed, and
-sentences whose verdict follows the numbers (ringlab.lab.staleness)."""
+sentences whose verdict follows the numbers (ringlab.lessons.lab04_parameter_servers.staleness)."""
 import pytest
 
-from ringlab.lab.staleness import alone_from, by_worker, describe_staleness, describe_waiting, missed_updates
+from ringlab.lessons.lab04_parameter_servers.staleness import (alone_from, by_worker, describe_staleness,
+                                                               describe_waiting, missed_updates)
 
 
 def applied(order):

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from ringlab.lab.sweep import Crossover, busiest_rank_bytes, describe_sweep, fitted_crossover, measured_crossover
+from ringlab.measure.sweep import Crossover, busiest_rank_bytes, describe_sweep, fitted_crossover, measured_crossover
 from ringlab.predict.fitting import fit_rows
 
 N = 4

@@ -3,7 +3,7 @@ import io
 
 import numpy as np
 
-from ringlab.lab.tables import table
+from ringlab.measure.tables import table
 
 ROWS = [{"algorithm": "ring", "bytes": 8, "time_s": 2.5e-6, "busbw_Bps": 4e6, "share": 0.373},
         {"algorithm": "mpi", "bytes": np.int64(1 << 20), "time_s": 1.2e-3, "busbw_Bps": 3.1e9, "share": 0.5}]

@@ -281,7 +281,7 @@ def test_predicted_machines_plot_draws_bars_per_algorithm_and_published_diamonds
 
 
 def test_tree_ring_plot_has_a_panel_per_machine_with_the_crossover_and_published_points():
-    from ringlab.lab.predictions import trees_against_ring
+    from ringlab.lessons.lab05_scaling.predictions import trees_against_ring
     from ringlab.viz import tree_ring_plot
 
     sizes = [1 << k for k in range(10, 29, 2)]

@@ -1,4 +1,4 @@
-"""Lab 04's race against the clock (ringlab.lab.wallclock) and the server's load (ringlab.lab.serverload):
+"""Lab 04's race against the clock (ringlab.lessons.lab04_parameter_servers.wallclock) and the server's load (ringlab.lessons.lab04_parameter_servers.serverload):
 on real ranks, the three trainers start alike and sync and ring agree step by step, the server's bytes are
 counted exactly; the sentences follow the numbers, whichever way they fall; the figures show the runs."""
 import json
@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.lab.serverload import describe_server_load  # noqa: E402
-from ringlab.lab.wallclock import common_target, describe_race, time_to  # noqa: E402
+from ringlab.lessons.lab04_parameter_servers.serverload import describe_server_load  # noqa: E402
+from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race, time_to  # noqa: E402
 from ringlab.mpi.launch import run_mpi  # noqa: E402
 from ringlab.train.straggler import Straggler  # noqa: E402
 from ringlab.viz.training import loss_against_time_plot, server_load_plot  # noqa: E402

@@ -17,8 +17,8 @@
 import ringlab as rl
 from ringlab.topology import pcie_bandwidth, published_topo
 from ringlab.measure.doctor import report
-from ringlab.lab.exercises import check_pcie
-from ringlab.lab.tables import table
+from ringlab.lessons.lab00_your_machine import check_pcie
+from ringlab.measure.tables import table
 from ringlab.measure import published
 from ringlab.measure.logs import my_logs_folder, read_folder
 from ringlab.measure.recorded import gpu_bandwidth
@@ -227,9 +227,9 @@ print(f"published: {np.median(peer[off]) / 1e9:.0f} GB/s per pair (median), {np.
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab00_your_machine import QUIZ
 
-ask("00", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your number, in GB/s
@@ -237,10 +237,10 @@ answer = None  # your number, in GB/s
 answer = 16 * (128 / 130) * 8 / 8  # GT/s per lane x useful share of the bits x lanes / 8 bits per byte
 
 # %%
-check_quiz("00", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("00", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your number of cores
@@ -252,10 +252,10 @@ from ringlab.measure.doctor import report
 answer = int(re.search(r"ranks and cores: (\d+) cores", "\n".join(report())).group(1))
 
 # %%
-check_quiz("00", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("00", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # your number of links
@@ -263,10 +263,10 @@ answer = None  # your number of links
 answer = 2  # the line from GPU 0 to GPU 3 is marked x2
 
 # %%
-check_quiz("00", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("00", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # your fraction, between 0 and 1
@@ -281,4 +281,4 @@ pairs = ~np.eye(len(h100_peer), dtype=bool)  # the diagonal is left out
 answer = float(np.median(h100_peer[pairs] / h100_peak[pairs]))
 
 # %%
-check_quiz("00", 4, answer)
+QUIZ.check(4, answer)

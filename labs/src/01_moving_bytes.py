@@ -17,11 +17,12 @@ import numpy as np
 
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lab.copies import copy_against_mpi, describe_best_pingpong, describe_staged, last_level_cache, staged_rows
-from ringlab.lab.exercises import check_message_time, check_staged_time
-from ringlab.lab.tables import table
+from ringlab.lessons.lab01_moving_bytes import check_message_time, check_staged_time
 from ringlab.measure import published
+from ringlab.measure.copies import (copy_against_mpi, describe_best_pingpong, describe_staged, last_level_cache,
+                                    staged_rows)
 from ringlab.measure.recorded import gpu_bandwidth
+from ringlab.measure.tables import table
 from ringlab.measure.units import format_bytes
 from ringlab.predict.fitting import fit_pingpong
 from ringlab.topology.presets import PUBLISHED_LINKS
@@ -57,7 +58,7 @@ ranks = MPICluster(2).start()
 # %%
 # %%px
 from mpi4py import MPI
-from ringlab.lab.copies import copy_rows
+from ringlab.measure.copies import copy_rows
 from ringlab.measure.bandwidth import pingpong
 
 sizes = [8, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -330,9 +331,9 @@ links_figure(PUBLISHED_LINKS, measured, title="published figures and measured on
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab01_moving_bytes import QUIZ
 
-ask("01", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your number, in microseconds
@@ -340,10 +341,10 @@ answer = None  # your number, in microseconds
 answer = 2 + (1 << 20) / 10e9 * 1e6  # alpha + K/B
 
 # %%
-check_quiz("01", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("01", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your number, in kB
@@ -351,10 +352,10 @@ answer = None  # your number, in kB
 answer = 5e-6 * 12.5e9 / 1e3  # K = alpha x B
 
 # %%
-check_quiz("01", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("01", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # your number of times
@@ -365,10 +366,10 @@ nbytes, latency, link, copy_rate = 16 << 20, 2e-6, rl.topology.pcie_bandwidth(3,
 answer = (latency + nbytes / link + 2 * nbytes / copy_rate) / (latency + nbytes / link)
 
 # %%
-check_quiz("01", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("01", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # your number of times
@@ -381,4 +382,4 @@ p2p_off = published.peer_matrix("B03_kr_h100x8_hgx_p2p", "unidirectional_disable
 answer = np.nanmedian(p2p_on) / np.nanmedian(p2p_off)  # medians over the GPU pairs, as printed
 
 # %%
-check_quiz("01", 4, answer)
+QUIZ.check(4, answer)

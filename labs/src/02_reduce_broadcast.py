@@ -15,12 +15,12 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.predict.costmodel import best_segments
-from ringlab.lab.exercises import check_chain_time
-from ringlab.lab.latency import describe_alpha
-from ringlab.lab.tables import table
-from ringlab.predict.fitting import fit_schedules
+from ringlab.lessons.lab02_reduce_broadcast import check_chain_time
+from ringlab.measure.latency import describe_alpha
+from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
+from ringlab.predict.costmodel import best_segments
+from ringlab.predict.fitting import fit_schedules
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -149,9 +149,9 @@ segments_plot(segments, chain, predicted, title="measured here (points) and pred
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab02_reduce_broadcast import QUIZ
 
-ask("02", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your number of steps
@@ -161,10 +161,10 @@ import math
 answer = math.ceil(math.log2(13))
 
 # %%
-check_quiz("02", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("02", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your number, in ms
@@ -172,10 +172,10 @@ answer = None  # your number, in ms
 answer = (64 << 20) * (16 + 8 - 2) / (16 * 10e9) * 1e3  # K(S+n-2)/(S B)
 
 # %%
-check_quiz("02", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("02", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # your number of segments
@@ -185,10 +185,10 @@ import math
 answer = math.sqrt((4 - 2) * (4096 << 10) / (20e-6 * 5e9))  # the minimum of (n+S-2)(alpha + K/(S B))
 
 # %%
-check_quiz("02", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("02", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # "up", "down" or "same"
@@ -196,4 +196,4 @@ answer = None  # "up", "down" or "same"
 answer = "down"  # the best S grows as sqrt(K): 64 times less data, 8 times fewer segments
 
 # %%
-check_quiz("02", 4, answer)
+QUIZ.check(4, answer)

@@ -15,11 +15,11 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.lab.demo import walkthrough
-from ringlab.lab.busbw import OPTIMAL, bandwidth_optimal, describe_scaling, scaling_rows
-from ringlab.lab.exercises import check_bus_factor, check_reduce_scatter_rule
-from ringlab.lab.sweep import describe_sweep
-from ringlab.lab.tables import table
+from ringlab.lessons.lab03_allreduce import (OPTIMAL, bandwidth_optimal, check_bus_factor, check_reduce_scatter_rule,
+                                             describe_scaling, scaling_rows)
+from ringlab.measure.sweep import describe_sweep
+from ringlab.measure.tables import table
+from ringlab.viz.terminal import walkthrough
 from ringlab.mpi.launch import cores
 from ringlab.predict.fitting import fit_rows
 from ringlab.viz import StepThrough, algbw_busbw_plot, fitted_busbw_plot, step_figure, use_renderer
@@ -244,7 +244,7 @@ print(describe_scaling(scaling, ring_fit.bandwidth))
 # 2. Run the measurement again with `"rhd"` and `"ps"` added. Which one wins at 64 MiB, and why does
 #    `ps` (one server) behave like `naive`?
 # 3. Fit `"rhd"` too and find where the ring overtakes it: `measured_crossover(rows, "rhd", "ring")`
-#    and `fitted_crossover(fits, "rhd", "ring")` (both in `ringlab.lab.sweep`).
+#    and `fitted_crossover(fits, "rhd", "ring")` (both in `ringlab.measure.sweep`).
 
 # %% [markdown]
 # ## Quiz
@@ -257,9 +257,9 @@ print(describe_scaling(scaling, ring_fit.bandwidth))
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab03_allreduce import QUIZ
 
-ask("03", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your number, in GiB
@@ -267,10 +267,10 @@ answer = None  # your number, in GiB
 answer = 2 * (8 - 1) / 8 * 1  # 2(n-1)/n x K
 
 # %%
-check_quiz("03", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("03", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your number, in MiB
@@ -278,10 +278,10 @@ answer = None  # your number, in MiB
 answer = (16 - 1) * 256  # (n-1) x K
 
 # %%
-check_quiz("03", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("03", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # your chunk index
@@ -289,10 +289,10 @@ answer = None  # your chunk index
 answer = (1 - 3) % 5  # (j - i) mod n
 
 # %%
-check_quiz("03", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("03", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # your number, in GB/s
@@ -300,4 +300,4 @@ answer = None  # your number, in GB/s
 answer = (256 << 20) / 20e-3 * 2 * (8 - 1) / 8 / 1e9  # algbw x 2(n-1)/n
 
 # %%
-check_quiz("03", 4, answer)
+QUIZ.check(4, answer)

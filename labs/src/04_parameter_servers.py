@@ -14,11 +14,10 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lab.exercises import check_server_load
-from ringlab.lab.staleness import describe_staleness, describe_waiting
-from ringlab.lab.serverload import describe_server_load
-from ringlab.lab.tables import table
-from ringlab.lab.wallclock import common_target, describe_race
+from ringlab.lessons.lab04_parameter_servers.serverload import check_server_load, describe_server_load
+from ringlab.lessons.lab04_parameter_servers.staleness import describe_staleness, describe_waiting
+from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race
+from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.viz import staleness_order_plot, staleness_plot, use_renderer
 from ringlab.viz.training import loss_against_time_plot, server_load_plot
@@ -133,7 +132,7 @@ print(describe_staleness(pushes, straggler=3))
 
 # %%
 # %%px
-from ringlab.lab.wallclock import METHODS, race
+from ringlab.lessons.lab04_parameter_servers.wallclock import METHODS, race
 from ringlab.train.straggler import Straggler
 
 slow = Straggler(3, extra_seconds=0.02)  # worker 3 sleeps 20 ms more every step
@@ -162,7 +161,7 @@ print(describe_race(runs))
 
 # %%
 # %%px
-from ringlab.lab.serverload import measure_server_load
+from ringlab.lessons.lab04_parameter_servers.serverload import measure_server_load
 
 load = measure_server_load(steps=20, hidden=256)  # rank 0 returns the rows, the others None
 
@@ -208,9 +207,9 @@ print(describe_server_load(load, nranks=ranks.n, cores=cores()))
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab04_parameter_servers.quiz import QUIZ
 
-ask("04", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your number, in GB
@@ -218,10 +217,10 @@ answer = None  # your number, in GB
 answer = (16 - 1) * 100 / 1000  # (n-1) x K
 
 # %%
-check_quiz("04", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("04", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your number, in GB
@@ -229,10 +228,10 @@ answer = None  # your number, in GB
 answer = ((16 - 1) + (4 - 1)) * 100 / 4 / 1000  # (n-1)K/M + (M-1)K/M
 
 # %%
-check_quiz("04", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("04", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # your number of times
@@ -240,17 +239,17 @@ answer = None  # your number of times
 answer = 16 / 2  # (n-1)K over 2(n-1)K/n
 
 # %%
-check_quiz("04", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("04", 4, pushes=pushes)
+QUIZ.ask(4, pushes=pushes)
 
 # %% tags=["solution"]
 answer = None  # the worker's number
 # solution
-from ringlab.lab.staleness import by_worker
+from ringlab.lessons.lab04_parameter_servers.staleness import by_worker
 
 answer = max(by_worker(pushes).items(), key=lambda item: item[1]["mean"])[0]
 
 # %%
-check_quiz("04", 4, answer, pushes=pushes)
+QUIZ.check(4, answer, pushes=pushes)

@@ -15,18 +15,19 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.predict.costmodel import crossover  # for exercise 2
-from ringlab.lab.exercises import check_ring_time
-from ringlab.lab.latency import describe_alpha
-from ringlab.lab.simnodes import describe_simulated, nvlink_to_nic, predicted_on_simulated, side_by_side
-from ringlab.lab.predictions import (describe_crossovers, describe_forced_ring, describe_hierarchy, describe_machines,
-                                     describe_with_ranks, hierarchical_against_flat, machines_at, published_sweeps,
-                                     rings_on, trees_against_ring, with_ranks)
-from ringlab.lab.tables import table
-from ringlab.predict.fitting import fit_rows
+from ringlab.lessons.lab05_scaling.predictions import (check_ring_time, describe_crossovers, describe_forced_ring,
+                                                       describe_hierarchy, describe_machines, describe_with_ranks,
+                                                       hierarchical_against_flat, machines_at, published_sweeps,
+                                                       rings_on, trees_against_ring, with_ranks)
+from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, nvlink_to_nic, predicted_on_simulated,
+                                                    side_by_side)
 from ringlab.measure import published
+from ringlab.measure.latency import describe_alpha
 from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
+from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
+from ringlab.predict.costmodel import crossover  # for exercise 2
+from ringlab.predict.fitting import fit_rows
 from ringlab.predict.rings import ring_report
 from ringlab.viz import (StepThrough, busbw_plot, measured_vs_predicted, predicted_machines_plot, time_vs_ranks,
                          tree_ring_plot, use_renderer, versus_plot)
@@ -304,7 +305,7 @@ print(describe_hierarchy(hierarchy, 1 << 28))
 per_node, link_gbps = 2, float(fitted.bandwidth / nvlink_to_nic() / 1e9)
 node_sizes = [1 << k for k in range(16, 23, 2)]  # 64 KiB .. 4 MiB per rank
 with MPICluster(4) as ranks:
-    ranks.view.execute("from ringlab.lab.simnodes import measure_on_simulated_nodes\n"
+    ranks.view.execute("from ringlab.lessons.lab05_scaling.simnodes import measure_on_simulated_nodes\n"
                        f"on_nodes = measure_on_simulated_nodes({node_sizes}, {per_node}, {link_gbps!r}, repeats=3)",
                        block=True)
     on_nodes = ranks.pull_rank0("on_nodes")
@@ -365,9 +366,9 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab05_scaling.quiz import QUIZ
 
-ask("05", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your number, in ms
@@ -375,10 +376,10 @@ answer = None  # your number, in ms
 answer = 2 * (8 - 1) * (5e-6 + (64 << 20) / (8 * 12.5e9)) * 1e3  # 2(n-1)(alpha + K/(nB))
 
 # %%
-check_quiz("05", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("05", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your fraction, between 0 and 1
@@ -387,10 +388,10 @@ latency = 2 * (1024 - 1) * 5e-6
 answer = latency / (latency + 2 * (1024 - 1) * (64 << 20) / (1024 * 12.5e9))
 
 # %%
-check_quiz("05", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("05", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # "ring", "binomial tree" or "double binary tree"
@@ -398,10 +399,10 @@ answer = None  # "ring", "binomial tree" or "double binary tree"
 answer = "binomial tree"  # the highest line at the left edge of the DGX-1 panel
 
 # %%
-check_quiz("05", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("05", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # your number of times
@@ -409,4 +410,4 @@ answer = None  # your number of times
 answer = 2 * (8 - 1) / (8 + 1)  # the ring's 2K(n-1)/n over NVLS's K(n+1)/n
 
 # %%
-check_quiz("05", 4, answer)
+QUIZ.check(4, answer)

@@ -15,15 +15,17 @@
 # **What you need:** labs 03 and 04, and torch.
 
 # %%
-from ringlab.lab.batches import describe_accumulation, describe_large_batches
 from ringlab.lab.cluster import MPICluster
-from ringlab.lab.exercises import check_scaled_lr, check_step_time
-from ringlab.lab.overlap import (OVERLAP_COLUMNS, PREDICTED_COLUMNS, describe_overlap, describe_prediction,
-                                 predict_sweep, timeline_traces)
-from ringlab.lab.payoff import PAYOFF_COLUMNS, describe_payoff, describe_published, measured_rows, speedup_rows
-from ringlab.lab.tables import table
-from ringlab.lab.training import (TRAINER_SPEED_COLUMNS, compare_trainers, describe_accuracy, describe_speedup,
-                                  describe_trainer_speeds, describe_trainers, trainer_speeds)
+from ringlab.lessons.lab06_training.batches import check_scaled_lr, describe_accumulation, describe_large_batches
+from ringlab.lessons.lab06_training.overlap import (OVERLAP_COLUMNS, PREDICTED_COLUMNS, check_step_time,
+                                                    describe_overlap, describe_prediction, predict_sweep,
+                                                    timeline_traces)
+from ringlab.lessons.lab06_training.payoff import (PAYOFF_COLUMNS, describe_payoff, describe_published, measured_rows,
+                                                   speedup_rows)
+from ringlab.lessons.lab06_training.trainers import (TRAINER_SPEED_COLUMNS, compare_trainers, describe_accuracy,
+                                                     describe_speedup, describe_trainer_speeds, describe_trainers,
+                                                     trainer_speeds)
+from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.predict.fitting import fit_rows
 from ringlab.train.accumulation import check_accumulation
@@ -319,8 +321,8 @@ bucket_sweep_plot(predicted)
 # al. (2021, Megatron-LM) use (published; embeddings left out).
 
 # %%
-from ringlab.lab.exercises import check_bubble_fraction
-from ringlab.lab.pipeline import describe_bubble, describe_pipeline_traffic
+from ringlab.lessons.lab06_training.pipeline import check_bubble_fraction
+from ringlab.lessons.lab06_training.pipeline import describe_bubble, describe_pipeline_traffic
 from ringlab.predict.pipeline import gpipe_schedule, pipeline_traffic
 from ringlab.viz.pipeline import bubble_plot, pipeline_chart
 
@@ -421,9 +423,9 @@ bubble_plot(stage_counts=(4, 8))
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab06_training.quiz import QUIZ
 
-ask("06", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # your learning rate
@@ -431,10 +433,10 @@ answer = None  # your learning rate
 answer = 0.05 * 4  # k times the batch, k times the learning rate
 
 # %%
-check_quiz("06", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("06", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your learning rate
@@ -442,10 +444,10 @@ answer = None  # your learning rate
 answer = 0.05 * (1 + (8 - 1) * 5 / 10)  # base_lr x (1 + (k-1) step / warmup)
 
 # %%
-check_quiz("06", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("06", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # your number of steps
@@ -453,10 +455,10 @@ answer = None  # your number of steps
 answer = 38400 // (32 * 4)  # samples / (samples per rank x ranks)
 
 # %%
-check_quiz("06", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("06", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # your number of micro-batches
@@ -466,4 +468,4 @@ import math
 answer = math.floor((4 - 1) * (1 / 0.1 - 1)) + 1  # the smallest whole m with (n-1)/(m+n-1) < 0.1
 
 # %%
-check_quiz("06", 4, answer)
+QUIZ.check(4, answer)

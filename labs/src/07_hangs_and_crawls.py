@@ -16,11 +16,13 @@
 
 # %%
 import ringlab as rl
-from ringlab.lab.checklist import describe_p2p, html_table, nccl_settings, p2p_rows, rank_links
-from ringlab.lab.diagnose import (ABSENT, check_culprit, check_straggler, describe_straggler, describe_timeouts,
-                                  predicted_timeouts, run_on_ranks, step_gaps, straggler_traces)
-from ringlab.lab.tables import table
+from ringlab.lessons.lab07_hangs_and_crawls.checklist import (describe_p2p, html_table, nccl_settings, p2p_rows,
+                                                              rank_links)
+from ringlab.lessons.lab07_hangs_and_crawls.diagnose import (ABSENT, check_culprit, check_straggler, describe_straggler,
+                                                             describe_timeouts, predicted_timeouts, run_on_ranks,
+                                                             step_gaps, straggler_traces)
 from ringlab.measure import published
+from ringlab.measure.tables import table
 from ringlab.viz import busbw_plot, timeline, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -34,7 +36,7 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # collectives take a `timeout=`: a step that waits longer raises `StepTimeout`.
 #
 # Each cell below starts a real MPI job of four ranks (`mpiexec -n 4 python -m mpi4py -m
-# ringlab.lab.diagnose MODE ...`) in which rank 2 never calls `rl.allreduce`; the others call it with
+# ringlab.lessons.lab07_hangs_and_crawls.diagnose MODE ...`) in which rank 2 never calls `rl.allreduce`; the others call it with
 # `timeout=1`, and each writes what it raised. First as ringlab runs by default: before any data moves,
 # the ranks compare their arguments, each sending 16 bytes to every other.
 
@@ -112,12 +114,12 @@ print(describe_timeouts(said, 4))
 #
 # Without the argument check, every stuck rank names the rank it waits for. Write `culprit(messages)`:
 # given `{rank: message}` from the ranks that did call (as `run_on_ranks("skip-unchecked")` returned
-# above), return the rank that never came. `ringlab.lab.diagnose.read_timeouts(messages)` reads each
+# above), return the rank that never came. `ringlab.lessons.lab07_hangs_and_crawls.diagnose.read_timeouts(messages)` reads each
 # message into (the step it was stuck at, [the ranks it waited for]). The checker tries rings of 3 to 8
 # ranks with each rank missing in turn.
 
 # %% tags=["solution"]
-from ringlab.lab.diagnose import read_timeouts
+from ringlab.lessons.lab07_hangs_and_crawls.diagnose import read_timeouts
 
 
 def culprit(messages):
@@ -138,7 +140,7 @@ print("in the job above, the rank that never came:", culprit(run_on_ranks("skip-
 # A rank that is late at every step (its GPU is shared with another job, its PCIe link trained down to a
 # lower speed, its data loader holds the CPU) does not hang the job: it makes it crawl, everyone moving at
 # its pace. The next job traces a ring allreduce of 64 Ki float32 on four ranks twice: as it is, then with
-# rank 2 pausing 20 ms before each step of its own (`ringlab.lab.diagnose.slowed`: the pause is
+# rank 2 pausing 20 ms before each step of its own (`ringlab.lessons.lab07_hangs_and_crawls.diagnose.slowed`: the pause is
 # injected; the timings are measured). `rl.allreduce(x, "ring", trace=True)` returns the result and a
 # Trace, whose rank-0 copy holds every rank's transfers.
 
@@ -165,7 +167,7 @@ for name, trace in traces.items():
 #
 # Write `straggler(trace)`, returning the rank the others waited for. `step_gaps(trace)` gives the
 # seconds each rank spent outside its transfers before each step, as an array [rank, step]. The checker
-# tries traces of a lockstep model (`ringlab.lab.diagnose.model_trace`) with various rings and slow ranks.
+# tries traces of a lockstep model (`ringlab.lessons.lab07_hangs_and_crawls.diagnose.model_trace`) with various rings and slow ranks.
 
 # %% tags=["solution"]
 def straggler(trace):
@@ -283,9 +285,9 @@ for row in rank_links(topo.data["codes"], "2,3", ranks_per_node=4):
 # the worked answer says which.
 
 # %%
-from ringlab.lab.quiz import ask, check_quiz
+from ringlab.lessons.lab07_hangs_and_crawls.quiz import QUIZ
 
-ask("07", 1)
+QUIZ.ask(1)
 
 # %% tags=["solution"]
 answer = None  # the rank's number
@@ -293,15 +295,15 @@ answer = None  # the rank's number
 answer = 4  # rank 5 is stuck at step 0, waiting for rank 4, which printed nothing
 
 # %%
-check_quiz("07", 1, answer)
+QUIZ.check(1, answer)
 
 # %%
-ask("07", 2)
+QUIZ.ask(2)
 
 # %% tags=["solution"]
 answer = None  # your number of times
 # solution
-from ringlab.lab.checklist import p2p_rows
+from ringlab.lessons.lab07_hangs_and_crawls.checklist import p2p_rows
 
 sweeps = p2p_rows()
 largest = max(r["bytes"] for r in sweeps if "P2P off" in r["algorithm"])  # both sweeps printed it
@@ -309,10 +311,10 @@ at_largest = {("on" if "P2P on" in r["algorithm"] else "off"): r["busbw_Bps"] fo
 answer = at_largest["on"] / at_largest["off"]
 
 # %%
-check_quiz("07", 2, answer)
+QUIZ.check(2, answer)
 
 # %%
-ask("07", 3)
+QUIZ.ask(3)
 
 # %% tags=["solution"]
 answer = None  # the GPU's number
@@ -320,10 +322,10 @@ answer = None  # the GPU's number
 answer = [2, 3, 6, 7][2 % 4]  # local rank mod visible GPUs picks the place in CUDA_VISIBLE_DEVICES
 
 # %%
-check_quiz("07", 3, answer)
+QUIZ.check(3, answer)
 
 # %%
-ask("07", 4)
+QUIZ.ask(4)
 
 # %% tags=["solution"]
 answer = None  # the rank's number
@@ -331,4 +333,4 @@ answer = None  # the rank's number
 answer = (1 + 1) % 4  # the rank after the straggler: it receives from rank 1
 
 # %%
-check_quiz("07", 4, answer)
+QUIZ.check(4, answer)

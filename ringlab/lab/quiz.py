@@ -1,13 +1,14 @@
 """The labs' quizzes: short questions whose answers ringlab computes, checked without stopping the lab.
 
-Every lab ends with three to five :class:`Question` s (:data:`ringlab.lab.quizzes.QUIZZES`): a number to
-compute, a plot to read, or a choice to justify. A question's expected answer is a function of its stated
-inputs (``given``), evaluated when the check runs by ringlab itself (its schedules, cost model, bus factors
-and published data set), and, for a question about the lab's own plot, of what the lab measured (the
-values named in ``measured``, which the lab passes in). :func:`ask` shows a question with its worked
-answer folded under "Answer"; :func:`check_quiz` says whether an answer is right, with a hint when it is
-not. Like the exercises' checks it never raises unless strict (``RINGLAB_STRICT_EXERCISES=1`` or
-``strict=True``): then an unanswered question raises NotDoneYet and a wrong answer AssertionError.
+Every lab ends with a :class:`Quiz` of three to five :class:`Question` s, kept beside its lesson (``QUIZ``
+in each room of ``ringlab.lessons``): a number to compute, a plot to read, or a choice to justify. A
+question's expected answer is a function of its stated inputs (``given``), evaluated when the check runs by
+ringlab itself (its schedules, cost model, bus factors and published data set), and, for a question about
+the lab's own plot, of what the lab measured (the values named in ``measured``, which the lab passes in).
+:meth:`Quiz.ask` shows a question with its worked answer folded under "Answer"; :meth:`Quiz.check` says
+whether an answer is right, with a hint when it is not. Like the exercises' checks it never raises unless
+strict (``RINGLAB_STRICT_EXERCISES=1`` or ``strict=True``): then an unanswered question raises NotDoneYet
+and a wrong answer AssertionError.
 """
 from __future__ import annotations
 
@@ -144,65 +145,54 @@ class Shown:
         return self.plain
 
 
-def questions(lab) -> list[Question]:
-    """Lab ``lab``'s quiz (a number, ``"03"`` or ``"03_allreduce"``)."""
-    from .quizzes import QUIZZES
+class Quiz:
+    """One lab's quiz: its questions in order, shown with :meth:`ask` and checked with :meth:`check`."""
 
-    key = lab_key(lab)
-    if key not in QUIZZES:
-        raise ValueError(f"no quiz for lab {lab!r}; the labs with quizzes are {', '.join(QUIZZES)}")
-    return QUIZZES[key]
+    def __init__(self, lab: str, questions: list[Question]):
+        self.lab, self.questions = lab, tuple(questions)
 
+    def __len__(self) -> int:
+        return len(self.questions)
 
-def lab_key(lab) -> str:
-    """"03" for 3, "3", "03" or "03_allreduce"."""
-    if isinstance(lab, bool) or not isinstance(lab, (int, str)):
-        raise ValueError(f"name a lab by its number, e.g. 3 or '03', not {lab!r}")
-    text = str(lab).split("_")[0]
-    if not text.isdigit():
-        raise ValueError(f"name a lab by its number, e.g. 3 or '03', not {lab!r}")
-    return f"{int(text):02d}"
+    def __iter__(self):
+        return iter(self.questions)
 
+    def question(self, number: int) -> Question:
+        """Question ``number`` (from 1)."""
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= len(self):
+            raise ValueError(f"lab {self.lab}'s quiz has questions 1 to {len(self)}, not {number!r}")
+        return self.questions[number - 1]
 
-def question(lab, number: int) -> Question:
-    """Question ``number`` (from 1) of lab ``lab``'s quiz."""
-    quiz = questions(lab)
-    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= len(quiz):
-        raise ValueError(f"lab {lab_key(lab)}'s quiz has questions 1 to {len(quiz)}, not {number!r}")
-    return quiz[number - 1]
+    def ask(self, number: int, **measured) -> Shown:
+        """Question ``number``, for a notebook cell to show (the worked answer folded away)."""
+        q = self.question(number)
+        return Shown(q.render_html(number, **measured), f"Question {number}. {q.render_text(**measured)}")
 
+    def check(self, number: int, yours, strict: bool | None = None, **measured) -> None:
+        """Print whether ``yours`` answers question ``number``, with a hint when it does not.
 
-def ask(lab, number: int, **measured) -> Shown:
-    """Question ``number`` of lab ``lab``, for a notebook cell to show (the worked answer folded away)."""
-    q = question(lab, number)
-    return Shown(q.render_html(number, **measured), f"Question {number}. {q.render_text(**measured)}")
-
-
-def check_quiz(lab, number: int, yours, strict: bool | None = None, **measured) -> None:
-    """Print whether ``yours`` answers question ``number`` of lab ``lab``, with a hint when it does not.
-
-    Strict (``strict=True``, or ``RINGLAB_STRICT_EXERCISES=1``): an unanswered question (None) raises
-    NotDoneYet and a wrong answer AssertionError, each with the same message.
-    """
-    strict = _strict() if strict is None else strict
-    q = question(lab, number)
-    name = f"Question {number}"
-    if yours is None:
-        message = (f"{name}: not answered yet. Set `answer` in the cell above to your answer"
-                   f"{' (one of ' + _options(q.choices) + ')' if q.choices else q._in_unit()}, run it, then run "
-                   "this cell again. The worked answer is folded under \"Answer\" in the question.")
+        Strict (``strict=True``, or ``RINGLAB_STRICT_EXERCISES=1``): an unanswered question (None) raises
+        NotDoneYet and a wrong answer AssertionError, each with the same message.
+        """
+        strict = _strict() if strict is None else strict
+        q = self.question(number)
+        name = f"Question {number}"
+        if yours is None:
+            message = (f"{name}: not answered yet. Set `answer` in the cell above to your answer"
+                       f"{' (one of ' + _options(q.choices) + ')' if q.choices else q._in_unit()}, run it, then run "
+                       "this cell again. The worked answer is folded under \"Answer\" in the question.")
+            if strict:
+                raise NotDoneYet(message)
+            print(message)
+            return
+        expected = q.answer(**measured)
+        right, why = q._judge(yours, expected)
+        if right:
+            print(f"{name}: right, {_show(yours, q.unit)}." +
+                  (f" (ringlab computes {_show(expected, q.unit)}.)" if not q.choices and yours != expected else ""))
+            return
+        hint = q.hint.format(**q.fields(**measured))
+        message = f"{name}: not yet: you answered {_show(yours, q.unit)}, {why}.\nHint: {hint}"
         if strict:
-            raise NotDoneYet(message)
+            raise AssertionError(message)
         print(message)
-        return
-    expected = q.answer(**measured)
-    right, why = q._judge(yours, expected)
-    if right:
-        print(f"{name}: right, {_show(yours, q.unit)}." +
-              (f" (ringlab computes {_show(expected, q.unit)}.)" if not q.choices and yours != expected else ""))
-        return
-    hint = q.hint.format(**q.fields(**measured))
-    message = f"{name}: not yet: you answered {_show(yours, q.unit)}, {why}.\nHint: {hint}"
-    if strict:
-        raise AssertionError(message)
-    print(message)

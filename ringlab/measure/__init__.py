@@ -6,5 +6,10 @@
   each next to its link's peak;
 - ``machine``: the description that travels with every result; ``recorded``: results measured on
   a GPU machine and committed under ``results/``; ``doctor``: what this machine has;
+- ``copies``: one core's memory copy against MPI's messages size for size, and a staged message taken apart;
+- ``sweep``: a measured allreduce sweep read back (where the ring overtakes naive, measured and fitted);
+- ``latency``: a fitted per-step alpha set against one raw MPI message measured in the same run;
+- ``logs``, ``published``: the standard NVIDIA tools' outputs, and the published data set;
+- ``tables``: aligned text tables with each column's unit in its header;
 - ``units``: sizes as people type and read them (``64M``, ``1.5 KiB``).
 """

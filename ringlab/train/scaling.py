@@ -20,7 +20,7 @@ import time
 
 PER_RANK, LR, MOMENTUM = 32, 0.05, 0.9
 
-# for ringlab.lab.tables.table(rows, COLUMNS)
+# for ringlab.measure.tables.table(rows, COLUMNS)
 COLUMNS = {"ranks": "ranks", "samples/s": ("samples_per_s", ".0f"), "speed-up": "speedup",
            "communicating": ("comm_share", ".0%"), "test accuracy": ("accuracy", ".3f")}
 RECIPE_COLUMNS = {"ranks": "ranks", "steps": "steps", "global batch": "batch",  # what each run did,

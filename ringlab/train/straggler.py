@@ -1,7 +1,7 @@
 """One slow worker, made on purpose: its compute takes ``factor`` times as long, plus ``extra_seconds`` a step.
 
 The parameter server (``ParameterServer(..., straggler=)``) and lab 04's ring allreduce run
-(:func:`ringlab.lab.wallclock.race`) slow their worker the same way, by sleeping after it computes.
+(:func:`ringlab.lessons.lab04_parameter_servers.wallclock.race`) slow their worker the same way, by sleeping after it computes.
 """
 from __future__ import annotations
 

@@ -1,15 +1,25 @@
 """Pictures of collectives: step through a schedule, see a measured trace, bandwidths, topologies, scaling.
 
-Needs the ``lab`` extra (plotly, ipywidgets, and anywidget for plotly's FigureWidget). In a notebook
-call :func:`use_renderer` once: plotly figures then show in JupyterLab and in exported HTML alike.
+The figures need the ``lab`` extra (plotly, ipywidgets, and anywidget for plotly's FigureWidget) and load
+when first used, so that ``terminal`` (the text walk-through behind ``ringlab demo``) needs none of it. In a
+notebook call :func:`use_renderer` once: plotly figures then show in JupyterLab and in exported HTML alike.
 """
 from __future__ import annotations
 
-from .plots import (algbw_busbw_plot, bandwidth_heatmap, busbw_plot, fitted_busbw_plot, fraction_bars, host_device_figure,
-                    links_figure, measured_vs_predicted, predicted_machines_plot, segments_plot, staleness_order_plot,
-                    staleness_plot, time_vs_ranks, timeline, topology_figure, tree_ring_plot, versus_plot)
-from .stepview import frames, step_figure
-from .widget import StepThrough
+import importlib
+
+_HOMES = {"StepThrough": "widget", "frames": "stepview", "step_figure": "stepview"}
+_PLOTS = ("algbw_busbw_plot", "bandwidth_heatmap", "busbw_plot", "fitted_busbw_plot", "fraction_bars",
+          "host_device_figure", "links_figure", "measured_vs_predicted", "predicted_machines_plot", "segments_plot",
+          "staleness_order_plot", "staleness_plot", "time_vs_ranks", "timeline", "topology_figure", "tree_ring_plot",
+          "versus_plot")
+
+
+def __getattr__(name):
+    home = _HOMES.get(name, "plots" if name in _PLOTS else None)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{home}", __name__), name)
 
 
 def use_renderer(offline: bool = False) -> str:

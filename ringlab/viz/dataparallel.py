@@ -9,7 +9,7 @@ from ..measure.units import format_bytes
 
 
 def payoff_plot(rows: list[dict], title: str | None = None) -> go.Figure:
-    """Speed-up against ranks from :func:`ringlab.lab.payoff.speedup_rows`: per width, the cost model's
+    """Speed-up against ranks from :func:`ringlab.lessons.lab06_training.payoff.speedup_rows`: per width, the cost model's
     line (a core per rank), the speed-up measured here (filled markers; open where ranks shared cores),
     and where ranks shared cores the model's prediction for that (crosses); the ideal dashed."""
     if not rows:

@@ -398,7 +398,7 @@ TREE_RING_NAMES = {"tree": "binomial tree", "dbtree": "double binary tree", "rin
 
 def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree against ring allreduce",
                    columns: int = 2) -> go.Figure:
-    """One panel per machine (``panels``: name -> what ``ringlab.lab.predictions.trees_against_ring`` returns):
+    """One panel per machine (``panels``: name -> what ``ringlab.lessons.lab05_scaling.predictions.trees_against_ring`` returns):
     predicted busbw of the binomial tree (dotted), NCCL's double binary tree (dashed) and the ring (solid)
     over message size, a cross where the ring is predicted to overtake the double binary tree, and the
     machine's published sweeps as diamonds. Log axes."""
@@ -451,7 +451,7 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
 def algbw_busbw_plot(rows: list[dict], title: str = "predicted (cost model): algbw and busbw of the ring allreduce",
                      measured: list[dict] = ()) -> go.Figure:
     """Two panels over message size, one line per rank count (rows: ranks, bytes, algbw_Bps, busbw_Bps, as
-    :func:`ringlab.lab.busbw.scaling_rows` gives them): algbw on the left, busbw on the right. ``measured``
+    :func:`ringlab.lessons.lab03_allreduce.scaling_rows` gives them): algbw on the left, busbw on the right. ``measured``
     rows (bytes, algbw_Bps, busbw_Bps, and ranks) are added as markers, labelled measured here."""
     fig = make_subplots(rows=1, cols=2, shared_xaxes=True, horizontal_spacing=0.1,
                         subplot_titles=("algbw = size / time", "busbw = algbw × 2(n-1)/n"))

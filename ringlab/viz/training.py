@@ -46,7 +46,7 @@ def _title(rows: list[dict]) -> str:
 
 def loss_against_time_plot(runs: dict, target: float | None = None) -> go.Figure:
     """Test loss against the seconds since the start, one line per run of
-    :func:`ringlab.lab.wallclock.race` (``runs``: {method: run}), measured here; ``target`` as a dashed line;
+    :func:`ringlab.lessons.lab04_parameter_servers.wallclock.race` (``runs``: {method: run}), measured here; ``target`` as a dashed line;
     the runs' straggler in the title."""
     if not runs:
         raise ValueError("no runs to plot")
@@ -66,7 +66,7 @@ def loss_against_time_plot(runs: dict, target: float | None = None) -> go.Figure
 
 
 def server_load_plot(rows: list[dict]) -> go.Figure:
-    """Two panels against the number of workers, from :func:`ringlab.lab.serverload.measure_server_load`'s
+    """Two panels against the number of workers, from :func:`ringlab.lessons.lab04_parameter_servers.serverload.measure_server_load`'s
     rows: bytes per step in units of K (the server's, counted from its messages, beside a ring rank's,
     counted from the schedule), and the server's busy time per step (measured here)."""
     from plotly.subplots import make_subplots

@@ -5,8 +5,8 @@ import sys
 
 from mpi4py import MPI
 
-from ringlab.lab.serverload import measure_server_load
-from ringlab.lab.wallclock import METHODS, race
+from ringlab.lessons.lab04_parameter_servers.serverload import measure_server_load
+from ringlab.lessons.lab04_parameter_servers.wallclock import METHODS, race
 from ringlab.train.straggler import Straggler
 
 STEPS = 6

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..measure.units import format_bytes
+from ...algorithms import build
+from ...lab.exercises import compare, exercise
+from ...measure.units import format_bytes
+from ...simulate import traffic
 from .wallclock import barrier
 
 
@@ -22,10 +25,10 @@ def measure_server_load(steps: int = 20, hidden: int = 256, per_worker: int = 32
     import torch
     from mpi4py import MPI
 
-    from ..algorithms import build
-    from ..simulate import traffic
-    from ..train import ParameterServer
-    from ..train.task import batches, make_data, make_model
+    from ...algorithms import build
+    from ...simulate import traffic
+    from ...train import ParameterServer
+    from ...train.task import batches, make_data, make_model
 
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -88,3 +91,20 @@ def describe_server_load(rows: list[dict], nranks: int | None = None, cores: int
 
 def _workers(n: int) -> str:
     return f"{n} worker{'s' * (n != 1)}"
+
+
+def _server_load(n, M, K):
+    return (n - 1) * K // M + (M - 1) * K // M
+
+
+@exercise(_server_load, "count")
+def check_server_load(server_load):
+    """Compare ``server_load(n, M, K)`` with the bytes a server rank receives in ``allreduce.ps``."""
+    def counted(n, M, K):
+        return traffic(build("allreduce.ps", n, servers=M), K)["received"][0]
+
+    cases = [dict(n=n, M=M, K=720720) for n, M in [(4, 1), (8, 1), (8, 2), (8, 4), (12, 3), (16, 16)]]
+    compare(server_load, "server_load", cases, counted,
+             "as a server rank 0 receives its shard (K/M bytes) from each of the other n-1 ranks; as a worker it "
+             "also receives the M-1 shards it does not serve.", rel_tol=0, unit="bytes received by server rank 0")
+    print("Correct: a server receives (n-1)K/M as a server plus (M-1)K/M as a worker.")

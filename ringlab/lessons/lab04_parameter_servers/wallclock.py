@@ -28,9 +28,9 @@ def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int =
     from mpi4py import MPI
     from torch.nn.utils import parameters_to_vector
 
-    from ..train import DistributedOptimizer, ParameterServer
-    from ..train.straggler import Straggler
-    from ..train.task import batches, make_data, make_model
+    from ...train import DistributedOptimizer, ParameterServer
+    from ...train.straggler import Straggler
+    from ...train.task import batches, make_data, make_model
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")

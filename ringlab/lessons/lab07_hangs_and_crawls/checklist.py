@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import re
+from ...lab.words import and_join
 
 
 # --- 3. NCCL's settings, and P2P off against on ---------------------------------------------------------------
@@ -74,7 +75,7 @@ P2P_SWEEPS = {"P2P off": "A10_chlc_rtx4090x8_pcie_p2poff_allreduce", "P2P on": "
 def p2p_rows(sweeps: dict = P2P_SWEEPS) -> list[dict]:
     """The published nccl-tests allreduce sweeps of one 8x RTX 4090 box with peer access off and on, as rows
     for ``ringlab.viz.busbw_plot`` (out-of-place busbw; sizes with none printed left out)."""
-    from ..measure import published
+    from ...measure import published
 
     rows = []
     for state, name in sweeps.items():
@@ -166,7 +167,7 @@ def rank_links(codes, visible: str | None, ranks_per_node: int, numa: list | Non
             if numa is not None and numa[gpu] is not None and numa[next_gpu] is not None:
                 link += f", NUMA node {numa[gpu]} -> {numa[next_gpu]}"
         sharing = [r for r in range(ranks_per_node) if gpus[r % len(gpus)] == gpu]
-        shared = (f"; ranks {_join(sharing)} {'both' if len(sharing) == 2 else 'all'} drive GPU {gpu}, and NCCL refuses two ranks of one communicator "
+        shared = (f"; ranks {and_join(sharing)} {'both' if len(sharing) == 2 else 'all'} drive GPU {gpu}, and NCCL refuses two ranks of one communicator "
                   "on one GPU" if len(sharing) > 1 and code != "X" else "")
         rows.append({"rank": rank, "device": device, "gpu": gpu, "next_rank": after, "next_gpu": next_gpu,
                      "code": code, "says": f"rank {rank} -> rank {after}: device {device} -> {next_device} is "
@@ -174,6 +175,3 @@ def rank_links(codes, visible: str | None, ranks_per_node: int, numa: list | Non
     return rows
 
 
-def _join(items) -> str:
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

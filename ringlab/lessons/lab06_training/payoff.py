@@ -3,9 +3,10 @@ model's prediction from one rank's compute and a ring allreduce fitted on the sa
 published pair of speed-ups read with the same model; every sentence worded from its numbers."""
 from __future__ import annotations
 
-from ..measure.units import format_bytes
-from ..predict.dataparallel import allreduce_seconds, speedup
-from ..predict.fitting import Fit, fit_rows
+from ...measure.units import format_bytes
+from ...predict.dataparallel import allreduce_seconds, speedup
+from ...predict.fitting import Fit, fit_rows
+from ...lab.words import and_join
 
 # published figure (FACTS: Horovod with TensorFlow on one machine), samples per second against 1 GPU
 PUBLISHED_SPEEDUPS = {2: 1.36, 3: 2.07}
@@ -169,7 +170,7 @@ def describe_published(speedups: dict[int, float] = PUBLISHED_SPEEDUPS, source: 
     per_factor = comm / _ring_factor(first)  # bytes / B over t_c
     predicted = second / (1 + per_factor * _ring_factor(second))
     rise1, rise2 = s1 - 1, s2 - s1
-    lines = [f"{source[:1].upper() + source[1:]}: {_and([f'{n} GPUs {speedups[n]:.2f}x' for n in counts])} as fast "
+    lines = [f"{source[:1].upper() + source[1:]}: {and_join([f'{n} GPUs {speedups[n]:.2f}x' for n in counts])} as fast "
              "as 1."]
     lines.append(f"Below n: {s1:.2f}x is {s1 / first:.0%} of {first}x. In the model a step on {first} GPUs took "
                  f"{first}/{s1:.2f} = {first / s1:.2f} times one GPU's compute: the allreduce added {comm:.2f} of the "
@@ -208,6 +209,3 @@ def _ring_words(n: int) -> str:
     return f"2(n-1)/n x bytes/B with n = {n} is {_ring_factor(n):.3g} x bytes/B"
 
 
-def _and(values: list) -> str:
-    values = [str(v) for v in values]
-    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..algorithms import build
-from ..predict.costmodel import predict
-from ..schedule import bus_factor
-from ..topology.graph import from_matrix
-from ..topology.presets import H100_NVLINK, IB_400G
+from ...algorithms import build
+from ...predict.costmodel import predict
+from ...schedule import bus_factor
+from ...topology.graph import from_matrix
+from ...topology.presets import H100_NVLINK, IB_400G
 
 ALGORITHMS = ("ring", "hierarchical")
 
@@ -32,8 +32,8 @@ def measure_on_simulated_nodes(sizes: list[int], per_node: int, link_gbps: float
     slowest rank's time, from a barrier). Rows ``algorithm, bytes, time_s, busbw_Bps``, on every rank."""
     from mpi4py import MPI
 
-    from ..mpi import collectives
-    from ..mpi.nodes import simulated_nodes
+    from ...mpi import collectives
+    from ...mpi.nodes import simulated_nodes
 
     comm = comm or MPI.COMM_WORLD
     n, rows = comm.Get_size(), []
@@ -115,7 +115,7 @@ def side_by_side(measured: list[dict], predicted: list[dict], link_gbps: float, 
                  h100: dict[str, list[dict]]) -> list[dict]:
     """Rows for ``table``: how much faster the hierarchy is than the flat ring (flat time over hierarchical
     time), measured and predicted on the simulated nodes here, and on 2 x 8 H100 predicted
-    (``h100``: :func:`ringlab.lab.predictions.hierarchical_against_flat`'s curves) and published
+    (``h100``: :func:`ringlab.lessons.lab05_scaling.predictions.hierarchical_against_flat`'s curves) and published
     (NCCL's own choice over ``NCCL_ALGO=Ring``), each at the largest size all of its figures share."""
     def ratio(rows_flat, rows_hier, key):
         sizes = sorted({r["bytes"] for r in rows_flat} & {r["bytes"] for r in rows_hier})

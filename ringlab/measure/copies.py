@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..measure.bandwidth import REPEATS, memcpy_rate
-from ..measure.units import format_bytes, parse_size
+from .bandwidth import REPEATS, memcpy_rate
+from .units import format_bytes, parse_size
 
 CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # where Linux describes cpu0's caches
 CLOSE = 1.25  # two timings within this factor of each other, either way, count as close

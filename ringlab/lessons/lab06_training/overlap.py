@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..measure.units import format_bytes
-from .deferred import deferred_exercise
+from ...measure.units import format_bytes
+from ...lab.exercises import exercise
 
 CLEAR_DIFFERENCE = 0.05  # step times within 5% count as "no clear difference" on a shared, noisy machine
 
 OVERLAP_COLUMNS = {"bucket_bytes (B)": "bucket_bytes", "buckets": "buckets", "overlap": "overlap",
                    "step (ms)": "step_s", "waiting (ms)": "waited_s", "backward (ms)": "backward_s",
-                   "allreduces (ms)": "allreduce_s"}  # for ringlab.lab.tables.table(measure_overlap's rows, ...)
+                   "allreduces (ms)": "allreduce_s"}  # for ringlab.measure.tables.table(measure_overlap's rows, ...)
 PREDICTED_COLUMNS = {**OVERLAP_COLUMNS, "predicted (ms)": "predicted_s"}  # after predict_sweep
 
 
@@ -24,12 +24,12 @@ def _step_time(compute, nbytes, buckets, n, alpha, B, overlap):
     return max(compute + one, buckets * one) if overlap else compute + buckets * one
 
 
-@deferred_exercise(_step_time, "model")
+@exercise(_step_time, "model")
 def check_step_time(step_time):
     """``step_time(compute, nbytes, buckets, n, alpha, B, overlap)``: seconds per step when ``nbytes`` of
     gradients go in ``buckets`` equal buckets, each a ring allreduce on ``n`` ranks (alpha a step, B bytes/s),
     after ``compute`` seconds of forward and backward, or, with ``overlap``, during them."""
-    from .exercises import _compare
+    from ...lab.exercises import compare
 
     cases = [dict(compute=c, nbytes=k, buckets=b, n=n, alpha=a, B=bw, overlap=o) for c, k, b, n, a, bw, o in [
         (20e-3, 5 << 20, 1, 2, 30e-6, 1e9, False),    # one bucket: overlap or not, the same
@@ -39,7 +39,7 @@ def check_step_time(step_time):
         (2e-3, 64 << 20, 16, 4, 5e-6, 10e9, True),    # communication-bound: the allreduces set the pace
         (50e-3, 100 << 20, 25, 8, 10e-6, 20e9, True),
         (50e-3, 100 << 20, 25, 8, 10e-6, 20e9, False)]]
-    _compare(step_time, "step_time", cases, _step_time,
+    compare(step_time, "step_time", cases, _step_time,
              "one bucket's ring allreduce takes 2(n-1)(alpha + (nbytes/buckets)/(n B)). Without overlap the step "
              "computes, then runs every bucket's allreduce. With overlap the allreduces run during compute, but "
              "the last bucket is only ready when backward ends: the step ends at compute plus one bucket's "

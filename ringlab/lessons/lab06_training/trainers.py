@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..measure.units import format_bytes
+from ...measure.units import format_bytes
+from ...lab.words import and_join
 
 ROUNDING = 1e-5  # float32 keeps about 7 significant digits; 30 steps of rounding stay well under this
 SAME_ACCURACY = 0.01  # accuracies within 1 point (20 of 2,000 test points) count as "about the same"
 TRAINER_SPEED_COLUMNS = {"trainer": "trainer", "step (ms)": "step_s", "samples/s": ("samples_per_s", ".0f"),
-                         "x the fastest": ("times_fastest", ".2f")}  # for ringlab.lab.tables.table
+                         "x the fastest": ("times_fastest", ".2f")}  # for ringlab.measure.tables.table
 
 
 def compare_trainers(trained: dict, reference: str = "DDP") -> list[dict]:
@@ -25,7 +26,7 @@ def compare_trainers(trained: dict, reference: str = "DDP") -> list[dict]:
 def describe_trainers(rows: list[dict], reference: str = "DDP", tolerance: float = ROUNDING) -> str:
     """Whether the trainers of :func:`compare_trainers` ended on ``reference``'s weights, up to rounding."""
     worst = max(rows, key=lambda row: row["difference"])
-    names = _and([row["trainer"] for row in rows])
+    names = and_join([row["trainer"] for row in rows])
     if worst["difference"] <= tolerance:
         return (f"The {names} ended within {worst['difference']:.1e} of {reference}'s weights (relative to the largest "
                 f"weight), under the {tolerance:.0e} that float rounding can explain: the same average, "
@@ -90,8 +91,8 @@ def _cores_sentence(ranks: list[int], cores: int) -> str:
     fit, over = [n for n in ranks if n <= cores], [n for n in ranks if n > cores]
     said = f"This machine gives the ranks {cores} core{'s' * (cores != 1)}: "
     if not over:
-        return said + f"every run had a core per rank ({_and(ranks)} ranks), so no rank waited for a core."
-    fitting = (f"the run{'s' * (len(fit) > 1)} with {_and(fit)} rank{'s' * (fit != [1])} had a core per rank; "
+        return said + f"every run had a core per rank ({and_join(ranks)} ranks), so no rank waited for a core."
+    fitting = (f"the run{'s' * (len(fit) > 1)} with {and_join(fit)} rank{'s' * (fit != [1])} had a core per rank; "
                if fit else "")
     shared = " and ".join(f"{n} ranks ({n / cores:.2g} ranks a core)" for n in over)
     return (f"{said}{fitting}the run{'s' * (len(over) > 1)} with {shared} {'were' if len(over) > 1 else 'was'} "
@@ -194,6 +195,3 @@ def _ranks(n: int) -> str:
     return f"{n} rank{'s' * (n != 1)}"
 
 
-def _and(values: list) -> str:
-    values = [str(v) for v in values]
-    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]

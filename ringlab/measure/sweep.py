@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..algorithms import build
-from ..measure.units import format_bytes
+from .units import format_bytes
 from ..predict.costmodel import first_size_where
 from ..predict.fitting import Fit
 from ..simulate import traffic

@@ -1,4 +1,5 @@
-"""A terminal walk-through of one schedule: who sends which chunk to whom, and what everyone holds."""
+"""A terminal walk-through of one schedule (``ringlab demo``): who sends which chunk to whom, and what
+everyone holds."""
 from __future__ import annotations
 
 from itertools import groupby

@@ -2,8 +2,10 @@
 boundary carries against a data-parallel allreduce, and the bubble read off a drawn schedule."""
 from __future__ import annotations
 
-from ..measure.units import format_bytes
-from ..predict.pipeline import bubble_fraction, idle_slots
+from ...lab.exercises import compare, exercise
+from ...lab.words import plural
+from ...measure.units import format_bytes
+from ...predict.pipeline import bubble_fraction, idle_slots
 
 
 def describe_pipeline_traffic(row: dict) -> str:
@@ -16,8 +18,8 @@ def describe_pipeline_traffic(row: dict) -> str:
              f"{format_bytes(row['weight_bytes'])} of weights at {row['bytes_per_value']} bytes each, and as much "
              f"again of gradients (the optimizer's state comes on top). Data parallel, each of the {n} devices holds "
              f"all of it; cut into {n} stages, a device holds {format_bytes(row['stage_weight_bytes'])} of weights.",
-             f"Per step ({m} micro-batches of {_plural(row['microbatch'], 'sequence')} of "
-             f"{_plural(row['sequence'], 'token')}): a data-parallel device sends "
+             f"Per step ({m} micro-batches of {plural(row['microbatch'], 'sequence')} of "
+             f"{plural(row['sequence'], 'token')}): a data-parallel device sends "
              f"{format_bytes(row['allreduce_bytes'])} in its ring allreduce, 2(n-1)/n of the gradients, and receives "
              f"as much; a pipeline boundary carries "
              f"{format_bytes(row['activation_bytes'])} per micro-batch each way (activations forward, their "
@@ -53,5 +55,25 @@ def _count(n: int) -> str:
     return (f"{n / 1e9:.3g} billion" if n >= 1e9 else f"{n / 1e6:.3g} million" if n >= 1e6 else f"{n:,}")
 
 
-def _plural(n: int, what: str) -> str:
-    return f"{n:,} {what}{'s' * (n != 1)}"
+
+
+def _bubble_fraction(n, m):
+    return (n - 1) / (m + n - 1)
+
+
+@exercise(_bubble_fraction, "formula")
+def check_bubble_fraction(bubble_fraction):
+    """``bubble_fraction(n, m)``: the idle share of a GPipe step, against the idle stage-slots counted in
+    :func:`ringlab.predict.pipeline.gpipe_schedule`'s grid for n stages and m micro-batches."""
+    from ...predict.pipeline import gpipe_schedule, idle_slots
+
+    def counted(n, m):
+        grid = gpipe_schedule(n, m)
+        return idle_slots(grid) / (n * len(grid[0]))
+
+    cases = [dict(n=n, m=m) for n, m in [(4, 8), (2, 1), (4, 1), (8, 4), (8, 32), (3, 5), (1, 6)]]
+    compare(bubble_fraction, "bubble_fraction", cases, counted,
+             "count a step's slots: the first micro-batch needs n-1 slots to reach the last stage, then the others "
+             "follow one slot apart, and backward mirrors forward; each stage is busy for 2m of them.",
+             rel_tol=1e-9, unit="(the idle share counted in the drawn schedule)")
+    print("Correct: (n-1)/(m+n-1) of a GPipe step is bubble.")

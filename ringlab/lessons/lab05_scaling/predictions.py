@@ -8,11 +8,12 @@ or tree: the two sit side by side, never one in place of the other.
 """
 from __future__ import annotations
 
-from ..algorithms import build
-from ..measure import published
-from ..predict.costmodel import predict, whatif
-from ..schedule import bus_factor
-from ..topology import preset
+from ...algorithms import build
+from ...lab.exercises import compare, exercise
+from ...measure import published
+from ...predict.costmodel import predict, whatif
+from ...schedule import bus_factor
+from ...topology import preset, uniform
 
 
 def published_sweeps(preset_name: str, collective: str = "allreduce", algorithm: bool = False) -> dict[str, list[dict]]:
@@ -41,8 +42,6 @@ def with_ranks(algorithms: list[str], nbytes: int, ranks: list[int], bandwidth: 
                ) -> dict[str, list[float]]:
     """{algorithm: predicted seconds at each rank count} of an allreduce of ``nbytes`` per rank, every pair
     of ranks linked alike (``bandwidth`` bytes/s each way, ``latency`` s a message)."""
-    from ..topology import uniform
-
     return {name: [predict(build(name, n), nbytes, uniform(n, bandwidth=bandwidth, latency=latency)).seconds
                    for n in ranks] for name in algorithms}
 
@@ -80,7 +79,6 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
                         latency: float) -> str:
     """What :func:`with_ranks`'s predictions say at the largest rank count, and how the ring's time splits
     into its latency part and its bandwidth part there."""
-    from ..topology import uniform
 
     n = ranks[-1]
     last = sorted(((values[-1], name) for name, values in seconds.items()))
@@ -102,7 +100,7 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
 def describe_crossovers(panels: dict) -> str:
     """One line per machine: from what size the ring is predicted to beat NCCL's double binary tree, and how
     the binomial tree compares at the largest size."""
-    from ..measure.units import format_bytes
+    from ...measure.units import format_bytes
 
     lines = []
     for name, panel in panels.items():
@@ -156,7 +154,7 @@ def rings_on(preset_name: str, nbytes: int, counts=(1, 2)) -> list[dict]:
     """Predicted allreduce of ``nbytes`` on a preset with one ring in the plain order 0..n-1, and with k rings
     in the orders the ring search picks (the best ring, and it backwards): rows of ``rings``, ``orders``,
     ``seconds``, ``busbw_Bps``."""
-    from ..predict.rings import ring_orders
+    from ...predict.rings import ring_orders
 
     topology = preset(preset_name)
     n, factor = topology.nranks, bus_factor("allreduce", topology.nranks)
@@ -207,7 +205,7 @@ def describe_hierarchy(curves: dict[str, list[dict]], nbytes: int) -> str:
 def describe_forced_ring(sweeps: dict[str, list[dict]]) -> str:
     """Two published sweeps of one machine, NCCL's own choice against ``NCCL_ALGO=Ring`` (labels as
     :func:`published_sweeps` gives them with ``algorithm=True``), compared size by size."""
-    from ..measure.units import format_bytes
+    from ...measure.units import format_bytes
 
     forced = [label for label in sweeps if "NCCL_ALGO=RING" in label.upper()]
     chosen = [label for label in sweeps if label not in forced]
@@ -230,3 +228,19 @@ def describe_forced_ring(sweeps: dict[str, list[dict]]) -> str:
                  f"{ring[best] / 1e9:.1f} GB/s of busbw)." if ratio[best] > 1 else
                  "The forced ring was never slower: NCCL chose the ring, or as good, everywhere.")
     return "\n".join(lines)
+
+
+def _ring_time(n, K, alpha, B):
+    return 2 * (n - 1) * (alpha + K / (n * B))
+
+
+@exercise(_ring_time, "formula")
+def check_ring_time(ring_time):
+    """Compare ``ring_time(n, K, alpha, B)`` with the cost model's ring allreduce on a uniform network."""
+    def cost_model(n, K, alpha, B):
+        return predict(build("allreduce.ring", n), K, uniform(n, bandwidth=B, latency=alpha)).seconds
+
+    cases = [dict(n=2, K=1 << 20, alpha=5e-6, B=10e9), dict(n=8, K=1 << 24, alpha=2e-6, B=25e9),
+             dict(n=64, K=1 << 26, alpha=10e-6, B=12.5e9)]
+    compare(ring_time, "ring_time", cases, cost_model, "2(n-1) steps, each one latency plus one chunk of K/n bytes at B.")
+    print("Correct: 2(n-1)(alpha + K/(nB)) matches the cost model.")

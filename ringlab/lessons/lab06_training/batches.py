@@ -3,6 +3,8 @@ against k ranks each taking one, and batch k x b at the same rate, at k times it
 against batch b."""
 from __future__ import annotations
 
+from ...lab.exercises import compare, exercise
+
 SAME_WEIGHTS = 1e-6  # largest absolute weight difference that counts as "the same weights"
 SAME_ACCURACY = 0.01  # within 1 point (20 of 2,000 test points): about the same accuracy
 
@@ -109,3 +111,22 @@ def _warmup_sentence(scaled: dict, warm: dict) -> str:
     return (f"{said}, and at the end they were within {abs(diff) * 100:.1f} points: this small model takes "
             f"{scaled['lr']:g} from the first step without its loss ever rising, so warm-up bought nothing here. "
             + published)
+
+
+def _scaled_lr(base_lr, k, step, warmup):
+    return base_lr * k if step >= warmup else base_lr * (1 + (k - 1) * step / warmup)
+
+
+@exercise(_scaled_lr, "schedule")
+def check_scaled_lr(scaled_lr):
+    """The linear scaling rule with linear warm-up: base_lr at step 0, base_lr * k from ``warmup`` on."""
+    def rule(base_lr, k, step, warmup):
+        return base_lr * k if step >= warmup else base_lr * (1 + (k - 1) * step / warmup)
+
+    cases = [dict(base_lr=b, k=k, step=s, warmup=w) for b, k, s, w in
+             [(0.001, 4, 0, 10), (0.001, 4, 5, 10), (0.001, 4, 10, 10), (0.001, 4, 500, 10), (0.1, 1, 3, 5),
+              (0.01, 8, 2, 4)]]
+    compare(scaled_lr, "scaled_lr", cases, rule,
+             "at step 0 it is base_lr; it rises in a straight line to base_lr * k at step warmup; after that it "
+             "stays at base_lr * k.", rel_tol=1e-9, unit="")
+    print("Correct: linear scaling with a linear warm-up.")

@@ -8,9 +8,9 @@
   :func:`model_trace` builds such a Trace from a lockstep model (the exercises' cases);
 - :func:`check_culprit`, :func:`check_straggler`: the lab's exercises.
 
-What to check on a GPU machine (NCCL's settings, P2P, links) is in :mod:`ringlab.lab.checklist`.
+What to check on a GPU machine (NCCL's settings, P2P, links) is in :mod:`ringlab.lessons.lab07_hangs_and_crawls.checklist`.
 
-    python -m mpi4py -m ringlab.lab.diagnose MODE FOLDER    # one rank of a mistake (run_on_ranks does this)
+    python -m mpi4py -m ringlab.lessons.lab07_hangs_and_crawls.diagnose MODE FOLDER    # one rank of a mistake (run_on_ranks does this)
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .deferred import deferred_exercise
+from ...lab.exercises import exercise
+from ...lab.words import and_join
 
 # What each of the lab's mistakes does on its ranks: (what the text says, ranks it needs)
 MISTAKES = {
@@ -38,7 +39,7 @@ ELEMENTS = 30        # the mistakes' buffers: small, so every message is sent ea
 
 
 def _not_done(text: str):
-    from .exercises import NotDoneYet
+    from ...lab.exercises import NotDoneYet
 
     return NotDoneYet(text)
 
@@ -48,14 +49,14 @@ def _not_done(text: str):
 def run_on_ranks(mode: str, nranks: int = 4, timeout: float = 60) -> dict[int, str]:
     """Run mistake ``mode`` (see :data:`MISTAKES`) on ``nranks`` real MPI ranks; {rank: what it said}.
     A rank that never called has no entry."""
-    from ..mpi.launch import run_mpi
+    from ...mpi.launch import run_mpi
 
     if mode not in MISTAKES:
         raise ValueError(f"no mistake {mode!r}; there are: {', '.join(MISTAKES)}")
     if not 3 <= nranks <= 8:
         raise ValueError(f"the mistakes need 3 to 8 ranks (rank {ABSENT} stays away), got {nranks}")
     with tempfile.TemporaryDirectory(prefix="ringlab-diagnose-") as folder:
-        done = run_mpi(nranks, ["-m", "ringlab.lab.diagnose", mode, folder], timeout=timeout)
+        done = run_mpi(nranks, ["-m", "ringlab.lessons.lab07_hangs_and_crawls.diagnose", mode, folder], timeout=timeout)
         said = {int(p.stem.split("-")[1]): p.read_text().strip() for p in Path(folder).glob("rank-*.txt")}
     if not said:
         raise RuntimeError(f"no rank of the {mode!r} job said anything; its errors:\n{done.stderr[-2000:]}")
@@ -98,8 +99,8 @@ def predicted_timeouts(nranks: int, absent: int, algorithm: str = "allreduce.rin
     compare arguments first), worked out from the ranks' plans: a rank starts step s once its step s-1 is
     done, posting that step's sends, which complete at once (small messages are sent eagerly); a receive
     completes once its sender has started that step. {rank: message} for every rank that gets stuck."""
-    from ..algorithms import build
-    from ..mpi.executor import compile_plan
+    from ...algorithms import build
+    from ...mpi.executor import compile_plan
 
     if not 0 <= absent < nranks:
         raise ValueError(f"the absent rank must be one of 0..{nranks - 1}, got {absent}")
@@ -163,8 +164,8 @@ def describe_timeouts(messages: dict[int, str], nranks: int) -> str:
     silent = [r for r in range(nranks) if r not in messages]
     named = sorted({q for _, waited in read.values() for q in waited})
     if all(step is None for step, _ in read.values()):
-        return (f"Ranks {_join(sorted(read))} each waited in the argument check for rank{'s' * (len(named) > 1)} "
-                f"{_join(named)}, which never called: the message names the rank that never came.")
+        return (f"Ranks {and_join(sorted(read))} each waited in the argument check for rank{'s' * (len(named) > 1)} "
+                f"{and_join(named)}, which never called: the message names the rank that never came.")
     chain = "; ".join(f"rank {r} at step {step} waited for rank {q[0]}" for r, (step, q) in
                       sorted(read.items(), key=lambda item: item[1][0]))
     first = min(read.values(), key=lambda v: v[0])[1][0]
@@ -174,9 +175,6 @@ def describe_timeouts(messages: dict[int, str], nranks: int) -> str:
     return f"{chain}. {verdict}"
 
 
-def _join(items) -> str:
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _culprit(messages):
@@ -185,7 +183,7 @@ def _culprit(messages):
     return min(read.values(), key=lambda v: (v[0] is not None, v[0] or 0))[1][0]
 
 
-@deferred_exercise(_culprit, "answer")
+@exercise(_culprit, "answer")
 def check_culprit(culprit):
     """``culprit(messages)``: the rank that never called, from the StepTimeouts of the ranks that did (the
     ranks compared no arguments), for rings of 3 to 8 ranks and every absent rank."""
@@ -210,7 +208,7 @@ def check_culprit(culprit):
 def slowed(seconds: float):
     """While inside, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
     slower link or a busier GPU is late at every step (the delay is injected; everything else is measured)."""
-    from ..mpi import collectives
+    from ...mpi import collectives
 
     if not 0 <= seconds < 10:
         raise ValueError(f"a pause of 0 to 10 s per step, got {seconds!r}")
@@ -237,14 +235,14 @@ def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, e
                      timeout: float = 60) -> dict[str, object]:
     """A ring allreduce traced on ``nranks`` real MPI ranks, first as it is, then with ``slow_rank`` pausing
     ``pause`` seconds before each step: {"as it is": Trace, "slowed": Trace} (rank 0's, with every rank's rows)."""
-    from ..algorithms import build
-    from ..mpi.executor import Trace
-    from ..mpi.launch import run_mpi
+    from ...algorithms import build
+    from ...mpi.executor import Trace
+    from ...mpi.launch import run_mpi
 
     if not 0 <= slow_rank < nranks:
         raise ValueError(f"the slow rank must be one of 0..{nranks - 1}, got {slow_rank}")
     with tempfile.TemporaryDirectory(prefix="ringlab-diagnose-") as folder:
-        args = ["-m", "ringlab.lab.diagnose", "straggler", folder, str(slow_rank), repr(pause), str(elements)]
+        args = ["-m", "ringlab.lessons.lab07_hangs_and_crawls.diagnose", "straggler", folder, str(slow_rank), repr(pause), str(elements)]
         done = run_mpi(nranks, args, timeout=timeout)
         path = Path(folder, "traces.pickle")
         if not path.exists():
@@ -330,8 +328,8 @@ def model_trace(nranks: int, slow_rank: int | None = None, pause: float = 0.02, 
     """A Trace from a lockstep model, not a measurement: each rank pauses (``pause`` seconds for
     ``slow_rank``, none for the others) before each step, then posts its sends; a send takes ``transfer``
     seconds, a receive ends ``transfer`` after both its ends have started the step."""
-    from ..algorithms import build
-    from ..mpi.executor import Trace
+    from ...algorithms import build
+    from ...mpi.executor import Trace
 
     schedule = build(algorithm, nranks)
     ends, rows = np.zeros(nranks), []
@@ -353,7 +351,7 @@ def _straggler(trace):
     return int(np.argmax(step_gaps(trace).sum(axis=1)))
 
 
-@deferred_exercise(_straggler, "answer")
+@exercise(_straggler, "answer")
 def check_straggler(straggler):
     """``straggler(trace)``: the slowed rank, on traces of the lockstep model for 3 to 8 ranks."""
     for n, slow in ((4, 2), (4, 0), (3, 1), (5, 4), (8, 3)):
@@ -364,7 +362,7 @@ def check_straggler(straggler):
             raise AssertionError(f"on a ring of {n} ranks in which rank {slow} pauses before every step, straggler "
                                  f"returned {got!r}.\nHint: the ranks after the straggler wait longest in their "
                                  "receives; the straggler itself waits for nobody, yet starts each step late: "
-                                 "look at the time between a rank's steps (ringlab.lab.diagnose.step_gaps).")
+                                 "look at the time between a rank's steps (ringlab.lessons.lab07_hangs_and_crawls.diagnose.step_gaps).")
     print("Correct: you find the slowed rank from the gaps between its steps, not from who waited longest.")
 
 
@@ -374,5 +372,5 @@ if __name__ == "__main__":  # one rank of a job that run_on_ranks or straggler_t
     elif len(sys.argv) == 6 and sys.argv[1] == "straggler":
         _trace_on_rank(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
     else:
-        sys.exit("usage: python -m mpi4py -m ringlab.lab.diagnose MODE FOLDER (MODE: "
+        sys.exit("usage: python -m mpi4py -m ringlab.lessons.lab07_hangs_and_crawls.diagnose MODE FOLDER (MODE: "
                  + ", ".join(MISTAKES) + ") | straggler FOLDER SLOW_RANK PAUSE ELEMENTS")

@@ -1,0 +1,13 @@
+"""Lists and counts in the labs' sentences, said one way everywhere."""
+from __future__ import annotations
+
+
+def and_join(items) -> str:
+    """``[1, 2, 3]`` -> ``"1, 2 and 3"``; ``[1, 2]`` -> ``"1 and 2"``; one item as it is."""
+    items = [str(i) for i in items]
+    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def plural(n: int, what: str) -> str:
+    """``plural(3, "step")`` -> ``"3 steps"``; ``plural(1, "step")`` -> ``"1 step"``."""
+    return f"{n:,} {what}{'s' * (n != 1)}"
