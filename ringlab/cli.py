@@ -100,6 +100,10 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpu", action="store_true", help="cupy buffers, one GPU per rank (shared if fewer)")
     bench.add_argument("--transport", default="auto", help="with --gpu: auto, host, cuda-aware, ipc")
     bench.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
+    bench.add_argument("--emulate", metavar="SPEC",
+                       help="run ringlab's algorithms on an emulated machine's links: a preset name (ringlab predict "
+                            "--help lists them) or uniform:GBPS:US, optionally @SCALE (how many times slower); e.g. "
+                            "uniform:0.1:100 or hgx-h100-8@1000. MPI's own collective (mpi) is not emulated")
     bandwidth = commands.add_parser(
         "bandwidth", help="measure link bandwidth and latency, next to each link's theoretical peak",
         description="Measured here. Without GPUs: the memory copy rate, and MPI ping-pong between two ranks "
@@ -238,10 +242,11 @@ def _bench(args, argv) -> int:
     if args.nranks is not None and not in_mpi_job():  # every mistake said once, here, before a job starts
         check_nranks(args.nranks)
         check_arguments(args.collective, algorithms, args.datatype, args.iters, args.warmup, args.root, args.nranks,
-                        args.json)
+                        args.json, args.emulate)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     run(args.collective, algorithms, sizes, args.datatype, args.iters,
-        args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv])
+        args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv],
+        emulate=args.emulate)
     return 0
 
 

@@ -10,13 +10,16 @@
   and the network from ``network``.
 - ``network``: :func:`read_network`, this host's network cards and their speeds (sysfs, as ``ibstat``
   reads them), and :func:`node_facts`, which nodes a job's ranks are on.
+- ``spec``: :func:`from_spec`, a machine named in one string (a preset, or ``uniform:GBPS:US``, and
+  ``@SCALE``), as ``rl.emulate`` and ``ringlab bench --emulate`` take it.
 """
 from .codes import parse_topo, published, published_topo, published_topo_names, topology_from_codes
 from .graph import GB, Link, SwitchTopology, Topology, from_matrix, ring, uniform
 from .network import node_facts, read_network
 from .nvml import discover
 from .presets import PUBLISHED_LINKS, pcie_bandwidth, preset, preset_names
+from .spec import from_spec
 
 __all__ = ["Topology", "Link", "SwitchTopology", "GB", "uniform", "ring", "from_matrix", "preset", "preset_names",
            "discover", "published", "published_topo", "published_topo_names", "parse_topo", "topology_from_codes",
-           "pcie_bandwidth", "PUBLISHED_LINKS", "read_network", "node_facts"]
+           "pcie_bandwidth", "PUBLISHED_LINKS", "read_network", "node_facts", "from_spec"]
