@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-US = 1e-6
+from .tuning import BASE_LATENCY, HW_LATENCY, LL128_SHARE, LL_SHARE, US
+
 SOURCE = ("NCCL's tuning model (src/graph/tuning.cc, ncclTunerConstantsDefaults: ring base and "
           "hardware latencies; protocol rate shares), NVIDIA/nccl at 5067397, 2026-06-11")
 
@@ -67,12 +68,14 @@ class Protocol:
         return self.step_latency[HARDWARE[hardware]]
 
 
-PROTOCOLS = {
-    "LL": Protocol("LL", 6.6 * US, {"nvlink": 0.6 * US, "pcie": 1.0 * US, "net": 2.7 * US}, 0.5),
-    "LL128": Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pcie": 2.5 * US, "net": 4.0 * US}, 0.92,
-                      nvlink_only=True),
-    "Simple": Protocol("Simple", 8.4 * US, {"nvlink": 3.4 * US, "pcie": 5.7 * US, "net": 14.0 * US}, 1.0),
-}
+def _ring(name: str, share: float, nvlink_only: bool = False) -> Protocol:
+    """A protocol with NCCL's ring latencies (``ringlab.predict.tuning``)."""
+    return Protocol(name, BASE_LATENCY["ring"][name], {hw: HW_LATENCY[hw]["ring"][name] for hw in HARDWARE}, share,
+                    nvlink_only)
+
+
+PROTOCOLS = {"LL": _ring("LL", LL_SHARE), "LL128": _ring("LL128", LL128_SHARE, nvlink_only=True),
+             "Simple": _ring("Simple", 1.0)}
 AUTO = "auto"
 
 
