@@ -159,3 +159,37 @@ def test_best_gpus_picks_the_subset_whose_slowest_pair_is_fastest():
         best_gpus(matrix, 7)
     with pytest.raises(ValueError, match="must be square"):
         best_gpus(matrix[:5], 2)
+
+
+def test_cluster_builds_nodes_of_nvlink_domains_joined_by_nics():
+    from ringlab.topology import cluster, pcie_bandwidth
+
+    two = cluster("h100", 2)
+    assert two.name == "ib-2x8-h100" and two.nranks == 16 and two.machine.nics_per_node == 8
+    assert two.machine.arch == "hopper" and two.switch_reduce and two.machine.nic_bandwidth == 50e9
+    gpu_nic = {link.b: link for link in two.links if link.a == "gpu9" and link.kind == "pcie"}
+    assert list(gpu_nic) == ["nic9"] and gpu_nic["nic9"].bandwidth == pcie_bandwidth(5, 16)
+    a100 = rl.topology.preset("ib-16x8-a100")  # A100 is a PCIe 4.0 device
+    assert {link.bandwidth for link in a100.links if link.kind == "pcie"} == {pcie_bandwidth(4, 16)}
+    assert a100.machine.nic_bandwidth == 25e9 and not a100.switch_reduce
+    shared = cluster("h100", 2, nics_per_node=2, fabric="roce")
+    nics = {link.b for link in shared.links if link.kind == "pcie"}
+    assert shared.name == "roce-2x8-h100-2nic" and nics == {"nic0", "nic1", "nic2", "nic3"}
+    assert {link.kind for link in shared.links} == {"nvswitch", "pcie", "roce"}
+    rack = rl.topology.preset("gb200-nvl72")
+    assert rack.nranks == 72 and rack.machine.arch == "blackwell" and rack.links[0].rate == pytest.approx(18 * 40.1e9)
+    assert rl.topology.preset("hgx-h100-8").machine == cluster("h100", 1).machine
+    assert cluster("b200", 1, nvls=False).name == "hgx-b200-8-nvls-off" and not cluster("b200", 1, nvls=False).switch_reduce
+
+
+def test_cluster_refuses_what_it_cannot_build():
+    from ringlab.topology import cluster
+
+    with pytest.raises(ValueError, match="unknown gpu 'v100'; known: a100, h100, h200, b200, gb200"):
+        cluster("v100", 2)
+    with pytest.raises(ValueError, match="unknown fabric 'tcp'; known: ib, roce, efa"):
+        cluster("h100", 2, fabric="tcp")
+    with pytest.raises(ValueError, match="nics_per_node must be from 1 to the 8 GPUs of a node, got 9"):
+        cluster("h100", 2, nics_per_node=9)
+    with pytest.raises(ValueError, match="nodes must be a whole number >= 1, got 0"):
+        cluster("h100", 0)

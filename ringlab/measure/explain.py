@@ -69,7 +69,8 @@ def explain(result: dict, machine: Topology | str | None = None, name: str | Non
     expected = _expect(rows, topology, bench, model)
     verdict, ratio = judge(expected)
     causes = [] if verdict == "healthy" else match_causes(rows, topology, bench, model)
-    reference = nearest_published(topology, rows[0]["collective"], rows[0]["ranks"], exclude=name)
+    reference = nearest_published(topology, rows[0]["collective"], rows[0]["ranks"], exclude=name,
+                                  sizes={r["bytes"] for r in rows})
     by_size = {r["bytes"]: r["busbw_Bps"] for r in reference["rows"]} if reference else {}
     for r in expected:
         r["published_busbw"] = by_size.get(r["bytes"])
@@ -168,10 +169,13 @@ def guess_machine(result: dict) -> Topology:
     return cluster(kind, nodes, ranks // nodes)
 
 
-def nearest_published(topology: Topology, collective: str, ranks: int, exclude: str | None = None) -> dict | None:
-    """The shipped sweep of healthy hardware nearest this machine: the same preset, else the same GPU with the
-    ranks nearest; None if there is none. Healthy: its own verdict against its model (:func:`judge`)."""
-    gpu = topology.machine.gpu if topology.machine else None
+def nearest_published(topology: Topology, collective: str, ranks: int, exclude: str | None = None,
+                      sizes: set | frozenset = frozenset()) -> dict | None:
+    """The shipped sweep of healthy hardware nearest this machine: the same preset, else (for machines
+    :func:`ringlab.topology.cluster` builds) the same GPU, the ranks nearest, then the most of ``sizes``
+    measured; None if there is none. Healthy:
+    its own verdict against its model (:func:`judge`)."""
+    gpu = topology.machine.gpu if topology.machine and topology.machine.gpu in GPUS else None
     best = None
     for sweep in published.sweeps(collective):
         match = published.model_for(sweep["name"])
@@ -179,9 +183,10 @@ def nearest_published(topology: Topology, collective: str, ranks: int, exclude: 
             continue
         theirs = preset(match[0])
         same = match[0] == topology.name
-        if not same and (gpu is None or theirs.machine is None or theirs.machine.gpu != gpu):
+        if not same and (gpu is None or theirs.machine is None or theirs.machine.gpu != gpu
+                         or theirs.switch_reduce != topology.switch_reduce):
             continue
-        key = (not same, abs(sweep["ranks"] - ranks))
+        key = (not same, abs(sweep["ranks"] - ranks), -len(sizes & {r["bytes"] for r in sweep["rows"]}))
         if best is None or key < best[0]:
             best = (key, sweep)
     return best[1] if best else None
@@ -237,9 +242,25 @@ def _expect(rows: list[dict], topology: Topology, bench: Harness, model: str) ->
     for row in rows:
         for r in versus([row], topology, row["collective"], row["model"], nranks=row["ranks"], bench=bench):
             out.append({"bytes": r["bytes"], "measured_busbw": r["measured_busbw"],
-                        "expected_busbw": r["predicted_busbw"], "ratio": 1 / r["ratio"], "predicted": r["predicted"],
-                        "ranks": row["ranks"], "collective": row["collective"]})
+                        "expected_busbw": r["predicted_busbw"], "ratio": r["measured_busbw"] / r["predicted_busbw"],
+                        "predicted": r["predicted"], "ranks": row["ranks"], "collective": row["collective"]})
     return out
+
+
+def describe(e: dict, what: str = "this sweep") -> list[str]:
+    """:func:`explain`'s answer as lines of text: size by size, then the verdict and the causes it matches."""
+    lines = [f"# {what}: set against a healthy {e['machine']} (NCCL's model, predicted; timed as {e['benchmark']})",
+             f"#   published beside it: {e['published'] or 'no published sweep of healthy hardware of this kind'}",
+             f"# {'size (B)':>12} {'measured':>9} {'expected':>9} {'ratio':>6}  {'NCCL would run':<16} "
+             f"{'published':>9}   (GB/s; ratio = measured / expected)"]
+    for r in e["rows"]:
+        shown = "-" if r["published_busbw"] is None else f"{r['published_busbw'] / 1e9:.1f}"
+        lines.append(f"  {r['bytes']:>12} {r['measured_busbw'] / 1e9:>9.1f} {r['expected_busbw'] / 1e9:>9.1f} "
+                     f"{r['ratio']:>6.2f}  {r['predicted']:<16} {shown:>9}")
+    lines.append(f"# verdict: {e['summary']}")
+    for c in e["causes"]:
+        lines.append(f"# likely cause: {c['cause']} (measured is {c['ratio']:.0%} of what {c['machine']} would give)")
+    return lines
 
 
 def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | None]:
@@ -260,5 +281,5 @@ def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | N
     return read_log(text, collective=collective), None
 
 
-__all__ = ["explain", "judge", "match_causes", "variants", "machine_from", "guess_machine", "nearest_published",
+__all__ = ["explain", "describe", "judge", "match_causes", "variants", "machine_from", "guess_machine", "nearest_published",
            "read", "CAUSES", "HEALTHY", "MATCH", "RAILS_DEGRADED"]

@@ -20,7 +20,7 @@ hardware of that description gives:
 - ``pat``: all-gather and reduce-scatter with one GPU per node, log-depth.
 
 Protocols: LL carries half of what it stores and NCCL caps it (``llMaxBws``); over PCIe each LL store
-(16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 40 bytes on the wire
+(16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 42 bytes on the wire
 (:data:`LL_PCIE_SHARE`); LL128 carries 120 of 128 bytes, only where every path inside a node is
 NVLink, and across the network on Hopper and later; Simple carries everything. A GPU reduces while
 it copies, so reduction bounds the rate only where memory is slower than the links. Left out:
@@ -40,13 +40,15 @@ from ..schedule import bus_factor, check_count
 from ..topology import Topology
 from ..topology.machines import Machine
 from . import tuning as T
-from .nvls import port_rate
+from .nvls import nvls_algbw, port_rate
 from .protocols import hardware_class, NET
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
-PCIE_TLP_OVERHEAD = 24  # bytes a PCIe 3.0+ write adds: 4-byte framing token, 16-byte header (64-bit address), LCRC
+# bytes a PCIe 3.0+ write adds to its payload: 4 framing, 2 sequence number, 16 header (64-bit address), 4 LCRC
+# (the spec's figures, as UCX counts them: openucx/ucx#6416)
+PCIE_TLP_OVERHEAD = 4 + 2 + 16 + 4
 LL_STORE = 16           # bytes of one LL store, 8 of them data (NCCL's prims_ll.h: st.volatile.global.v4.u32)
-LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.2 of a PCIe link's peak carries LL's data
+LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.19 of a PCIe link's peak carries LL's data
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ def _algbw(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
         elif protocol == "LL128":
             bus *= T.TREE_LL128_SHARE["one node" if f.nodes == 1 else "across nodes"]
         return T.TREE_ALGBW * bus
-    inside = f.port * T.NVLS_EFFICIENCY.get(f.arch, 0.0) * per_node / (per_node + 1) if f.nvls else 0.0
+    inside = nvls_algbw(f.port, T.NVLS_EFFICIENCY[f.arch], per_node) if f.nvls else 0.0
     if algorithm == "nvls":
         return inside if f.nodes == 1 else min(inside, f.net)
     if algorithm == "nvlstree":

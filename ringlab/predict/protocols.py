@@ -21,14 +21,14 @@ bare model (1-2 us a message, links at their peak) was too optimistic in the mid
 1.5x on 8x H100 and 1.7x on a PCIe box, and too pessimistic at the small end. A step costs NCCL
 microseconds of protocol (flags, fences, a thread block's loop), not the wire's one, and NCCL's
 tuner moves from LL to LL128 to Simple as messages grow, trading latency for rate. The terms below
-are NCCL's own figures, not fitted to those sweeps, so the comparison stays a test; where they miss
-(LL's rate over PCIe looks optimistic against the published times) the benchmark shows it. The
+are NCCL's own figures (``ringlab.predict.tuning``, their one home), not fitted to those sweeps. The
 other missing term, links reaching less than their signalling peak, lives on the links
-(``Link.efficiency``, set by the presets).
+(``Link.efficiency``, set by the presets). The published sweeps are now held to NCCL's whole model
+(``ringlab.predict.nccl``: its algorithms across nodes, LL's cap, LL's rate over PCIe); these terms
+are what a ringlab schedule pays when it runs NCCL's way.
 
 These are NCCL's model figures, labelled as such: not measured here, and a model of NCCL rather
-than NCCL. Left out: NCCL's per-channel caps on LL and LL128 rates, and its correction factors for
-trees at medium sizes.
+than NCCL. Left out here: NCCL's cap on LL and LL over PCIe (``ringlab.predict.nccl`` has both).
 """
 from __future__ import annotations
 
