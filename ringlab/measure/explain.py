@@ -96,12 +96,15 @@ def large(rows: list[dict]) -> list[dict]:
 
 
 def match_causes(rows: list[dict], topology: Topology, bench: Harness, model: str) -> list[dict]:
-    """Every cause whose machine the measurement matches, closest first: ``cause``, ``key``, ``machine``, ``ratio``."""
+    """Every cause whose machine the measurement matches, closest first: ``cause``, ``key``, ``machine``, ``ratio``
+    (measured / that machine's prediction at the large sizes) and ``expected_busbw`` (its prediction, size by size)."""
     found = []
     for key, changed in variants(topology).items():
-        _, ratio = judge(_expect(rows, changed, bench, model))
+        expected = _expect(rows, changed, bench, model)
+        _, ratio = judge(expected)
         if MATCH[0] <= ratio <= MATCH[1]:
-            found.append({"key": key, "cause": CAUSES[key], "machine": changed.name, "ratio": ratio})
+            found.append({"key": key, "cause": CAUSES[key], "machine": changed.name, "ratio": ratio,
+                          "expected_busbw": [r["expected_busbw"] for r in expected]})
     return sorted(found, key=lambda c: abs(c["ratio"] - 1))
 
 
@@ -263,6 +266,19 @@ def describe(e: dict, what: str = "this sweep") -> list[str]:
     return lines
 
 
+def plot_rows(e: dict, label: str) -> list[dict]:
+    """:func:`explain`'s answer as rows for ``ringlab.viz.busbw_plot``: the measurement, the healthy machine's
+    prediction and that of the cause it matches best, each line named after ``label``."""
+    rows = [{"algorithm": f"{label}: measured", "bytes": r["bytes"], "busbw_Bps": r["measured_busbw"]}
+            for r in e["rows"]]
+    rows += [{"algorithm": f"{label}: predicted, healthy {e['machine']}", "bytes": r["bytes"],
+              "busbw_Bps": r["expected_busbw"]} for r in e["rows"]]
+    for cause in e["causes"][:1]:
+        rows += [{"algorithm": f"{label}: predicted, {cause['machine']} ({cause['key']})", "bytes": r["bytes"],
+                  "busbw_Bps": busbw} for r, busbw in zip(e["rows"], cause["expected_busbw"])]
+    return rows
+
+
 def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | None]:
     """(what a file holds, its published name or None): an nccl-tests log, ``ringlab import --json`` or
     ``ringlab bench --json`` output, or a shipped published sweep."""
@@ -281,5 +297,5 @@ def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | N
     return read_log(text, collective=collective), None
 
 
-__all__ = ["explain", "describe", "judge", "match_causes", "variants", "machine_from", "guess_machine", "nearest_published",
+__all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine", "nearest_published",
            "read", "CAUSES", "HEALTHY", "MATCH", "RAILS_DEGRADED"]
