@@ -125,3 +125,15 @@ def test_explain_on_the_command_line_reads_a_log_and_writes_its_verdict(tmp_path
     helped = subprocess.run([sys.executable, "-m", "ringlab", "explain", "--help"], capture_output=True, text=True,
                             timeout=120)
     assert "is my number normal" in helped.stdout.lower() or "healthy hardware" in helped.stdout
+
+
+def test_a_bench_result_is_explained_by_its_nccl_rows_on_its_machine():
+    board = rl.topology.preset("hgx-h100-8")
+    rows = [{"algorithm": "nccl", "bytes": s, "busbw_Bps": predict_nccl("allreduce", s, board).busbw} for s in SIZES]
+    result = {"kind": "ringlab-bench", "collective": "allreduce", "ranks": 8,
+              "machine": {"host": "box", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}] * 8},
+              "rows": rows + [{"algorithm": "ring", "bytes": 1 << 20, "busbw_Bps": 1e9}]}
+    got = explain(result)
+    assert got["machine"] == "hgx-h100-8" and got["verdict"] == "healthy" and len(got["rows"]) == len(SIZES)
+    with pytest.raises(ValueError, match="no NCCL rows"):
+        explain(dict(result, rows=[{"algorithm": "ring", "bytes": 1 << 20, "busbw_Bps": 1e9}]))

@@ -6,5 +6,8 @@
   each next to its link's peak;
 - ``machine``: the description that travels with every result; ``recorded``: results measured on
   a GPU machine and committed under ``results/``; ``doctor``: what this machine has;
-- ``units``: sizes as people type and read them (``64M``, ``1.5 KiB``).
+- ``units``: sizes as people type and read them (``64M``, ``1.5 KiB``);
+- ``logs``: the NVIDIA tools' output read into ringlab's structures; ``published``: measurements of real
+  machines shipped as data; ``explain``: a sweep against healthy hardware of its kind, and the cause
+  it matches when it falls short (``ringlab explain``).
 """

@@ -152,8 +152,11 @@ def machine_from(spec: str) -> Topology:
 
 
 def guess_machine(result: dict) -> Topology:
-    """The machine a log ran on, from its GPUs' names and hosts: healthy hardware of that kind."""
-    devices = result.get("devices") or []
+    """The machine a log ran on, from its GPUs' names and hosts (a bench result's: its machine's): healthy
+    hardware of that kind."""
+    described = result.get("machine") if isinstance(result.get("machine"), dict) else {}
+    devices = result.get("devices") or [{"name": g.get("name", ""), "host": described.get("host")}
+                                        for g in described.get("gpus") or []]
     names = {d["name"] for d in devices}
     kind = next((key for text, key in _GPU_NAMES if any(text in n for n in names)), None)
     ranks = result.get("ranks") or len(devices)
