@@ -300,5 +300,5 @@ def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | N
     return read_log(text, collective=collective), None
 
 
-__all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine", "nearest_published",
-           "read", "CAUSES", "HEALTHY", "MATCH", "RAILS_DEGRADED"]
+__all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine",
+           "nearest_published", "read", "CAUSES", "HEALTHY", "MATCH", "RAILS_DEGRADED"]

@@ -56,7 +56,8 @@ def harness(tool: str = "nccl-tests", gpus_per_process: int = 1) -> Harness:
 
 
 def gpus_per_process(command: str | None, header: str | None = None) -> int:
-    """GPUs one nccl-tests thread drives, from its command (``-g 8``, ``-g8``) or header (``nGpus 8``); 1 if neither says."""
+    """GPUs one nccl-tests thread drives, from its command (``-g 8``, ``-g8``) or header (``nGpus 8``); 1 if
+    neither says."""
     for text, pattern in ((command, r"(?:^|\s)-g\s*(\d+)"), (header, r"nGpus\s+(\d+)")):
         found = re.search(pattern, text or "")
         if found:

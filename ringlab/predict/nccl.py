@@ -115,7 +115,7 @@ def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: st
         raise ValueError(f"unknown protocol {protocol!r}; NCCL's are: {', '.join(T.PROTOCOLS)}")
     options = []
     for name in ([algorithm] if algorithm else T.ALGORITHMS):
-        why = unusable(name, collective, facts, topology)
+        why = unusable(name, collective, facts)
         if why:
             if algorithm:
                 raise ValueError(f"{name} cannot run {collective} on {topology.name}: {why}")
@@ -148,7 +148,7 @@ def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
                  machine.nics_per_node, nvls, topology.reduce_rate)
 
 
-def unusable(algorithm: str, collective: str, facts: Facts, topology: Topology) -> str | None:
+def unusable(algorithm: str, collective: str, facts: Facts) -> str | None:
     """Why NCCL would not run ``algorithm`` for ``collective`` here, or None where it would."""
     reducing_all = collective == "allreduce"
     if algorithm == "ring":

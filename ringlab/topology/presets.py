@@ -37,7 +37,8 @@ def dual_socket_qpi_8() -> Topology:
     links = []
     for s in range(4):  # four switches, two GPUs each; switches 0,1 on cpu0, 2,3 on cpu1
         switch = f"pcie-switch{s}"
-        links += [rated_link(gpus[2 * s], switch, PCIE3_X16, "pcie"), rated_link(gpus[2 * s + 1], switch, PCIE3_X16, "pcie"),
+        links += [rated_link(gpus[2 * s], switch, PCIE3_X16, "pcie"),
+                  rated_link(gpus[2 * s + 1], switch, PCIE3_X16, "pcie"),
                   rated_link(switch, f"cpu{s // 2}", PCIE3_X16, "pcie")]
     links.append(rated_link("cpu0", "cpu1", QPI, "qpi"))
     return Topology("dual-socket-qpi-8", gpus, tuple(links),
@@ -51,7 +52,8 @@ def _dgx1(name: str, pairs: dict, per_link: float, rating: float, reduce_rate: f
     links = [rated_link(gpus[a], gpus[b], count * per_link, "nvlink", rating) for (a, b), count in pairs.items()]
     for s in range(4):  # GPU pairs behind PCIe switches, two per CPU, CPUs over QPI
         switch = f"pcie-switch{s}"
-        links += [rated_link(gpus[2 * s], switch, PCIE3_X16, "pcie"), rated_link(gpus[2 * s + 1], switch, PCIE3_X16, "pcie"),
+        links += [rated_link(gpus[2 * s], switch, PCIE3_X16, "pcie"),
+                  rated_link(gpus[2 * s + 1], switch, PCIE3_X16, "pcie"),
                   rated_link(switch, f"cpu{s // 2}", PCIE3_X16, "pcie")]
     links.append(rated_link("cpu0", "cpu1", QPI, "qpi"))
     return Topology(name, gpus, tuple(links), reduce_rate, source=source,
