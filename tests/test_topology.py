@@ -193,3 +193,14 @@ def test_cluster_refuses_what_it_cannot_build():
         cluster("h100", 2, nics_per_node=9)
     with pytest.raises(ValueError, match="nodes must be a whole number >= 1, got 0"):
         cluster("h100", 0)
+
+
+def test_every_multi_node_preset_is_a_cluster_of_its_description():
+    from ringlab.topology.machines import GPUS, variant
+
+    multi = [rl.topology.preset(name) for name in preset_names() if rl.topology.preset(name).machine.nodes > 1]
+    assert {t.name for t in multi} >= {"ib-2x4", "ib-2x8-h100", "ib-16x8-a100", "ib-2x64-gb200"}
+    for topo in multi:
+        assert topo.machine.gpu in GPUS and variant(topo).links == topo.links  # rebuilt from its Machine alike
+    box = rl.topology.preset("ib-2x4")  # GPUs without NVLink: one PCIe 3.0 switch a node, its NIC behind it
+    assert box.machine.intra == "pcie" and len(box.route(0, 4)) == 6  # gpu, switch, nic, fabric, nic, switch

@@ -209,8 +209,11 @@ def _machine(result: dict, machine: Topology | str | None, name: str | None) -> 
         return machine
     if machine:
         return machine_from(machine)
-    if name and not isinstance(published.model_for(name), str):
-        return preset(published.model_for(name)[0])
+    if name:
+        match = published.model_for(name)
+        if isinstance(match, str):
+            raise ValueError(f"ringlab models no machine like {name[:3]}'s ({match}); give one with --machine")
+        return preset(match[0])
     if "machine" in result and result.get("format") == "nccl-tests" and not result.get("devices"):
         m = result["machine"]
         kind = next((key for text, key in _GPU_NAMES if text in (m.get("gpu") or "")), None)

@@ -284,9 +284,9 @@ def _ring_rates(topology: Topology, n: int) -> tuple[float, float]:
     src = np.array(order)
     pairs, channels = topology.routes(src, np.roll(src, -1))
     load = topology.channel_load(np.bincount(channels, minlength=len(topology.channel_rate)).astype(float))
-    rated = float((topology.channel_rate / np.maximum(load, 1e-300)).min())
-    peak = float((topology.channel_bandwidth / np.maximum(load, 1e-300)).min())
-    return rated, peak
+    used = load > 0
+    return (float((topology.channel_rate[used] / load[used]).min()),
+            float((topology.channel_bandwidth[used] / load[used]).min()))
 
 
 def _net_per_node(topology: Topology, machine: Machine) -> float:

@@ -1,8 +1,10 @@
 """Machines by description: ``cluster("h100", nodes=2)`` builds the topology from public figures.
 
 A node is one NVLink domain: 8 GPUs on an HGX board's NVSwitches, or up to 72 in a GB200 NVL72
-rack. Its GPUs reach the network through NICs, one per GPU unless told otherwise, each NIC on a
-PCIe link of the GPU's generation, into one non-blocking fabric (a rail-optimised fat tree).
+rack (or, for ``"pcie3"``, GPUs without NVLink under one PCIe 3.0 switch). Its GPUs reach the
+network through NICs, one per GPU unless told otherwise, each NIC on a PCIe link of the GPU's
+generation (behind the node's switch for PCIe nodes), into one non-blocking fabric (a
+rail-optimised fat tree).
 The :class:`Machine` it carries says what NCCL's tuner reads beyond the links: the GPU
 generation, nodes and NICs, the host's CPU vendor, and whether the fabric can reduce (SHARP).
 """
@@ -19,8 +21,9 @@ FABRICS = {"ib": "InfiniBand", "roce": "RoCE (RDMA over Ethernet)", "efa": "AWS 
 
 @dataclass(frozen=True)
 class GPU:
-    """One GPU model's public figures: its NVLink port (bytes/s each way, the rating NCCL gives it), memory
-    rate, PCIe generation, NCCL's generation index, whether its switch adds (NVLS), its hosts' CPU."""
+    """One GPU model's public figures: its NVLink port (bytes/s each way, the rating NCCL gives it; 0: no
+    NVLink, the GPUs share a PCIe switch), memory rate, PCIe generation, NCCL's generation index, whether its
+    switch adds (NVLS), its hosts' CPU."""
 
     name: str
     arch: str
@@ -45,6 +48,8 @@ GPUS = {
     "gb200": GPU("GB200", "blackwell", B200_NVLINK, "nvlink-b200", B200_REDUCE, 5, True, "arm",
                  "GB200 NVL72: 72 GPUs on NVLink 5 (1.8 TB/s bidirectional each), HBM3e 8 TB/s, Grace (Arm) hosts, "
                  "a 400G ConnectX-7 per GPU"),
+    "pcie3": GPU("PCIe 3.0 GPU", "volta", 0.0, "pcie", float("inf"), 3, False, "intel",
+                 "PCIe 3.0 x16 = 15.754 GB/s per direction, GPUs and NICs under one switch per node"),
 }
 
 
@@ -68,7 +73,8 @@ class Machine:
 
 def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | None = None, nic_gbps: float = 400,
             fabric: str = "ib", sharp: bool = False, nvls: bool | None = None, name: str | None = None) -> Topology:
-    """``nodes`` NVLink domains of ``gpus_per_node`` GPUs (``gpu``: a100, h100, h200, b200, gb200), joined by
+    """``nodes`` NVLink domains of ``gpus_per_node`` GPUs (``gpu``: a100, h100, h200, b200, gb200; or pcie3,
+    GPUs without NVLink under one PCIe 3.0 switch), joined by
     ``nics_per_node`` NICs each (default one per GPU) of ``nic_gbps`` Gbit/s into one fabric (ib, roce, efa).
     ``sharp``: the fabric reduces (InfiniBand SHARP, for NCCL's CollNet); ``nvls=False``: the switch does
     not add (NCCL_NVLS_ENABLE=0)."""
@@ -86,13 +92,14 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
     if not nic_gbps > 0:
         raise ValueError(f"nic_gbps must be > 0, got {nic_gbps!r}")
     switch_reduce = spec.nvls if nvls is None else bool(nvls and spec.nvls)
-    machine = Machine(gpu, spec.arch, nodes, gpus_per_node, nics, nic_gbps / 8 * GB, fabric, spec.cpu, sharp)
+    machine = Machine(gpu, spec.arch, nodes, gpus_per_node, nics, nic_gbps / 8 * GB, fabric, spec.cpu, sharp,
+                      "nvlink" if spec.nvlink else "pcie")
     name = name or _name(gpu, nodes, gpus_per_node, nics, nic_gbps, fabric, sharp, switch_reduce != spec.nvls)
     source = f"public figures: {spec.source}" + (f"; {nics} x {nic_gbps:g} Gbit/s {FABRICS[fabric]} per node"
                                                   if nodes > 1 else "")
     adds = "that can also add (NVLS)" if switch_reduce else "that cannot add"
     notes = (f"{nodes} x {gpus_per_node} {spec.name}, each node one NVLink domain, modelled as one non-blocking "
-             f"switch {adds}")
+             f"switch {adds}" if spec.nvlink else f"{nodes} x {gpus_per_node} GPUs under a PCIe {spec.pcie}.0 switch")
     if nodes == 1:
         links = tuple(rated_link(g, "nvswitch", spec.nvlink, "nvswitch", RATINGS[spec.rating])
                       for g in gpu_names(gpus_per_node))
@@ -103,8 +110,13 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
     for i, g in enumerate(gpus):
         node, local = divmod(i, gpus_per_node)
         nic = f"nic{node * nics + local * nics // gpus_per_node}"
-        links += [rated_link(g, f"node{node}-nvswitch", spec.nvlink, "nvswitch", RATINGS[spec.rating]),
-                  rated_link(g, nic, pcie, "pcie")]
+        if spec.nvlink:
+            links += [rated_link(g, f"node{node}-nvswitch", spec.nvlink, "nvswitch", RATINGS[spec.rating]),
+                      rated_link(g, nic, pcie, "pcie")]
+        else:  # GPUs and NICs under the node's PCIe switch
+            links.append(rated_link(g, f"node{node}-pcie-switch", pcie, "pcie"))
+    if not spec.nvlink:
+        links += [rated_link(f"node{k // nics}-pcie-switch", f"nic{k}", pcie, "pcie") for k in range(nodes * nics)]
     links += [rated_link(f"nic{k}", f"{fabric}-fabric", nic_gbps / 8 * GB, fabric) for k in range(nodes * nics)]
     return Topology(name, gpus, tuple(links), spec.reduce_rate, source=source, switch_reduce=switch_reduce,
                     notes=f"{notes}; {nics} NICs per node on PCIe {spec.pcie}.0 x16, one fabric"

@@ -84,19 +84,6 @@ def dgx2_nvswitch() -> Topology:
                                 f"{ASSUMED}", machine=_on_one_node("v100", "volta", 16))
 
 
-def ib_2x4() -> Topology:
-    gpus = gpu_names(8)
-    links = []
-    for node in range(2):
-        switch = f"node{node}-pcie-switch"
-        links += [rated_link(gpus[4 * node + i], switch, PCIE3_X16, "pcie") for i in range(4)]
-        links += [rated_link(switch, f"node{node}-nic", PCIE3_X16, "pcie"), rated_link(f"node{node}-nic", "ib-switch", IB_100G, "ib")]
-    return Topology("ib-2x4", gpus, tuple(links),
-                    source="published figures: PCIe 3.0 x16 15.754 GB/s; 100 Gbit/s InfiniBand = 12.5 GB/s",
-                    notes="2 nodes x 4 GPUs under a PCIe 3.0 switch with one 100 Gbit/s NIC each. " + ASSUMED,
-                    machine=Machine("pcie3", "volta", 2, 4, 1, IB_100G, "ib", intra="pcie"))
-
-
 def h100_pcie_nvlink_2() -> Topology:
     gpus = gpu_names(2)
     links = (rated_link(gpus[0], gpus[1], H100_PCIE_BRIDGE, "nvlink", RATINGS["nvlink-h100"]),
@@ -160,7 +147,7 @@ PRESETS = {
     "hgx-h200-8": lambda: cluster("h200", 1),
     "hgx-b200-8": lambda: cluster("b200", 1),
     "gb200-nvl72": lambda: cluster("gb200", 1, gpus_per_node=72),
-    "ib-2x4": ib_2x4,
+    "ib-2x4": lambda: cluster("pcie3", 2, gpus_per_node=4, nics_per_node=1, nic_gbps=100, name="ib-2x4"),
     "ib-2x8-h100": lambda: cluster("h100", 2),
     "ib-16x8-h100": lambda: cluster("h100", 16),
     # the published 16-node A100 sweep does not state its NICs: HDR 200 Gbit/s per GPU, as in the DGX A100
