@@ -25,7 +25,7 @@ from . import topology
 from .algorithms import ALGORITHMS, build
 from .mpi import (StepTimeout, Trace, allreduce, alltoall, broadcast, execute, gather, reduce, release_buffers,
                   scatter, which_transport)
-from .predict import Prediction, predict
+from .predict import NcclPrediction, Prediction, predict, predict_nccl
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
 from .simulate import ScheduleError, Simulation, check, provenance_str, simulate, traffic
@@ -39,8 +39,8 @@ __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
     "provenance_str", "allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "execute",
-    "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "emulate",
-    "__version__",
+    "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "predict_nccl",
+    "NcclPrediction", "emulate", "__version__",
 ]
 
 _ON_FIRST_USE = ("train", "viz", "measure", "lab", "lessons")

@@ -356,6 +356,48 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 #    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
 
 # %% [markdown]
+# ## Is my number normal? Two nodes against their rails
+#
+# A published sweep is one machine measured on one day, healthy or not. `ringlab explain` (the
+# function `ringlab.measure.explain.explain`) sets every size of an nccl-tests sweep beside what
+# NCCL's own model predicts for healthy hardware of that kind: NCCL's tuner constants, one ring
+# channel per network card across nodes, its trees and NVLS, and the machine built from public
+# figures (`rl.topology.cluster("h100", nodes=2)`). Where a sweep is well below, it predicts the same
+# machine with one thing wrong (one NIC instead of eight, the NICs at a quarter of their rate, NVLS
+# or P2P off) and names the one the measurement matches.
+#
+# Below: the two published 2-node H100 sweeps (A02, NCCL's default; A03, the ring forced) beside a
+# healthy 8-GPU H100 board (A01). "measured" is the published figure, "expected" a prediction.
+
+# %%
+from ringlab.measure import published
+from ringlab.measure.explain import describe, explain, plot_rows
+from ringlab.viz import busbw_plot
+
+explained = {}
+for name in ("A01_nccltests290_h100x8_hgx_1node_allreduce", "A02_nccltests290_h100_2x8_ib_ndr_allreduce_default",
+             "A03_nccltests290_h100_2x8_ib_ndr_allreduce_ring"):
+    explained[name[:3]] = explain(published.load(name).data, name=name)
+    print("\n".join(describe(explained[name[:3]], f"{name[:3]}, {published.load(name).label}")), "\n")
+
+# %%
+busbw_plot([row for label, answer in explained.items() for row in plot_rows(answer, label)],
+           title="published busbw (measured) against NCCL's model of the healthy machine and of the cause "
+                 "it matches (predicted)").show()
+
+# %% [markdown]
+# The board reaches what its NVLink and NVLS allow. The two nodes reach about a quarter of what
+# eight 400G rails allow, and the machine they match is the same cluster with every rail at a
+# quarter of its rate: 8 x 12 GB/s, where a healthy ConnectX-7 behind PCIe 5.0 carries 48. That is
+# the classic symptom of GPUDirect RDMA not in use (the data staged through host memory), PCIe ACS or
+# the IOMMU in the path, or NICs on the far NUMA node: `nvidia-smi topo -m`, `NCCL_DEBUG=INFO`
+# (look for `GDRDMA` on the NET lines) and the ACS settings of the PCIe switches are where to look.
+# One NIC's worth instead of eight (rails not used) would be slower still, and it does not match.
+#
+# Your own log: `ringlab explain all_reduce_perf.log`, which reads the machine from the log's GPUs
+# and hosts, or give it: `ringlab explain LOG --machine h100:2x8` (`--json OUT` keeps the rows).
+
+# %% [markdown]
 # ## Quiz
 #
 # A few short questions on this lab: a number to work out, a figure to read, a choice to make. Run the

@@ -99,6 +99,8 @@ LINK_STYLES = {
     "qpi": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
     "fabric": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
     "ib": ("network (InfiniBand)", "#7b3fa0", "solid"),
+    "roce": ("network (RoCE)", "#7b3fa0", "dash"),
+    "efa": ("network (AWS EFA)", "#7b3fa0", "dot"),
 }
 
 
