@@ -15,10 +15,10 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lessons.lab05_scaling.predictions import (check_ring_time, describe_crossovers, describe_forced_ring,
-                                                       describe_hierarchy, describe_machines, describe_with_ranks,
-                                                       hierarchical_against_flat, machines_at, published_sweeps,
-                                                       rings_on, trees_against_ring, with_ranks)
+from ringlab.lessons.lab05_scaling.predictions import (check_ring_time, describe_against, describe_crossovers,
+                                                       describe_forced_ring, describe_hierarchy, describe_machines,
+                                                       describe_with_ranks, hierarchical_against_flat, machines_at,
+                                                       published_sweeps, rings_on, trees_against_ring, with_ranks)
 from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, nvlink_to_nic, predicted_on_simulated,
                                                     side_by_side)
 from ringlab.measure import published
@@ -138,13 +138,12 @@ for label, rows in against.items():
     big = max(rows, key=lambda r: r["bytes"])
     print(f"{label:48}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured {big['measured_busbw'] / 1e9:6.1f}"
           f" GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), predicted/measured {big['ratio']:.2f}")
+print(describe_against(against))
 
 # %% [markdown]
-# Where the ratio is near one, the model has found what bounds the machine. Where it is far below
-# one, the model predicts much less than NCCL reached, and every such sweep in the printout ran across
-# nodes: the model sends one ring across each node boundary through one network card, while NCCL
-# spreads several rings (and trees) over all the cards of a node. That is a gap in the model, stated
-# rather than tuned away.
+# Across nodes the model follows NCCL: one ring channel per network card (a channel starts at card c
+# mod the cards), trees and NVLS where NCCL's tuner would pick them. A ratio far from one is then a
+# question about the machine, not only about the model, which the section "Is my number normal?" takes up.
 #
 # ## Past the ring's ceiling: reduction inside the switch
 #

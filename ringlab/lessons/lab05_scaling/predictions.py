@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...algorithms import build
 from ...lab.exercises import compare, exercise
+from ...lab.words import and_join
 from ...measure import published
 from ...predict.costmodel import predict, whatif
 from ...schedule import bus_factor
@@ -244,3 +245,30 @@ def check_ring_time(ring_time):
              dict(n=64, K=1 << 26, alpha=10e-6, B=12.5e9)]
     compare(ring_time, "ring_time", cases, cost_model, "2(n-1) steps, each one latency plus one chunk of K/n bytes at B.")
     print("Correct: 2(n-1)(alpha + K/(nB)) matches the cost model.")
+
+
+CLOSE = 0.25  # predicted within 25% of published counts as the model having found what bounds the machine
+
+
+def describe_against(against: dict[str, list[dict]]) -> str:
+    """What :func:`ringlab.measure.published.against_model`'s rows say, sweep by sweep, at each sweep's largest
+    size: close to the model, well below it (a machine below its hardware, or a benchmark's overhead), or
+    above it (something NCCL does that the model leaves out); worded from the ratios."""
+    groups: dict[str, list[str]] = {"close": [], "below": [], "above": []}
+    for label, rows in against.items():
+        big = max(rows, key=lambda r: r["bytes"])
+        ratio = big["ratio"]  # predicted / measured
+        kind = "close" if abs(ratio - 1) <= CLOSE else "below" if ratio > 1 else "above"
+        groups[kind].append(f"{label.split(' (')[-1].rstrip(')')} ({ratio:.2f})")
+    said = []
+    if groups["close"]:
+        said.append(f"Within {CLOSE:.0%} of the model at their largest size, so the model has found what bounds those "
+                    f"machines: {and_join(groups['close'])}.")
+    if groups["below"]:
+        said.append(f"Measured well below what the model predicts for healthy hardware of their kind: "
+                    f"{and_join(groups['below'])}. The model predicts those machines as built; the section 'Is my "
+                    "number normal?' below asks which fault a measurement matches.")
+    if groups["above"]:
+        said.append(f"Measured above the model: {and_join(groups['above'])}: NCCL does something there that the "
+                    "model leaves out.")
+    return " ".join(said) + " (Ratios are predicted / published busbw.)"

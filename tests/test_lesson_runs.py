@@ -1,0 +1,30 @@
+"""Every measured lesson holds on this machine: run five times in a row on 2 cores, each prints the same
+conclusions, the ones the lab teaches (the words are computed from the numbers beside them; this checks
+that the numbers' noise does not move them). What the raw machine showed (a Finding's observations) is
+stated from its own numbers each time and may change with them: a busy 2-core machine is what it is."""
+import json
+from pathlib import Path
+
+import pytest
+
+from ringlab.mpi.launch import run_mpi
+
+SCRIPT = Path(__file__).parent / "mpi" / "lesson_runs.py"
+RUNS = 5
+# lab: (ranks, what the emulated machine must show every time)
+LESSONS = {
+    "02": (4, {"pipelining pays on the emulated machine", "the emulated best S is the predicted one"}),
+}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("lab", sorted(LESSONS))
+def test_a_measured_lesson_draws_the_same_conclusions_five_times(lab):
+    nranks, taught = LESSONS[lab]
+    done = run_mpi(nranks, [str(SCRIPT), lab, str(RUNS)], timeout=850)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(runs) == RUNS, done.stdout[-3000:]
+    seen = {tuple(run["conclusions"]) for run in runs}
+    assert len(seen) == 1, "\n\n".join(run["text"] for run in runs)
+    assert taught <= set(runs[0]["conclusions"]), runs[0]["text"]
