@@ -14,6 +14,9 @@ RUNS = 5
 # lab: (ranks, what the emulated machine must show every time)
 LESSONS = {
     "02": (4, {"pipelining pays on the emulated machine", "the emulated best S is the predicted one"}),
+    "03": (4, {"the ring overtakes naive on the emulated machine",
+               "the ring's advantage matches the prediction on the emulated machine",
+               "the fit recovers the emulated links' bandwidth"}),
 }
 
 
@@ -28,3 +31,14 @@ def test_a_measured_lesson_draws_the_same_conclusions_five_times(lab):
     seen = {tuple(run["conclusions"]) for run in runs}
     assert len(seen) == 1, "\n\n".join(run["text"] for run in runs)
     assert taught <= set(runs[0]["conclusions"]), runs[0]["text"]
+
+
+@pytest.mark.timeout(900)
+def test_busbw_over_ranks_draws_the_same_conclusions_five_times():
+    """Lab 03's algbw against busbw: the ring on the emulated machine at 2, 4 and 8 ranks, five times."""
+    from ringlab.lessons.lab03_allreduce import busbw_over_ranks, scaling_lesson
+
+    findings = [scaling_lesson(busbw_over_ranks()) for _ in range(RUNS)]
+    assert len({f.conclusions for f in findings}) == 1, "\n\n".join(f.text for f in findings)
+    assert findings[0].conclusions == ("busbw stays flat across ranks on the emulated machine",
+                                       "algbw falls as ranks are added"), findings[0].text

@@ -109,8 +109,10 @@ for run in (raw, emulated):
           ", ".join(f"{S}: {t * 1e3:.1f} ms" for S, t in zip(run["segments"], run["chain"])))
 
 # %% [markdown]
-# The emulated machine's links are known, so the cost model predicts it directly; this machine's are
-# not, so fit the model's latency and bandwidth to its measurements instead. Lab 01 fitted its alpha
+# The emulated machine's links are known, so the cost model predicts it directly (the printout's best
+# S is the best of the grid measured; `best_segments(n, K, topology)` of `ringlab.predict.costmodel`
+# searches every S); this machine's are not, so fit the model's latency and bandwidth to its
+# measurements instead. Lab 01 fitted its alpha
 # to a raw MPI ping-pong; this alpha is the cost of one step of ringlab's chain, which the cell sets
 # beside a raw message measured on the same ranks. A fit shows how far it misses each measurement.
 

@@ -21,7 +21,19 @@ def lab02():
     return pipelining(raw, emulated) if comm.Get_rank() == 0 else None
 
 
-LESSONS = {"02": lab02}
+def lab03():
+    from ringlab.lessons.lab03_allreduce import EMULATED_SIZES, MACHINE, sweep_lesson
+    from ringlab.measure.bench import run
+    from ringlab.mpi.launch import cores
+
+    quiet = open("/dev/null", "w")
+    result = run("allreduce", ["ring", "naive", "mpi"], [1 << k for k in range(16, 27, 2)], iters=5, warmup=1,
+                 out=quiet)
+    emulated = run("allreduce", ["ring", "naive"], EMULATED_SIZES, iters=5, warmup=1, emulate=MACHINE, out=quiet)
+    return sweep_lesson(result, emulated, cores()) if comm.Get_rank() == 0 else None
+
+
+LESSONS = {"02": lab02, "03": lab03}
 
 for _ in range(runs):
     finding = LESSONS[lab]()
