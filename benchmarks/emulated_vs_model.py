@@ -1,6 +1,6 @@
 """Emulated machines held to the cost model: measured on emulated links, predicted for the same links.
 
-    python benchmarks/emulated_vs_model.py                      # uniform:0.05:200, 2, 4 and 8 ranks
+    python benchmarks/emulated_vs_model.py                      # uniform:0.2:500@10, 2, 4 and 8 ranks
     python benchmarks/emulated_vs_model.py --link uniform:0.1:100 --ranks 2,4 --json out.json
 
 Under ``rl.emulate`` every message of ringlab's collectives is held back by the links it crosses
@@ -180,7 +180,8 @@ def _published_sweeps() -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--link", default="uniform:0.05:200", help="the uniform machine (default uniform:0.05:200)")
+    parser.add_argument("--link", default="uniform:0.2:500@10",
+                        help="the uniform machine, @ how many times slower (default uniform:0.2:500@10)")
     parser.add_argument("--ranks", default="2,4,8", help="rank counts (default 2,4,8)")
     parser.add_argument("--preset", default="hgx-h100-8@5000", help="a preset@SCALE run at 8 ranks ('' for none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per point (default 5)")

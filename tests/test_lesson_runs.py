@@ -17,6 +17,8 @@ LESSONS = {
     "03": (4, {"the ring overtakes naive on the emulated machine",
                "the ring's advantage matches the prediction on the emulated machine",
                "the fit recovers the emulated links' bandwidth"}),
+    "05": (4, {"busbw climbs with size on the emulated machine", "busbw flattens at large sizes on the emulated machine",
+               "the fit recovers the emulated links' bandwidth"}),
 }
 
 

@@ -1,6 +1,6 @@
 """Lab 03's measured lessons in words, computed from the runs, both ways (ringlab.lessons.lab03_allreduce)."""
 import ringlab as rl
-from ringlab.lessons.lab03_allreduce import MACHINE, links_of, scaling_lesson, scaling_rows, sweep_lesson
+from ringlab.lessons.lab03_allreduce import MACHINE, OVER_RANKS, links_of, scaling_lesson, scaling_rows, sweep_lesson
 from ringlab.schedule import bus_factor
 
 SIZES = [1 << k for k in range(16, 25, 2)]
@@ -43,7 +43,7 @@ def test_a_ring_slowed_by_something_besides_its_links_is_said_so():
 
 
 def test_busbw_over_ranks_is_flat_when_the_links_set_the_pace_and_said_not_when_it_is_not():
-    alpha, bandwidth = links_of(MACHINE, 8)
+    alpha, bandwidth = links_of(OVER_RANKS, 8)
     exact = [dict(r) for r in scaling_rows(alpha, bandwidth, sizes=(4 << 20,))]
     finding = scaling_lesson(exact)
     assert finding.conclusions == ("busbw stays flat across ranks on the emulated machine", "algbw falls as ranks are added")

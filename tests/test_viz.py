@@ -276,7 +276,8 @@ def test_predicted_machines_plot_draws_bars_per_algorithm_and_published_diamonds
     assert pub.name.startswith("published") and "(A05)" in pub.hovertext[0] and "64 MiB" in pub.hovertext[0]
     assert "6 ms" in ring.hovertext[0] and "gpu0->gpu1" in ring.hovertext[0]
     assert fig.layout.title.text.startswith("predicted (cost model)")
-    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
+    assert fig.layout.yaxis.type != "log" and fig.layout.yaxis.rangemode == "tozero"  # a bar's height is its value
+    assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
     assert len(predicted_machines_plot(predicted).data) == 2  # no published rows: no diamonds
 
 

@@ -15,12 +15,14 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lessons.lab05_scaling.predictions import (check_ring_time, describe_against, describe_crossovers,
-                                                       describe_forced_ring, describe_hierarchy, describe_machines,
-                                                       describe_with_ranks, hierarchical_against_flat, machines_at,
-                                                       published_sweeps, rings_on, trees_against_ring, with_ranks)
+from ringlab.lessons.lab05_scaling.predictions import (against_published, check_ring_time, describe_against,
+                                                       describe_crossovers, describe_forced_ring, describe_hierarchy,
+                                                       describe_machines, describe_with_ranks,
+                                                       hierarchical_against_flat, machines_at, published_sweeps,
+                                                       rings_on, trees_against_ring, with_ranks)
 from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, nvlink_to_nic, predicted_on_simulated,
                                                     side_by_side)
+from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
 from ringlab.measure import published
 from ringlab.measure.latency import describe_alpha
 from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
@@ -39,32 +41,41 @@ sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 # ## Measure: sizes and ranks
 #
 # The same sweep on 2 ranks, then 4: ringlab's ring against MPI's own Allreduce, every result
-# checked; and one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against.
+# checked; one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against; and
+# the ring again on an emulated machine beside this one (`MACHINE` of the lab's room: links of
+# 200 MB/s and 1 ms a message, `rl.emulate`), where links and not this machine's cores set the pace,
+# from 4 KiB to 64 MiB so that its largest messages are long against its latency.
 
 # %%
 MEASURE = ("from mpi4py import MPI\nfrom ringlab.measure.bandwidth import pingpong\n"
            "from ringlab.measure.bench import run\n"
            f"result = run('allreduce', ['ring', 'mpi'], {sizes}, iters=5, warmup=1)\n"
+           f"emulated = run('allreduce', ['ring'], {EMULATED_SIZES}, iters=5, warmup=1, emulate={MACHINE!r})\n"
            "raw = pingpong(MPI.COMM_WORLD, [8])")  # rows on rank 0 only
-rows, raw = {}, {}
+rows, raw, emulated = {}, {}, {}
 for n in (2, 4):
     with MPICluster(n) as ranks:
         ranks.view.execute(MEASURE, block=True)
         rows[n], raw[n] = ranks.pull_rank0("result")["rows"], ranks.pull_rank0("raw")[0]["one_way_s"]
-busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks") for n in rows for r in rows[n]],
-           title="measured here: allreduce bus bandwidth")
+        emulated[n] = ranks.pull_rank0("emulated")["rows"]
+busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks, this machine") for n in rows for r in rows[n]]
+           + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE}") for n in emulated for r in emulated[n]],
+           title="measured here: allreduce bus bandwidth, on this machine and on emulated links").show()
 
 # %% [markdown]
-# Small messages are latency-bound: the time barely changes with size, so busbw climbs with size.
-# Large messages are bandwidth-bound and busbw flattens. Fit alpha (latency) and B (bandwidth) to
-# the 4-rank ring measurements, and set alpha beside the raw message:
+# On a network, small messages are latency-bound: the time barely changes with size, so busbw
+# climbs with size; large messages are bandwidth-bound and busbw flattens. Whether that shows here,
+# and on the emulated machine, the sentences below say from the measurements. Then fit alpha
+# (latency) and B (bandwidth) to the 4-rank ring measurements of this machine, and set alpha beside
+# the raw message:
 
 # %%
+print(sizes_lesson(rows[4], emulated[4], 4))
 fitted = fit_rows(rows[4], "ring", 4)
 print(fitted)
 print(describe_alpha(fitted, raw[4], "ring allreduce", nranks=4, cores=cores()))
 measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ring, 4 ranks",
-                      title="measured here against the fitted alpha-beta model")
+                      title="measured here against the fitted alpha-beta model").show()
 
 # %% [markdown]
 # Lab 02 fitted an alpha too, to a chain broadcast; the two need not agree, and neither is lab 01's
@@ -132,12 +143,13 @@ for sweep in published.sweeps("allreduce"):
 # each sweep's predicted over measured busbw at its largest message.
 
 # %%
-against = {f"{published.load(name).machine[:42]} ({name[:3]})": published.against_model(name) for name in published.modelled()}
-versus_plot(against).show()
+against = against_published("allreduce")  # {sweep: rows}, allreduce sweeps only
+versus_plot(against, title="allreduce: published busbw (markers) against the cost model's prediction (lines)").show()
 for label, rows in against.items():
     big = max(rows, key=lambda r: r["bytes"])
-    print(f"{label:48}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured {big['measured_busbw'] / 1e9:6.1f}"
-          f" GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), predicted/measured {big['ratio']:.2f}")
+    print(f"{label:44}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured "
+          f"{big['measured_busbw'] / 1e9:6.1f} GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), "
+          f"predicted/measured {big['ratio']:.2f}")
 print(describe_against(against))
 
 # %% [markdown]
@@ -215,7 +227,8 @@ print(describe_machines(predicted, found))
 
 # %%
 ranks_counts = [2 ** k for k in range(1, 11)]  # 2 .. 1024
-scaling = with_ranks(["allreduce.ring", "allreduce.tree", "allreduce.rhd"], 64 << 20, ranks_counts, 12.5e9, 5e-6)
+scaling = with_ranks(["allreduce.ring", "allreduce.tree", "allreduce.dbtree", "allreduce.rhd"], 64 << 20, ranks_counts,
+                     12.5e9, 5e-6)
 time_vs_ranks(ranks_counts, scaling, unit="ms", title="predicted (cost model): allreduce of 64 MiB per rank, "
               "12.5 GB/s links, 5 µs a message (assumed)").show()
 print(describe_with_ranks(scaling, ranks_counts, 64 << 20, 12.5e9, 5e-6))

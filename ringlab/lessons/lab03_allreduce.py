@@ -27,6 +27,10 @@ MACHINE = "uniform:0.2:500"  # the lab's emulated machine: 200 MB/s each way per
 EMULATED_SIZES = [1 << k for k in range(16, 25, 2)]  # 64 KiB .. 16 MiB: its largest takes a quarter second
 AGREES = 0.2  # a measured ratio within 20% of what the byte counts give agrees with them
 FLAT = 0.15  # busbw within 15% across rank counts stays flat
+# For the rank counts: links of 200 MB/s with 0.1 ms a message (so that latency hardly weighs at 4 MiB even
+# on 8 ranks), run ten times slower, since eight ranks on two cores each copy and add their chunk at the same
+# moment of every step: the links' time, and not the cores', must set each step.
+OVER_RANKS = "uniform:0.2:100@10"
 
 # the bandwidth-optimal schedule of each collective, whose traffic nccl-tests' factor describes
 OPTIMAL = {"allreduce": ("allreduce.ring", {}), "reduce_scatter": ("reduce_scatter.ring", {}),
@@ -65,9 +69,10 @@ def scaling_rows(alpha: float, bandwidth: float, ranks=(2, 4, 8), sizes=tuple(1 
 
 
 def links_of(machine: str, nranks: int) -> tuple[float, float]:
-    """(alpha, bandwidth) of one message between two ranks of an emulated uniform ``machine``, in this run's units."""
-    topology, scale = from_spec(machine, nranks)
-    return topology.channel_latency[list(topology.route(0, 1))].sum() * scale, topology.channel_rate[0] / scale
+    """(alpha, bandwidth) of one message between two ranks of an emulated uniform ``machine``, in its own units
+    (a run ``@SCALE`` times slower takes ``SCALE`` times as long)."""
+    topology, _ = from_spec(machine, nranks)
+    return topology.channel_latency[list(topology.route(0, 1))].sum(), topology.channel_rate[0]
 
 
 def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
@@ -110,9 +115,10 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
     return Finding("\n".join(said), tuple(conclusions), tuple(observed))
 
 
-def busbw_over_ranks(machine: str = MACHINE, ranks=(2, 4, 8), nbytes: int = 4 * MiB, iters: int = 5) -> list[dict]:
+def busbw_over_ranks(machine: str = OVER_RANKS, ranks=(2, 4, 8), nbytes: int = 4 * MiB, iters: int = 5) -> list[dict]:
     """The ring allreduce of ``nbytes`` measured on the emulated ``machine`` at each rank count, one MPI job each
-    (``ringlab bench --emulate``): rows of ranks, bytes, time_s, algbw_Bps and busbw_Bps, in this run's units."""
+    (``ringlab bench --emulate``): rows of ranks, bytes, and time_s, algbw_Bps and busbw_Bps in the emulated
+    machine's units (measured time / its scale), with ``measured_s``, the time here."""
     import json
     import tempfile
     from pathlib import Path
@@ -127,13 +133,16 @@ def busbw_over_ranks(machine: str = MACHINE, ranks=(2, 4, 8), nbytes: int = 4 * 
                                str(iters), "-w", "1", "--emulate", machine, "--json", str(out)], timeout=600)
             if done.returncode != 0:
                 raise RuntimeError(f"the {n}-rank run failed:\n{done.stderr[-2000:]}")
-            rows += [dict(r, ranks=n) for r in json.loads(out.read_text())["rows"]]
+            result = json.loads(out.read_text())
+            scale = result["emulation"]["scale"]
+            rows += [dict(r, ranks=n, measured_s=r["time_s"], time_s=r["machine_time_s"], algbw_Bps=r["algbw_Bps"] * scale,
+                          busbw_Bps=r["machine_busbw_Bps"]) for r in result["rows"]]
     return rows
 
 
-def scaling_lesson(measured: list[dict], machine: str = MACHINE) -> Finding:
-    """algbw and busbw of the ring over rank counts, measured on the emulated ``machine`` (``busbw_over_ranks``)
-    beside the cost model's prediction for the same links, in sentences from the numbers."""
+def scaling_lesson(measured: list[dict], machine: str = OVER_RANKS) -> Finding:
+    """algbw and busbw of the ring over rank counts, measured on the emulated ``machine`` (``busbw_over_ranks``,
+    in that machine's units) beside the cost model's prediction for the same links, in sentences from the numbers."""
     last = sorted(measured, key=lambda r: r["ranks"])
     first, final = last[0], last[-1]
     spread = max(r["busbw_Bps"] for r in last) / min(r["busbw_Bps"] for r in last) - 1
@@ -141,7 +150,9 @@ def scaling_lesson(measured: list[dict], machine: str = MACHINE) -> Finding:
     predicted = {r["ranks"]: r for r in scaling_rows(alpha, bandwidth, ranks=[r["ranks"] for r in last],
                                                      sizes=(final["bytes"],))}
     flat = spread <= FLAT
-    text = (f"Measured on the emulated machine ({machine}) at {format_bytes(final['bytes'])}: from {first['ranks']} to "
+    slower = f", run {from_spec(machine)[1]:g}x slower, in its units" if "@" in machine else ""
+    text = (f"Measured on the emulated machine ({machine.split('@')[0]}{slower}) at {format_bytes(final['bytes'])}: from "
+            f"{first['ranks']} to "
             f"{final['ranks']} ranks algbw went from {first['algbw_Bps'] / 1e6:.0f} to {final['algbw_Bps'] / 1e6:.0f} "
             f"MB/s, because each rank's link carries 2(n-1)/n of the buffer; busbw went "
             + ", ".join(f"{r['busbw_Bps'] / 1e6:.0f} MB/s at {r['ranks']}" for r in last) +

@@ -58,6 +58,13 @@ class Published:
         return f"{nodes} {m['gpu']}, {m['interconnect']}"
 
     @property
+    def short(self) -> str:
+        """The measurement's code and its GPUs, short enough for a legend: ``"A02: 2 nodes x 8 H100 80GB HBM3 (SXM)"``."""
+        m = self.data["machine"]
+        nodes = f"{m['nodes']} nodes x {m['gpus_per_node']}" if (m.get("nodes") or 1) > 1 else f"{m['count']}x"
+        return f"{self.name[:3]}: {nodes} {m['gpu']}"
+
+    @property
     def label(self) -> str:
         return f"published measurement, {self.machine}, {self.data['source']}"
 
