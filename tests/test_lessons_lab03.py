@@ -6,10 +6,10 @@ from ringlab.schedule import bus_factor
 SIZES = [1 << k for k in range(16, 25, 2)]
 
 
-def rows_from(seconds: dict, n: int = 4) -> list[dict]:
+def rows_from(seconds: dict, n: int = 4, **more) -> list[dict]:
     """Bench-like rows from {algorithm: {bytes: seconds}}."""
-    return [{"algorithm": name, "bytes": k, "time_s": t, "algbw_Bps": k / t, "busbw_Bps": k / t * bus_factor("allreduce", n)}
-            for name, times in seconds.items() for k, t in times.items()]
+    return [{"algorithm": name, "bytes": k, "time_s": t, "algbw_Bps": k / t, "busbw_Bps": k / t * bus_factor("allreduce", n),
+             **more} for name, times in seconds.items() for k, t in times.items()]
 
 
 def predicted(name: str, n: int = 4) -> dict:
@@ -18,7 +18,9 @@ def predicted(name: str, n: int = 4) -> dict:
 
 
 def emulated(seconds: dict) -> dict:
-    return {"ranks": 4, "rows": rows_from(seconds), "emulation": {"spec": MACHINE, "label": f"emulated {MACHINE}"}}
+    """A bench result on the lab's emulated machine, its times here (the machine's times x its scale)."""
+    return {"ranks": 4, "rows": rows_from(seconds, emulated=True),
+            "emulation": {"spec": MACHINE, "label": f"emulated {MACHINE}", "scale": rl.topology.from_spec(MACHINE)[1]}}
 
 
 RAW = {"ranks": 4, "rows": rows_from({"ring": {k: 1e-3 + k / 1e9 for k in SIZES},

@@ -18,6 +18,7 @@ import ringlab as rl
 from ringlab.lessons.lab03_allreduce import (MACHINE, OPTIMAL, OVER_RANKS, bandwidth_optimal, busbw_over_ranks,
                                              check_bus_factor, check_reduce_scatter_rule, links_of, scaling_lesson,
                                              scaling_rows, sweep_lesson)
+from ringlab.measure.bench import in_machine_units
 from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.predict.fitting import fit_rows
@@ -114,6 +115,9 @@ step_figure(ring)
 #
 # Nothing here is special to notebooks: in a terminal, `python -m ringlab.lab script 03 > ranks.py`
 # writes this lab's `%%px` cells as one script, and `mpiexec -n 4 python -m mpi4py ranks.py` runs it.
+#
+# The first cell checks three allreduces against MPI's own: the ring, naive, and [`rhd`](glossary.md)
+# (recursive halving and doubling: 2 log2(n) steps that move as many bytes per rank as the ring).
 
 # %%
 from ringlab.lab.cluster import MPICluster
@@ -139,8 +143,10 @@ print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 # first. Bus bandwidth is bytes/time x 2(n-1)/n: what each rank's link carries, so that a
 # bandwidth-optimal allreduce shows the link's speed whatever n is. Then the same sweep on an
 # emulated machine (`MACHINE` of the lab's room: every pair of ranks joined by links of 200 MB/s
-# and 0.5 ms a message, `rl.emulate`): the same code and data, every message held back by its link,
-# because four ranks on a laptop's cores copy through memory and the CPU may set their pace.
+# and 0.5 ms a message, `rl.emulate`, run four times slower so that the cores' own work stays small
+# beside the links; its times are shown in its own units): the same code and data, every message
+# held back by its link, because four ranks on a laptop's cores copy through memory and the CPU may
+# set their pace.
 
 # %%
 # %%px
@@ -166,9 +172,10 @@ ranks.stop()
 fits = {name: fit_rows(rows, name, nranks) for name in ("ring", "naive")}
 fitted_busbw_plot(rows, fits, title=f"markers: allreduce busbw measured here on {nranks} CPU ranks; "
                                     "lines: the cost model fitted to them").show()
-emulated_fits = {name: fit_rows(emulated["rows"], name, nranks) for name in ("ring", "naive")}
-fitted_busbw_plot(emulated["rows"], emulated_fits, title=f"markers: measured on {emulated['emulation']['label']}; "
-                                                         "lines: the cost model fitted to them").show()
+emulated_rows = in_machine_units(emulated)  # in the emulated machine's units
+emulated_fits = {name: fit_rows(emulated_rows, name, nranks) for name in ("ring", "naive")}
+fitted_busbw_plot(emulated_rows, emulated_fits, title=f"markers: measured on {emulated['emulation']['label']}, in its "
+                                                      "units; lines: the cost model fitted to them").show()
 
 # %% [markdown]
 # What your numbers say. Every sentence below is computed from the measurements above: where
@@ -181,7 +188,7 @@ fitted_busbw_plot(emulated["rows"], emulated_fits, title=f"markers: measured on 
 print(sweep_lesson(result, emulated, cores()))  # the ranks run on this machine: its cores are theirs
 
 # %% [markdown]
-# ## algbw against busbw
+# ## [algbw](glossary.md) against [busbw](glossary.md)
 #
 # nccl-tests prints two rates for every collective: algbw, the size over the time, and busbw, algbw
 # times a factor of its own per collective: 2(n-1)/n for allreduce, 1 for broadcast. Where do the

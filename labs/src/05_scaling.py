@@ -5,7 +5,7 @@
 # and starts being bandwidth, fit the alpha-beta model to your own measurements, then use the model
 # to predict what nobody here can run: DGX-1, DGX-2, the 8-GPU NVSwitch boards and 1024 GPUs.
 #
-# **What you'll learn:** how to read busbw curves, why NCCL switches from tree to ring as messages
+# **What you'll learn:** how to read busbw curves, why [NCCL](glossary.md) switches from tree to ring as messages
 # grow, and why the order of ranks in a ring matters on a real machine.
 #
 # **What you need:** labs 03 and 02. Measurements run on this machine's CPU (and on its GPU, when
@@ -24,6 +24,7 @@ from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, nvlink_t
                                                     side_by_side)
 from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
 from ringlab.measure import published
+from ringlab.measure.bench import in_machine_units
 from ringlab.measure.latency import describe_alpha
 from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
 from ringlab.measure.tables import table
@@ -44,7 +45,9 @@ sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 # checked; one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against; and
 # the ring again on an emulated machine beside this one (`MACHINE` of the lab's room: links of
 # 200 MB/s and 1 ms a message, `rl.emulate`), where links and not this machine's cores set the pace,
-# from 4 KiB to 64 MiB so that its largest messages are long against its latency.
+# from 4 KiB to 64 MiB so that its largest messages are long against its latency. It runs four times
+# slower than those links (`@4`), so that the cores' own work stays small beside them; its times are
+# shown in its own units.
 
 # %%
 MEASURE = ("from mpi4py import MPI\nfrom ringlab.measure.bandwidth import pingpong\n"
@@ -57,9 +60,10 @@ for n in (2, 4):
     with MPICluster(n) as ranks:
         ranks.view.execute(MEASURE, block=True)
         rows[n], raw[n] = ranks.pull_rank0("result")["rows"], ranks.pull_rank0("raw")[0]["one_way_s"]
-        emulated[n] = ranks.pull_rank0("emulated")["rows"]
+        emulated[n] = in_machine_units(ranks.pull_rank0("emulated"))  # in the emulated machine's units
 busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks, this machine") for n in rows for r in rows[n]]
-           + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE}") for n in emulated for r in emulated[n]],
+           + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE.split('@')[0]}") for n in emulated
+              for r in emulated[n]],
            title="measured here: allreduce bus bandwidth, on this machine and on emulated links").show()
 
 # %% [markdown]
@@ -90,7 +94,7 @@ measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ri
 #
 # The same comparison on GPU buffers: ringlab's ring, MPI's own collective, and NCCL (and
 # torch.distributed) when every rank has a GPU of its own. Measured here when there is a GPU;
-# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, MPS when
+# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, [MPS](glossary.md) when
 # ranks shared a GPU, the most ranks), labelled with its machine and date.
 
 # %%
@@ -138,7 +142,7 @@ for sweep in published.sweeps("allreduce"):
 #
 # Every published sweep that one of ringlab's presets describes, drawn against the cost model's
 # prediction for that preset (dashed, same colour): the fastest of the ring and the closed forms the
-# model has for that machine, with NCCL's protocol costs (LL, LL128, Simple). Markers are published
+# model has for that machine, with NCCL's protocol costs (LL, [LL128](glossary.md), Simple). Markers are published
 # measurements, lines are predictions; nothing here was measured on this machine. The printout gives
 # each sweep's predicted over measured busbw at its largest message.
 
@@ -154,7 +158,7 @@ print(describe_against(against))
 
 # %% [markdown]
 # Across nodes the model follows NCCL: one ring channel per network card (a channel starts at card c
-# mod the cards), trees and NVLS where NCCL's tuner would pick them. A ratio far from one is then a
+# mod the cards), trees and [NVLS](glossary.md) where NCCL's tuner would pick them. A ratio far from one is then a
 # question about the machine, not only about the model, which the section "Is my number normal?" takes up.
 #
 # ## Past the ring's ceiling: reduction inside the switch
@@ -368,7 +372,7 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 #    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
 
 # %% [markdown]
-# ## Is my number normal? Two nodes against their rails
+# ## Is my number normal? Two nodes against their [rails](glossary.md)
 #
 # A published sweep is one machine measured on one day, healthy or not. `ringlab explain` (the
 # function `ringlab.measure.explain.explain`) sets every size of an nccl-tests sweep beside what

@@ -14,6 +14,7 @@ from ..algorithms import build
 from ..lab.exercises import NotDoneYet, compare, exercise
 from ..lab.findings import Finding
 from ..lab.quiz import Question, Quiz
+from ..measure.bench import in_machine_units
 from ..measure.sweep import busiest_rank_bytes, busbw_by_size, describe_sweep, measured_crossover
 from ..measure.units import format_bytes
 from ..predict.fitting import fit_rows
@@ -23,14 +24,16 @@ from ..simulate import ScheduleError, check, traffic
 from ..topology import from_spec, uniform
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
-MACHINE = "uniform:0.2:500"  # the lab's emulated machine: 200 MB/s each way per rank, 0.5 ms a message
+# The lab's emulated machine: 200 MB/s each way per rank, 0.5 ms a message, run four times slower so that
+# what four ranks on a laptop's cores add to each step (copies, additions, waking up) stays small beside it.
+MACHINE = "uniform:0.2:500@4"
 EMULATED_SIZES = [1 << k for k in range(16, 25, 2)]  # 64 KiB .. 16 MiB: its largest takes a quarter second
 AGREES = 0.2  # a measured ratio within 20% of what the byte counts give agrees with them
 FLAT = 0.15  # busbw within 15% across rank counts stays flat
 # For the rank counts: links of 200 MB/s with 0.1 ms a message (so that latency hardly weighs at 4 MiB even
-# on 8 ranks), run ten times slower, since eight ranks on two cores each copy and add their chunk at the same
-# moment of every step: the links' time, and not the cores', must set each step.
-OVER_RANKS = "uniform:0.2:100@10"
+# on 8 ranks), run twenty times slower, since eight ranks on two cores each copy and add their chunk at the
+# same moment of every step: the links' time, and not the cores', must set each step.
+OVER_RANKS = "uniform:0.2:100@20"
 
 # the bandwidth-optimal schedule of each collective, whose traffic nccl-tests' factor describes
 OPTIMAL = {"allreduce": ("allreduce.ring", {}), "reduce_scatter": ("reduce_scatter.ring", {}),
@@ -82,7 +85,7 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
     n = raw["ranks"]
     raw_fits = {name: fit_rows(raw["rows"], name, n) for name in ("ring", "naive")}
     said = [f"On this machine ({n} ranks on {cores} cores):", describe_sweep(raw["rows"], raw_fits, n, cores)]
-    rows, m = emulated["rows"], emulated["ranks"]
+    rows, m = in_machine_units(emulated), emulated["ranks"]
     cross = measured_crossover(rows, "naive", "ring")
     ring, naive = busbw_by_size(rows, "ring"), busbw_by_size(rows, "naive")
     top = max(set(ring) & set(naive))
@@ -94,7 +97,7 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
     fitted = fit_rows(rows, "ring", m)
     alpha, bandwidth = links_of(emulated["emulation"]["spec"], m)
     recovered = abs(fitted.bandwidth / bandwidth - 1) <= 0.25
-    said += [f"On the emulated machine ({emulated['emulation']['label']}, {m} ranks): "
+    said += [f"On the emulated machine ({emulated['emulation']['label']}, {m} ranks; times in its units): "
              f"{'the ring overtakes naive' if cross.size is not None else 'the ring does not overtake naive'} "
              f"({cross}); at {format_bytes(top)} its busbw was {ratio:.2f}x naive's. The busiest ranks' bytes differ "
              f"{counted:.2f}x (n/2), and on these full-duplex links the ring sends and receives at once while naive's "
@@ -133,10 +136,7 @@ def busbw_over_ranks(machine: str = OVER_RANKS, ranks=(2, 4, 8), nbytes: int = 4
                                str(iters), "-w", "1", "--emulate", machine, "--json", str(out)], timeout=600)
             if done.returncode != 0:
                 raise RuntimeError(f"the {n}-rank run failed:\n{done.stderr[-2000:]}")
-            result = json.loads(out.read_text())
-            scale = result["emulation"]["scale"]
-            rows += [dict(r, ranks=n, measured_s=r["time_s"], time_s=r["machine_time_s"], algbw_Bps=r["algbw_Bps"] * scale,
-                          busbw_Bps=r["machine_busbw_Bps"]) for r in result["rows"]]
+            rows += [dict(r, ranks=n) for r in in_machine_units(json.loads(out.read_text()))]
     return rows
 
 

@@ -348,6 +348,18 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
     return result
 
 
+def in_machine_units(result: dict) -> list[dict]:
+    """The rows of a sweep run on an emulated machine (``run(..., emulate=SPEC)``) in that machine's units: time
+    divided by its scale, algbw and busbw multiplied by it (``measured_s`` keeps the time here). Rows that did
+    not cross the emulated links (MPI's own) are left out; a sweep on the raw machine comes back as it is."""
+    emulation = result.get("emulation")
+    if not emulation:
+        return list(result["rows"])
+    scale = emulation["scale"]
+    return [dict(r, measured_s=r["time_s"], time_s=r["time_s"] / scale, algbw_Bps=r["algbw_Bps"] * scale,
+                 busbw_Bps=r["busbw_Bps"] * scale) for r in result["rows"] if r.get("emulated")]
+
+
 def _forced(name: str, comm):
     """MPICH forced to its ring allreduce for ``mpi-ring`` (checked to take effect), else nothing."""
     if name != "mpi-ring":

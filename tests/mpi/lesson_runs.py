@@ -35,12 +35,12 @@ def lab03():
 
 def lab05():
     from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
-    from ringlab.measure.bench import run
+    from ringlab.measure.bench import in_machine_units, run
 
     quiet = open("/dev/null", "w")
     result = run("allreduce", ["ring", "mpi"], [1 << k for k in range(10, 23, 2)], iters=5, warmup=1, out=quiet)
     emulated = run("allreduce", ["ring"], EMULATED_SIZES, iters=5, warmup=1, emulate=MACHINE, out=quiet)
-    return sizes_lesson(result["rows"], emulated["rows"], comm.Get_size()) if comm.Get_rank() == 0 else None
+    return sizes_lesson(result["rows"], in_machine_units(emulated), comm.Get_size()) if comm.Get_rank() == 0 else None
 
 
 LESSONS = {"02": lab02, "03": lab03, "05": lab05}

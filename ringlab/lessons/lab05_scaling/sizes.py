@@ -9,7 +9,9 @@ from ...measure.units import format_bytes
 from ...predict.fitting import fit_rows
 from ...topology import from_spec
 
-MACHINE = "uniform:0.2:1000"  # the lab's emulated machine: 200 MB/s each way per rank, 1 ms a message
+# The lab's emulated machine: 200 MB/s each way per rank, 1 ms a message, run four times slower so that what
+# the ranks on a laptop's cores add to each step stays small beside its links' time.
+MACHINE = "uniform:0.2:1000@4"
 EMULATED_SIZES = [1 << k for k in range(12, 27, 2)]  # 4 KiB .. 64 MiB: at 1 ms a message the top flattens from 16 MiB
 CLIMBS = 10.0  # busbw at the largest size at least 10x that at the smallest: the small ones were latency-bound
 FLAT = 0.15  # busbw at the two largest sizes within 15%: the large ones were bandwidth-bound
@@ -26,17 +28,19 @@ def shape(rows: list[dict], algorithm: str = "ring") -> tuple[float, float, int,
 
 def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: str = MACHINE) -> Finding:
     """The ring's busbw over sizes on ``nranks`` ranks of this machine (``raw`` rows) and of the emulated
-    ``machine`` (``emulated`` rows), read back: does busbw climb, does it flatten, what the fits recover."""
-    topology, scale = from_spec(machine, nranks)
-    alpha = topology.channel_latency[list(topology.route(0, 1))].sum() * scale
-    bandwidth = topology.channel_rate[0] / scale
+    ``machine`` (``emulated`` rows, in its units: ``ringlab.measure.bench.in_machine_units``), read back: does
+    busbw climb, does it flatten, what the fits recover."""
+    topology, _ = from_spec(machine, nranks)
+    alpha = topology.channel_latency[list(topology.route(0, 1))].sum()
+    bandwidth = topology.channel_rate[0]
     said, conclusions, observed = [], [], []
     for where, rows in (("this machine", raw), ("the emulated machine", emulated)):
         climb, last, lo, hi = shape(rows)
         climbs, flat = climb >= CLIMBS, abs(last) <= FLAT
         fitted = fit_rows(rows, "ring", nranks)
         said.append(
-            f"On {where} ({nranks} ranks" + (f", links of {machine}" if rows is emulated else "") + f"): busbw at "
+            f"On {where} ({nranks} ranks" + (f", links of {machine.split('@')[0]}, in its units" if rows is emulated
+                                            else "") + f"): busbw at "
             f"{format_bytes(hi)} was {climb:.0f}x that at {format_bytes(lo)}, " +
             ("so the small messages were latency-bound" if climbs else
              f"less than the {CLIMBS:.0f}x that would show small messages latency-bound") +
