@@ -247,7 +247,8 @@ print(f"your formula for the ring at 1024 ranks: {ring_time(1024, 64 << 20, 5e-6
 # other, and pipelined in small pieces, so data flows up and down the tree at once. Every rank then
 # moves about 2K bytes in all, like the ring, but in about 2·log2(n) + S steps instead of 2(n-1).
 # `allreduce.dbtree` is that algorithm (NCCL's `ncclGetBtree` and `ncclGetDtree`), with `segments=S`;
-# step through it:
+# step through it. The ranks are drawn as the first tree (rank 0 its root, each rank a row below its
+# parent); the second tree is the first mirrored, so its arrows are the ones that run against the drawing:
 
 # %%
 dbtree = rl.build("allreduce.dbtree", 6, segments=2)
