@@ -26,7 +26,8 @@ from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_l
 from ringlab.measure import published
 from ringlab.measure.bench import in_machine_units
 from ringlab.measure.latency import describe_alpha
-from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
+from ringlab.measure.recorded import (describe_gpu_bench, describe_sharing, gpu_bench, print_sharing,
+                                      sharing_comparison, sharing_rows)
 from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.predict.costmodel import crossover  # for exercise 2
@@ -101,6 +102,7 @@ measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ri
 gpu_sweep = gpu_bench("allreduce")
 if gpu_sweep is not None:
     busbw_plot(gpu_sweep.data["rows"], title=f"allreduce bus bandwidth on GPUs, {gpu_sweep.label}").show()
+    print(describe_gpu_bench(gpu_sweep.data))
 
 # %% [markdown]
 # ## Ranks that share one GPU: taking turns against MPS
