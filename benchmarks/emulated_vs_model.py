@@ -127,14 +127,14 @@ def goals(rows: list[dict], link: str) -> list[dict]:
     worst = max(compared, key=lambda r: abs(r["ratio"] - 1))
     out.append({"goal": "measured within 20% of predicted, >= 1 MiB", "worst": f"{worst['ratio']:.2f} "
                 f"({worst['algorithm']}, {worst['ranks']} ranks, {worst['bytes'] // MiB} MiB)",
-                "met": all(abs(r["ratio"] - 1) <= GOALS["prediction"] for r in compared)})
+                "met": bool(all(abs(r["ratio"] - 1) <= GOALS["prediction"] for r in compared))})
     ring = [r for r in compared if r["algorithm"] == "allreduce.ring" and r["bytes"] == max(SIZES)]
     if len(ring) > 1:
         busbw = {r["ranks"]: r["bytes"] / r["seconds"] * bus_factor("allreduce", r["ranks"]) for r in ring}
         spread = max(busbw.values()) / min(busbw.values()) - 1
         out.append({"goal": "ring busbw within 15% across rank counts", "worst": "; ".join(
             f"{n} ranks {b / 1e6:.1f} MB/s" for n, b in sorted(busbw.items())) + f" (spread {spread:.0%})",
-            "met": spread <= GOALS["busbw"]})
+            "met": bool(spread <= GOALS["busbw"])})
     swept = [r for r in rows if r["purpose"] == "fit"]
     if swept:
         topology, scale = rl.topology.from_spec(link, 4)
@@ -144,7 +144,7 @@ def goals(rows: list[dict], link: str) -> list[dict]:
         off = max(abs(fitted.alpha / alpha - 1), abs(fitted.bandwidth / bandwidth - 1))
         out.append({"goal": "fit recovers the link within 15%", "worst": f"alpha {fitted.alpha * 1e6:.0f} us "
                     f"(link {alpha * 1e6:.0f}), bandwidth {fitted.bandwidth / 1e9:.3f} GB/s (link "
-                    f"{bandwidth / 1e9:.3f})", "met": off <= GOALS["fit"]})
+                    f"{bandwidth / 1e9:.3f})", "met": bool(off <= GOALS["fit"])})
     chain = [r for r in rows if r["purpose"] == "segments"]
     if chain:
         topology, scale = rl.topology.from_spec(link, CHAIN[0])
@@ -153,7 +153,7 @@ def goals(rows: list[dict], link: str) -> list[dict]:
         exact = best_segments(CHAIN[0], CHAIN[1], topology)[0]
         off = abs(SEGMENTS.index(best) - SEGMENTS.index(want))
         out.append({"goal": "chain's best S is the predicted one (+-1 grid step)", "worst": f"measured S={best}, "
-                    f"predicted S={want} on the grid (best of all S: {exact})", "met": off <= 1})
+                    f"predicted S={want} on the grid (best of all S: {exact})", "met": bool(off <= 1)})
     return out
 
 

@@ -88,3 +88,18 @@ def test_gpu_sharing_says_so_without_a_gpu_and_explains_itself():
         pytest.skip("this machine has a GPU: tests/test_gpu.py covers the measurement")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "no GPU here" in done.stderr
+
+
+def test_emulated_against_model_measures_every_algorithm_and_prints_its_goals(tmp_path):
+    out = tmp_path / "emulated.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "emulated_vs_model.py"), "--ranks", "2",
+                           "--repeats", "1", "--preset", "", "--link", "uniform:0.5:200@2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert {r["algorithm"] for r in rows} == {"allreduce.ring", "allreduce.naive", "broadcast.chain", "reduce.tree"}
+    assert all(r["ranks"] == 2 and r["ratio"] == r["seconds"] / r["predicted"] for r in rows)
+    assert all(r["ratio"] > 0.9 for r in rows)  # never faster than its links
+    assert [g["goal"] for g in report["goals"]] == ["measured within 20% of predicted, >= 1 MiB"]
+    assert "## Goals" in done.stdout and "goals met" in done.stdout and "uniform:0.5:200@2" in done.stdout
