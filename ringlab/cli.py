@@ -126,6 +126,8 @@ def parser() -> argparse.ArgumentParser:
     read.add_argument("logs", nargs="+", metavar="LOG", help="a tool's output, saved to a file")
     read.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
     read.add_argument("--json", metavar="OUT", help="write what was read (one object, or a list for several logs)")
+    from .mpi.localcluster import command as cluster
+    cluster.add_parser(commands)
     return top
 
 
@@ -345,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             print(f"ringlab import: error: {err}", file=sys.stderr)
             return 2
+    elif args.command == "cluster":
+        from .mpi.localcluster.command import main as cluster
+        return cluster(args)
     elif args.command == "predict":
         try:
             _quietly(lambda: _predict(args))
