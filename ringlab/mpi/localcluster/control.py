@@ -19,7 +19,8 @@ from ..launch import YIELDING_MPICH, find_mpiexec
 from . import netns, slurm
 from .layout import HEAD, Layout, format_rate, locked, read_state, write_state
 
-TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp"}
+TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp",
+                     "GLOO_SOCKET_IFNAME": "eth0"}  # torch's gloo too, for DDP across the nodes
 
 
 class ClusterError(RuntimeError):
