@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ringlab.lessons.lab05_scaling import realcluster
 from ringlab.mpi.localcluster import control, netns
 from ringlab.mpi.localcluster.layout import Layout, parse_rate
 
@@ -170,6 +171,29 @@ def test_distributed_optimizer_equals_ddp_across_nodes(up, tmp_path, nodes, nran
 def test_ipyparallel_engines_on_two_nodes_drive_px_cells(up, tmp_path, launcher):
     seen = last_json(cluster("run", "--", "python", "tests/mpi/cluster_px.py", launcher, str(tmp_path)))
     assert seen == {"hosts": ["node1", "node1", "node2", "node2"], "ok": True}
+
+
+def test_the_rate_between_nodes_is_the_shaped_rate_within_10_percent(up, tmp_path):
+    out = tmp_path / "measured.json"
+    done = cluster("run", "-n", "4", "--nodes", "2", "--", "python", "-m", "mpi4py", "-m",
+                   "ringlab.lessons.lab05_scaling.realcluster", str(out), "262144", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = realcluster.with_prediction(json.loads(out.read_text()), up.link_bps)
+    assert result["nodes"] == 2 and result["per_node"] == 2
+    rate = result["links"]["between_nodes_Bps"] * 8
+    assert 0.9 * up.link_bps <= rate <= 1.0 * up.link_bps, rate  # TCP carries 0.956 of what tbf lets through
+    assert {r["algorithm"] for r in result["measured"]} == {"ring", "hierarchical"}
+
+
+def test_the_model_of_the_cluster_favours_the_hierarchy_on_slow_links():
+    flat_over_hier = {}
+    for nodes in (2, 4):
+        rows = realcluster.predicted(nodes, 2, 1e9, 4e9, 300e-6, [16 << 20])
+        seconds = {r["algorithm"]: r["time_s"] for r in rows}
+        flat_over_hier[nodes] = seconds["ring"] / seconds["hierarchical"]
+        # the flat ring's boundary pairs carry 2(n-1)/n of the buffer over the 1 Gbit/s link: a floor for its time
+        assert seconds["ring"] >= 2 * (2 * nodes - 1) / (2 * nodes) * (16 << 20) / (1e9 / 8 * realcluster.TCP_SHARE)
+    assert all(ratio > 1 for ratio in flat_over_hier.values()), flat_over_hier
 
 
 def job_processes(layout: Layout, wait: float = 10) -> list[str]:
