@@ -1,6 +1,7 @@
 """Run in a cluster's head: start MPICluster with argv[1]'s launcher ('slurm' or 'ssh') for 4 engines on 2 nodes,
 drive it with %%px cells in an IPython shell, and print one JSON line: each rank's host and an allreduce."""
 import json
+import os
 import sys
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -8,6 +9,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from ringlab.lab.cluster import MPICluster
 
 launcher = sys.argv[1]
+os.chdir(sys.argv[2])  # ipyparallel's Slurm launcher writes its batch script into the current folder
 options = dict(launcher="ssh", hosts={"node1": 2, "node2": 2}) if launcher == "ssh" else dict(
     launcher="slurm", launcher_options={"partition": "ringlab", "options": "--nodes=2 --ntasks-per-node=2"})
 shell = InteractiveShell.instance()

@@ -159,6 +159,19 @@ def recorded(path: Path = RESULTS) -> dict:
     return json.loads(text.split("```json\n", 1)[1].split("\n```", 1)[0])
 
 
+def here_or_recorded(nodes: int = 2, per_node: int = 2, link: str = "1gbit") -> tuple[dict, str]:
+    """Measured now on a cluster brought up for it where this machine allows, else the record of this project's
+    machine; and a sentence saying which, and why."""
+    why = why_not_here()
+    if why is None:
+        return run(nodes, per_node, link), (f"Measured now, on {nodes} nodes of namespaces on this machine "
+                                            f"(brought up for this cell and taken down again).")
+    record = recorded()
+    facts = record["provenance"]
+    return record["runs"][0], (f"Not measured here: {why}. Shown instead: the record of {facts['date']}, on "
+                               f"{facts['machine']} (`{facts['command']}`).")
+
+
 def table(result: dict) -> list[str]:
     """Lines: the rate between nodes against the shaped rate, then each size's measured and predicted ratio."""
     links = result["links"]
