@@ -22,7 +22,7 @@ import pytest
 
 from ringlab.lessons.lab05_scaling import realcluster
 from ringlab.mpi.localcluster import control, netns
-from ringlab.mpi.localcluster.layout import Layout, parse_rate
+from ringlab.mpi.localcluster.layout import Layout, lock_path, parse_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "tests" / "mpi"
@@ -79,6 +79,29 @@ def test_a_machine_without_root_is_told_what_to_run(monkeypatch):
     assert "apt-get install slurm-wlm munge" in said
 
 
+def test_without_root_every_verb_says_so_before_touching_anything(monkeypatch, capsys):
+    from ringlab.cli import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    for verb in (["up", "--nodes", "2"], ["status"], ["run", "--", "true"], ["down"]):
+        assert main(["cluster", *verb, "--name", "nobody"]) == 2
+        said = capsys.readouterr().err
+        assert f"ringlab cluster {verb[0]}: error: " in said and "needs root: only root may make network namespaces" \
+            in said and "sudo" in said, said
+    assert not Path("/run/ringlab-nobody").exists()
+
+
+def test_the_lab_shows_the_record_where_the_machine_cannot_run_it(monkeypatch):
+    monkeypatch.setattr(realcluster, "why_not_here", lambda: "this machine cannot hold a cluster: it lacks root")
+    result, where = realcluster.here_or_recorded()
+    assert where.startswith("Not measured here: this machine cannot hold a cluster: it lacks root. Shown instead: "
+                            "the record of 20")
+    lines = realcluster.table(result)
+    assert "not a real network" in lines[0] and "of the shaped rate" in lines[1] and len(lines) == 3 + 3
+    rate = result["links"]["between_nodes_Bps"] * 8 / result["link_bps"]
+    assert 0.9 <= rate <= 1.0  # the record's rate between nodes is the shaped rate within 10%
+
+
 def test_latency_needs_netem_and_without_it_is_refused_naming_the_module(up):
     done = subprocess.run([sys.executable, "-m", "ringlab", "cluster", "up", "--name", "lat", "--nodes", "1",
                            "--latency", "5"], capture_output=True, text=True, timeout=60)
@@ -106,6 +129,35 @@ def test_up_again_leaves_it_and_a_half_built_one_is_rebuilt_touching_nothing_els
     finally:
         netns.sh("ip", "netns", "delete", stranger)
     assert "healthy" in cluster("status").stdout
+
+
+def test_an_up_killed_half_way_is_cleaned_up_by_the_next(up):
+    args = ["up", "--nodes", "3", "--link", "1gbit", "--gpus-per-node", "2", "--slurm"]
+    cluster("down")
+    killed = subprocess.Popen([sys.executable, "-m", "ringlab", "cluster", *args, "--name", NAME], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not (LAYOUT.folder / "slurm" / "slurm.conf").exists():  # namespaces made, daemons starting
+        assert time.monotonic() < deadline and killed.poll() is None
+        time.sleep(0.01)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not LAYOUT.state_file.exists() and netns.namespaces(LAYOUT.prefix)  # half-built, as a crash leaves it
+    rebuilt = cluster(*args)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "removed first what a previous run left: ringlab-test-" in rebuilt.stdout
+    assert "healthy" in cluster("status").stdout
+    state = json.loads(LAYOUT.state_file.read_text())
+    munged = [p for ns in netns.namespaces(LAYOUT.prefix) for p in netns.pids_in(ns) if _cmdline(p).split(": ", 1)[1]
+              .startswith("munged")]
+    assert munged == [state["daemons"]["munged"]]  # the killed run's munged was ended, not left beside the new one
+
+
+def test_no_daemon_holds_the_lock(up):
+    lock = str(lock_path(NAME))
+    for pid in json.loads(LAYOUT.state_file.read_text())["daemons"].values():
+        held = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.is_symlink()]
+        assert lock not in held, pid
 
 
 def test_links_are_shaped_by_the_kernel(up):

@@ -56,7 +56,7 @@ def up(layout: Layout) -> dict:
     missing."""
     problems = missing(layout)
     if problems:
-        raise ClusterError("ringlab cluster up needs " + "; and ".join(problems))
+        raise ClusterError("needs " + "; and ".join(problems))
     layout.folder.parent.mkdir(parents=True, exist_ok=True)
     with locked(layout.name):
         state = read_state(layout.name)
@@ -95,13 +95,16 @@ def down(name: str) -> dict:
     """Take the cluster ``name`` down, leftovers of killed runs included: what was removed."""
     layout = Layout(name)
     if os.geteuid() != 0:
-        raise ClusterError(missing(layout)[0])
+        raise ClusterError("needs " + missing(layout)[0])
     with locked(name, remove=True):
         return _remove(layout)
 
 
 def layout_of(name: str) -> Layout:
-    """The layout of the cluster ``name`` that is up, or a ClusterError saying how to bring one up."""
+    """The layout of the cluster ``name`` that is up, or a ClusterError saying how to bring one up (or that
+    only root may enter its namespaces)."""
+    if os.geteuid() != 0:
+        raise ClusterError("needs " + missing(Layout(name))[0])
     state = read_state(name)
     if state is None:
         named = f" --name {name}" if name != Layout().name else ""
