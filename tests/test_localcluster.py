@@ -312,6 +312,17 @@ def test_with_cleanup_left_to_the_ranks_each_survivor_names_what_it_waits_for(up
     assert job_processes(up) == []
 
 
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_a_job_past_its_timeout_is_ended_on_every_node(up, launcher):
+    start = time.monotonic()
+    done = cluster("run", "-n", "3", "--launcher", launcher, "--timeout", "5", "--", "python", "-c",
+                   "import time; time.sleep(120)")
+    assert done.returncode == 124 and "did not end within 5 s" in done.stderr
+    assert time.monotonic() - start < 60
+    assert job_processes(up) == []
+    assert "healthy" in cluster("status").stdout  # the daemons were spared
+
+
 def test_down_leaves_no_namespace_link_daemon_listener_or_file(up):
     inodes = {os.stat(f"/run/netns/{ns}").st_ino for ns in netns.namespaces(up.prefix)}
     assert len(inodes) == 5  # head, switch, 3 nodes

@@ -118,7 +118,7 @@ def problems_of(layout: Layout, state: dict) -> list[str]:
     problems = [f"namespace {layout.namespace(h)} is gone" for h in [HEAD, "switch", *layout.hosts]
                 if layout.namespace(h) not in have]
     problems += [f"{daemon} (PID {pid}) is not running" for daemon, pid in state.get("daemons", {}).items()
-                 if not netns._alive(pid)]
+                 if not netns.alive(pid)]
     return problems
 
 
@@ -171,14 +171,11 @@ def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None
     except subprocess.TimeoutExpired:
         print(f"ringlab cluster run: {' '.join(argv)} did not end within {timeout:g} s: ended, with everything it "
               "started on the nodes", file=sys.stderr)
-        for ns in netns.namespaces(layout.prefix):
-            netns.end_processes([p for p in netns.pids_in(ns) if p not in _daemon_pids(layout)])
+        if layout.slurm:  # the cluster's own Slurm forgets the jobs, as well as their processes ending
+            subprocess.run(netns.node_command(layout, HEAD, ["scancel", "--quiet", "--user", "root"]),
+                           env=environment(layout), capture_output=True, timeout=30)
+        netns.end_processes(netns.jobs(layout, (read_state(name) or {}).get("daemons", {})))
         return 124
-
-
-def _daemon_pids(layout: Layout) -> set[int]:
-    state = read_state(layout.name) or {}
-    return set(state.get("daemons", {}).values())
 
 
 def status(name: str) -> list[str]:

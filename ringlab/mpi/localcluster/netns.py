@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .layout import HEAD, Layout
+from .layout import ETC_NETNS, HEAD, Layout
 
 SHAPED_QUEUE_MS = 50  # how long a packet may wait in the token bucket before the kernel drops it
 
@@ -55,11 +55,27 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
-        while time.monotonic() < deadline and any(_alive(p) for p in targets):
+        while time.monotonic() < deadline and any(alive(p) for p in targets):
             time.sleep(0.05)
-        if not any(_alive(p) for p in targets):
+        if not any(alive(p) for p in targets):
             break
     return targets
+
+
+def jobs(layout: Layout, daemons: dict) -> list[int]:
+    """The processes in the cluster's namespaces that are not its daemons (nor slurmctld's own helper,
+    slurmscriptd): what jobs left running."""
+    spared = set(daemons.values())
+    return [p for ns in namespaces(layout.prefix) for p in pids_in(ns)
+            if p not in spared and not (_name(p) == "slurmscriptd" and _parent(p) in spared)]
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split("(", 1)[1].rsplit(")", 1)[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _parent(pid: int) -> int:
@@ -70,7 +86,8 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -188,7 +205,7 @@ def remove(layout: Layout) -> dict:
             sh("umount", str(keep), check=False)
     for ns in found:
         sh("ip", "netns", "delete", ns, check=False)
-    etc = sorted(p for p in layout.etc(HEAD).parent.glob(layout.prefix + "*")) if layout.etc(HEAD).parent.is_dir() else []
+    etc = sorted(ETC_NETNS.glob(layout.prefix + "*")) if ETC_NETNS.is_dir() else []
     for folder in etc:
         for item in folder.iterdir():
             item.unlink()

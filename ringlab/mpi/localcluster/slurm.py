@@ -20,7 +20,6 @@ from .netns import node_command
 PARTITION = "ringlab"
 PROGRAMS = {"munged": "munge", "slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "srun": "slurm-wlm",
             "sbatch": "slurm-wlm", "sinfo": "slurm-wlm"}  # program -> the Debian package that has it
-PLUGINS = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm")
 
 
 def missing() -> list[str]:
