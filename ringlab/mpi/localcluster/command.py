@@ -29,11 +29,11 @@ def add_parser(commands) -> None:
     up = verbs.add_parser("up", help="build the cluster (again only if it differs or is broken)",
                           description=ABOUT + f" Writes a hostfile (node1, node2, ...; each node offers {SLOTS} "
                                               "slots) and, with --slurm, a partition 'ringlab' with every node.")
-    up.add_argument("--nodes", type=int, default=2, help=f"how many nodes, 1 to {MAX_NODES} (default 2)")
-    up.add_argument("--gpus-per-node", type=int, default=0,
+    up.add_argument("--nodes", type=int, default=2, metavar="N", help=f"how many nodes, 1 to {MAX_NODES} (default 2)")
+    up.add_argument("--gpus-per-node", type=int, default=0, metavar="G",
                     help="deal this machine's GPUs out to the nodes in blocks (node k sees its own through "
                          "CUDA_VISIBLE_DEVICES); default 0: none declared")
-    up.add_argument("--link", default="1gbit", help="each node's link rate, both ways, in tc's words: 100mbit, "
+    up.add_argument("--link", default="1gbit", metavar="RATE", help="each node's link rate, both ways, in tc's words: 100mbit, "
                                                     "500mbit, 1gbit (default 1gbit)")
     up.add_argument("--latency", type=float, default=0.0, metavar="MS",
                     help="added one-way delay on each link, ms; needs the kernel's netem (default 0)")
@@ -47,10 +47,10 @@ def add_parser(commands) -> None:
                                        "ranks in consecutive blocks per node: mpiexec -f HOSTFILE -ppn P, or srun "
                                        "when the cluster has Slurm.",
                            epilog="example: ringlab cluster run -n 4 -- python -m mpi4py mine.py")
-    run.add_argument("-n", "--nranks", type=int, help="ranks of an MPI job across the nodes")
-    run.add_argument("--nodes", type=int, help="use only the first this many nodes (default: all)")
+    run.add_argument("-n", "--nranks", type=int, metavar="RANKS", help="ranks of an MPI job across the nodes")
+    run.add_argument("--nodes", type=int, metavar="N", help="use only the first this many nodes (default: all)")
     run.add_argument("--launcher", choices=["mpiexec", "srun"], help="default: srun with Slurm, else mpiexec")
-    run.add_argument("--timeout", type=float, help="end the command (and all it started) after this many s")
+    run.add_argument("--timeout", type=float, metavar="S", help="end the command (and all it started) after this many s")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
     verbs.add_parser("down", help="take the cluster down: its daemons, namespaces, links and files; leftovers "
                                   "of killed runs too")
