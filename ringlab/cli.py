@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     elif args.command == "cluster":
         from .mpi.localcluster.command import main as cluster
-        return cluster(args)
+        return cluster(args, argv)
     elif args.command == "predict":
         try:
             _quietly(lambda: _predict(args))

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import numpy as np
 import pytest
 
 from ringlab.lessons.lab05_scaling import realcluster
-from ringlab.mpi.localcluster import control, netns
+from ringlab.mpi.localcluster import control, netns, rootless
 from ringlab.mpi.localcluster.layout import Layout, lock_path, parse_rate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,21 +75,23 @@ def test_rates_are_read_in_tcs_words():
 
 def test_a_machine_without_root_is_told_what_to_run(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(rootless, "why_not", lambda: "user namespaces, which this system refuses to ordinary users")
     monkeypatch.setattr(control.slurm, "missing", lambda: ["slurmctld (Debian package slurm-wlm)"])
     said = "; ".join(control.missing(LAYOUT))
     assert "root: only root may make network namespaces" in said and "sudo" in said
     assert "apt-get install slurm-wlm munge" in said
 
 
-def test_without_root_every_verb_says_so_before_touching_anything(monkeypatch, capsys):
+def test_without_root_or_user_namespaces_every_verb_says_so_before_touching_anything(monkeypatch, capsys):
     from ringlab.cli import main
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(rootless, "why_not", lambda: "user namespaces, which this system refuses to ordinary users")
     for verb in (["up", "--nodes", "2"], ["status"], ["run", "--", "true"], ["down"]):
         assert main(["cluster", *verb, "--name", "nobody"]) == 2
         said = capsys.readouterr().err
-        assert f"ringlab cluster {verb[0]}: error: " in said and "needs root: only root may make network namespaces" \
-            in said and "sudo" in said, said
+        assert f"ringlab cluster {verb[0]}: error: needs root, or else user namespaces, which this system refuses" \
+            in said, said
     assert not Path("/run/ringlab-nobody").exists()
 
 
@@ -100,6 +104,49 @@ def test_the_lab_shows_the_record_where_the_machine_cannot_run_it(monkeypatch):
     assert "not a real network" in lines[0] and "of the shaped rate" in lines[1] and len(lines) == 3 + 3
     rate = result["links"]["between_nodes_Bps"] * 8 / result["link_bps"]
     assert 0.9 <= rate <= 1.0  # the record's rate between nodes is the shaped rate within 10%
+
+
+NOBODY = 65534
+
+
+def test_without_root_the_cluster_lives_in_a_user_namespace_and_down_ends_it():
+    if os.geteuid() != 0:
+        pytest.skip("this test starts as root and drops to user nobody")
+    home = Path(tempfile.mkdtemp(prefix="ringlab-nobody-"))
+    os.chown(home, NOBODY, NOBODY)
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "XDG_RUNTIME_DIR")}
+    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+    def as_nobody(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*drop, sys.executable, *argv], cwd=home, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    try:
+        if as_nobody("-c", "import ringlab").returncode != 0:
+            pytest.skip(f"user nobody cannot read this checkout or its Python ({ROOT}, {sys.executable})")
+        lacking = as_nobody("-c", "from ringlab.mpi.localcluster.rootless import why_not; print(why_not() or '')")
+        if lacking.stdout.strip():
+            (pytest.fail if os.environ.get("CI") else pytest.skip)(f"an ordinary user here lacks {lacking.stdout}")
+        ours = set(netns.namespaces("ringlab-"))
+        done = as_nobody("-m", "ringlab", "cluster", "up", "--nodes", "2", "--name", "nobody")
+        assert done.returncode == 0 and "up in" in done.stdout, done.stderr
+        job = as_nobody("-m", "ringlab", "cluster", "run", "--name", "nobody", "-n", "4", "--", "python", "-m",
+                        "mpi4py", "-c", "import socket; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+                        "hosts = c.allgather(socket.gethostname()); print(sorted(hosts) if c.rank == 0 else '', end='')")
+        assert job.returncode == 0 and job.stdout.strip() == "['node1', 'node1', 'node2', 'node2']", job.stderr
+        assert "healthy" in as_nobody("-m", "ringlab", "cluster", "status", "--name", "nobody").stdout
+        assert set(netns.namespaces("ringlab-")) == ours  # nothing of it in the machine's own /run/netns
+        keeper = int(Path("/tmp", f"ringlab-cluster-{NOBODY}", "nobody.keeper").read_text())
+        slurm = as_nobody("-m", "ringlab", "cluster", "up", "--nodes", "2", "--slurm", "--name", "nobody")
+        assert slurm.returncode == 2 and "--slurm needs root" in slurm.stderr
+        down = as_nobody("-m", "ringlab", "cluster", "down", "--name", "nobody")
+        assert down.returncode == 0 and "removed 4 namespaces" in down.stdout, down.stderr
+        assert not Path(f"/proc/{keeper}").exists()  # the keeper, and with it every namespace it held, is gone
+        assert not Path("/tmp", f"ringlab-cluster-{NOBODY}").exists()
+    finally:
+        as_nobody("-m", "ringlab", "cluster", "down", "--name", "nobody")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_latency_needs_netem_and_without_it_is_refused_naming_the_module(up):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .layout import DEFAULT_NAME, MAX_NODES, SLOTS, Layout, format_rate, parse_rate
@@ -9,7 +10,8 @@ from .layout import DEFAULT_NAME, MAX_NODES, SLOTS, Layout, format_rate, parse_r
 ABOUT = ("A real cluster on this machine: each node is a Linux network namespace with its own host name, joined "
          "to the others by a link the kernel shapes to --link (tc's token bucket), with a head to launch jobs "
          "from and, with --slurm, Slurm. MPI between nodes runs over TCP through those links. Rates are "
-         "kernel-shaped links on one machine, not a real network. Needs root and Linux.")
+         "kernel-shaped links on one machine, not a real network. Needs Linux, and root or (for an ordinary user, "
+         "without Slurm) user namespaces.")
 
 
 def add_parser(commands) -> None:
@@ -59,9 +61,15 @@ def add_parser(commands) -> None:
                           help=f"the cluster's name, so that several can coexist (default {DEFAULT_NAME})")
 
 
-def main(args) -> int:
-    """Carry out ``ringlab cluster VERB``; errors are one line on stderr and exit status 2."""
+def main(args, argv: list[str]) -> int:
+    """Carry out ``ringlab cluster VERB`` (``argv``: ringlab's arguments); errors are one line on stderr and exit
+    status 2. An ordinary user's cluster lives in user namespaces (:mod:`.rootless`)."""
     from .control import ClusterError, down, run, status, up
+
+    if sys.platform.startswith("linux") and os.geteuid() != 0:
+        from .rootless import main as as_user
+
+        return as_user(args, argv[argv.index("cluster") + 1:])
 
     try:
         if args.verb == "up":

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..launch import YIELDING_MPICH, find_mpiexec
-from . import netns, slurm
+from . import netns, rootless, slurm
 from .layout import HEAD, Layout, format_rate, locked, read_state, write_state
 
 TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp",
@@ -33,8 +33,14 @@ def missing(layout: Layout) -> list[str]:
         return [f"Linux network namespaces: this is {sys.platform}; try it in a Linux virtual machine"]
     problems = []
     if os.geteuid() != 0:
-        problems.append("root: only root may make network namespaces and shape links; run "
-                        f"`sudo {shutil.which('ringlab') or sys.executable + ' -m ringlab'} cluster ...`")
+        sudo = f"`sudo {shutil.which('ringlab') or sys.executable + ' -m ringlab'} cluster ...`"
+        instead = rootless.why_not()
+        if instead:
+            problems.append(f"root: only root may make network namespaces and shape links; run {sudo} (or else "
+                            f"{instead})")
+        elif layout.slurm:
+            problems.append(f"root for Slurm (its daemons want the machine's root): run {sudo}, or leave --slurm "
+                            "out to run in user namespaces")
     tools = {"ip": "iproute2", "tc": "iproute2", "nsenter": "util-linux", "unshare": "util-linux",
              "umount": "mount"}
     lacking = sorted({package for tool, package in tools.items() if shutil.which(tool) is None})
