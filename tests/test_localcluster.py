@@ -171,7 +171,7 @@ def test_up_again_leaves_it_and_a_half_built_one_is_rebuilt_touching_nothing_els
         LAYOUT.state_file.unlink()  # as a run killed before it finished leaves it
         rebuilt = cluster("up", "--nodes", "3", "--link", "1gbit", "--gpus-per-node", "2", "--slurm")
         assert rebuilt.returncode == 0, rebuilt.stderr
-        assert "removed first what a previous run left: ringlab-test-" in rebuilt.stdout
+        assert "or what a killed run left): ringlab-test-" in rebuilt.stdout
         assert stranger in netns.namespaces("ringlab-tes")
     finally:
         netns.sh("ip", "netns", "delete", stranger)
@@ -192,7 +192,7 @@ def test_an_up_killed_half_way_is_cleaned_up_by_the_next(up):
     assert not LAYOUT.state_file.exists() and netns.namespaces(LAYOUT.prefix)  # half-built, as a crash leaves it
     rebuilt = cluster(*args)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert "removed first what a previous run left: ringlab-test-" in rebuilt.stdout
+    assert "or what a killed run left): ringlab-test-" in rebuilt.stdout
     assert "healthy" in cluster("status").stdout
     state = json.loads(LAYOUT.state_file.read_text())
     munged = [p for ns in netns.namespaces(LAYOUT.prefix) for p in netns.pids_in(ns) if _cmdline(p).split(": ", 1)[1]

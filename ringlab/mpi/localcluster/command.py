@@ -79,7 +79,8 @@ def main(args, argv: list[str]) -> int:
             print(f"ringlab cluster {layout.name}: {layout.nodes} nodes, links shaped to {format_rate(layout.link_bps)} "
                   f"by the kernel (not a real network), {how}")
             if state.get("cleaned"):
-                print(f"  removed first what a previous run left: {', '.join(state['cleaned'])}")
+                print(f"  removed first what was there under its name (another cluster, or what a killed run left): "
+                      f"{', '.join(state['cleaned'])}")
             print(f"  hostfile: {layout.hostfile}")
             if layout.slurm:
                 print(f"  Slurm: partition ringlab (SLURM_CONF={layout.folder / 'slurm' / 'slurm.conf'})")

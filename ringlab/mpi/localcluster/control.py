@@ -82,7 +82,7 @@ def up(layout: Layout) -> dict:
                 slurm.write_config(layout)
                 daemons = slurm.start(layout)
             write_state(layout, daemons=daemons, seconds=round(time.monotonic() - start, 2),
-                        cleaned=[ns for ns in cleaned["namespaces"]], hostfile=str(layout.hostfile))
+                        cleaned=list(cleaned["namespaces"]), hostfile=str(layout.hostfile))
         except BaseException:
             _remove(layout)
             raise
@@ -90,6 +90,7 @@ def up(layout: Layout) -> dict:
 
 
 def _remove(layout: Layout) -> dict:
+    """Everything of the cluster's prefix, its folder included; what was removed."""
     removed = netns.remove(layout)
     if layout.folder.exists():
         shutil.rmtree(layout.folder)
