@@ -25,10 +25,13 @@ from . import topology
 from .algorithms import ALGORITHMS, build
 from .mpi import (StepTimeout, Trace, allreduce, alltoall, broadcast, execute, gather, reduce, release_buffers,
                   scatter, which_transport)
-from .predict import Prediction, predict
+from .predict import NcclPrediction, Prediction, predict, predict_nccl
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
 from .simulate import ScheduleError, Simulation, check, provenance_str, simulate, traffic
+from .mpi.emulate import SPEC_PARSER as _SPEC_PARSER, emulate
+
+_SPEC_PARSER.append(topology.from_spec)  # emulated machines are named like topologies (mpi does not import them)
 
 __version__ = "0.1.0"
 
@@ -36,7 +39,8 @@ __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
     "provenance_str", "allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "execute",
-    "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "__version__",
+    "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "predict_nccl",
+    "NcclPrediction", "emulate", "__version__",
 ]
 
 _ON_FIRST_USE = ("train", "viz", "measure", "lab", "lessons")

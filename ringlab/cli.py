@@ -100,6 +100,10 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpu", action="store_true", help="cupy buffers, one GPU per rank (shared if fewer)")
     bench.add_argument("--transport", default="auto", help="with --gpu: auto, host, cuda-aware, ipc")
     bench.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
+    bench.add_argument("--emulate", metavar="SPEC",
+                       help="run ringlab's algorithms on an emulated machine's links: a preset name (ringlab predict "
+                            "--help lists them) or uniform:GBPS:US, optionally @SCALE (how many times slower); e.g. "
+                            "uniform:0.1:100 or hgx-h100-8@1000. MPI's own collective (mpi) is not emulated")
     bandwidth = commands.add_parser(
         "bandwidth", help="measure link bandwidth and latency, next to each link's theoretical peak",
         description="Measured here. Without GPUs: the memory copy rate, and MPI ping-pong between two ranks "
@@ -126,6 +130,28 @@ def parser() -> argparse.ArgumentParser:
     read.add_argument("logs", nargs="+", metavar="LOG", help="a tool's output, saved to a file")
     read.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
     read.add_argument("--json", metavar="OUT", help="write what was read (one object, or a list for several logs)")
+    explain = commands.add_parser(
+        "explain", help="is my number normal? an nccl-tests sweep against healthy hardware of its kind, and why not",
+        description="Reads each LOG (nccl-tests output, `ringlab import --json` or `ringlab bench --json` output, or "
+                    "a published sweep of ringlab's data set), finds the machine it ran on from its GPUs and hosts "
+                    "(or takes --machine), and prints size by size the measured busbw, what NCCL's own model "
+                    "predicts for healthy hardware of that kind, measured / expected, and the nearest published "
+                    "sweep of a healthy machine like it. Where the sweep is well below, it names the causes whose "
+                    "machine the measurement matches: rails not used (one NIC's worth), the rails at a quarter of "
+                    "their rate (GPUDirect RDMA off, ACS, the IOMMU), NVLS off, P2P off on a PCIe box, a lower PCIe "
+                    "generation. Expected figures are predictions, published ones are labelled; only your log is a "
+                    "measurement.",
+        epilog="machines (--machine): a preset (" + ", ".join(_presets()) + "), or GPU:NODESxGPUS with options, "
+               "e.g. h100:2x8, a100:16x8:nic=200, h100:4x8:nics=4:fabric=roce, b200:1x8:nvls=off\n\nexamples:\n"
+               "  ringlab explain all_reduce_perf.log\n"
+               "  ringlab explain all_reduce_perf.log --machine h100:2x8 --json verdict.json\n"
+               "  ringlab explain ringlab/data/published/A03_nccltests290_h100_2x8_ib_ndr_allreduce_ring.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    explain.add_argument("logs", nargs="+", metavar="LOG", help="an nccl-tests log, or ringlab's JSON of one")
+    explain.add_argument("--machine", metavar="SPEC", help="the machine it ran on (default: read from the log)")
+    explain.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
+    explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
+                                                        "verdict and causes (one object, or a list for several logs)")
     from .mpi.localcluster import command as cluster
     cluster.add_parser(commands)
     return top
@@ -153,6 +179,27 @@ def _import(args) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results[0] if len(results) == 1 else results, fh, indent=1)
+        print(f"# wrote {args.json}")
+    return 0
+
+
+def _explain(args) -> int:
+    import json
+
+    from .measure.explain import describe, explain, read
+
+    answers = []
+    for path in args.logs:
+        result, name = read(path, args.collective)
+        try:
+            answer = explain(result, args.machine, name)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+        answers.append(dict(answer, file=path))
+        _quietly(lambda: print("\n".join(describe(answer, path))))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(answers[0] if len(answers) == 1 else answers, fh, indent=1)
         print(f"# wrote {args.json}")
     return 0
 
@@ -240,10 +287,11 @@ def _bench(args, argv) -> int:
     if args.nranks is not None and not in_mpi_job():  # every mistake said once, here, before a job starts
         check_nranks(args.nranks)
         check_arguments(args.collective, algorithms, args.datatype, args.iters, args.warmup, args.root, args.nranks,
-                        args.json)
+                        args.json, args.emulate)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     run(args.collective, algorithms, sizes, args.datatype, args.iters,
-        args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv])
+        args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv],
+        emulate=args.emulate)
     return 0
 
 
@@ -346,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
             return _import(args)
         except ValueError as err:
             print(f"ringlab import: error: {err}", file=sys.stderr)
+            return 2
+    elif args.command == "explain":
+        try:
+            return _explain(args)
+        except ValueError as err:
+            print(f"ringlab explain: error: {err}", file=sys.stderr)
             return 2
     elif args.command == "cluster":
         from .mpi.localcluster.command import main as cluster

@@ -229,20 +229,23 @@ def test_nvls_closed_form():
         nvls_allreduce(K, rl.topology.preset("hgx-a100-8"))
 
 
-def test_versus_sets_predictions_beside_measured_rows():
+def test_versus_sets_nccls_model_beside_measured_rows():
+    from ringlab.predict.harness import harness
+    from ringlab.predict.nccl import predict_nccl
     from ringlab.predict.versus import model_seconds, versus
 
-    topo = uniform(4, B, ALPHA)
+    h100 = rl.topology.preset("hgx-h100-8")
     rows = [{"bytes": 0, "busbw_Bps": None}, {"bytes": 1 << 20, "busbw_Bps": 2e9},
             {"bytes": 1 << 24, "busbw_Bps": None, "inplace_busbw_Bps": 5e9}]
-    got = versus(rows, topo, "allreduce", "ring")
+    got = versus(rows, h100, "allreduce", "ring")
     assert [r["bytes"] for r in got] == [1 << 20, 1 << 24] and got[1]["measured_busbw"] == 5e9
     for r in got:
-        seconds = rl.predict(rl.build("allreduce.ring", 4), r["bytes"], topo, 4, protocol="auto").seconds
-        assert close(r["predicted_busbw"], r["bytes"] / seconds * 1.5) and close(r["ratio"], r["predicted_busbw"] /
-                                                                               r["measured_busbw"])
-    h100 = rl.topology.preset("hgx-h100-8")
-    assert model_seconds("best", "allreduce", 1 << 30, h100)[1] == "NVLS (closed form)"
-    assert model_seconds("best", "allreduce", 1 << 30, rl.topology.preset("hgx-a100-8"))[1].startswith("ring")
-    with pytest.raises(ValueError, match="unknown model 'tree'"):
-        versus(rows, topo, "allreduce", "tree")
+        p = predict_nccl("allreduce", r["bytes"], h100, "ring")
+        assert close(r["predicted_busbw"], p.busbw) and close(r["ratio"], r["predicted_busbw"] / r["measured_busbw"])
+        assert r["predicted"] == f"ring, {p.protocol}"
+    assert model_seconds("best", "allreduce", 1 << 30, h100)[1] == "nvls, Simple"
+    assert model_seconds("best", "allreduce", 1 << 30, rl.topology.preset("hgx-a100-8"))[1] == "ring, Simple"
+    g8 = harness("nccl-tests", 8)  # one thread driving 8 GPUs: no call faster than its launches
+    assert model_seconds("ring", "allreduce", 8, h100, bench=g8)[0] == g8.floor
+    with pytest.raises(ValueError, match="unknown model 'fastest'"):
+        versus(rows, h100, "allreduce", "fastest")

@@ -83,6 +83,18 @@ def test_the_straggler_sentence_follows_the_model_both_ways():
     assert diagnose.describe_straggler(diagnose.model_trace(4)).startswith("No rank stands out")
 
 
+def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():
+    from ringlab.mpi.executor import Trace
+
+    model = diagnose.model_trace(4, slow_rank=2, pause=0.02, transfer=1e-4)
+    rows = [tuple(r) for r in model.records]
+    blocked = [r[:7] + (r[6] + 0.02,) + r[8:] if r[0] == 1 and r[2] == 2 and r[5] == "send" else r for r in rows]
+    text = diagnose.describe_straggler(Trace(blocked, model.schedule, clock="test", itemsize=4))
+    assert "The longest send, rank 1's 16 KiB to rank 2 at step 3, took 20.0 ms: it could not complete before rank 2 " \
+           "posted the receive" in text and "the sender waits for the straggler too" in text
+    assert "The longest send" not in diagnose.describe_straggler(model)  # sends of 0.1 ms: nothing to explain
+
+
 def test_slowed_restores_the_transport_and_refuses_silly_pauses():
     from ringlab.mpi import collectives
 

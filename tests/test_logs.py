@@ -81,6 +81,7 @@ def test_a_recent_all_reduce_log():
     assert (got["format"], got["collective"], got["ranks"]) == ("nccl-tests", "allreduce", 8)
     assert got["nccl_version"] == "2.27.3" and got["nccl_tests_version"] == "2.17.6"
     assert got["avg_busbw_Bps"] == pytest.approx(114.389e9) and got["out_of_bounds"] == 0
+    assert got["threads"] == 1 and got["gpus_per_thread"] == 1  # "# nThread 1 nGpus 1": one GPU a process
     assert [d["name"] for d in got["devices"]] == ["NVIDIA H100 80GB HBM3"] * 8
     assert [r["bytes"] for r in got["rows"]] == [8, 1024, 1 << 20, 1 << 26]
     for row, want in zip(got["rows"], expected):

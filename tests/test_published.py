@@ -125,9 +125,20 @@ def test_a_sweep_against_its_model_is_the_published_numbers_beside_predictions()
     data = published.load("A11_chlc_rtx4090x8_pcie_p2pon_allreduce").data
     assert [r["bytes"] for r in rows] == [r["bytes"] for r in data["rows"] if r["bytes"] and r["busbw_Bps"]]
     assert [r["measured_busbw"] for r in rows] == [r["busbw_Bps"] for r in data["rows"] if r["bytes"] and r["busbw_Bps"]]
-    assert {r["predicted"].split(",")[0] for r in rows} == {"ring"}  # a PCIe box: no NVLS
+    assert {r["predicted"].split(",")[0] for r in rows} == {"ring"}  # a PCIe box: no NVLS, one node: no tree
     nvls = published.against_model("A05_azure_nd_h100_v5_8xh100_allreduce_busbw")
-    assert {r["predicted"] for r in nvls} == {"NVLS (closed form)"}
+    assert {r["predicted"] for r in nvls} == {"nvls, Simple"}  # forced, as the source ran it
+
+
+def test_each_sweep_is_timed_as_its_benchmark_timed_it():
+    from ringlab.predict.harness import LAUNCH_PER_GPU, TORCH_HOST_OVERHEAD
+
+    assert published.benchmark("A11_chlc_rtx4090x8_pcie_p2pon_allreduce").floor == 8 * LAUNCH_PER_GPU  # -g 8
+    assert published.benchmark("A01_nccltests290_h100x8_hgx_1node_allreduce").floor == 8 * LAUNCH_PER_GPU  # header
+    assert published.benchmark("A02_nccltests290_h100_2x8_ib_ndr_allreduce_default").floor == 0  # nGpus 1
+    assert published.benchmark("A20_galvatron_dgx-a100-40gb_allreduce").floor == 8 * LAUNCH_PER_GPU  # its text
+    torch = published.benchmark("A40_mlengineering_h200x8_allreduce_bench_sweep")
+    assert torch.added == TORCH_HOST_OVERHEAD and torch.floor == 0
 
 
 def test_pageable_and_pinned_copies_of_one_gpu_are_in_the_data_set():

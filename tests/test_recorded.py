@@ -209,3 +209,17 @@ def test_the_committed_h100_recordings_compare_sharing_with_and_without_mps():
     assert pair["with_mps"].machine["mps"] and not pair["without_mps"].machine.get("mps")
     rows = recorded.print_sharing(pair, io.StringIO())
     assert rows and all(r["speedup"] > 0 for r in rows)
+
+
+def test_a_gpu_sweep_says_where_its_bytes_were_and_why_nccl_is_missing():
+    from ringlab.measure.recorded import describe_gpu_bench
+
+    rows = [{"algorithm": "allreduce.ring", "memory": "device"}, {"algorithm": "mpi", "memory": "host"}]
+    shared = {"ranks": 3, "rows": rows, "machine": {"gpus": [{"name": "H100"}], "mpi_cuda_aware": False}}
+    said = describe_gpu_bench(shared)
+    assert said.startswith("3 ranks on 1 GPU: allreduce.ring with its buffers in GPU memory; mpi with its buffers in "
+                           "host memory.")
+    assert "this MPI is not CUDA-aware" in said and "NCCL refuses two ranks of one communicator" in said
+    own = {"ranks": 2, "rows": rows + [{"algorithm": "nccl", "memory": "device"}],
+           "machine": {"gpus": [{"name": "H100"}] * 2, "mpi_cuda_aware": False}}
+    assert "NCCL has no row" not in describe_gpu_bench(own)

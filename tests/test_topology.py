@@ -10,7 +10,7 @@ from ringlab.topology import from_matrix, preset_names, uniform
 def test_presets_have_published_sources_and_assumed_latencies():
     for name in preset_names():
         topo = rl.topology.preset(name)
-        assert topo.name == name and topo.nranks in (2, 4, 8, 16, 128)
+        assert topo.name == name and topo.nranks in (2, 4, 8, 16, 72, 128)
         assert "published" in topo.source or "public" in topo.source
         assert "assumed" in topo.notes
     with pytest.raises(ValueError, match="unknown topology preset 'dgx3'"):
@@ -159,3 +159,48 @@ def test_best_gpus_picks_the_subset_whose_slowest_pair_is_fastest():
         best_gpus(matrix, 7)
     with pytest.raises(ValueError, match="must be square"):
         best_gpus(matrix[:5], 2)
+
+
+def test_cluster_builds_nodes_of_nvlink_domains_joined_by_nics():
+    from ringlab.topology import cluster, pcie_bandwidth
+
+    two = cluster("h100", 2)
+    assert two.name == "ib-2x8-h100" and two.nranks == 16 and two.machine.nics_per_node == 8
+    assert two.machine.arch == "hopper" and two.switch_reduce and two.machine.nic_bandwidth == 50e9
+    gpu_nic = {link.b: link for link in two.links if link.a == "gpu9" and link.kind == "pcie"}
+    assert list(gpu_nic) == ["nic9"] and gpu_nic["nic9"].bandwidth == pcie_bandwidth(5, 16)
+    a100 = rl.topology.preset("ib-16x8-a100")  # A100 is a PCIe 4.0 device
+    assert {link.bandwidth for link in a100.links if link.kind == "pcie"} == {pcie_bandwidth(4, 16)}
+    assert a100.machine.nic_bandwidth == 25e9 and not a100.switch_reduce
+    shared = cluster("h100", 2, nics_per_node=2, fabric="roce")
+    nics = {link.b for link in shared.links if link.kind == "pcie"}
+    assert shared.name == "roce-2x8-h100-2nic" and nics == {"nic0", "nic1", "nic2", "nic3"}
+    assert {link.kind for link in shared.links} == {"nvswitch", "pcie", "roce"}
+    rack = rl.topology.preset("gb200-nvl72")
+    assert rack.nranks == 72 and rack.machine.arch == "blackwell" and rack.links[0].rate == pytest.approx(18 * 40.1e9)
+    assert rl.topology.preset("hgx-h100-8").machine == cluster("h100", 1).machine
+    assert cluster("b200", 1, nvls=False).name == "hgx-b200-8-nvls-off" and not cluster("b200", 1, nvls=False).switch_reduce
+
+
+def test_cluster_refuses_what_it_cannot_build():
+    from ringlab.topology import cluster
+
+    with pytest.raises(ValueError, match="unknown gpu 'v100'; known: a100, h100, h200, b200, gb200"):
+        cluster("v100", 2)
+    with pytest.raises(ValueError, match="unknown fabric 'tcp'; known: ib, roce, efa"):
+        cluster("h100", 2, fabric="tcp")
+    with pytest.raises(ValueError, match="nics_per_node must be from 1 to the 8 GPUs of a node, got 9"):
+        cluster("h100", 2, nics_per_node=9)
+    with pytest.raises(ValueError, match="nodes must be a whole number >= 1, got 0"):
+        cluster("h100", 0)
+
+
+def test_every_multi_node_preset_is_a_cluster_of_its_description():
+    from ringlab.topology.machines import GPUS, variant
+
+    multi = [rl.topology.preset(name) for name in preset_names() if rl.topology.preset(name).machine.nodes > 1]
+    assert {t.name for t in multi} >= {"ib-2x4", "ib-2x8-h100", "ib-16x8-a100", "ib-2x64-gb200"}
+    for topo in multi:
+        assert topo.machine.gpu in GPUS and variant(topo).links == topo.links  # rebuilt from its Machine alike
+    box = rl.topology.preset("ib-2x4")  # GPUs without NVLink: one PCIe 3.0 switch a node, its NIC behind it
+    assert box.machine.intra == "pcie" and len(box.route(0, 4)) == 6  # gpu, switch, nic, fabric, nic, switch

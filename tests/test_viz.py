@@ -276,7 +276,8 @@ def test_predicted_machines_plot_draws_bars_per_algorithm_and_published_diamonds
     assert pub.name.startswith("published") and "(A05)" in pub.hovertext[0] and "64 MiB" in pub.hovertext[0]
     assert "6 ms" in ring.hovertext[0] and "gpu0->gpu1" in ring.hovertext[0]
     assert fig.layout.title.text.startswith("predicted (cost model)")
-    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
+    assert fig.layout.yaxis.type != "log" and fig.layout.yaxis.rangemode == "tozero"  # a bar's height is its value
+    assert fig.layout.yaxis.title.text == "bus bandwidth (GB/s)"
     assert len(predicted_machines_plot(predicted).data) == 2  # no published rows: no diamonds
 
 
@@ -323,3 +324,28 @@ def test_staleness_figures_name_the_straggler():
     assert fig.data[2].marker.symbol == "diamond" and fig.data[0].marker.symbol == "circle"
     assert fig.layout.title.text.startswith("measured here")
     assert "staleness" in fig.layout.yaxis.title.text and "push number" in fig.layout.xaxis.title.text
+
+
+def test_the_chunk_grid_shows_only_the_ranks_that_exist_with_readable_labels():
+    """16 and 32 ranks: the grid's rows are ranks 0..n-1 (no padding row -1 or n), at most 16 tick labels per
+    axis, and rank labels on the ring in a font one can read."""
+    from ringlab.viz.stepview import step_figure
+
+    for n in (16, 32):
+        fig = step_figure(rl.build("allreduce.ring", n))
+        assert tuple(fig.layout.yaxis2.range) == (n - 0.5, -0.5) and tuple(fig.layout.xaxis2.range) == (-0.5, n - 0.5)
+        assert n / fig.layout.yaxis2.dtick <= 16 and n / fig.layout.xaxis2.dtick <= 16
+        ranks = fig.data[0]
+        assert list(ranks.text) == [f"r{r}" for r in range(n)] and ranks.textfont.size >= 8
+
+
+def test_the_double_binary_tree_is_drawn_as_a_tree_not_on_a_circle():
+    from ringlab.algorithms.dbtree import btree
+    from ringlab.viz.stepview import default_positions
+
+    x, y = default_positions(rl.build("allreduce.dbtree", 8, segments=2))
+    parents = btree(8)
+    assert list(np.argsort(x)) == list(range(8))  # ranks left to right
+    assert y[0] == y.max() and all(y[r] < y[parents[r]] for r in range(1, 8))  # every rank below its parent
+    ring_x, _ = default_positions(rl.build("allreduce.ring", 8))
+    assert np.allclose(np.hypot(*default_positions(rl.build("allreduce.ring", 8))), 1.0) and len(ring_x) == 8

@@ -15,12 +15,11 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.lessons.lab02_reduce_broadcast import check_chain_time
+from ringlab.lessons.lab02_reduce_broadcast import (check_chain_time, describe_emulated_fit, fit_chain,
+                                                    fitted_chain_times, pipelining, predicted_chain, run_machine)
 from ringlab.measure.latency import describe_alpha
 from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
-from ringlab.predict.costmodel import best_segments
-from ringlab.predict.fitting import fit_schedules
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -78,7 +77,12 @@ chain_time = check_chain_time(chain_time)  # yours when it is right, else the re
 
 # %% [markdown]
 # As S grows the time tends to K/B, the time to send the buffer once, whatever n is. But each
-# step also pays a latency, so too many segments cost more than they save. On four real ranks:
+# step also pays a latency, so too many segments cost more than they save. On four real ranks, first
+# on this machine as it is, then on an emulated machine beside it: the same code and the same data,
+# with every message held back by links of known speed (`rl.emulate`, here `MACHINE` from the lab's
+# room: 100 MB/s each way per rank and 2 ms a message). On a laptop the ranks share a few cores and
+# copy through memory, so the CPU, not a link, may set this machine's times; the cell says so from
+# its own numbers.
 
 # %%
 from ringlab.lab.cluster import MPICluster
@@ -87,43 +91,41 @@ ranks = MPICluster(4).start()
 
 # %%
 # %%px
-import numpy as np
-import ringlab as rl
 from mpi4py import MPI
+from ringlab.lessons.lab02_reduce_broadcast import MACHINE, measure_chain
 from ringlab.measure.bandwidth import pingpong
-from ringlab.measure.timing import time_collective
 
 comm = MPI.COMM_WORLD
-x = np.ones(1 << 20, np.float32)  # 4 MiB
-segments = [1, 2, 4, 8, 16, 32, 64]
-chain = [time_collective(lambda: rl.broadcast(x, 0, "chain", segments=S, agree=False), comm, warmup=2, iters=7)
-         for S in segments]
-tree = time_collective(lambda: rl.broadcast(x, 0, "tree", agree=False), comm, warmup=2, iters=7)
-mpi = time_collective(lambda: comm.Bcast(x, root=0), comm, warmup=2, iters=7)
-raw = pingpong(comm, [8])  # one raw 8-byte MPI message, rank 0 to rank 1 (rows on rank 0 only)
+raw = measure_chain(comm, 1 << 22)                        # 4 MiB, this machine
+emulated = measure_chain(comm, 1 << 22, machine=MACHINE)  # the same, on the emulated links
+message = pingpong(comm, [8])  # one raw 8-byte MPI message, rank 0 to rank 1 (rows on rank 0 only)
 
 # %%
-segments, chain, tree, mpi, raw = ranks.pull_rank0("segments", "chain", "tree", "mpi", "raw")
+raw, emulated, message = ranks.pull_rank0("raw", "emulated", "message")
 ranks.stop()
-print(f"measured here: tree {tree * 1e6:.0f} us, MPI's Bcast {mpi * 1e6:.0f} us; chain by S:",
-      ", ".join(f"{S}: {t * 1e6:.0f} us" for S, t in zip(segments, chain)))
+print(pipelining(raw, emulated))
+for run in (raw, emulated):
+    print(f"{run_machine(run)}: tree {run['tree'] * 1e3:.1f} ms; chain by S:",
+          ", ".join(f"{S}: {t * 1e3:.1f} ms" for S, t in zip(run["segments"], run["chain"])))
 
 # %% [markdown]
-# Fit the cost model's latency and bandwidth to these measurements. Its best S (predicted) sits
-# next to the measured best. Lab 01 fitted its alpha to a raw MPI ping-pong; this alpha is the
-# cost of one step of ringlab's chain, which the cell sets beside a raw message measured on the
-# same ranks:
+# The emulated machine's links are known, so the cost model predicts it directly (the printout's best
+# S is the best of the grid measured; `best_segments(n, K, topology)` of `ringlab.predict.costmodel`
+# searches every S); this machine's are not, so fit the model's latency and bandwidth to its
+# measurements instead. Lab 01 fitted its alpha
+# to a raw MPI ping-pong; this alpha is the cost of one step of ringlab's chain, which the cell sets
+# beside a raw message measured on the same ranks. A fit shows how far it misses each measurement.
 
 # %%
-K = 1 << 22
-fitted = fit_schedules([rl.build("broadcast.chain", 4, segments=S) for S in segments], [K] * len(segments), chain)
-network = fitted.topology(4)
-predicted = [rl.predict(rl.build("broadcast.chain", 4, segments=S), K, network).seconds for S in segments]
-best_predicted, _ = best_segments(4, K, network, max_segments=256)
-print(fitted)
-print(f"best S: measured {segments[int(np.argmin(chain))]}, predicted {best_predicted}")
-print(describe_alpha(fitted, raw[0]["one_way_s"], "chain broadcast", nranks=4, cores=cores()))
-segments_plot(segments, chain, predicted, title="measured here (points) and predicted (dashed): 4 MiB over 4 ranks")
+fitted = fit_chain(raw)
+print(f"this machine: {fitted}")
+print(describe_alpha(fitted, message[0]["one_way_s"], "chain broadcast", nranks=4, cores=cores()))
+print(describe_emulated_fit(emulated, fit_chain(emulated)))
+segments_plot(raw["segments"], raw["chain"], fitted_chain_times(raw, fitted),
+              title="this machine: measured (points) and the fitted model (dashed; none when the fit misses a point "
+                    "by more than 25%), 4 MiB over 4 ranks").show()
+segments_plot(emulated["segments"], emulated["chain"], predicted_chain(emulated),
+              title=f"{run_machine(emulated)}: measured (points) and predicted for those links (dashed)").show()
 
 # %% [markdown]
 # ## Summary

@@ -15,13 +15,14 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.lessons.lab03_allreduce import (OPTIMAL, bandwidth_optimal, check_bus_factor, check_reduce_scatter_rule,
-                                             describe_scaling, scaling_rows)
-from ringlab.measure.sweep import describe_sweep
+from ringlab.lessons.lab03_allreduce import (MACHINE, OPTIMAL, OVER_RANKS, bandwidth_optimal, busbw_over_ranks,
+                                             check_bus_factor, check_reduce_scatter_rule, links_of, scaling_lesson,
+                                             scaling_rows, sweep_lesson)
+from ringlab.measure.bench import in_machine_units
 from ringlab.measure.tables import table
-from ringlab.viz.terminal import walkthrough
 from ringlab.mpi.launch import cores
 from ringlab.predict.fitting import fit_rows
+from ringlab.viz.terminal import walkthrough
 from ringlab.viz import StepThrough, algbw_busbw_plot, fitted_busbw_plot, step_figure, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
@@ -114,6 +115,9 @@ step_figure(ring)
 #
 # Nothing here is special to notebooks: in a terminal, `python -m ringlab.lab script 03 > ranks.py`
 # writes this lab's `%%px` cells as one script, and `mpiexec -n 4 python -m mpi4py ranks.py` runs it.
+#
+# The first cell checks three allreduces against MPI's own: the ring, naive, and [`rhd`](glossary.md)
+# (recursive halving and doubling: 2 log2(n) steps that move as many bytes per rank as the ring).
 
 # %%
 from ringlab.lab.cluster import MPICluster
@@ -137,16 +141,23 @@ print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 # %% [markdown]
 # Now time them, from 64 KiB to 64 MiB, against MPI's own `Allreduce`. Every result is checked
 # first. Bus bandwidth is bytes/time x 2(n-1)/n: what each rank's link carries, so that a
-# bandwidth-optimal allreduce shows the link's speed whatever n is.
+# bandwidth-optimal allreduce shows the link's speed whatever n is. Then the same sweep on an
+# emulated machine (`MACHINE` of the lab's room: every pair of ranks joined by links of 200 MB/s
+# and 0.5 ms a message, `rl.emulate`, run four times slower so that the cores' own work stays small
+# beside the links; its times are shown in its own units): the same code and data, every message
+# held back by its link, because four ranks on a laptop's cores copy through memory and the CPU may
+# set their pace.
 
 # %%
 # %%px
+from ringlab.lessons.lab03_allreduce import EMULATED_SIZES, MACHINE
 from ringlab.measure.bench import run
 
 result = run("allreduce", ["ring", "naive", "mpi"], [1 << k for k in range(16, 27, 2)], iters=5, warmup=1)
+emulated = run("allreduce", ["ring", "naive"], EMULATED_SIZES, iters=5, warmup=1, emulate=MACHINE)
 
 # %%
-result = ranks.pull_rank0("result")  # rank 0 holds the table
+result, emulated = ranks.pull_rank0("result", "emulated")  # rank 0 holds the tables
 rows, nranks = result["rows"], result["ranks"]
 ranks.stop()
 
@@ -154,24 +165,30 @@ ranks.stop()
 # Fit the alpha-beta cost model (lab 05 predicts with it) to each algorithm's times: alpha is
 # what every message costs, and every byte on the busiest link costs 1/bandwidth. The markers are
 # your measurements, the line of the same colour the fit drawn through them; where a marker sits
-# far from its line, the model leaves out something this machine does.
+# far from its line, the model leaves out something this machine does. A fit that misses a
+# measurement by more than 25% says so and is not used to predict.
 
 # %%
 fits = {name: fit_rows(rows, name, nranks) for name in ("ring", "naive")}
 fitted_busbw_plot(rows, fits, title=f"markers: allreduce busbw measured here on {nranks} CPU ranks; "
-                                    "lines: the cost model fitted to them")
+                                    "lines: the cost model fitted to them").show()
+emulated_rows = in_machine_units(emulated)  # in the emulated machine's units
+emulated_fits = {name: fit_rows(emulated_rows, name, nranks) for name in ("ring", "naive")}
+fitted_busbw_plot(emulated_rows, emulated_fits, title=f"markers: measured on {emulated['emulation']['label']}, in its "
+                                                      "units; lines: the cost model fitted to them").show()
 
 # %% [markdown]
 # What your numbers say. Every sentence below is computed from the measurements above: where
 # the ring overtakes naive (measured, and where the two fits cross), by how much it wins at the
-# largest size, and whether that is as much as the byte counts of the first section predict.
-# On another machine, or on another run, it may say something else.
+# largest size, and whether that is as much as the byte counts of the first section predict, on
+# this machine and on the emulated one. On another machine, or on another run, this machine's part
+# may say something else; the emulated machine's should not.
 
 # %%
-print(describe_sweep(rows, fits, nranks, cores()))  # the ranks run on this machine: its cores are theirs
+print(sweep_lesson(result, emulated, cores()))  # the ranks run on this machine: its cores are theirs
 
 # %% [markdown]
-# ## algbw against busbw
+# ## [algbw](glossary.md) against [busbw](glossary.md)
 #
 # nccl-tests prints two rates for every collective: algbw, the size over the time, and busbw, algbw
 # times a factor of its own per collective: 2(n-1)/n for allreduce, 1 for broadcast. Where do the
@@ -208,19 +225,20 @@ table([{"kind": kind, **{n: bus_factor(kind, n) for n in (2, 4, 8)}} for kind in
 # %% [markdown]
 # Why report busbw at all? As ranks are added, each rank's link carries 2(n-1)/n of the buffer, so the
 # same link takes longer per byte of result: algbw falls even on a perfect network, while busbw stays
-# at the link's rate. The lines below are predicted by the cost model with the alpha and bandwidth
-# fitted to your ring measurements above, for 2, 4 and 8 ranks; the markers are your measurements on
-# four ranks.
+# at the link's rate. Measured on an emulated machine at 2, 4 and 8 ranks (one MPI job each, `ringlab
+# bench --emulate`), beside the cost model's lines for the same links. `OVER_RANKS` runs its links ten
+# times slower than it says (`@10`), because eight ranks on a laptop's two cores would otherwise
+# measure the cores as much as the links; times and rates are shown in the emulated machine's units.
 
 # %%
-ring_fit = fits["ring"]
-scaling = scaling_rows(ring_fit.alpha, ring_fit.bandwidth)
-measured = [dict(r, ranks=nranks) for r in rows if r["algorithm"] == "ring"]
-algbw_busbw_plot(scaling, measured=measured, title="lines: predicted (cost model, fitted here); "
-                                                   f"markers: ring allreduce measured here on {nranks} ranks")
+over_ranks = busbw_over_ranks(OVER_RANKS)
+alpha, bandwidth = links_of(OVER_RANKS, 8)
+algbw_busbw_plot(scaling_rows(alpha, bandwidth), measured=over_ranks,
+                 title=f"lines: predicted (cost model) for the links of {OVER_RANKS.split('@')[0]}; markers: ring "
+                       "allreduce measured on those emulated links").show()
 
 # %%
-print(describe_scaling(scaling, ring_fit.bandwidth))
+print(scaling_lesson(over_ranks, OVER_RANKS))
 
 # %% [markdown]
 # ## Summary

@@ -5,7 +5,7 @@
 # and starts being bandwidth, fit the alpha-beta model to your own measurements, then use the model
 # to predict what nobody here can run: DGX-1, DGX-2, the 8-GPU NVSwitch boards and 1024 GPUs.
 #
-# **What you'll learn:** how to read busbw curves, why NCCL switches from tree to ring as messages
+# **What you'll learn:** how to read busbw curves, why [NCCL](glossary.md) switches from tree to ring as messages
 # grow, and why the order of ranks in a ring matters on a real machine.
 #
 # **What you need:** labs 03 and 02. Measurements run on this machine's CPU (and on its GPU, when
@@ -15,16 +15,20 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lessons.lab05_scaling.predictions import (check_ring_time, describe_crossovers, describe_forced_ring,
-                                                       describe_hierarchy, describe_machines, describe_with_ranks,
+from ringlab.lessons.lab05_scaling.predictions import (against_published, check_ring_time, describe_against,
+                                                       describe_crossovers, describe_forced_ring, describe_hierarchy,
+                                                       describe_machines, describe_with_ranks,
                                                        hierarchical_against_flat, machines_at, published_sweeps,
                                                        rings_on, trees_against_ring, with_ranks)
 from ringlab.lessons.lab05_scaling.realcluster import here_or_recorded, table as cluster_table
 from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, nvlink_to_nic, predicted_on_simulated,
                                                     side_by_side)
+from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
 from ringlab.measure import published
+from ringlab.measure.bench import in_machine_units
 from ringlab.measure.latency import describe_alpha
-from ringlab.measure.recorded import describe_sharing, gpu_bench, print_sharing, sharing_comparison, sharing_rows
+from ringlab.measure.recorded import (describe_gpu_bench, describe_sharing, gpu_bench, print_sharing,
+                                      sharing_comparison, sharing_rows)
 from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.predict.costmodel import crossover  # for exercise 2
@@ -40,32 +44,44 @@ sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 # ## Measure: sizes and ranks
 #
 # The same sweep on 2 ranks, then 4: ringlab's ring against MPI's own Allreduce, every result
-# checked; and one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against.
+# checked; one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against; and
+# the ring again on an emulated machine beside this one (`MACHINE` of the lab's room: links of
+# 200 MB/s and 1 ms a message, `rl.emulate`), where links and not this machine's cores set the pace,
+# from 4 KiB to 64 MiB so that its largest messages are long against its latency. It runs four times
+# slower than those links (`@4`), so that the cores' own work stays small beside them; its times are
+# shown in its own units.
 
 # %%
 MEASURE = ("from mpi4py import MPI\nfrom ringlab.measure.bandwidth import pingpong\n"
            "from ringlab.measure.bench import run\n"
            f"result = run('allreduce', ['ring', 'mpi'], {sizes}, iters=5, warmup=1)\n"
+           f"emulated = run('allreduce', ['ring'], {EMULATED_SIZES}, iters=5, warmup=1, emulate={MACHINE!r})\n"
            "raw = pingpong(MPI.COMM_WORLD, [8])")  # rows on rank 0 only
-rows, raw = {}, {}
+rows, raw, emulated = {}, {}, {}
 for n in (2, 4):
     with MPICluster(n) as ranks:
         ranks.view.execute(MEASURE, block=True)
         rows[n], raw[n] = ranks.pull_rank0("result")["rows"], ranks.pull_rank0("raw")[0]["one_way_s"]
-busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks") for n in rows for r in rows[n]],
-           title="measured here: allreduce bus bandwidth")
+        emulated[n] = in_machine_units(ranks.pull_rank0("emulated"))  # in the emulated machine's units
+busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks, this machine") for n in rows for r in rows[n]]
+           + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE.split('@')[0]}") for n in emulated
+              for r in emulated[n]],
+           title="measured here: allreduce bus bandwidth, on this machine and on emulated links").show()
 
 # %% [markdown]
-# Small messages are latency-bound: the time barely changes with size, so busbw climbs with size.
-# Large messages are bandwidth-bound and busbw flattens. Fit alpha (latency) and B (bandwidth) to
-# the 4-rank ring measurements, and set alpha beside the raw message:
+# On a network, small messages are latency-bound: the time barely changes with size, so busbw
+# climbs with size; large messages are bandwidth-bound and busbw flattens. Whether that shows here,
+# and on the emulated machine, the sentences below say from the measurements. Then fit alpha
+# (latency) and B (bandwidth) to the 4-rank ring measurements of this machine, and set alpha beside
+# the raw message:
 
 # %%
+print(sizes_lesson(rows[4], emulated[4], 4))
 fitted = fit_rows(rows[4], "ring", 4)
 print(fitted)
 print(describe_alpha(fitted, raw[4], "ring allreduce", nranks=4, cores=cores()))
 measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ring, 4 ranks",
-                      title="measured here against the fitted alpha-beta model")
+                      title="measured here against the fitted alpha-beta model").show()
 
 # %% [markdown]
 # Lab 02 fitted an alpha too, to a chain broadcast; the two need not agree, and neither is lab 01's
@@ -80,13 +96,14 @@ measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ri
 #
 # The same comparison on GPU buffers: ringlab's ring, MPI's own collective, and NCCL (and
 # torch.distributed) when every rank has a GPU of its own. Measured here when there is a GPU;
-# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, MPS when
+# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, [MPS](glossary.md) when
 # ranks shared a GPU, the most ranks), labelled with its machine and date.
 
 # %%
 gpu_sweep = gpu_bench("allreduce")
 if gpu_sweep is not None:
     busbw_plot(gpu_sweep.data["rows"], title=f"allreduce bus bandwidth on GPUs, {gpu_sweep.label}").show()
+    print(describe_gpu_bench(gpu_sweep.data))
 
 # %% [markdown]
 # ## Ranks that share one GPU: taking turns against MPS
@@ -128,24 +145,24 @@ for sweep in published.sweeps("allreduce"):
 #
 # Every published sweep that one of ringlab's presets describes, drawn against the cost model's
 # prediction for that preset (dashed, same colour): the fastest of the ring and the closed forms the
-# model has for that machine, with NCCL's protocol costs (LL, LL128, Simple). Markers are published
+# model has for that machine, with NCCL's protocol costs (LL, [LL128](glossary.md), Simple). Markers are published
 # measurements, lines are predictions; nothing here was measured on this machine. The printout gives
 # each sweep's predicted over measured busbw at its largest message.
 
 # %%
-against = {f"{published.load(name).machine[:42]} ({name[:3]})": published.against_model(name) for name in published.modelled()}
-versus_plot(against).show()
+against = against_published("allreduce")  # {sweep: rows}, allreduce sweeps only
+versus_plot(against, title="allreduce: published busbw (markers) against the cost model's prediction (lines)").show()
 for label, rows in against.items():
     big = max(rows, key=lambda r: r["bytes"])
-    print(f"{label:48}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured {big['measured_busbw'] / 1e9:6.1f}"
-          f" GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), predicted/measured {big['ratio']:.2f}")
+    print(f"{label:44}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured "
+          f"{big['measured_busbw'] / 1e9:6.1f} GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), "
+          f"predicted/measured {big['ratio']:.2f}")
+print(describe_against(against))
 
 # %% [markdown]
-# Where the ratio is near one, the model has found what bounds the machine. Where it is far below
-# one, the model predicts much less than NCCL reached, and every such sweep in the printout ran across
-# nodes: the model sends one ring across each node boundary through one network card, while NCCL
-# spreads several rings (and trees) over all the cards of a node. That is a gap in the model, stated
-# rather than tuned away.
+# Across nodes the model follows NCCL: one ring channel per network card (a channel starts at card c
+# mod the cards), trees and [NVLS](glossary.md) where NCCL's tuner would pick them. A ratio far from one is then a
+# question about the machine, not only about the model, which the section "Is my number normal?" takes up.
 #
 # ## Past the ring's ceiling: reduction inside the switch
 #
@@ -217,7 +234,8 @@ print(describe_machines(predicted, found))
 
 # %%
 ranks_counts = [2 ** k for k in range(1, 11)]  # 2 .. 1024
-scaling = with_ranks(["allreduce.ring", "allreduce.tree", "allreduce.rhd"], 64 << 20, ranks_counts, 12.5e9, 5e-6)
+scaling = with_ranks(["allreduce.ring", "allreduce.tree", "allreduce.dbtree", "allreduce.rhd"], 64 << 20, ranks_counts,
+                     12.5e9, 5e-6)
 time_vs_ranks(ranks_counts, scaling, unit="ms", title="predicted (cost model): allreduce of 64 MiB per rank, "
               "12.5 GB/s links, 5 µs a message (assumed)").show()
 print(describe_with_ranks(scaling, ranks_counts, 64 << 20, 12.5e9, 5e-6))
@@ -232,7 +250,8 @@ print(f"your formula for the ring at 1024 ranks: {ring_time(1024, 64 << 20, 5e-6
 # other, and pipelined in small pieces, so data flows up and down the tree at once. Every rank then
 # moves about 2K bytes in all, like the ring, but in about 2·log2(n) + S steps instead of 2(n-1).
 # `allreduce.dbtree` is that algorithm (NCCL's `ncclGetBtree` and `ncclGetDtree`), with `segments=S`;
-# step through it:
+# step through it. The ranks are drawn as the first tree (rank 0 its root, each rank a row below its
+# parent); the second tree is the first mirrored, so its arrows are the ones that run against the drawing:
 
 # %%
 dbtree = rl.build("allreduce.dbtree", 6, segments=2)
@@ -379,6 +398,48 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 # 1. (Above) the ring's time.
 # 2. With your fitted alpha and B, at what size does `allreduce.rhd` beat `allreduce.ring` on 4 ranks?
 #    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
+
+# %% [markdown]
+# ## Is my number normal? Two nodes against their [rails](glossary.md)
+#
+# A published sweep is one machine measured on one day, healthy or not. `ringlab explain` (the
+# function `ringlab.measure.explain.explain`) sets every size of an nccl-tests sweep beside what
+# NCCL's own model predicts for healthy hardware of that kind: NCCL's tuner constants, one ring
+# channel per network card across nodes, its trees and NVLS, and the machine built from public
+# figures (`rl.topology.cluster("h100", nodes=2)`). Where a sweep is well below, it predicts the same
+# machine with one thing wrong (one NIC instead of eight, the NICs at a quarter of their rate, NVLS
+# or P2P off) and names the one the measurement matches.
+#
+# Below: the two published 2-node H100 sweeps (A02, NCCL's default; A03, the ring forced) beside a
+# healthy 8-GPU H100 board (A01). "measured" is the published figure, "expected" a prediction.
+
+# %%
+from ringlab.measure import published
+from ringlab.measure.explain import describe, explain, plot_rows
+from ringlab.viz import busbw_plot
+
+explained = {}
+for name in ("A01_nccltests290_h100x8_hgx_1node_allreduce", "A02_nccltests290_h100_2x8_ib_ndr_allreduce_default",
+             "A03_nccltests290_h100_2x8_ib_ndr_allreduce_ring"):
+    explained[name[:3]] = explain(published.load(name).data, name=name)
+    print("\n".join(describe(explained[name[:3]], f"{name[:3]}, {published.load(name).label}")), "\n")
+
+# %%
+busbw_plot([row for label, answer in explained.items() for row in plot_rows(answer, label)],
+           title="published busbw (measured) against NCCL's model of the healthy machine and of the cause "
+                 "it matches (predicted)").show()
+
+# %% [markdown]
+# The board reaches what its NVLink and NVLS allow. The two nodes reach about a quarter of what
+# eight 400G rails allow, and the machine they match is the same cluster with every rail at a
+# quarter of its rate: 8 x 12 GB/s, where a healthy ConnectX-7 behind PCIe 5.0 carries 48. That is
+# the classic symptom of GPUDirect RDMA not in use (the data staged through host memory), PCIe ACS or
+# the IOMMU in the path, or NICs on the far NUMA node: `nvidia-smi topo -m`, `NCCL_DEBUG=INFO`
+# (look for `GDRDMA` on the NET lines) and the ACS settings of the PCIe switches are where to look.
+# One NIC's worth instead of eight (rails not used) would be slower still, and it does not match.
+#
+# Your own log: `ringlab explain all_reduce_perf.log`, which reads the machine from the log's GPUs
+# and hosts, or give it: `ringlab explain LOG --machine h100:2x8` (`--json OUT` keeps the rows).
 
 # %% [markdown]
 # ## Quiz

@@ -5,8 +5,10 @@ saved the widgets' state with it; JupyterLab's widget manager does that when its
 setting is on (it is off by default, and a reopened notebook then says "Error displaying widget:
 model not found" until it is run again). :func:`write_overrides` turns it on for the JupyterLab of
 one environment (``<prefix>/share/jupyter/lab/settings/overrides.json``, the application settings
-JupyterLab reads at start), keeping whatever else that file holds. ``python3 dev.py`` and Binder's
-``postBuild`` run it; ``python -m ringlab.lab settings`` does it by hand.
+JupyterLab reads at start), keeping whatever else that file holds. It also answers JupyterLab's
+first-start question about fetching Jupyter's news (no, and no update checks), so that a lab opens on
+the lab. ``python3 dev.py`` and Binder's ``postBuild`` run it; ``python -m ringlab.lab settings`` does it
+by hand.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-OVERRIDES = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+OVERRIDES = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
+             "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
 def overrides_path(prefix: str | Path | None = None) -> Path:

@@ -1,5 +1,6 @@
 """Lab 03, allreduce: the ring's reduce-scatter rule and bus bandwidth derived rather than stated
-(exercises), algbw against busbw over the ranks, and the lab's quiz.
+(exercises), the ring against naive measured on this machine and on an emulated one (:func:`sweep_lesson`),
+algbw against busbw over the ranks (:func:`busbw_over_ranks`, :func:`scaling_lesson`), and the lab's quiz.
 
 nccl-tests reports two rates for every collective: algbw = size / time, and busbw = algbw x a
 factor per collective. The factor is what the busiest rank's link carries, in units of the size,
@@ -11,13 +12,28 @@ from __future__ import annotations
 
 from ..algorithms import build
 from ..lab.exercises import NotDoneYet, compare, exercise
+from ..lab.findings import Finding
 from ..lab.quiz import Question, Quiz
+from ..measure.bench import in_machine_units
+from ..measure.sweep import busiest_rank_bytes, busbw_by_size, describe_sweep, measured_crossover
+from ..measure.units import format_bytes
+from ..predict.fitting import fit_rows
 from ..predict.costmodel import busbw, predict
 from ..schedule import REDUCE, Schedule, Step, bus_factor, make_schedule, nccl_tests_size
 from ..simulate import ScheduleError, check, traffic
-from ..topology import uniform
+from ..topology import from_spec, uniform
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
+# The lab's emulated machine: 200 MB/s each way per rank, 0.5 ms a message, run four times slower so that
+# what four ranks on a laptop's cores add to each step (copies, additions, waking up) stays small beside it.
+MACHINE = "uniform:0.2:500@4"
+EMULATED_SIZES = [1 << k for k in range(16, 25, 2)]  # 64 KiB .. 16 MiB: its largest takes a quarter second
+AGREES = 0.2  # a measured ratio within 20% of what the byte counts give agrees with them
+FLAT = 0.15  # busbw within 15% across rank counts stays flat
+# For the rank counts: links of 200 MB/s with 0.1 ms a message (so that latency hardly weighs at 4 MiB even
+# on 8 ranks), run twenty times slower, since eight ranks on two cores each copy and add their chunk at the
+# same moment of every step: the links' time, and not the cores', must set each step.
+OVER_RANKS = "uniform:0.2:100@20"
 
 # the bandwidth-optimal schedule of each collective, whose traffic nccl-tests' factor describes
 OPTIMAL = {"allreduce": ("allreduce.ring", {}), "reduce_scatter": ("reduce_scatter.ring", {}),
@@ -55,23 +71,100 @@ def scaling_rows(alpha: float, bandwidth: float, ranks=(2, 4, 8), sizes=tuple(1 
     return rows
 
 
-def describe_scaling(rows: list[dict], bandwidth: float) -> str:
-    """What the predicted rows show at their largest size: how algbw and busbw move with the ranks."""
-    top = max(r["bytes"] for r in rows)
-    last = sorted((r for r in rows if r["bytes"] == top), key=lambda r: r["ranks"])
-    if len(last) < 2:
-        raise ValueError("need predictions at two rank counts or more to compare")
+def links_of(machine: str, nranks: int) -> tuple[float, float]:
+    """(alpha, bandwidth) of one message between two ranks of an emulated uniform ``machine``, in its own units
+    (a run ``@SCALE`` times slower takes ``SCALE`` times as long)."""
+    topology, _ = from_spec(machine, nranks)
+    return topology.channel_latency[list(topology.route(0, 1))].sum(), topology.channel_rate[0]
+
+
+def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
+    """The ring against naive on this machine and on the emulated one (``ringlab.measure.bench.run`` results
+    with ring, naive and, on this machine, mpi), in sentences from the numbers: this machine's read back as it
+    is, the emulated one's against the byte counts and the links it ran on."""
+    n = raw["ranks"]
+    raw_fits = {name: fit_rows(raw["rows"], name, n) for name in ("ring", "naive")}
+    said = [f"On this machine ({n} ranks on {cores} cores):", describe_sweep(raw["rows"], raw_fits, n, cores)]
+    rows, m = in_machine_units(emulated), emulated["ranks"]
+    cross = measured_crossover(rows, "naive", "ring")
+    ring, naive = busbw_by_size(rows, "ring"), busbw_by_size(rows, "naive")
+    top = max(set(ring) & set(naive))
+    ratio, counted = ring[top] / naive[top], busiest_rank_bytes("naive", m) / busiest_rank_bytes("ring", m)
+    topology, scale = from_spec(emulated["emulation"]["spec"], m)
+    expected = (predict(build("allreduce.naive", m), top, topology, itemsize=4).seconds /
+                predict(build("allreduce.ring", m), top, topology, itemsize=4).seconds)
+    agrees = abs(ratio / expected - 1) <= AGREES
+    fitted = fit_rows(rows, "ring", m)
+    alpha, bandwidth = links_of(emulated["emulation"]["spec"], m)
+    recovered = abs(fitted.bandwidth / bandwidth - 1) <= 0.25
+    said += [f"On the emulated machine ({emulated['emulation']['label']}, {m} ranks; times in its units): "
+             f"{'the ring overtakes naive' if cross.size is not None else 'the ring does not overtake naive'} "
+             f"({cross}); at {format_bytes(top)} its busbw was {ratio:.2f}x naive's. The busiest ranks' bytes differ "
+             f"{counted:.2f}x (n/2), and on these full-duplex links the ring sends and receives at once while naive's "
+             f"root first only receives, then only sends: the cost model predicts {expected:.2f}x for these links. "
+             + (f"Measured within {AGREES:.0%} of it: the ring behaves as bandwidth-optimal once links set the pace."
+                if agrees else f"Measured more than {AGREES:.0%} from it: something besides the links (this "
+                "machine's own cost per step, the root's additions) sets the pace there."),
+             f"Fitted to the emulated ring's times: alpha {fitted.alpha * 1e3:.2f} ms and {fitted.bandwidth / 1e6:.0f} "
+             f"MB/s, against links of {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s (the fit misses its worst "
+             f"measurement by {fitted.worst_residual:.0%}): " + (
+                 "it recovers the links' bandwidth." if recovered else "it does not recover the links' bandwidth.")]
+    observed = [f"the ring {'overtakes' if measured_crossover(raw['rows']).size is not None else 'does not overtake'} "
+                "naive on this machine"]
+    conclusions = [f"the ring {'overtakes' if cross.size is not None else 'does not overtake'} naive on the emulated "
+                   "machine", f"the ring's advantage {'matches' if agrees else 'does not match'} the prediction on "
+                   "the emulated machine", f"the fit {'recovers' if recovered else 'does not recover'} the emulated "
+                   "links' bandwidth"]
+    return Finding("\n".join(said), tuple(conclusions), tuple(observed))
+
+
+def busbw_over_ranks(machine: str = OVER_RANKS, ranks=(2, 4, 8), nbytes: int = 4 * MiB, iters: int = 5) -> list[dict]:
+    """The ring allreduce of ``nbytes`` measured on the emulated ``machine`` at each rank count, one MPI job each
+    (``ringlab bench --emulate``): rows of ranks, bytes, and time_s, algbw_Bps and busbw_Bps in the emulated
+    machine's units (measured time / its scale), with ``measured_s``, the time here."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from ..mpi.launch import run_mpi
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for n in ranks:
+            out = Path(folder) / f"{n}.json"
+            done = run_mpi(n, ["-m", "ringlab", "bench", "-a", "ring", "-b", str(nbytes), "-e", str(nbytes), "--iters",
+                               str(iters), "-w", "1", "--emulate", machine, "--json", str(out)], timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"the {n}-rank run failed:\n{done.stderr[-2000:]}")
+            rows += [dict(r, ranks=n) for r in in_machine_units(json.loads(out.read_text()))]
+    return rows
+
+
+def scaling_lesson(measured: list[dict], machine: str = OVER_RANKS) -> Finding:
+    """algbw and busbw of the ring over rank counts, measured on the emulated ``machine`` (``busbw_over_ranks``,
+    in that machine's units) beside the cost model's prediction for the same links, in sentences from the numbers."""
+    last = sorted(measured, key=lambda r: r["ranks"])
     first, final = last[0], last[-1]
-    alg_drop = 1 - final["algbw_Bps"] / first["algbw_Bps"]
-    bus_spread = max(r["busbw_Bps"] for r in last) / min(r["busbw_Bps"] for r in last) - 1
-    return (f"Predicted at {top / 2**20:.0f} MiB: from {first['ranks']} to {final['ranks']} ranks algbw goes from "
-            f"{first['algbw_Bps'] / 1e9:.3g} to {final['algbw_Bps'] / 1e9:.3g} GB/s "
-            f"({'down' if alg_drop > 0 else 'up'} {abs(alg_drop):.0%}), because each rank's link carries "
-            f"2(n-1)/n of the buffer, more as n grows; busbw, algbw x 2(n-1)/n, goes from "
-            f"{first['busbw_Bps'] / 1e9:.3g} to {final['busbw_Bps'] / 1e9:.3g} GB/s (within {bus_spread:.0%} of each "
-            f"other), {final['busbw_Bps'] / bandwidth:.0%} of the link's {bandwidth / 1e9:.3g} GB/s at "
-            f"{final['ranks']} ranks: " + ("it measures the link, whatever n is." if bus_spread < 0.25 else
-                                           "the latency of 2(n-1) steps still weighs at this size."))
+    spread = max(r["busbw_Bps"] for r in last) / min(r["busbw_Bps"] for r in last) - 1
+    alpha, bandwidth = links_of(machine, final["ranks"])
+    predicted = {r["ranks"]: r for r in scaling_rows(alpha, bandwidth, ranks=[r["ranks"] for r in last],
+                                                     sizes=(final["bytes"],))}
+    flat = spread <= FLAT
+    slower = f", run {from_spec(machine)[1]:g}x slower, in its units" if "@" in machine else ""
+    text = (f"Measured on the emulated machine ({machine.split('@')[0]}{slower}) at {format_bytes(final['bytes'])}: from "
+            f"{first['ranks']} to "
+            f"{final['ranks']} ranks algbw went from {first['algbw_Bps'] / 1e6:.0f} to {final['algbw_Bps'] / 1e6:.0f} "
+            f"MB/s, because each rank's link carries 2(n-1)/n of the buffer; busbw went "
+            + ", ".join(f"{r['busbw_Bps'] / 1e6:.0f} MB/s at {r['ranks']}" for r in last) +
+            " (predicted for the same links: " + ", ".join(f"{predicted[r['ranks']]['busbw_Bps'] / 1e6:.0f}"
+                                                            for r in last) +
+            f"), within {spread:.0%} of each other: " + (
+                f"busbw stays near the link's {bandwidth / 1e6:.0f} MB/s whatever n is." if flat else
+                f"more than the {FLAT:.0%} a flat line allows: the 2(n-1) steps' latency, or this machine's own cost "
+                "per step, weighs at this size."))
+    return Finding(text, (f"busbw {'stays flat' if flat else 'does not stay flat'} across ranks on the emulated "
+                          "machine", "algbw falls as ranks are added" if final["algbw_Bps"] < first["algbw_Bps"]
+                          else "algbw does not fall as ranks are added"))
 
 
 # --- the exercises --------------------------------------------------------------------------------------

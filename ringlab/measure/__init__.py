@@ -9,7 +9,9 @@
 - ``copies``: one core's memory copy against MPI's messages size for size, and a staged message taken apart;
 - ``sweep``: a measured allreduce sweep read back (where the ring overtakes naive, measured and fitted);
 - ``latency``: a fitted per-step alpha set against one raw MPI message measured in the same run;
-- ``logs``, ``published``: the standard NVIDIA tools' outputs, and the published data set;
 - ``tables``: aligned text tables with each column's unit in its header;
-- ``units``: sizes as people type and read them (``64M``, ``1.5 KiB``).
+- ``units``: sizes as people type and read them (``64M``, ``1.5 KiB``);
+- ``logs``: the NVIDIA tools' output read into ringlab's structures; ``published``: measurements of real
+  machines shipped as data; ``explain``: a sweep against healthy hardware of its kind, and the cause
+  it matches when it falls short (``ringlab explain``).
 """

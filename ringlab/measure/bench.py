@@ -193,7 +193,7 @@ OTHERS = ("mpi", "mpi-ring", "nccl", "torch")  # what ringlab is timed against (
 
 
 def check_arguments(collective: str, algorithms: list[str], dtype_name: str, iters: int, warmup: int, root: int,
-                    nranks: int, json_path: str | None = None) -> None:
+                    nranks: int, json_path: str | None = None, emulate: str | None = None) -> None:
     """A ValueError naming the first argument of a sweep that cannot work, before anything runs."""
     if collective not in BENCHED:
         raise ValueError(f"collective must be one of {', '.join(BENCHED)}, got {collective!r}")
@@ -213,6 +213,10 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
     if "mpi-ring" in algorithms and collective != "allreduce":
         raise ValueError("mpi-ring is MPICH's ring allreduce: use it with the allreduce collective")
     check_root(root, nranks)
+    if emulate is not None:
+        from ..mpi.emulate import emulation
+
+        emulation(emulate).resolve(nranks)  # a bad SPEC, or a machine with fewer ranks than the job
     if json_path:  # now, not after a sweep of many minutes
         folder = os.path.dirname(os.path.abspath(json_path))
         if not os.path.isdir(folder):
@@ -223,15 +227,27 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
 
 def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: str = "float32", iters: int = 20,
         warmup: int = 5, root: int = 0, gpu: bool = False, transport: str = "auto", json_path: str | None = None,
-        command: list[str] | None = None, out=sys.stdout) -> dict | None:
-    """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results."""
+        command: list[str] | None = None, out=sys.stdout, emulate: str | None = None) -> dict | None:
+    """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results. With
+    ``emulate`` (a SPEC, see ``ringlab.mpi.emulate``) ringlab's algorithms run on that machine's links."""
     from mpi4py import MPI
 
-    from .machine import SCHEMA, describe_machine
+    from ..mpi import emulate as emulated
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
-    check_arguments(collective, algorithms, dtype_name, iters, warmup, root, n, json_path if rank == 0 else None)
+    check_arguments(collective, algorithms, dtype_name, iters, warmup, root, n, json_path if rank == 0 else None,
+                    emulate)
+    with emulated.emulate(emulate) if emulate else nullcontext():
+        return _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path,
+                    command, out, comm, emulated.current())
+
+
+def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path, command, out,
+         comm, emulation):
+    from .machine import SCHEMA, describe_machine
+
+    rank, n = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(DTYPES[dtype_name])
     xp = np
     if gpu:
@@ -253,6 +269,11 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
             print(f"# oversubscribed: {local} ranks share {cores()} cores on this node; waiting ranks yield the core "
                   "(MPICH: MPIR_CVAR_POLLS_BEFORE_YIELD, MPIR_CVAR_CH4_PROGRESS_THROTTLE), but the timings "
                   "include the scheduler", file=out)
+        if emulation is not None:
+            print(f"# {emulation.label}: each message of ringlab's algorithms is held back by the links it crosses "
+                  f"(latency + bytes / bandwidth, shared as the cost model shares them); time here / {emulation.scale:g}"
+                  " = time on that machine. MPI's own collectives (mpi, mpi-ring) do not cross these links",
+                  file=out)
         if "mpi-ring" in algorithms:
             print("# mpi-ring: MPICH's own ring allreduce, forced while it is timed (MPIR_CVAR_ALLREDUCE_INTRA_"
                   "ALGORITHM=ring, MPIR_CVAR_DEVICE_COLLECTIVES=none), checked to take effect", file=out)
@@ -264,8 +285,9 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
                 print(f"# {shared}", file=out)
             print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: CUDA "
                   "events around each call (nccl: calls back to back, as nccl-tests times them)", file=out)
+        there = f" {'emulated busbw':>15}" if emulation is not None else ""
         print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'memory':>7} {'time (us)':>11} "
-              f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}", file=out, flush=True)
+              f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}{there}", file=out, flush=True)
     rows = []
     # torch's process group, when torch is timed, spans the whole sweep
     with torch_process_group(comm, "gloo" if xp is np else "nccl") if "torch" in algorithms else nullcontext():
@@ -296,6 +318,10 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
                 row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
                        "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong,
                        "memory": "device" if on_device else "host"}
+                if emulation is not None:  # the same run in the emulated machine's units, where it crossed its links
+                    crossed = name not in OTHERS
+                    row.update(emulated=crossed, machine_time_s=emulation.machine_seconds(seconds) if crossed else None,
+                               machine_busbw_Bps=busbw * emulation.scale if crossed else None)
                 rows.append(row)
                 if show:
                     _print_row(row, out, bar)
@@ -312,12 +338,26 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
         command = [*command[:2], "-n", str(n), *command[2:]]
     result = {"kind": "ringlab-bench", "schema": SCHEMA, "collective": collective, "ranks": n, "dtype": dtype_name,
               "root": root, "gpu": gpu, "transport": transport, "iters": iters, "warmup": warmup,
-              "machine": describe_machine(command), "rows": rows, "mean_busbw_Bps": means}
+              "machine": describe_machine(command), "rows": rows, "mean_busbw_Bps": means,
+              "emulation": None if emulation is None else {"spec": emulation.spec, "label": emulation.label,
+                                                           "scale": emulation.scale}}
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(result, fh, indent=1)
         print(f"# wrote {json_path}", file=out)
     return result
+
+
+def in_machine_units(result: dict) -> list[dict]:
+    """The rows of a sweep run on an emulated machine (``run(..., emulate=SPEC)``) in that machine's units: time
+    divided by its scale, algbw and busbw multiplied by it (``measured_s`` keeps the time here). Rows that did
+    not cross the emulated links (MPI's own) are left out; a sweep on the raw machine comes back as it is."""
+    emulation = result.get("emulation")
+    if not emulation:
+        return list(result["rows"])
+    scale = emulation["scale"]
+    return [dict(r, measured_s=r["time_s"], time_s=r["time_s"] / scale, algbw_Bps=r["algbw_Bps"] * scale,
+                 busbw_Bps=r["busbw_Bps"] * scale) for r in result["rows"] if r.get("emulated")]
 
 
 def _forced(name: str, comm):
@@ -351,6 +391,8 @@ def _print_row(row: dict, out, bar) -> None:
     line = (f"  {row['bytes']:>12} {row['count']:>11} {row['dtype']:>8} {row['algorithm']:>10} {row['memory']:>7} "
             f"{row['time_s'] * 1e6:>11.1f} {row['algbw_Bps'] / 1e9:>13.3f} {row['busbw_Bps'] / 1e9:>13.3f} "
             f"{row['wrong']:>7}")
+    if "emulated" in row:  # the busbw on the emulated machine (time here / scale), or why there is none
+        line += f" {row['machine_busbw_Bps'] / 1e9:>15.3f}" if row["emulated"] else f" {'not emulated':>15}"
     if bar is not None:
         bar.write(line, file=out)
         bar.update(1)

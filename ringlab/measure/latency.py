@@ -10,10 +10,9 @@ step that is, in sentences worded from the two numbers.
 """
 from __future__ import annotations
 
-from ..predict.fitting import Fit
+from ..predict.fitting import USABLE, Fit
 
 ABOUT_THE_SAME = 1.5  # alpha within this factor of one message counts as "about one message"
-LOOSE_FIT = 0.5  # a fit missing a measurement by more than this share is a loose one
 
 
 def describe_alpha(fit: Fit, message: float, collective: str, nranks: int, cores: int) -> str:
@@ -35,10 +34,9 @@ def describe_alpha(fit: Fit, message: float, collective: str, nranks: int, cores
         text = (f"{head}. The rest, {rest * us:.1f} us ({share} of each step, {alpha / message:.0f}x a "
                 f"raw message in all), is what a step of ringlab's {collective} costs beyond one message: Python, "
                 f"bookkeeping, and waiting for the slowest rank{_cores_clause(nranks, cores)}")
-    worst = max(abs(e) for e in fit.relative_residuals)
-    if worst > LOOSE_FIT:
-        text += (f" The fit misses one measurement by {worst:.0%}, so take alpha as rough: it is a least-squares "
-                 "compromise over every size, not a measurement.")
+    if not fit.usable:
+        text += (f" The fit misses one measurement by {fit.worst_residual:.0%}, more than the {USABLE:.0%} a usable "
+                 "fit may: take alpha as rough, a least-squares compromise over every size, not a measurement.")
     return text
 
 

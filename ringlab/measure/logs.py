@@ -9,9 +9,10 @@ Formats read now:
 - nccl-tests ``*_perf`` (every collective): the size table with its out-of-place and in-place
   columns, ``#wrong`` (``N/A`` when the run did not check), the per-iteration columns of recent
   versions, the ``[0]`` / ``[1,0]<stdout>:`` prefixes that mpirun adds, the header's ranks,
-  devices and versions, and the average bus bandwidth footer. Rows carry ``bytes``, ``count``,
-  ``dtype``, ``time_s``, ``algbw_Bps``, ``busbw_Bps``, ``wrong`` and the same with ``inplace_``
-  (None where the log has nothing), as ringlab's bench rows do (GB/s in the log is 1e9 bytes/s).
+  devices, versions, threads and GPUs a thread (``-t``, ``-g``), and the average bus bandwidth
+  footer. Rows carry ``bytes``, ``count``, ``dtype``, ``time_s``, ``algbw_Bps``, ``busbw_Bps``,
+  ``wrong`` and the same with ``inplace_`` (None where the log has nothing), as ringlab's bench rows
+  do (GB/s in the log is 1e9 bytes/s).
 - cuda-samples ``p2pBandwidthLatencyTest``: the devices, the connectivity matrix, and the
   bandwidth (GB/s) and latency (us) matrices with P2P off and on, as ``matrices`` with keys
   ``unidirectional_disabled``, ``unidirectional_enabled``, ``bidirectional_disabled``,
@@ -69,12 +70,15 @@ def read_nccl_tests(text: str, collective: str | None = None) -> dict:
     """
     lines = _lines(text)
     result = {"format": "nccl-tests", "collective": collective, "ranks": None, "devices": [], "nccl_version": None,
-              "nccl_tests_version": None, "avg_busbw_Bps": None, "out_of_bounds": None, "rows": []}
+              "nccl_tests_version": None, "threads": None, "gpus_per_thread": None, "avg_busbw_Bps": None,
+              "out_of_bounds": None, "rows": []}
     per_iteration = False
     for line in lines:
         if m := re.match(r"# nccl-tests version (\S+) nccl-headers=(\d+) nccl-library=(\d+)", line):
             result["nccl_tests_version"] = m.group(1)
             result["nccl_version"] = _nccl_code(int(m.group(3)))
+        elif m := re.match(r"# nThread (\d+) nGpus (\d+)", line):
+            result["threads"], result["gpus_per_thread"] = int(m.group(1)), int(m.group(2))
         elif m := re.search(r"NCCL version (\d+\.\d+\.\d+\S*)", line):
             result["nccl_version"] = result["nccl_version"] or m.group(1)
         elif m := re.match(r"# Collective test starting: (\S+)", line):

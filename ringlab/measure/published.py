@@ -58,6 +58,13 @@ class Published:
         return f"{nodes} {m['gpu']}, {m['interconnect']}"
 
     @property
+    def short(self) -> str:
+        """The measurement's code and its GPUs, short enough for a legend: ``"A02: 2 nodes x 8 H100 80GB HBM3 (SXM)"``."""
+        m = self.data["machine"]
+        nodes = f"{m['nodes']} nodes x {m['gpus_per_node']}" if (m.get("nodes") or 1) > 1 else f"{m['count']}x"
+        return f"{self.name[:3]}: {nodes} {m['gpu']}"
+
+    @property
     def label(self) -> str:
         return f"published measurement, {self.machine}, {self.data['source']}"
 
@@ -179,7 +186,7 @@ def convert(raw: dict) -> dict:
     """A transcribed source file (shared/published's format) as ringlab data: numbers, no prose."""
     tool = raw["tool"]
     entry = {"source": raw["source"], "source_url": raw.get("source_url"), "tool": tool,
-             "command": raw.get("command"), "nccl_version": raw.get("nccl_version"), "date": raw.get("date"),
+             "command": raw.get("command"), "command_header": raw.get("command_header"), "nccl_version": raw.get("nccl_version"), "date": raw.get("date"),
              "machine": {k: raw["machine"].get(k) for k in MACHINE_FIELDS}}
     bench = next((b for b in SWEEP_TOOLS if tool.startswith(b)), None)
     if bench:
@@ -312,23 +319,23 @@ MODELLED = {
     "A11_chlc_rtx4090x8_pcie_p2pon_allreduce": ("rtx4090-8-p2p-on", "best"),
     "A13_autodl_rtx2080ti_x2_pcie3_allgather": ("pcie3-switch-2-p2p-off", "ring"),
     "A14_tinygrad_rtx4090x6_p2p_allreduce_32MiB": "six RTX 4090s whose PCIe topology was not published",
-    "A15_coreweave_gb200_nvl72_1rack_72gpu_allreduce": "a GB200 NVL72 rack (72 GPUs in one NVLink 5 domain): "
-                                                       "no topology preset describes it",
-    "A16_coreweave_gb200_nvl72_2rack_128gpu_allreduce": "two GB200 NVL72 racks joined by InfiniBand of unstated "
-                                                        "speed: no topology preset describes them",
+    "A15_coreweave_gb200_nvl72_1rack_72gpu_allreduce": ("gb200-nvl72", "best"),
+    "A16_coreweave_gb200_nvl72_2rack_128gpu_allreduce": ("ib-2x64-gb200", "best"),
     "A17_mlengineering_h200x8_nvls_on_off_by_gpucount_8GiB": ("hgx-h200-8", "best"),
-    "A18_mlengineering_b200x8_p6_nvls_on_off_by_gpucount_8GiB": "8x B200 (NVLink 5): no topology preset describes it",
+    "A18_mlengineering_b200x8_p6_nvls_on_off_by_gpucount_8GiB": ("hgx-b200-8", "best"),
     "A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter": ("hgx-h200-8", "best"),
     "A20_galvatron_dgx-a100-40gb_allreduce": ("hgx-a100-8", "best"),
     "A21_facebookresearch-gcm_a100-80gb_allreduce": ("hgx-a100-8", "best"),
     "A40_mlengineering_h200x8_allreduce_bench_sweep": ("hgx-h200-8", "best"),
     "A41_mlengineering_a100x8_nvlink3_allreduce_sweep": ("hgx-a100-8", "best"),
-    "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": "8x B200 (NVLink 5): no topology preset describes it",
+    "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": ("hgx-b200-8", "best"),
     "A43_mlengineering_mi300x_allreduce_4GB_2v8gpu": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
     "A44_hisohara_aac8_mi300x_x8_rccl_allreduce": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
     "A45_hisohara_aac11_mi325x_x8_rccl_allreduce_ring_4G-16G": "AMD MI325X under RCCL: ringlab models NCCL on "
                                                                "NVIDIA links",
 }
+# GPUs one nccl-tests thread drove where neither command nor header is transcribed but the source says
+GPUS_PER_PROCESS = {"A20_galvatron_dgx-a100-40gb_allreduce": 8}  # "driven by a single nccl-tests process (nGpus 8)"
 
 
 def modelled() -> list[str]:
@@ -348,24 +355,33 @@ def against_model(name: str) -> list[dict]:
     per size (``ringlab.predict.versus.versus``'s rows, each with ``preset``, ``model``, ``ranks``,
     ``collective`` and ``setting`` added). Each row is predicted for its own ranks and collective, and
     as what ran there: the ring where NVLS was switched off or the source printed Ring, NVLS where it
-    printed NVLS, else the sweep's model. A sweep that no preset models is a ValueError saying why."""
+    printed NVLS, else the sweep's model; as its benchmark timed it (:func:`benchmark`). A sweep that no
+    preset models is a ValueError saying why."""
     from ..predict.versus import versus
     from ..topology import preset
 
     match = model_for(name)
     if isinstance(match, str):
         raise ValueError(f"no preset models {name}: {match}")
-    entry = load(name)
     preset_name, model = match
-    topology = preset(preset_name)
-    itemsize = {"half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1}.get(entry.data.get("dtype"), 4)
+    topology, bench = preset(preset_name), benchmark(name)
     out = []
-    for row in entry.data["rows"]:
+    for row in load(name).data["rows"]:
         ran = row_model(row, model)
-        for r in versus([row], topology, row["collective"], ran, nranks=row["ranks"], itemsize=itemsize):
+        for r in versus([row], topology, row["collective"], ran, nranks=row["ranks"], bench=bench):
             out.append(dict(r, preset=preset_name, model=ran, ranks=row["ranks"], collective=row["collective"],
                             setting=row["setting"]))
     return out
+
+
+def benchmark(name: str):
+    """How the shipped sweep ``name`` was timed (``ringlab.predict.harness``): its tool, and the GPUs one
+    nccl-tests thread drove (``-g`` in its command, ``nGpus`` in its header)."""
+    from ..predict.harness import gpus_per_process, harness
+
+    data = load(name).data
+    gpus = GPUS_PER_PROCESS.get(name) or gpus_per_process(data.get("command"), data.get("command_header"))
+    return harness(data.get("bench") or "nccl-tests", gpus)
 
 
 def row_model(row: dict, model: str) -> str:

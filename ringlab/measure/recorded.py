@@ -179,6 +179,30 @@ def gpu_bench(collective: str = "allreduce", out=None, root: Path | str | None =
     return best
 
 
+def describe_gpu_bench(result: dict) -> str:
+    """What a GPU sweep's rows are (``ringlab bench --gpu`` results): where each implementation's bytes were, and,
+    where NCCL has no row, why, worded from the result's own fields."""
+    rows, machine = result["rows"], result.get("machine") or {}
+    names = list(dict.fromkeys(r["algorithm"] for r in rows))
+    gpus = len(machine.get("gpus") or []) or None
+    where = {name: "GPU" if any(r["memory"] == "device" for r in rows if r["algorithm"] == name) else "host"
+             for name in names}
+    said = [f"{result['ranks']} ranks" + (f" on {gpus} GPU{'s' * (gpus > 1)}" if gpus else "") + ": "
+            + "; ".join(f"{name} with its buffers in {where[name]} memory" for name in names) + "."]
+    if where.get("mpi") == "host":
+        aware = machine.get("mpi_cuda_aware")
+        said.append("The mpi row is MPI's own Allreduce on a host copy of the same data, the baseline ringlab must "
+                    "beat: " + ("this MPI is not CUDA-aware, so it cannot read GPU memory." if aware is False else
+                                "it is timed on host memory as ringlab's bench always times MPI under --gpu."))
+    if "nccl" not in names:
+        if gpus is not None and result["ranks"] > gpus:
+            said.append(f"NCCL has no row: its ranks shared {gpus} GPU{'s' * (gpus > 1)}, and NCCL refuses two "
+                        "ranks of one communicator on the same GPU (it needs a GPU per rank).")
+        else:
+            said.append("NCCL has no row: it was not asked for, or its library was not there.")
+    return " ".join(said)
+
+
 def _representative(r: Recorded) -> tuple:
     """The order in which recorded sweeps stand for a machine: direct (not staged through the host),
     a GPU per rank, then MPS when ranks share a GPU, then more ranks, then the newest."""

@@ -157,7 +157,7 @@ def _fitted_sentence(cross: Crossover) -> str:
 
 
 def _fit_sentence(name: str, fit: Fit) -> str:
-    worst = max(abs(e) for e in fit.relative_residuals)
+    worst = fit.worst_residual
     rate = (f"a bandwidth of {_gbps(fit.bandwidth)} GB/s per link" if fit.bandwidth < float("inf")
             else "no bandwidth limit (its time did not grow with size)")
     return (f"Fitted to {name}'s times: alpha {fit.alpha * 1e6:.3g} us per message and {rate}; "

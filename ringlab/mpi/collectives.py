@@ -23,7 +23,7 @@ from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, chunk_bounds
 from ..simulate import ScheduleError, check
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
-from . import fastpath, nodes
+from . import emulate, fastpath, nodes
 from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan
 from .transports import choose, make_ops
 
@@ -149,7 +149,8 @@ def _disagreement(comm, what: str, text: str) -> None:
 def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, options: dict, problems: list) -> dict:
     label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
     fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
-              "transport": transport, "in_place": in_place, **options, "problems": problems}
+              "transport": transport, "in_place": in_place, **options, "emulation": emulate.describe(),
+              "problems": problems}
     if isinstance(algorithm, Schedule):
         fields["schedule"] = algorithm.fingerprint()
     return fields
@@ -160,7 +161,7 @@ def _fast_call(kind, x, algorithm, comm, transport: str, options: dict, in_place
     None when they take the general path: not numpy, a transport other than host, or a problem."""
     if type(x) is not np.ndarray or transport not in ("auto", "host") or not _usable_timeout(timeout):
         return None
-    if os.environ.get(nodes.LINK):  # a slowed link between simulated nodes is the general path's
+    if os.environ.get(nodes.LINK) or emulate.current():  # slowed or emulated links are the general path's
         return None
     if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
@@ -202,6 +203,11 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
     except ValueError as err:
         schedule = None
         problems.append(str(err))
+    try:
+        if emulate.current() is not None:
+            emulate.current().resolve(comm.Get_size())
+    except ValueError as err:
+        problems.append(str(err))
     if agree:
         fields = _fields(kind, x, algorithm, schedule, transport, in_place, options, problems)
         check_agreement(comm, what, fields, timeout if _usable_timeout(timeout) else None)
@@ -241,6 +247,7 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=not peer_memory)
     recorder = _recorder(comm, flat, itemsize) if trace else None
     ops = nodes.slowed(make_ops(name, xp, plan, flat.dtype, comm, count), comm, itemsize)
+    ops = emulate.paced(ops, schedule, count, itemsize, comm, name)
     bounds = chunk_bounds(count, schedule.nchunks)
     run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
     if not trace:

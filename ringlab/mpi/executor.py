@@ -34,10 +34,17 @@ class StepTimeout(TimeoutError):
 _YIELD: list[bool] = []
 
 
-def wait(request, deadline: float | None, message) -> None:
+def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
     """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
     Polling gives the core away between tests when the node runs more ranks than cores, so that the
-    rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings)."""
+    rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings);
+    with ``nap`` it sleeps that long between tests instead (on emulated links, where ranks wait by sleeping)."""
+    if nap:
+        while not request.Test():
+            if deadline is not None and time.monotonic() > deadline:
+                raise StepTimeout(message())
+            time.sleep(nap)
+        return
     if deadline is None:
         request.Wait()
         return
@@ -203,7 +210,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
         def wait_for(request, waiting: str, step=step, deadline=deadline) -> None:
             label = f" ({step.label})" if step.label else ""
             wait(request, deadline, lambda: f"rank {plan.rank}: step {step.index}{label} did not finish within "
-                                            f"{timeout:g} s: still waiting {waiting}")
+                                            f"{timeout:g} s: still waiting {waiting}", ops.nap)
 
         def finish_sends(sends, posted, step=step) -> None:
             for m, request in zip(step.sends, sends):
@@ -217,6 +224,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
         if step.sends_before_landing:
             finish_sends(sends, posted)
         for i, m in enumerate(step.recvs):
+            ops.before_wait(step, m)
             wait_for(recvs[i], f"to receive chunk {m.first} from rank {m.peer}")
             ops.land(buf, m)
             if recorder:

@@ -56,6 +56,7 @@ class Ops:
     """
 
     name = "host"
+    nap = 0.0  # seconds a waiting rank sleeps between looks at a request (0: MPI's own waiting)
 
     def begin(self, flat):
         """The buffer the steps work on (the caller's, unless the transport keeps its own)."""
@@ -80,6 +81,9 @@ class Ops:
 
     def post_recv(self, comm, buf, step, m):
         return comm.Irecv(self.incoming(buf, m), source=m.peer, tag=step.index % TAG_LIMIT)
+
+    def before_wait(self, step, m) -> None:
+        """About to wait for receive ``m`` of ``step`` (emulated links sleep here until it is due)."""
 
     def reuse(self) -> None:
         """A landed receive's scratch is about to take the next message: whatever reads it must be done."""

@@ -7,6 +7,10 @@
 - ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it;
 - ``protocols``: NCCL's LL, LL128 and Simple as latency and rate terms (``predict(..., protocol=)``);
 - ``nvls``: allreduce added up inside NVSwitch, NCCL's NVLS, as a labelled closed form;
+- ``nccl``: :func:`predict_nccl`, NCCL's own model of its algorithms (ring on every rail, Tree, NVLS,
+  NVLSTree, CollNet, PAT) and protocols on a topology, and its tuner's choice; ``tuning``: NCCL's
+  constants it rests on; ``harness``: what nccl-tests and PyTorch's benchmark add to a call;
+- ``versus``: those predictions beside a measured sweep, size by size;
 - ``dataparallel``: a training step as compute then a ring allreduce of the gradients, and the
   speed-up over ranks that follows;
 - ``pipeline``: GPipe's schedule built from its dependencies, its bubble (n-1)/(m+n-1), and the
@@ -17,9 +21,11 @@
 """
 from .costmodel import Prediction, best_segments, crossover, predict, whatif
 from .fitting import Fit, compare_trace, fit, fit_schedules
+from .nccl import NcclPrediction, predict_nccl
 from .nvls import nvls_allreduce, nvls_busbw
 from .protocols import PROTOCOLS
 from .rings import best_ring, ring_report
 
 __all__ = ["predict", "Prediction", "best_segments", "crossover", "whatif", "fit", "fit_schedules", "Fit",
-           "compare_trace", "best_ring", "ring_report", "nvls_allreduce", "nvls_busbw", "PROTOCOLS"]
+           "compare_trace", "best_ring", "ring_report", "nvls_allreduce", "nvls_busbw", "PROTOCOLS", "predict_nccl",
+           "NcclPrediction"]

@@ -10,6 +10,8 @@ from .costmodel import predict
 from ..schedule import Schedule, make_schedule
 from ..topology import uniform
 
+USABLE = 0.25  # a fit that misses a measurement by more than this share is shown as such, not used
+
 
 def coefficients(schedule: Schedule, nbytes: int) -> np.ndarray:
     """(latency count, bytes on the busiest channel, bytes reduced) summed over steps.
@@ -38,6 +40,16 @@ class Fit:
     def relative_residuals(self) -> np.ndarray:
         return (self.measured - self.predicted) / self.measured
 
+    @property
+    def worst_residual(self) -> float:
+        """How far, as a share of the measurement, the fit misses the measurement it misses most."""
+        return float(np.abs(self.relative_residuals).max()) if len(self.sizes) else 0.0
+
+    @property
+    def usable(self) -> bool:
+        """Whether the fit is close enough to use for predictions: no measurement missed by more than :data:`USABLE`."""
+        return self.worst_residual <= USABLE
+
     def topology(self, nranks: int):
         """A uniform topology with the fitted figures, to predict other algorithms from."""
         return uniform(nranks, bandwidth=self.bandwidth, latency=self.alpha, reduce_rate=self.reduce_rate,
@@ -50,10 +62,10 @@ class Fit:
         return predict(self.schedule, int(nbytes), self.topology(self.schedule.nranks)).seconds
 
     def __repr__(self) -> str:
-        worst = np.abs(self.relative_residuals).max() if len(self.sizes) else 0.0
+        worst = self.worst_residual
         rate = "" if not np.isfinite(self.reduce_rate) else f", reduce {self.reduce_rate / 1e9:.3g} GB/s"
         return (f"Fit(alpha={self.alpha * 1e6:.3g} us, bandwidth={self.bandwidth / 1e9:.3g} GB/s{rate}; "
-                f"worst residual {worst:.1%} over {len(self.sizes)} measurements)")
+                f"worst residual {worst:.1%} over {len(self.sizes)} measurements{'' if self.usable else ': too loose to use'})")
 
 
 def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit:

@@ -13,20 +13,35 @@ everyone's stores), where a ring moves 2K(n-1)/n each way. So
 
 which passes the ring's ceiling (busbw = rate): 1.56x the rate at n = 8 before the efficiency.
 
-The latency (25 us) and the efficiency (0.85 on Hopper) are the figures of NCCL's tuning model for
-NVLS (``src/graph/tuning.cc``: hardware latency of NVLS over NVLink, ``nvlsEfficiency``), the rate is
-the GPU's NVLink port at its preset rating. This is a labelled model of what NCCL does, not a
+The latency (25 us) and the efficiency (0.85 on Hopper, 0.74 on Blackwell) are the figures of NCCL's
+tuning model for NVLS (``src/graph/tuning.cc``: hardware latency of NVLS over NVLink, ``nvlsEfficiency``),
+the rate is the GPU's NVLink port at its preset rating. This is a labelled model of what NCCL does, not a
 ringlab algorithm: nothing here runs it.
 """
 from __future__ import annotations
 
 from ..schedule import bus_factor, check_count
 from ..topology import Topology
+from .tuning import HW_LATENCY, NVLS_EFFICIENCY
 
-LATENCY = 25e-6      # NCCL's hardware latency of NVLS (Simple) over NVLink, per call
-EFFICIENCY = 0.85    # NCCL's nvlsEfficiency for Hopper
+LATENCY = HW_LATENCY["nvlink"]["nvls"]["Simple"]  # NCCL's hardware latency of NVLS over NVLink, per call
+EFFICIENCY = NVLS_EFFICIENCY["hopper"]            # NCCL's nvlsEfficiency for Hopper (Blackwell: 0.74)
 SOURCE = ("a closed form of NVLS (in-switch reduction), with NCCL's NVLS latency and efficiency from its tuning "
           "model (src/graph/tuning.cc, NVIDIA/nccl at 5067397)")
+
+
+def efficiency(topology: Topology) -> float:
+    """NCCL's NVLS efficiency for the topology's GPU generation (Hopper's where the topology does not say)."""
+    arch = topology.machine.arch if topology.machine is not None else "hopper"
+    if arch not in NVLS_EFFICIENCY:
+        raise ValueError(f"{topology.name}: {arch} GPUs have no NVLS (NCCL's NVLS needs Hopper or later)")
+    return NVLS_EFFICIENCY[arch]
+
+
+def nvls_algbw(port: float, efficiency: float, nranks: int) -> float:
+    """Bytes/s of size an NVLS allreduce over ``nranks`` GPUs reaches: each moves K(n+1)/n each way at its
+    ``port``'s rate (bytes/s) times NCCL's ``efficiency``."""
+    return port * efficiency * nranks / (nranks + 1)
 
 
 def port_rate(topology: Topology) -> float:
@@ -48,7 +63,7 @@ def nvls_allreduce(nbytes: int, topology: Topology, nranks: int | None = None) -
     n = topology.nranks if nranks is None else check_count("nranks", nranks, minimum=2)
     if n > topology.nranks:
         raise ValueError(f"NVLS over {n} GPUs: topology {topology.name} has {topology.nranks}")
-    return LATENCY + nbytes * (n + 1) / (n * port_rate(topology) * EFFICIENCY)
+    return LATENCY + nbytes / nvls_algbw(port_rate(topology), efficiency(topology), n)
 
 
 def nvls_busbw(nbytes: int, topology: Topology) -> float:

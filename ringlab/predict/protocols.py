@@ -21,20 +21,21 @@ bare model (1-2 us a message, links at their peak) was too optimistic in the mid
 1.5x on 8x H100 and 1.7x on a PCIe box, and too pessimistic at the small end. A step costs NCCL
 microseconds of protocol (flags, fences, a thread block's loop), not the wire's one, and NCCL's
 tuner moves from LL to LL128 to Simple as messages grow, trading latency for rate. The terms below
-are NCCL's own figures, not fitted to those sweeps, so the comparison stays a test; where they miss
-(LL's rate over PCIe looks optimistic against the published times) the benchmark shows it. The
+are NCCL's own figures (``ringlab.predict.tuning``, their one home), not fitted to those sweeps. The
 other missing term, links reaching less than their signalling peak, lives on the links
-(``Link.efficiency``, set by the presets).
+(``Link.efficiency``, set by the presets). The published sweeps are now held to NCCL's whole model
+(``ringlab.predict.nccl``: its algorithms across nodes, LL's cap, LL's rate over PCIe); these terms
+are what a ringlab schedule pays when it runs NCCL's way.
 
 These are NCCL's model figures, labelled as such: not measured here, and a model of NCCL rather
-than NCCL. Left out: NCCL's per-channel caps on LL and LL128 rates, and its correction factors for
-trees at medium sizes.
+than NCCL. Left out here: NCCL's cap on LL and LL over PCIe (``ringlab.predict.nccl`` has both).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-US = 1e-6
+from .tuning import BASE_LATENCY, HW_LATENCY, LL128_SHARE, LL_SHARE, US
+
 SOURCE = ("NCCL's tuning model (src/graph/tuning.cc, ncclTunerConstantsDefaults: ring base and "
           "hardware latencies; protocol rate shares), NVIDIA/nccl at 5067397, 2026-06-11")
 
@@ -67,12 +68,14 @@ class Protocol:
         return self.step_latency[HARDWARE[hardware]]
 
 
-PROTOCOLS = {
-    "LL": Protocol("LL", 6.6 * US, {"nvlink": 0.6 * US, "pcie": 1.0 * US, "net": 2.7 * US}, 0.5),
-    "LL128": Protocol("LL128", 14.0 * US, {"nvlink": 1.9 * US, "pcie": 2.5 * US, "net": 4.0 * US}, 0.92,
-                      nvlink_only=True),
-    "Simple": Protocol("Simple", 8.4 * US, {"nvlink": 3.4 * US, "pcie": 5.7 * US, "net": 14.0 * US}, 1.0),
-}
+def _ring(name: str, share: float, nvlink_only: bool = False) -> Protocol:
+    """A protocol with NCCL's ring latencies (``ringlab.predict.tuning``)."""
+    return Protocol(name, BASE_LATENCY["ring"][name], {hw: HW_LATENCY[hw]["ring"][name] for hw in HARDWARE}, share,
+                    nvlink_only)
+
+
+PROTOCOLS = {"LL": _ring("LL", LL_SHARE), "LL128": _ring("LL128", LL128_SHARE, nvlink_only=True),
+             "Simple": _ring("Simple", 1.0)}
 AUTO = "auto"
 
 

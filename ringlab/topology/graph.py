@@ -50,7 +50,9 @@ class Topology:
     ``switch_reduce`` says that the switch can add what passes through it (NVLink SHARP on
     third-generation NVSwitch), which no schedule of point-to-point transfers can use. ``via`` names
     a node every message between ranks is staged through (host memory, for GPUs without peer access):
-    a message goes there by the best route and from there by the best route again.
+    a message goes there by the best route and from there by the best route again. ``machine`` (a
+    ``ringlab.topology.machines.Machine``) says what NCCL's tuner reads beyond the links: GPU generation,
+    nodes, NICs; None where the topology does not say.
     """
 
     name: str
@@ -61,6 +63,7 @@ class Topology:
     notes: str = ""
     switch_reduce: bool = False
     via: str | None = None
+    machine: object = None
     _routes: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):

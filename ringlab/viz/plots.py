@@ -99,6 +99,8 @@ LINK_STYLES = {
     "qpi": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
     "fabric": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
     "ib": ("network (InfiniBand)", "#7b3fa0", "solid"),
+    "roce": ("network (RoCE)", "#7b3fa0", "dash"),
+    "efa": ("network (AWS EFA)", "#7b3fa0", "dot"),
 }
 
 
@@ -373,7 +375,7 @@ def predicted_machines_plot(predicted: list[dict], published: list[dict] = (),
     """Bars of predicted bus bandwidth, one group per machine and one colour per algorithm (``predicted``:
     rows of ``topology``, ``algorithm``, ``busbw``, ``seconds``, ``bottleneck``, as ``whatif`` gives them);
     ``published`` busbw (rows of ``topology``, ``label``, ``bytes``, ``busbw_Bps``) as diamonds on their
-    machine. Log scale, GB/s."""
+    machine. GB/s on a linear scale, so that a bar's height is its value."""
     fig = go.Figure()
     for i, algorithm in enumerate(dict.fromkeys(r["algorithm"] for r in predicted)):
         mine = [r for r in predicted if r["algorithm"] == algorithm]
@@ -388,7 +390,7 @@ def predicted_machines_plot(predicted: list[dict], published: list[dict] = (),
                         hoverinfo="text", hovertext=[f"published: {r['label']}<br>{format_bytes(r['bytes'])}: "
                                                      f"{r['busbw_Bps'] / 1e9:.3g} GB/s busbw" for r in published])
     fig.update_layout(title=title, barmode="group", xaxis_title="machine (ringlab preset)",
-                      yaxis=dict(type="log", title="bus bandwidth (GB/s)"), height=460)
+                      yaxis=dict(title="bus bandwidth (GB/s)", rangemode="tozero"), height=460)
     return fig
 
 

@@ -48,6 +48,28 @@ def circle(nranks: int) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angle), np.sin(angle)
 
 
+def tree_positions(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Rank positions that draw a tree (``parents[r]``: rank r's parent, -1 at the root): ranks left to right
+    in rank order, each a row below its parent, the root on top."""
+    depth = np.zeros(len(parents))
+    for rank in range(len(parents)):
+        up = parents[rank]
+        while up >= 0:
+            depth[rank] += 1
+            up = parents[up]
+    return np.arange(len(parents), dtype=float), -depth * max(1.0, len(parents) / (depth.max() + 1) / 2)
+
+
+def default_positions(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """Where a schedule's ranks are drawn: the double binary tree as its first tree (the second tree's arrows
+    are the ones that run the other way), every other schedule on a circle."""
+    if schedule.name == "allreduce.dbtree":
+        from ..algorithms.dbtree import btree
+
+        return _checked(tree_positions(btree(schedule.nranks)), schedule.nranks)
+    return circle(schedule.nranks)
+
+
 def _checked(positions, nranks: int):
     """(x, y) arrays from ``positions``, scaled into the unit circle the axes expect."""
     x, y = (np.asarray(v, dtype=float) for v in positions)
@@ -135,11 +157,11 @@ def frame_traces(frame: Frame, x, y, labels: bool) -> list:
     received = frame.received if frame.received is not None else np.zeros(n, dtype=np.int64)
     cell_text = n <= LABELS_UP_TO
     ranks = go.Scatter(x=x, y=y, mode="markers+text", text=[f"r{r}" for r in range(n)], textposition="middle center",
-                       marker=dict(size=34 if labels else max(10, 22 - n // 4), color="#ffffff",
+                       marker=dict(size=34 if labels else rank_marker(n)[0], color="#ffffff",
                                    line=dict(width=2, color="#444")),
                        hovertext=[f"rank {r}: {format_bytes(int(s))} sent, {format_bytes(int(v))} received so far"
                                   for r, (s, v) in enumerate(zip(frame.sent, received))],
-                       hoverinfo="text", xaxis="x", yaxis="y", textfont=dict(size=12 if labels else 7))
+                       hoverinfo="text", xaxis="x", yaxis="y", textfont=dict(size=12 if labels else rank_marker(n)[1]))
     bytes_text = go.Scatter(x=np.asarray(x) * 1.0, y=np.asarray(y) - 0.3, mode="text", hoverinfo="skip",
                             xaxis="x", yaxis="y",
                             text=[f"↑{format_bytes(int(s))} ↓{format_bytes(int(v))}" if labels else ""
@@ -156,6 +178,12 @@ def frame_traces(frame: Frame, x, y, labels: bool) -> list:
     return [ranks, bytes_text, grid, changed]
 
 
+def rank_marker(nranks: int) -> tuple[int, int]:
+    """(marker size, label font size) of a rank on a ring too full for text around it: as large as the circle
+    leaves room for, so that "r31" stays readable."""
+    return (24, 10) if nranks <= 16 else (19, 8) if nranks <= 32 else (12, 6)
+
+
 def base_layout(schedule: Schedule, height: int | None = None) -> dict:
     """The figure's frame: the ring on the left, the chunk grid on the right. Up to
     :data:`RANK_TEXT_UP_TO` ranks the ring leaves room for the byte counts under each rank; above, it
@@ -167,9 +195,16 @@ def base_layout(schedule: Schedule, height: int | None = None) -> dict:
         margin=dict(l=20, r=20, t=60, b=70), showlegend=False, plot_bgcolor="white",
         xaxis=dict(domain=[0, share], range=[-reach, reach], visible=False),
         yaxis=dict(range=[-reach, reach], visible=False, scaleanchor="x"),
-        xaxis2=dict(domain=[share + 0.06, 1], title="chunk", dtick=1 if schedule.nchunks <= 32 else None, side="top"),
-        yaxis2=dict(title="rank", autorange="reversed", dtick=1 if n <= 32 else None, side="right"),
+        xaxis2=dict(domain=[share + 0.06, 1], title="chunk", range=[-0.5, schedule.nchunks - 0.5], side="top",
+                    dtick=_every(schedule.nchunks)),
+        # an explicit range: the rows are the ranks that exist, 0 at the top, and no axis padding adds a row -1 or n
+        yaxis2=dict(title="rank", range=[n - 0.5, -0.5], side="right", dtick=_every(n)),
     )
+
+
+def _every(count: int) -> int | None:
+    """A tick every 1, 2 or 4 rows, so that at most 16 labels share an axis (None: plotly's own choice)."""
+    return 1 if count <= 16 else 2 if count <= 32 else 4 if count <= 64 else None
 
 
 def step_names(nframes: int) -> list[str]:
@@ -190,7 +225,7 @@ def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = 
     """
     all_frames = frames(schedule, nbytes)
     labels = schedule.nranks <= RANK_TEXT_UP_TO
-    x, y = circle(schedule.nranks) if positions is None else _checked(positions, schedule.nranks)
+    x, y = default_positions(schedule) if positions is None else _checked(positions, schedule.nranks)
     first = all_frames[0]
     fig = go.Figure(data=frame_traces(first, x, y, labels), layout=base_layout(schedule, height))
     legend = dict(x=0, y=-0.16, xref="paper", yref="paper", xanchor="left", yanchor="top", align="left",

@@ -8,11 +8,13 @@ import plotly.graph_objects as go
 import traitlets
 
 from ..schedule import Schedule
-from .stepview import LEGEND, RANK_TEXT_UP_TO, step_names, _annotations, _checked, base_layout, circle, frame_traces, frames
+from .stepview import (LEGEND, RANK_TEXT_UP_TO, step_names, _annotations, _checked, base_layout, default_positions,
+                       frame_traces, frames)
 
 
 class StepThrough(widgets.VBox):
-    """Step through ``schedule`` one step at a time (``positions``: (x, y) per rank, default a circle).
+    """Step through ``schedule`` one step at a time (``positions``: (x, y) per rank, default a circle, or a tree for
+    the double binary tree).
 
     ``step`` (0 = the start, s+1 = just after step s) is the state; the slider (whose readout shows
     "start", then the number of the step just done, as the caption does), the play button and the
@@ -30,7 +32,7 @@ class StepThrough(widgets.VBox):
         self.schedule = schedule
         self.frames = frames(schedule, nbytes)
         self.labels = schedule.nranks <= RANK_TEXT_UP_TO
-        self._x, self._y = circle(schedule.nranks) if positions is None else _checked(positions, schedule.nranks)
+        self._x, self._y = default_positions(schedule) if positions is None else _checked(positions, schedule.nranks)
         last = len(self.frames) - 1
         self.play = widgets.Play(value=0, min=0, max=last, interval=interval_ms, description="play",
                                  tooltip="play the steps one after another; pause stops, the square goes back to the start")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...algorithms import build
 from ...lab.exercises import compare, exercise
+from ...lab.words import and_join
 from ...measure import published
 from ...predict.costmodel import predict, whatif
 from ...schedule import bus_factor
@@ -41,9 +42,15 @@ def machines_at(presets: list[str], nbytes: int, algorithms: list[str]) -> tuple
 def with_ranks(algorithms: list[str], nbytes: int, ranks: list[int], bandwidth: float, latency: float
                ) -> dict[str, list[float]]:
     """{algorithm: predicted seconds at each rank count} of an allreduce of ``nbytes`` per rank, every pair
-    of ranks linked alike (``bandwidth`` bytes/s each way, ``latency`` s a message)."""
-    return {name: [predict(build(name, n), nbytes, uniform(n, bandwidth=bandwidth, latency=latency)).seconds
-                   for n in ranks] for name in algorithms}
+    of ranks linked alike (``bandwidth`` bytes/s each way, ``latency`` s a message); the double binary tree at
+    its best segment count (:func:`dbtree_seconds`)."""
+    def seconds(name: str, n: int) -> float:
+        network = uniform(n, bandwidth=bandwidth, latency=latency)
+        if name == "allreduce.dbtree":
+            return dbtree_seconds(network, nbytes)[0]
+        return predict(build(name, n), nbytes, network).seconds
+
+    return {name: [seconds(name, n) for n in ranks] for name in algorithms}
 
 
 def describe_machines(predicted: list[dict], published: list[dict]) -> str:
@@ -244,3 +251,47 @@ def check_ring_time(ring_time):
              dict(n=64, K=1 << 26, alpha=10e-6, B=12.5e9)]
     compare(ring_time, "ring_time", cases, cost_model, "2(n-1) steps, each one latency plus one chunk of K/n bytes at B.")
     print("Correct: 2(n-1)(alpha + K/(nB)) matches the cost model.")
+
+
+def against_published(collective: str = "allreduce") -> dict[str, list[dict]]:
+    """Every shipped sweep of ``collective`` that a preset models, beside the model's prediction
+    (:func:`ringlab.measure.published.against_model`): {short label: rows}, one entry per sweep over sizes
+    (rows of other collectives, and single points of a table by GPU count, left out)."""
+    out = {}
+    for name in published.modelled():
+        entry = published.load(name)
+        series: dict[tuple, list[dict]] = {}
+        for row in published.against_model(name):
+            if row["collective"] == collective:
+                series.setdefault((row["ranks"], row["setting"]), []).append(row)
+        for (_, setting), rows in series.items():
+            if len({r["bytes"] for r in rows}) > 1:
+                out[entry.short + (f", {setting}" if setting else "")] = rows
+    return out
+
+
+CLOSE = 0.25  # predicted within 25% of published counts as the model having found what bounds the machine
+
+
+def describe_against(against: dict[str, list[dict]]) -> str:
+    """What :func:`against_published`'s rows say, sweep by sweep (labels start with the sweep's code), at its largest
+    size: close to the model, well below it (a machine below its hardware, or a benchmark's overhead), or
+    above it (something NCCL does that the model leaves out); worded from the ratios."""
+    groups: dict[str, list[str]] = {"close": [], "below": [], "above": []}
+    for label, rows in against.items():
+        big = max(rows, key=lambda r: r["bytes"])
+        ratio = big["ratio"]  # predicted / measured
+        kind = "close" if abs(ratio - 1) <= CLOSE else "below" if ratio > 1 else "above"
+        groups[kind].append(f"{label.split(':')[0]} ({ratio:.2f})")
+    said = []
+    if groups["close"]:
+        said.append(f"Within {CLOSE:.0%} of the model at their largest size, so the model has found what bounds those "
+                    f"machines: {and_join(groups['close'])}.")
+    if groups["below"]:
+        said.append(f"Measured well below what the model predicts for healthy hardware of their kind: "
+                    f"{and_join(groups['below'])}. The model predicts those machines as built; the section 'Is my "
+                    "number normal?' below asks which fault a measurement matches.")
+    if groups["above"]:
+        said.append(f"Measured above the model: {and_join(groups['above'])}: NCCL does something there that the "
+                    "model leaves out.")
+    return " ".join(said) + " (Ratios are predicted / published busbw.)"

@@ -20,6 +20,12 @@ def _ring_prediction(n, mib, alpha_us, gbps) -> tuple[float, float]:
     return float(prediction.steps["latency"].sum()), prediction.seconds
 
 
+def _dbtree_ms(n, mib, alpha_us, gbps):
+    from .predictions import dbtree_seconds
+
+    return dbtree_seconds(uniform(n, bandwidth=gbps * 1e9, latency=alpha_us * 1e-6), mib * MiB)[0] * 1e3
+
+
 def _ring_ms(n, mib, alpha_us, gbps):
     return _ring_prediction(n, mib, alpha_us, gbps)[1] * 1e3
 
@@ -80,9 +86,13 @@ QUIZ = Quiz("05", [
         "fraction of the ring's time is latency? (A number between 0 and 1.)",
         _ring_latency_share, given=dict(n=1024, mib=64, alpha_us=5.0, gbps=12.5), rel_tol=0.02,
         derived=lambda n, mib, alpha_us, gbps: {"latency_ms": _ring_prediction(n, mib, alpha_us, gbps)[0] * 1e3,
-                                                "total_ms": _ring_ms(n, mib, alpha_us, gbps)},
+                                                "total_ms": _ring_ms(n, mib, alpha_us, gbps),
+                                                "dbtree_ms": _dbtree_ms(n, mib, alpha_us, gbps)},
         worked="Latency: 2(n-1) alpha = {latency_ms:.2f} ms of {total_ms:.2f} ms, so {answer:.2f}. The bandwidth term "
-               "hardly grows with n, the latency term grows as n: this is why NCCL's trees take over at scale.",
+               "hardly grows with n, the latency term grows as n. NCCL's double binary tree moves about as many "
+               "bytes but takes about 2 log2(n) steps plus its pipeline's: the same model predicts it at "
+               "{dbtree_ms:.2f} ms here (the figure's dbtree line), which is why NCCL's trees take over at scale. "
+               "Lab 02's binomial tree, which sends the whole buffer on every step, does not.",
         hint="the latency part is 2(n-1) x alpha; divide it by the whole 2(n-1)(alpha + K/(nB))."),
     Question(
         "Read the tree-against-ring panel of the DGX-1 (V100): which algorithm does the cost model predict fastest "

@@ -320,7 +320,25 @@ def describe_straggler(trace, stands_out: float = 3.0) -> str:
            f"rank {first} waited longest, though it receives nothing from rank {top}")
     return (f"Rank {top} is the straggler: it spent {gaps[top] * 1e3:.1f} ms between its steps, outside any "
             f"transfer, against {second * 1e3:.2f} ms at most for any other rank. Time in receives: {waited}; rank "
-            f"{top} itself {waits[top] * 1e3:.1f} ms. The call took {total * 1e3:.1f} ms; {why}.")
+            f"{top} itself {waits[top] * 1e3:.1f} ms. The call took {total * 1e3:.1f} ms; {why}."
+            + _blocked_sends(trace, top))
+
+
+def _blocked_sends(trace, straggler: int) -> str:
+    """A sentence on the longest send of a trace, when it went to the straggler: why a send can wait too."""
+    rows = trace.records
+    sends = rows[rows["side"] == "send"]
+    if not len(sends):
+        return ""
+    longest = sends[int(np.argmax(sends["end"] - sends["start"]))]
+    took = float(longest["end"] - longest["start"])
+    if int(longest["peer"]) != straggler or took <= 1e-3:
+        return ""
+    return (f" The longest send, rank {int(longest['rank'])}'s {int(longest['nbytes']) >> 10} KiB to rank {straggler} at "
+            f"step {int(longest['step'])}, took {took * 1e3:.1f} ms: it could not complete before rank {straggler} "
+            "posted the receive. Past MPI's eager limit a message is not buffered but waits for its receiver (the "
+            f"rendezvous protocol), and rank {straggler} posts its receive only after its pause: the sender waits "
+            "for the straggler too, in its send.")
 
 
 def model_trace(nranks: int, slow_rank: int | None = None, pause: float = 0.02, transfer: float = 1e-4,

@@ -1,0 +1,61 @@
+"""Lab 05's measured sweep over sizes, on this machine and on an emulated one beside it: whether small
+messages are latency-bound (busbw climbs with size) and large ones bandwidth-bound (busbw flattens), and
+what an alpha-beta fit recovers, in sentences computed from the rows (``ringlab bench`` rows)."""
+from __future__ import annotations
+
+from ...lab.findings import Finding
+from ...measure.sweep import busbw_by_size
+from ...measure.units import format_bytes
+from ...predict.fitting import fit_rows
+from ...topology import from_spec
+
+# The lab's emulated machine: 200 MB/s each way per rank, 1 ms a message, run four times slower so that what
+# the ranks on a laptop's cores add to each step stays small beside its links' time.
+MACHINE = "uniform:0.2:1000@4"
+EMULATED_SIZES = [1 << k for k in range(12, 27, 2)]  # 4 KiB .. 64 MiB: at 1 ms a message the top flattens from 16 MiB
+CLIMBS = 10.0  # busbw at the largest size at least 10x that at the smallest: the small ones were latency-bound
+FLAT = 0.15  # busbw at the two largest sizes within 15%: the large ones were bandwidth-bound
+
+
+def shape(rows: list[dict], algorithm: str = "ring") -> tuple[float, float, int, int]:
+    """(busbw climb from the smallest to the largest size, change over the last step of size, smallest, largest)."""
+    busbw = busbw_by_size(rows, algorithm)
+    sizes = sorted(busbw)
+    if len(sizes) < 3:
+        raise ValueError(f"need {algorithm} measured at three sizes or more, got {len(sizes)}")
+    return busbw[sizes[-1]] / busbw[sizes[0]], busbw[sizes[-1]] / busbw[sizes[-2]] - 1, sizes[0], sizes[-1]
+
+
+def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: str = MACHINE) -> Finding:
+    """The ring's busbw over sizes on ``nranks`` ranks of this machine (``raw`` rows) and of the emulated
+    ``machine`` (``emulated`` rows, in its units: ``ringlab.measure.bench.in_machine_units``), read back: does
+    busbw climb, does it flatten, what the fits recover."""
+    topology, _ = from_spec(machine, nranks)
+    alpha = topology.channel_latency[list(topology.route(0, 1))].sum()
+    bandwidth = topology.channel_rate[0]
+    said, conclusions, observed = [], [], []
+    for where, rows in (("this machine", raw), ("the emulated machine", emulated)):
+        climb, last, lo, hi = shape(rows)
+        climbs, flat = climb >= CLIMBS, abs(last) <= FLAT
+        fitted = fit_rows(rows, "ring", nranks)
+        said.append(
+            f"On {where} ({nranks} ranks" + (f", links of {machine.split('@')[0]}, in its units" if rows is emulated
+                                            else "") + f"): busbw at "
+            f"{format_bytes(hi)} was {climb:.0f}x that at {format_bytes(lo)}, " +
+            ("so the small messages were latency-bound" if climbs else
+             f"less than the {CLIMBS:.0f}x that would show small messages latency-bound") +
+            f"; from the second-largest size to the largest it moved {last:+.0%}, " +
+            ("so it flattens: the large ones were bandwidth-bound." if flat else
+             f"more than the {FLAT:.0%} a flat top allows: it does not flatten within these sizes.") +
+            f" The alpha-beta fit: alpha {fitted.alpha * 1e3:.2f} ms, {fitted.bandwidth / 1e6:.0f} MB/s, missing its "
+            f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)") +
+            (f"; the links: {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s." if rows is emulated else "."))
+        facts = [f"busbw {'climbs' if climbs else 'does not climb'} with size on {where}",
+                 f"busbw {'flattens' if flat else 'does not flatten'} at large sizes on {where}"]
+        if rows is emulated:
+            recovered = fitted.usable and abs(fitted.bandwidth / bandwidth - 1) <= 0.25
+            facts.append(f"the fit {'recovers' if recovered else 'does not recover'} the emulated links' bandwidth")
+            conclusions += facts
+        else:
+            observed += facts + [f"the fit of {where} is {'usable' if fitted.usable else 'too loose to use'}"]
+    return Finding(" ".join(said), tuple(conclusions), tuple(observed))

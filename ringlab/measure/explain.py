@@ -1,0 +1,307 @@
+"""Is my number normal? A measured sweep against what healthy hardware of its kind gives, and why not.
+
+:func:`explain` takes an nccl-tests sweep (a log as ``ringlab.measure.logs`` reads it, ``ringlab bench
+--json`` output, or a shipped published sweep), finds its machine (from the log's GPUs and hosts, or
+as given: a preset or a description such as ``h100:2x8``), and sets every size's measured busbw
+beside what NCCL's own model predicts for healthy hardware of that kind (``ringlab.predict.nccl``, as
+the log's benchmark times it) and beside the nearest published sweep of a healthy machine like it.
+``ratio`` is measured / expected.
+
+Where a sweep is well below, the model tells causes apart by predicting the same machine with one
+thing wrong and asking which of those the measurement matches (:data:`CAUSES`):
+
+- rails not used: one NIC's worth per node instead of all of them (NCCL found, or was given, one NIC);
+- the rails at a quarter of their rate: GPUDirect RDMA not in use, PCIe ACS or the IOMMU in the path,
+  NICs on the far NUMA node. Without GPUDirect the data is staged through host memory, "dividing
+  bandwidth by 2 or even 4" (NCCL's maintainer in NVIDIA/nccl#756); the quarter is the symptom
+  NVIDIA's replies describe (nccl#1412, nccl-tests#319): :data:`RAILS_DEGRADED`;
+- NVLS off: the switch does not add (NCCL_NVLS_ENABLE=0, or multicast not set up);
+- P2P off on a PCIe box: every copy staged through host memory;
+- a GPU on a lower PCIe generation than it supports.
+
+Verdicts: healthy when the large sizes reach at least :data:`HEALTHY` of the expectation; below its
+hardware otherwise, with the causes whose machine the measurement matches (within :data:`MATCH`).
+Everything expected is a prediction or a published figure, labelled; only the log is a measurement.
+"""
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from statistics import median
+
+from ..predict.harness import Harness, harness
+from ..predict.versus import versus
+from ..topology import GPUS, Topology, cluster, preset, preset_names
+from ..topology.machines import variant
+from ..topology.presets import rtx4090_8
+from . import published
+from .logs import read_log
+
+HEALTHY = 0.8          # measured / expected at the large sizes, at least, for a healthy verdict
+MATCH = (0.8, 1.25)    # measured / a cause's expectation, within, for that cause to match
+LARGE = 64 << 20       # the sizes a verdict rests on: from 64 MiB (or the largest half, if none is that big)
+SMALLEST = 64 << 10    # sizes shown from here: below it, launch and timing dominate
+RAILS_DEGRADED = 1 / 4  # the rails' share without GPUDirect RDMA (nccl#756: "by 2 or even 4"; nccl#1412)
+CAUSES = {
+    "rails": "rails not used: one NIC's worth a node (NCCL found or was given one NIC: NCCL_IB_HCA, "
+             "NCCL_SOCKET_IFNAME, NICs it cannot see)",
+    "gdr": "rails at a quarter of their rate: GPUDirect RDMA not in use, PCIe ACS or the IOMMU in the path, "
+           "or NICs on the far NUMA node",
+    "nvls": "NVLS off: the switch does not add (NCCL_NVLS_ENABLE=0, or multicast not set up)",
+    "p2p": "P2P off: every copy staged through host memory (no peer access between the GPUs)",
+    "pcie": "a lower PCIe generation than the GPU supports (a slot or riser that trained at PCIe 3.0)",
+}
+_GPU_NAMES = (("GB200", "gb200"), ("B200", "b200"), ("H200", "h200"), ("H100", "h100"), ("A100", "a100"),
+              ("RTX 4090", "rtx4090"), ("2080 Ti", "rtx2080ti"))
+
+
+def explain(result: dict, machine: Topology | str | None = None, name: str | None = None) -> dict:
+    """``result`` (an nccl-tests log read by ``read_log``, a ``ringlab bench --json`` result, or a published
+    sweep's data; ``name`` its published name) against healthy hardware: ``rows`` (bytes, measured_busbw,
+    expected_busbw, ratio, predicted, published_busbw), ``verdict``, ``causes``, ``machine``, ``benchmark``,
+    ``published``."""
+    if result.get("format") != "nccl-tests" and result.get("kind") != "ringlab-bench":
+        raise ValueError(f"only nccl-tests sweeps can be explained, not a {result.get('format')} log")
+    topology = _machine(result, machine, name)
+    bench, model, rows = _measured(result, name, topology)
+    expected = _expect(rows, topology, bench, model)
+    verdict, ratio = judge(expected)
+    causes = [] if verdict == "healthy" else match_causes(rows, topology, bench, model)
+    reference = nearest_published(topology, rows[0]["collective"], rows[0]["ranks"], exclude=name,
+                                  sizes={r["bytes"] for r in rows})
+    by_size = {r["bytes"]: r["busbw_Bps"] for r in reference["rows"]} if reference else {}
+    for r in expected:
+        r["published_busbw"] = by_size.get(r["bytes"])
+    said = (f"healthy: {ratio:.0%} of what the model expects of healthy hardware at the large sizes"
+            if verdict == "healthy" else
+            f"below its hardware: {ratio:.0%} of what the model expects at the large sizes; " +
+            (f"it matches {causes[0]['cause']}" if causes else "no modelled cause matches"))
+    return {"rows": expected, "verdict": verdict, "summary": said, "ratio": ratio, "causes": causes,
+            "machine": topology.name, "benchmark": bench.name,
+            "published": reference["label"] if reference else None}
+
+
+def judge(rows: list[dict]) -> tuple[str, float]:
+    """("healthy" or "below its hardware", the median measured / expected over the large sizes)."""
+    ratio = median(r["ratio"] for r in large(rows))
+    return ("healthy" if ratio >= HEALTHY else "below its hardware"), ratio
+
+
+def large(rows: list[dict]) -> list[dict]:
+    """The rows a verdict rests on: from 64 MiB, or the largest half when no size is that big."""
+    big = [r for r in rows if r["bytes"] >= LARGE]
+    return big or sorted(rows, key=lambda r: r["bytes"])[len(rows) // 2:]
+
+
+def match_causes(rows: list[dict], topology: Topology, bench: Harness, model: str) -> list[dict]:
+    """Every cause whose machine the measurement matches, closest first: ``cause``, ``key``, ``machine``, ``ratio``
+    (measured / that machine's prediction at the large sizes) and ``expected_busbw`` (its prediction, size by size)."""
+    found = []
+    for key, changed in variants(topology).items():
+        expected = _expect(rows, changed, bench, model)
+        _, ratio = judge(expected)
+        if MATCH[0] <= ratio <= MATCH[1]:
+            found.append({"key": key, "cause": CAUSES[key], "machine": changed.name, "ratio": ratio,
+                          "expected_busbw": [r["expected_busbw"] for r in expected]})
+    return sorted(found, key=lambda c: abs(c["ratio"] - 1))
+
+
+def variants(topology: Topology) -> dict[str, Topology]:
+    """The same machine with one thing wrong, for each cause the model can tell apart there."""
+    m, out = topology.machine, {}
+    if m is not None and m.gpu in GPUS:
+        if m.nodes > 1 and m.nics_per_node > 1:
+            out["rails"] = variant(topology, nics_per_node=1)
+        if m.nodes > 1:
+            out["gdr"] = variant(topology, nic_gbps=m.nic_bandwidth * 8 / 1e9 * RAILS_DEGRADED)
+        if topology.switch_reduce:
+            out["nvls"] = variant(topology, nvls=False)
+    elif topology.name == "rtx4090-8-p2p-on":
+        out.update(p2p=rtx4090_8(p2p=False), pcie=rtx4090_8(pcie=3))
+    elif topology.name == "pcie3-switch-2":
+        out["p2p"] = preset("pcie3-switch-2-p2p-off")
+    return out
+
+
+def machine_from(spec: str) -> Topology:
+    """A preset by name, or a description ``GPU:NODESxGPUS[:nics=N][:nic=GBPS][:fabric=F][:sharp][:nvls=off]``,
+    e.g. ``h100:2x8`` or ``a100:16x8:nic=200``."""
+    if spec in preset_names():
+        return preset(spec)
+    parts = spec.split(":")
+    shape = re.fullmatch(r"(\d+)x(\d+)", parts[1]) if len(parts) > 1 else None
+    if parts[0] not in GPUS or shape is None:
+        raise ValueError(f"cannot read machine {spec!r}: give a preset ({', '.join(preset_names())}) or "
+                         f"GPU:NODESxGPUS with GPU one of {', '.join(GPUS)}, e.g. h100:2x8 or a100:16x8:nic=200")
+    options = {}
+    for part in parts[2:]:
+        key, _, value = part.partition("=")
+        if key in ("nics", "nic", "fabric") and value:
+            options[{"nics": "nics_per_node", "nic": "nic_gbps", "fabric": "fabric"}[key]] = (
+                value if key == "fabric" else float(value) if key == "nic" else int(value))
+        elif key == "sharp" and not value:
+            options["sharp"] = True
+        elif key == "nvls" and value in ("on", "off"):
+            options["nvls"] = value == "on"
+        else:
+            raise ValueError(f"machine {spec!r}: cannot read {part!r} (nics=N, nic=GBPS, fabric=ib|roce|efa, "
+                             "sharp, nvls=on|off)")
+    return cluster(parts[0], int(shape.group(1)), int(shape.group(2)), **options)
+
+
+def guess_machine(result: dict) -> Topology:
+    """The machine a log ran on, from its GPUs' names and hosts (a bench result's: its machine's): healthy
+    hardware of that kind."""
+    described = result.get("machine") if isinstance(result.get("machine"), dict) else {}
+    devices = result.get("devices") or [{"name": g.get("name", ""), "host": described.get("host")}
+                                        for g in described.get("gpus") or []]
+    names = {d["name"] for d in devices}
+    kind = next((key for text, key in _GPU_NAMES if any(text in n for n in names)), None)
+    ranks = result.get("ranks") or len(devices)
+    if kind is None or not ranks:
+        said = ", ".join(sorted(names)) or "none"
+        raise ValueError(f"cannot tell the machine from this log (GPUs: {said}); give it with --machine "
+                         "(a preset, or GPU:NODESxGPUS such as h100:2x8)")
+    if kind == "rtx4090" and ranks == 8:
+        return preset("rtx4090-8-p2p-on")
+    if kind == "rtx2080ti" and ranks == 2:
+        return preset("pcie3-switch-2")
+    if kind not in GPUS:
+        raise ValueError(f"no preset for {ranks} x {kind}; give the machine with --machine")
+    hosts = len({d["host"] for d in devices}) or 1
+    nodes = -(-ranks // 72) if kind == "gb200" else hosts  # a GB200 node is an NVLink domain of up to 72
+    return cluster(kind, nodes, ranks // nodes)
+
+
+def nearest_published(topology: Topology, collective: str, ranks: int, exclude: str | None = None,
+                      sizes: set | frozenset = frozenset()) -> dict | None:
+    """The shipped sweep of healthy hardware nearest this machine: the same preset, else (for machines
+    :func:`ringlab.topology.cluster` builds) the same GPU, the ranks nearest, then the most of ``sizes``
+    measured; None if there is none. Healthy:
+    its own verdict against its model (:func:`judge`)."""
+    gpu = topology.machine.gpu if topology.machine and topology.machine.gpu in GPUS else None
+    best = None
+    for sweep in published.sweeps(collective):
+        match = published.model_for(sweep["name"])
+        if sweep["name"] == exclude or isinstance(match, str) or not _healthy(sweep["name"]):
+            continue
+        theirs = preset(match[0])
+        same = match[0] == topology.name
+        if not same and (gpu is None or theirs.machine is None or theirs.machine.gpu != gpu
+                         or theirs.switch_reduce != topology.switch_reduce):
+            continue
+        key = (not same, abs(sweep["ranks"] - ranks), -len(sizes & {r["bytes"] for r in sweep["rows"]}))
+        if best is None or key < best[0]:
+            best = (key, sweep)
+    return best[1] if best else None
+
+
+@lru_cache(maxsize=None)
+def _healthy(name: str) -> bool:
+    """Whether the shipped sweep ``name`` reaches what the model expects of its machine."""
+    return judge([dict(r, ratio=1 / r["ratio"]) for r in published.against_model(name)])[0] == "healthy"
+
+
+def _machine(result: dict, machine: Topology | str | None, name: str | None) -> Topology:
+    if isinstance(machine, Topology):
+        return machine
+    if machine:
+        return machine_from(machine)
+    if name:
+        match = published.model_for(name)
+        if isinstance(match, str):
+            raise ValueError(f"ringlab models no machine like {name[:3]}'s ({match}); give one with --machine")
+        return preset(match[0])
+    if "machine" in result and result.get("format") == "nccl-tests" and not result.get("devices"):
+        m = result["machine"]
+        kind = next((key for text, key in _GPU_NAMES if text in (m.get("gpu") or "")), None)
+        if kind in GPUS:
+            return cluster(kind, m.get("nodes") or 1, m.get("gpus_per_node") or m["count"])
+    return guess_machine(result)
+
+
+def _measured(result: dict, name: str | None, topology: Topology) -> tuple[Harness, str, list[dict]]:
+    """(how it was timed, what NCCL ran, rows of bytes, busbw_Bps, ranks, collective, model) from any input."""
+    if name:
+        bench, match = published.benchmark(name), published.model_for(name)
+        model = "best" if isinstance(match, str) else match[1]
+        rows = [dict(r, model=published.row_model(r, model)) for r in result["rows"]]
+    elif result.get("kind") == "ringlab-bench":
+        bench, model = harness(), "best"
+        rows = [dict(r, ranks=result["ranks"], collective=result["collective"], model=model)
+                for r in result["rows"] if r.get("algorithm") == "nccl"]
+        if not rows:
+            raise ValueError("this ringlab bench result has no NCCL rows to set against NCCL's model "
+                             "(run it with -a nccl on GPUs)")
+    else:
+        bench, model = harness("nccl-tests", result.get("gpus_per_thread") or 1), "best"
+        ranks = result.get("ranks") or topology.nranks
+        rows = [dict(r, ranks=ranks, collective=result["collective"], model=model) for r in result["rows"]]
+    rows = [r for r in rows if r["bytes"] >= SMALLEST and (r.get("busbw_Bps") or r.get("inplace_busbw_Bps"))]
+    if not rows:
+        raise ValueError(f"no sizes of {SMALLEST >> 10} KiB or more with a busbw to explain")
+    return bench, model, rows
+
+
+def _expect(rows: list[dict], topology: Topology, bench: Harness, model: str) -> list[dict]:
+    """Each row's measured busbw beside the model's on ``topology``; ``ratio`` measured / expected."""
+    out = []
+    for row in rows:
+        for r in versus([row], topology, row["collective"], row["model"], nranks=row["ranks"], bench=bench):
+            out.append({"bytes": r["bytes"], "measured_busbw": r["measured_busbw"],
+                        "expected_busbw": r["predicted_busbw"], "ratio": r["measured_busbw"] / r["predicted_busbw"],
+                        "predicted": r["predicted"], "ranks": row["ranks"], "collective": row["collective"]})
+    return out
+
+
+def describe(e: dict, what: str = "this sweep") -> list[str]:
+    """:func:`explain`'s answer as lines of text: size by size, then the verdict and the causes it matches."""
+    lines = [f"# {what}: set against a healthy {e['machine']} (NCCL's model, predicted; timed as {e['benchmark']})",
+             f"#   published beside it: {e['published'] or 'no published sweep of healthy hardware of this kind'}",
+             f"# {'size (B)':>12} {'measured':>9} {'expected':>9} {'ratio':>6}  {'NCCL would run':<16} "
+             f"{'published':>9}   (GB/s; ratio = measured / expected)"]
+    for r in e["rows"]:
+        shown = "-" if r["published_busbw"] is None else f"{r['published_busbw'] / 1e9:.1f}"
+        lines.append(f"  {r['bytes']:>12} {r['measured_busbw'] / 1e9:>9.1f} {r['expected_busbw'] / 1e9:>9.1f} "
+                     f"{r['ratio']:>6.2f}  {r['predicted']:<16} {shown:>9}")
+    lines.append(f"# verdict: {e['summary']}")
+    for c in e["causes"]:
+        lines.append(f"# likely cause: {c['cause']} (measured is {c['ratio']:.0%} of what {c['machine']} would give)")
+    return lines
+
+
+def plot_rows(e: dict, label: str) -> list[dict]:
+    """:func:`explain`'s answer as rows for ``ringlab.viz.busbw_plot``: the measurement, the healthy machine's
+    prediction and that of the cause it matches best, each line named after ``label``."""
+    rows = [{"algorithm": f"{label}: measured", "bytes": r["bytes"], "busbw_Bps": r["measured_busbw"]}
+            for r in e["rows"]]
+    rows += [{"algorithm": f"{label}: predicted, healthy {e['machine']}", "bytes": r["bytes"],
+              "busbw_Bps": r["expected_busbw"]} for r in e["rows"]]
+    for cause in e["causes"][:1]:
+        rows += [{"algorithm": f"{label}: predicted, {cause['machine']} ({cause['key']})", "bytes": r["bytes"],
+                  "busbw_Bps": busbw} for r, busbw in zip(e["rows"], cause["expected_busbw"])]
+    return rows
+
+
+def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | None]:
+    """(what a file holds, its published name or None): an nccl-tests log, ``ringlab import --json`` or
+    ``ringlab bench --json`` output, or a shipped published sweep."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+    if text.lstrip().startswith(("{", "[")):
+        data = json.loads(text)
+        data = data[0] if isinstance(data, list) and len(data) == 1 else data
+        if isinstance(data, dict) and (data.get("format") == "nccl-tests" or data.get("kind") == "ringlab-bench"):
+            return data, (path.stem if path.stem in published.MODELLED else None)
+        raise ValueError(f"{path}: not an nccl-tests result ringlab can explain (one log, ringlab bench's or "
+                         "import's JSON, or a published sweep)")
+    return read_log(text, collective=collective), None
+
+
+__all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine",
+           "nearest_published", "read", "CAUSES", "HEALTHY", "MATCH", "RAILS_DEGRADED"]

@@ -1,0 +1,233 @@
+"""Emulated machines: run a schedule on the links of a :class:`~ringlab.topology.Topology`, not only predict it.
+
+Under ``with rl.emulate(topology, scale=1.0):`` (on every rank), or with ``RINGLAB_EMULATE=SPEC`` in the
+environment of an ``mpiexec`` job or of ``%%px`` engines, every message of ringlab's collectives is held
+back by the links it crosses: its route's latency plus, for its bytes, the time its busiest link needs
+for everything that crosses that link in the same step (concurrent messages share a link as the cost
+model shares it). A rank waits by sleeping, never by spinning, so eight ranks on two cores measure the
+links and not the CPU. The data really moves and is really reduced, and every result is checked
+against MPI's as before; what the CPU adds on top (reductions, Python) is measured, not hidden.
+
+Pacing comes from the links, never from a prediction: the emulated run is an independent check of the
+cost model. ``scale`` is how many times slower than the machine it emulates the run goes (every
+emulated time is multiplied by it), so that fast links can be emulated by a slow machine: a time
+measured here, divided by ``scale``, is in the emulated machine's units. Python's sleep is good to
+about 0.1 ms: keep ``latency x scale`` above that.
+
+SPEC is a preset name (``"hgx-h100-8"``) or ``"uniform:GBPS:US"`` (every pair of ranks linked alike:
+bandwidth in GB/s, latency in microseconds), optionally followed by ``"@SCALE"``. How a SPEC becomes a
+topology is ``ringlab.topology.from_spec`` (ringlab's package wires it in: this module reads only the
+links it is given).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..schedule import chunk_bounds
+from .executor import TAG_LIMIT
+
+SPEC_ENV = "RINGLAB_EMULATE"
+NAP = 50e-6           # how long a waiting rank sleeps between looks at its message, in seconds
+_CACHE_SIZE = 64      # per-call link timings kept (schedule, size, machine), oldest dropped first
+SPEC_PARSER: list = []  # [ringlab.topology.from_spec], set by ringlab/__init__.py
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """A machine to run on: its ``topology`` (or a ``spec`` resolved per job size) and the slow-down ``scale``."""
+
+    topology: object | None
+    scale: float = 1.0
+    spec: str | None = None
+
+    def resolve(self, nranks: int):
+        """The topology for a job of ``nranks`` ranks, or a ValueError saying why there is none."""
+        topology = self.topology
+        if topology is None:
+            topology, _ = _parse(self.spec, nranks)
+        if topology.nranks < nranks:
+            raise ValueError(f"the emulated machine {topology.name} has {topology.nranks} ranks; this job has {nranks}")
+        return topology
+
+    @property
+    def label(self) -> str:
+        name = self.spec.split("@")[0] if self.spec else self.topology.name
+        slower = "" if self.scale == 1 else f", {self.scale:g}x slower"
+        return f"emulated {name}{slower}"
+
+    def machine_seconds(self, measured: float) -> float:
+        """A time measured here in the emulated machine's units."""
+        return measured / self.scale
+
+
+_ACTIVE: list[Emulation] = []
+
+
+def _parse(spec: str, nranks: int | None):
+    if not SPEC_PARSER:
+        raise RuntimeError("ringlab.topology.from_spec is not wired in: import ringlab first")
+    return SPEC_PARSER[0](spec, nranks)
+
+
+def emulation(machine, scale: float | None = None) -> Emulation:
+    """An :class:`Emulation` of ``machine`` (a Topology, or a SPEC string) at ``scale``; a ValueError for a
+    bad SPEC or a scale that is not > 0."""
+    if isinstance(machine, str):
+        _, spec_scale = _parse(machine, None)  # checks the spec now, on every rank, before any work
+        scale = spec_scale if scale is None else scale
+        return Emulation(None, _scale(scale), machine)
+    if not hasattr(machine, "routes") or not hasattr(machine, "channel_rate"):
+        raise ValueError(f"emulate a Topology (rl.topology.preset(...), rl.topology.uniform(...)) or a SPEC "
+                         f"string, not {type(machine).__name__}")
+    return Emulation(machine, _scale(1.0 if scale is None else scale))
+
+
+def _scale(scale) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
+        raise ValueError(f"the emulation's scale must be a number > 0 (how many times slower), got {scale!r}")
+    return float(scale)
+
+
+@contextmanager
+def emulate(machine, scale: float | None = None):
+    """Run ringlab's collectives on ``machine``'s links inside the block (call it on every rank)."""
+    chosen = emulation(machine, scale)
+    _ACTIVE.append(chosen)
+    try:
+        yield chosen
+    finally:
+        _ACTIVE.remove(chosen)
+
+
+_FROM_ENV: dict[str, Emulation] = {}
+
+
+def current() -> Emulation | None:
+    """The emulation in force: the innermost ``emulate`` block, else ``RINGLAB_EMULATE``, else None."""
+    if _ACTIVE:
+        return _ACTIVE[-1]
+    spec = os.environ.get(SPEC_ENV, "").strip()
+    if not spec:
+        return None
+    if spec not in _FROM_ENV:
+        try:
+            _FROM_ENV[spec] = emulation(spec)
+        except ValueError as err:
+            raise ValueError(f"{SPEC_ENV}={spec!r}: {err}") from None
+    return _FROM_ENV[spec]
+
+
+def describe() -> str | None:
+    """What every rank must agree on about the emulation (None: the raw machine)."""
+    now = current()
+    if now is None or now.spec:
+        return None if now is None else now.label
+    links = tuple((link.a, link.b, link.bandwidth, link.latency) for link in now.topology.links)
+    return f"{now.label} ({len(links)} links, digest {hash(links) & 0xffffffff:08x})"
+
+
+_TIMINGS: OrderedDict = OrderedDict()
+
+
+def link_timings(schedule, count: int, itemsize: int, topology, scale: float) -> list[dict]:
+    """Per step, ``{(src, dst): (latency, busy)}`` in seconds here: a message's route latency, and how long
+    the busiest link on its route needs for all the bytes that cross it in that step, both times ``scale``."""
+    key = (schedule.fingerprint() if hasattr(schedule, "fingerprint") else id(schedule), count, itemsize,
+           id(topology), scale)
+    if key in _TIMINGS:
+        _TIMINGS.move_to_end(key)
+        return _TIMINGS[key]
+    chunk_bytes = np.diff(chunk_bounds(count, schedule.nchunks)) * itemsize
+    out = []
+    for step in schedule.steps:
+        sizes = chunk_bytes[step.chunk]
+        moving = sizes > 0
+        if not moving.any():
+            out.append({})
+            continue
+        n = topology.nranks
+        pair, which = np.unique(step.src[moving] * n + step.dst[moving], return_inverse=True)
+        pair_bytes = np.bincount(which, weights=sizes[moving])
+        hops, channels = topology.routes(pair // n, pair % n)
+        load = topology.channel_load(np.bincount(channels, weights=pair_bytes[hops],
+                                                 minlength=len(topology.channel_rate)))
+        busy = np.zeros(len(pair))
+        np.maximum.at(busy, hops, load[channels] / topology.channel_rate[channels])
+        latency = np.bincount(hops, weights=topology.channel_latency[channels], minlength=len(pair))
+        out.append({(int(p // n), int(p % n)): (float(latency[i]) * scale, float(busy[i]) * scale)
+                    for i, p in enumerate(pair)})
+    _TIMINGS[key] = out
+    if len(_TIMINGS) > _CACHE_SIZE:
+        _TIMINGS.popitem(last=False)
+    return out
+
+
+def paced(ops, schedule, count: int, itemsize: int, comm, transport: str):
+    """``ops`` behind :class:`PacedOps` when an emulation is in force, else ``ops`` itself."""
+    now = current()
+    if now is None:
+        return ops
+    if transport.startswith("ipc"):
+        raise ValueError("emulated links carry MPI messages: use transport='host' or 'cuda-aware', not "
+                         f"{transport!r} (CUDA IPC reads peer memory directly)")
+    topology = now.resolve(comm.Get_size())
+    return PacedOps(ops, link_timings(schedule, count, itemsize, topology, now.scale), comm.Get_rank(), now)
+
+
+class PacedOps:
+    """A transport's Ops whose messages take their emulated links' time.
+
+    At the start of a step the rank notes the time; its receives are posted at once, and each send
+    leaves when its link would have delivered it: after the latency of this rank's messages so far in
+    the step (a rank starts its messages one after another) plus its busiest link's busy time. A
+    receive is not looked at before its own link time has passed, and then by short sleeps.
+    """
+
+    nap = NAP
+
+    def __init__(self, ops, timings: list[dict], rank: int, emulation: Emulation):
+        self.ops, self.timings, self.rank, self.emulation = ops, timings, rank, emulation
+        self.started = 0.0
+
+    def before_step(self) -> None:
+        self.ops.before_step()
+        self.started = time.monotonic()
+
+    def post(self, comm, buf, step):
+        first = step.window or len(step.recvs)
+        recvs = [self.ops.post_recv(comm, buf, step, m) if i < first else None for i, m in enumerate(step.recvs)]
+        links = self.timings[step.index]
+        due, spent = {}, 0.0
+        for m in step.sends:  # the order the plan sends in: each peer's latency is paid once, in turn
+            if m.peer not in due:
+                latency, busy = links[(self.rank, m.peer)]
+                spent += latency
+                due[m.peer] = spent + busy
+        sends = [None] * len(step.sends)
+        for i in sorted(range(len(step.sends)), key=lambda i: due[step.sends[i].peer]):
+            m = step.sends[i]
+            _sleep_until(self.started + due[m.peer])
+            sends[i] = comm.Isend(self.ops.outgoing(buf, m), dest=m.peer, tag=step.index % TAG_LIMIT)
+        return recvs, sends
+
+    def before_wait(self, step, m) -> None:
+        latency, busy = self.timings[step.index][(m.peer, self.rank)]
+        _sleep_until(self.started + latency + busy)
+
+    def route(self, m) -> str:
+        return f"{self.ops.route(m)} ({self.emulation.label})"
+
+    def __getattr__(self, name):  # everything else is the transport's own
+        return getattr(self.ops, name)
+
+
+def _sleep_until(moment: float) -> None:
+    left = moment - time.monotonic()
+    if left > 0:
+        time.sleep(left)

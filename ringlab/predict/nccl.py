@@ -1,0 +1,307 @@
+"""NCCL's own choice: its tuner's model of every algorithm and protocol, on a ringlab topology.
+
+NCCL costs each (algorithm, protocol) pair as ``latency + bytes / bandwidth`` and runs the fastest.
+:func:`predict_nccl` does the same with NCCL's constants (``ringlab.predict.tuning``) and bandwidths
+from the topology's links, as they are rated (``Link.rate``), so that a prediction says what healthy
+hardware of that description gives:
+
+- ``ring``: one ring per channel; across nodes each channel leaves a node through one NIC (channel c
+  starts at NIC c mod NICs, ``search.cc``), so the rails add up: bus bandwidth ``min(NICs x NIC, port
+  x G/(G-1))`` with G GPUs a node (each GPU sends one channel out over its NIC and the rest over
+  NVLink). Latency is paid per step inside a node and per inter-node step, 2(nodes-1) of them, at
+  the network's (a pipelined ring).
+- ``tree``: NCCL's double binary tree across nodes, chains inside; each node moves 2S each way (S
+  with two nodes), at log-depth latency.
+- ``nvls``: the switch adds (NVLink SHARP): ``ringlab.predict.nvls``'s closed form, each GPU moving
+  K(n+1)/n each way, at NCCL's NVLS efficiency for its generation (Hopper 0.85, Blackwell 0.74).
+- ``nvlstree``: NVLS inside each node, a tree of nodes across: each NIC carries its GPU's shard,
+  K/G each way (twice that past two nodes).
+- ``collnet``: the fabric adds (InfiniBand SHARP): each NIC sends its shard up once and gets the sum.
+- ``pat``: all-gather and reduce-scatter with one GPU per node, log-depth.
+
+Protocols: LL carries half of what it stores and NCCL caps it (``llMaxBws``); over PCIe each LL store
+(16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 42 bytes on the wire
+(:data:`LL_PCIE_SHARE`); LL128 carries 120 of 128 bytes, only where every path inside a node is
+NVLink, and across the network on Hopper and later; Simple carries everything. A GPU reduces while
+it copies, so reduction bounds the rate only where memory is slower than the links. Left out:
+NCCL's per-channel caps of LL128 and trees (they bind only at channel counts below NCCL's), and
+its NVLSTree correction on Blackwell x86 hosts.
+
+Everything here is a prediction of what NCCL would do, labelled as such, never a measurement.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..schedule import bus_factor, check_count
+from ..topology import Topology
+from ..topology.machines import Machine
+from . import tuning as T
+from .nvls import nvls_algbw, port_rate
+from .protocols import hardware_class, NET
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
+# bytes a PCIe 3.0+ write adds to its payload: 4 framing, 2 sequence number, 16 header (64-bit address), 4 LCRC
+# (the spec's figures, as UCX counts them: openucx/ucx#6416)
+PCIE_TLP_OVERHEAD = 4 + 2 + 16 + 4
+LL_STORE = 16           # bytes of one LL store, 8 of them data (NCCL's prims_ll.h: st.volatile.global.v4.u32)
+LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.19 of a PCIe link's peak carries LL's data
+
+
+@dataclass(frozen=True)
+class NcclPrediction:
+    """What NCCL's model predicts for one call: ``algorithm`` and ``protocol``, ``latency`` (s per call) and
+    ``algbw`` (bytes/s); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow."""
+
+    collective: str
+    nbytes: int
+    nranks: int
+    algorithm: str
+    protocol: str
+    latency: float
+    algbw: float
+    topology: str
+
+    @property
+    def seconds(self) -> float:
+        return self.latency + self.nbytes / self.algbw
+
+    @property
+    def busbw(self) -> float:
+        return self.nbytes / self.seconds * bus_factor(self.collective, self.nranks)
+
+    def __repr__(self) -> str:
+        return (f"NcclPrediction({self.collective} of {self.nbytes} B on {self.topology}, {self.nranks} ranks: "
+                f"{self.algorithm}/{self.protocol}, {self.seconds * 1e6:.1f} us, busbw {self.busbw / 1e9:.1f} GB/s)")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The machine as NCCL's tuner sees it for one call: nodes, GPUs a node, and the rates that bound each
+    algorithm (bytes/s each way: a GPU's NVLink port, one node's ring, one node's NICs together)."""
+
+    machine: Machine
+    nranks: int
+    nodes: int
+    per_node: float
+    port: float | None
+    ring: float
+    ring_peak: float
+    net: float
+    nics: int
+    nvls: bool
+    reduce_rate: float
+
+    @property
+    def arch(self) -> str:
+        return self.machine.arch
+
+
+def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: str | None = None,
+                 protocol: str | None = None, nranks: int | None = None) -> NcclPrediction:
+    """NCCL's predicted time for ``collective`` of ``nbytes`` (nccl-tests' size) on ``topology`` (all its
+    GPUs, or the first ``nranks``): with ``algorithm=None`` the (algorithm, protocol) NCCL's tuner would
+    pick, else the one forced (ring, tree, nvls, nvlstree, collnet, pat; protocol LL, LL128, Simple)."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"NCCL's model here covers {', '.join(COLLECTIVES)}; not {collective!r}")
+    nbytes = check_count("nbytes", nbytes, minimum=1)
+    facts = machine_facts(topology, nranks)
+    if algorithm is not None and algorithm not in T.ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; NCCL's are: {', '.join(T.ALGORITHMS)}")
+    if protocol is not None and protocol not in T.PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; NCCL's are: {', '.join(T.PROTOCOLS)}")
+    options = []
+    for name in ([algorithm] if algorithm else T.ALGORITHMS):
+        why = unusable(name, collective, facts)
+        if why:
+            if algorithm:
+                raise ValueError(f"{name} cannot run {collective} on {topology.name}: {why}")
+            continue
+        for proto in ([protocol] if protocol else T.PROTOCOLS):
+            if proto not in T.BASE_LATENCY[name] or (proto == "LL128" and not ll128_allowed(facts)):
+                if algorithm and protocol:
+                    raise ValueError(f"NCCL does not run {name} with {proto} on {topology.name}" +
+                                     (": LL128 needs NVLink inside the node (and Hopper or later across nodes)"
+                                      if proto == "LL128" else ""))
+                continue
+            options.append(_predict(collective, nbytes, name, proto, facts, topology.name))
+    if not options:
+        raise ValueError(f"no algorithm of NCCL's runs {collective} with {protocol} on {topology.name}")
+    return min(options, key=lambda p: p.seconds)
+
+
+def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
+    """What NCCL's tuner reads of ``topology`` for a call over its first ``nranks`` GPUs (all by default)."""
+    n = topology.nranks if nranks is None else check_count("nranks", nranks, minimum=2)
+    if n > topology.nranks:
+        raise ValueError(f"{n} ranks: topology {topology.name} has {topology.nranks}")
+    machine = topology.machine or Machine("unknown", "volta", 1, topology.nranks, intra=_intra_of(topology))
+    gpus = machine.gpus_per_node
+    nodes = max(1, -(-n // gpus))
+    port = _port(topology)
+    ring, peak = (port, _port(topology, peak=True)) if port else _ring_rates(topology, min(n, gpus))
+    nvls = bool(topology.switch_reduce and machine.arch in T.NVLS_EFFICIENCY)
+    return Facts(machine, n, nodes, n / nodes, port, ring, peak, _net_per_node(topology, machine) if nodes > 1 else 0.0,
+                 machine.nics_per_node, nvls, topology.reduce_rate)
+
+
+def unusable(algorithm: str, collective: str, facts: Facts) -> str | None:
+    """Why NCCL would not run ``algorithm`` for ``collective`` here, or None where it would."""
+    reducing_all = collective == "allreduce"
+    if algorithm == "ring":
+        return None
+    if algorithm == "pat":
+        if collective not in ("allgather", "reduce_scatter"):
+            return "PAT is for all-gather and reduce-scatter"
+        return None if facts.per_node == 1 and facts.nodes > 1 else "PAT needs one GPU per node"
+    if not reducing_all:
+        return f"{algorithm} runs allreduce only here"
+    if algorithm == "tree":
+        return None
+    if algorithm in ("nvls", "nvlstree") and not facts.nvls:
+        return "its switches cannot add (NVLS needs NVSwitch of the Hopper generation or later, and NVLS on)"
+    if algorithm == "nvls" and facts.nodes > 1 and not facts.machine.sharp:
+        return "NVLS across nodes needs a fabric that reduces (CollNet, SHARP)"
+    if algorithm == "nvlstree" and facts.nodes == 1:
+        return "NVLSTree needs two nodes or more"
+    if algorithm == "collnet" and (facts.nodes == 1 or not facts.machine.sharp or not facts.port):
+        return "CollNet needs NVSwitch nodes on a fabric that reduces (SHARP: cluster(..., sharp=True))"
+    return None
+
+
+def ll128_allowed(facts: Facts) -> bool:
+    """NCCL enables LL128 where the paths inside a node are NVLink, and across nodes on Hopper and later."""
+    return facts.machine.intra == "nvlink" and (facts.nodes == 1 or facts.arch in ("hopper", "blackwell"))
+
+
+def _predict(collective: str, nbytes: int, algorithm: str, protocol: str, f: Facts, name: str) -> NcclPrediction:
+    algbw = _algbw(collective, algorithm, protocol, f)
+    if algorithm == "tree":
+        algbw *= T.tree_correction(protocol, nbytes)
+    latency = _latency(collective, algorithm, protocol, f)
+    if (algorithm, protocol, collective) == ("ring", "Simple", "allreduce") and f.nodes > 1 and \
+            nbytes / (T.CHANNELS_PER_NIC * f.nics * f.nranks) >= 64:
+        latency *= T.RING_PLATEAU["ampere+" if f.arch in ("ampere", "hopper", "blackwell") else "pre-ampere"]
+    return NcclPrediction(collective, nbytes, f.nranks, algorithm, protocol, latency, algbw, name)
+
+
+def _algbw(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
+    """Bytes/s of the call's size: the rate the algorithm's busiest link allows, by NCCL's protocol shares."""
+    n, per_node = f.nranks, f.per_node
+    if algorithm == "ring":
+        bus = f.ring if f.nodes == 1 else min(_across(f), f.net)
+        if protocol == "LL":
+            wire = f.ring_peak * LL_PCIE_SHARE if f.machine.intra == "pcie" and f.nodes == 1 else bus * T.LL_SHARE
+            bus = min(T.ll_max_bw(f.arch, f.nodes, f.machine.cpu), wire)
+        elif protocol == "LL128":
+            bus *= T.LL128_SHARE
+        steps = {"allreduce": 2 * (n - 1), "allgather": n - 1, "reduce_scatter": n - 1}.get(collective, n)
+        algbw = bus * n / steps
+        if collective in ("allreduce", "reduce_scatter", "reduce"):
+            algbw = min(algbw, f.reduce_rate * n / (n - 1))  # reduction overlapped with the transfer
+        return algbw
+    if algorithm == "tree":
+        chain = f.port or f.ring
+        bus = T.TREE_SHARE * (chain if f.nodes == 1 else min(chain, f.net * (2 if f.nodes == 2 else 1)))
+        if protocol == "LL":
+            bus = min(bus * T.TREE_LL_SHARE, T.ll_max_bw(f.arch, f.nodes, f.machine.cpu))
+        elif protocol == "LL128":
+            bus *= T.TREE_LL128_SHARE["one node" if f.nodes == 1 else "across nodes"]
+        return T.TREE_ALGBW * bus
+    inside = nvls_algbw(f.port, T.NVLS_EFFICIENCY[f.arch], per_node) if f.nvls else 0.0
+    if algorithm == "nvls":
+        return inside if f.nodes == 1 else min(inside, f.net)
+    if algorithm == "nvlstree":
+        return min(inside, f.net / (1 if f.nodes == 2 else 2))
+    if algorithm == "collnet":
+        direct = f.port * per_node / (2 * (per_node - 1)) * (T.COLLNET_HOPPER_SHARE if f.arch in
+                                                               ("hopper", "blackwell") else 1.0)
+        return min(inside or direct, f.net)
+    return T.PAT_SHARE * f.net  # pat: one GPU per node, its NICs
+
+
+def _latency(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
+    """NCCL's latency per call: base, then per step or per level by the hardware crossed."""
+    intra_hw = "nvlink" if f.machine.intra == "nvlink" else "pcie"
+    base = T.BASE_LATENCY[algorithm][protocol]
+    intra = T.HW_LATENCY[intra_hw][algorithm][protocol]
+    inter = T.HW_LATENCY["net"]["tree" if f.per_node == 1 else algorithm][protocol]  # one GPU a node: fully exposed
+    inter += T.NET_LATENCY * (2 if protocol == "Simple" else 1)
+    n, nodes, per_node = f.nranks, f.nodes, int(f.nranks // f.nodes)
+    if algorithm == "ring":
+        steps = {"allreduce": 2 * (n - 1), "allgather": n - 1, "reduce_scatter": n - 1}.get(collective, n)
+        if collective in ("broadcast", "reduce"):
+            return base + steps * T.HW_LATENCY["net" if nodes > 1 else intra_hw]["ring"][protocol]
+        if nodes > 1:
+            overhead = T.NET_OVERHEAD[f.machine.cpu] * (T.NET_OVERHEAD_SIMPLE if protocol == "Simple" else 1)
+            intra = max(intra, overhead)
+        crossing = 0 if nodes == 1 else 2 * (nodes - 1) if collective == "allreduce" else nodes - 1
+        return base + (steps - crossing) * intra + crossing * inter
+    if algorithm == "tree":
+        return base + 2 * ((per_node - 1) * intra + T.log2i(nodes) * inter)
+    if algorithm == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algorithm == "nvlstree":
+        return intra + 2 * T.log2i(nodes) * inter
+    if algorithm == "collnet":
+        return 2 * (min(1, per_node - 1) * intra + (per_node - 1) * T.COLLNET_ARITY_LATENCY) + inter
+    return base + T.log2i(nodes) * inter / T.PAT_NET_DIVISOR + n * T.PAT_LATENCY_PER_RANK
+
+
+def _across(f: Facts) -> float:
+    """A node's share of a multi-node ring inside it: each GPU sends one channel in G out over its NIC
+    and the rest over its NVLink port (port x G/(G-1)); without NVSwitch, the node's own ring."""
+    per_node = int(f.per_node)
+    return f.port * per_node / (per_node - 1) if f.port and per_node > 1 else f.ring if per_node > 1 else np.inf
+
+
+def _intra_of(topology: Topology) -> str:
+    """nvlink where every link between GPUs and switches is NVLink, else pcie (what NCCL's typeIntra says)."""
+    kinds = {link.kind for link in topology.links if link.a in topology.ranks or link.b in topology.ranks}
+    return "nvlink" if kinds and kinds <= {"nvlink", "nvswitch"} else "pcie"
+
+
+def _port(topology: Topology, peak: bool = False) -> float | None:
+    """The slowest GPU's NVSwitch port (rated, or its peak), or None without NVSwitch."""
+    try:
+        rate = port_rate(topology)
+    except ValueError:
+        return None
+    if not peak:
+        return rate
+    return min(link.bandwidth for link in topology.links if link.kind == "nvswitch" and link.rate == rate)
+
+
+@lru_cache(maxsize=64)
+def _ring_rates(topology: Topology, n: int) -> tuple[float, float]:
+    """(rated, peak) bytes/s of the best ring over the first ``n`` ranks: the busiest channel's share."""
+    from .rings import best_ring
+
+    order, _ = best_ring(topology, n)
+    src = np.array(order)
+    pairs, channels = topology.routes(src, np.roll(src, -1))
+    load = topology.channel_load(np.bincount(channels, minlength=len(topology.channel_rate)).astype(float))
+    used = load > 0
+    return (float((topology.channel_rate[used] / load[used]).min()),
+            float((topology.channel_bandwidth[used] / load[used]).min()))
+
+
+def _net_per_node(topology: Topology, machine: Machine) -> float:
+    """Bytes/s one node's NICs carry each way: each NIC at the slower of its port and its PCIe path from a GPU."""
+    net = [link for link in topology.links if hardware_class(link.kind) == NET]
+    ends = [end for link in net for end in (link.a, link.b)]
+    nics = {end: link.rate for link in net for end in (link.a, link.b) if ends.count(end) == 1}  # the fabric: many
+    if not nics:
+        raise ValueError(f"{topology.name}: {machine.nodes} nodes but no network cards to cross between them")
+    feeds: dict[str, float] = {}
+    for link in topology.links:
+        for end, other in ((link.a, link.b), (link.b, link.a)):
+            if end in nics and hardware_class(link.kind) != NET:
+                feeds[end] = max(feeds.get(end, 0.0), link.rate)
+    return sum(min(rate, feeds.get(nic, rate)) for nic, rate in nics.items()) / machine.nodes
+
+
+__all__ = ["predict_nccl", "NcclPrediction", "machine_facts", "Facts", "unusable", "ll128_allowed", "LL_PCIE_SHARE"]

@@ -1,0 +1,48 @@
+"""Machines named in one string, for ``RINGLAB_EMULATE``, ``ringlab bench --emulate`` and ``rl.emulate``.
+
+A SPEC is a preset name (``hgx-h100-8``, see :func:`~ringlab.topology.preset_names`) or
+``uniform:GBPS:US`` (every pair of ranks linked alike: GB/s each way per rank, microseconds a message,
+taken as written), optionally followed by ``@SCALE`` (how many times slower than that machine to run).
+"""
+from __future__ import annotations
+
+import math
+
+from .graph import GB, Topology, uniform
+from .presets import preset, preset_names
+
+FORMS = "a preset name (e.g. hgx-h100-8), or uniform:GBPS:US (e.g. uniform:1:50), optionally followed by @SCALE"
+
+
+def from_spec(spec: str, nranks: int | None = None) -> tuple[Topology | None, float]:
+    """(topology, scale) for ``spec``; a uniform machine is built for ``nranks`` ranks (None: checked only,
+    no topology). A ValueError says what is wrong and what a SPEC looks like."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"an emulated machine is {FORMS}; got {spec!r}")
+    machine, _, scale_text = spec.strip().partition("@")
+    scale = _number(scale_text, "SCALE", spec) if scale_text else 1.0
+    if scale <= 0:
+        raise ValueError(f"{spec!r}: SCALE must be > 0 (how many times slower), got {scale_text}")
+    if machine.startswith("uniform:"):
+        parts = machine.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"{spec!r}: a uniform machine is uniform:GBPS:US, e.g. uniform:1:50")
+        gbps, us = _number(parts[1], "GBPS", spec), _number(parts[2], "US", spec)
+        if gbps <= 0 or us < 0:
+            raise ValueError(f"{spec!r}: GBPS must be > 0 and US >= 0")
+        if nranks is None:
+            return None, scale
+        return uniform(nranks, bandwidth=gbps * GB, latency=us * 1e-6, name=f"uniform {gbps:g} GB/s, {us:g} us"), scale
+    if machine not in preset_names():
+        raise ValueError(f"{spec!r} names no machine: {FORMS}; the presets are {', '.join(preset_names())}")
+    return preset(machine), scale
+
+
+def _number(text: str, what: str, spec: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{spec!r}: {what} must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{spec!r}: {what} must be finite, got {text!r}")
+    return value

@@ -1,0 +1,75 @@
+"""Collectives on emulated links (rl.emulate), on every rank: results against MPI's, times against the links.
+
+    mpiexec -n N python -m mpi4py tests/mpi/emulated.py MODE
+
+Prints one line per case on rank 0 (``case: what happened``), or per rank for the error cases.
+"""
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import ringlab as rl
+
+comm = MPI.COMM_WORLD
+rank, n = comm.Get_rank(), comm.Get_size()
+mode = sys.argv[1]
+LINK = "uniform:0.2:500"  # 200 MB/s, 0.5 ms a message: slow enough that the link time dominates here
+
+
+def timed(fn):
+    comm.Barrier()
+    start = time.perf_counter()
+    got = fn()
+    return got, comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+
+
+if mode == "right":
+    rng = np.random.default_rng(rank)
+    x = rng.standard_normal(100_003).astype(np.float64)  # not a multiple of anything
+    want = np.empty_like(x)
+    comm.Allreduce(x, want)
+    with rl.emulate(LINK) as machine:
+        topology = machine.resolve(n)
+        for algorithm in ("ring", "naive", "rhd", "tree"):
+            got, seconds = timed(lambda: rl.allreduce(x, algorithm))
+            link = rl.predict(rl.build(f"allreduce.{algorithm}", n), x.nbytes, topology, itemsize=8).seconds
+            if rank == 0:
+                print(f"allreduce.{algorithm}: {'right' if np.allclose(got, want) else 'WRONG'} "
+                      f"{seconds / link:.3f}", flush=True)
+        root = n - 1
+        got, seconds = timed(lambda: rl.broadcast(x, root, "chain", segments=4))
+        same = comm.allreduce(int(np.array_equal(got, comm.bcast(x, root=root))), op=MPI.MIN)
+        link = rl.predict(rl.build("broadcast.chain", n, root=root, segments=4), x.nbytes, topology, itemsize=8).seconds
+        if rank == 0:
+            print(f"broadcast.chain: {'right' if same else 'WRONG'} {seconds / link:.3f}", flush=True)
+    got, seconds = timed(lambda: rl.allreduce(x, "ring"))  # after the block: the raw machine again
+    if rank == 0:
+        print(f"after: {'right' if np.allclose(got, want) else 'WRONG'} {seconds:.4f}", flush=True)
+
+elif mode == "environment":  # RINGLAB_EMULATE set for the job
+    x = np.full(1 << 16, rank + 1.0)
+    got, seconds = timed(lambda: rl.allreduce(x, "ring"))
+    current = rl.mpi.emulate.current()
+    link = rl.predict(rl.build("allreduce.ring", n), x.nbytes, current.resolve(n), itemsize=8).seconds * current.scale
+    if rank == 0:
+        print(f"env: {current.label}; {'right' if got[0] == n * (n + 1) / 2 else 'WRONG'} {seconds / link:.3f}",
+              flush=True)
+
+else:  # errors: the same clear message on every rank, then a collective that is still right
+    cases = {"preset too small": lambda: rl.emulate("pcie3-switch-2"),
+             "mismatched": lambda: rl.emulate(LINK if rank == 0 else "uniform:0.2:400")}
+    x = np.ones(1000)
+    said = []
+    for case, machine in cases.items():
+        try:
+            with machine():
+                rl.allreduce(x, "ring", timeout=30)
+            said.append(f"rank {rank}: {case}: no error")
+        except ValueError as err:
+            said.append(f"rank {rank}: {case}: {err}")
+    said.append(f"rank {rank}: then: {'right' if rl.allreduce(x, 'ring')[0] == n else 'WRONG'}")
+    everyone = comm.gather(said, root=0)  # printed by one rank, so that lines never interleave
+    if rank == 0:
+        print("\n".join(line for lines in everyone for line in lines), flush=True)

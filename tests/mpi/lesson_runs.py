@@ -1,0 +1,52 @@
+"""A lab's measured lesson run several times in a row in one MPI job; rank 0 prints each run's conclusions.
+
+    mpiexec -n N python -m mpi4py tests/mpi/lesson_runs.py LAB RUNS
+
+One JSON line per run: {"conclusions": [...], "observations": [...], "text": "..."}.
+"""
+import json
+import sys
+
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+lab, runs = sys.argv[1], int(sys.argv[2])
+
+
+def lab02():
+    from ringlab.lessons.lab02_reduce_broadcast import MACHINE, measure_chain, pipelining
+
+    raw = measure_chain(comm, 1 << 22)
+    emulated = measure_chain(comm, 1 << 22, machine=MACHINE)
+    return pipelining(raw, emulated) if comm.Get_rank() == 0 else None
+
+
+def lab03():
+    from ringlab.lessons.lab03_allreduce import EMULATED_SIZES, MACHINE, sweep_lesson
+    from ringlab.measure.bench import run
+    from ringlab.mpi.launch import cores
+
+    quiet = open("/dev/null", "w")
+    result = run("allreduce", ["ring", "naive", "mpi"], [1 << k for k in range(16, 27, 2)], iters=5, warmup=1,
+                 out=quiet)
+    emulated = run("allreduce", ["ring", "naive"], EMULATED_SIZES, iters=5, warmup=1, emulate=MACHINE, out=quiet)
+    return sweep_lesson(result, emulated, cores()) if comm.Get_rank() == 0 else None
+
+
+def lab05():
+    from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
+    from ringlab.measure.bench import in_machine_units, run
+
+    quiet = open("/dev/null", "w")
+    result = run("allreduce", ["ring", "mpi"], [1 << k for k in range(10, 23, 2)], iters=5, warmup=1, out=quiet)
+    emulated = run("allreduce", ["ring"], EMULATED_SIZES, iters=5, warmup=1, emulate=MACHINE, out=quiet)
+    return sizes_lesson(result["rows"], in_machine_units(emulated), comm.Get_size()) if comm.Get_rank() == 0 else None
+
+
+LESSONS = {"02": lab02, "03": lab03, "05": lab05}
+
+for _ in range(runs):
+    finding = LESSONS[lab]()
+    if comm.Get_rank() == 0:
+        print(json.dumps({"conclusions": list(finding.conclusions), "observations": list(finding.observations),
+                          "text": finding.text}), flush=True)

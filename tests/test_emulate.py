@@ -1,0 +1,103 @@
+"""Emulated machines (rl.emulate, RINGLAB_EMULATE, bench --emulate): the topology, executed. Results stay
+equal to MPI's; every message really takes its links' time (a lower bound that load cannot break); bad
+machines are refused on every rank. How close measured comes to predicted is benchmarks/emulated_vs_model.py's."""
+import json
+from pathlib import Path
+
+import pytest
+
+import ringlab as rl
+from ringlab.mpi.emulate import emulation, link_timings
+from ringlab.mpi.launch import run_mpi
+
+SCRIPT = Path(__file__).parent / "mpi" / "emulated.py"
+
+
+def test_a_spec_names_a_preset_or_a_uniform_machine_and_a_scale():
+    topology, scale = rl.topology.from_spec("uniform:1.5:20@10", 4)
+    assert (topology.nranks, scale) == (4, 10.0)
+    assert rl.predict(rl.build("broadcast.direct", 2), 1_500_000, topology).seconds == pytest.approx(20e-6 + 1e-3)
+    assert rl.topology.from_spec("hgx-h100-8")[0].name == "hgx-h100-8"
+    assert emulation("dgx1-v100@100").label == "emulated dgx1-v100, 100x slower"
+    assert emulation(rl.topology.uniform(3, 1e9, 1e-6), scale=2).resolve(3).nranks == 3
+
+
+@pytest.mark.parametrize("spec,said", [
+    ("dgx3", "'dgx3' names no machine: a preset name"), ("uniform:1", "a uniform machine is uniform:GBPS:US"),
+    ("uniform:x:1", "GBPS must be a number, got 'x'"), ("uniform:0:1", "GBPS must be > 0"),
+    ("hgx-h100-8@0", "SCALE must be > 0"), ("hgx-h100-8@nan", "SCALE must be finite"), ("", "an emulated machine is")])
+def test_a_bad_spec_says_what_is_wrong_and_what_a_spec_looks_like(spec, said):
+    with pytest.raises(ValueError, match=said):
+        emulation(spec)
+
+
+def test_bad_machines_and_scales_are_refused():
+    with pytest.raises(ValueError, match="scale must be a number > 0"):
+        emulation(rl.topology.uniform(2, 1e9, 0.0), scale=-1)
+    with pytest.raises(ValueError, match="emulate a Topology"):
+        emulation(42)
+    with pytest.raises(ValueError, match="has 2 ranks; this job has 4"):
+        emulation("pcie3-switch-2").resolve(4)
+
+
+def test_links_are_shared_by_the_messages_that_cross_them_in_a_step():
+    """Naive allreduce's reduce step: n-1 messages into the root share its one downlink; a ring step does not."""
+    n, nbytes = 4, 4_000_000
+    topology = rl.topology.uniform(n, bandwidth=1e9, latency=10e-6)
+    naive = link_timings(rl.build("allreduce.naive", n), nbytes // 4, 4, topology, 1.0)
+    into_root = {pair: t for pair, t in naive[0].items() if pair[1] == 0}
+    assert len(into_root) == n - 1
+    assert all(t == pytest.approx((10e-6, (n - 1) * nbytes / 1e9)) for t in into_root.values())
+    ring = link_timings(rl.build("allreduce.ring", n), nbytes // 4, 4, topology, 2.0)
+    assert all(t == pytest.approx((20e-6, 2 * nbytes / n / 1e9)) for t in ring[0].values())  # scale 2: twice as long
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_on_emulated_links_results_equal_mpi_and_messages_take_their_links_time(nranks):
+    done = run_mpi(nranks, [str(SCRIPT), "right"], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    for case in ("allreduce.ring", "allreduce.naive", "allreduce.rhd", "allreduce.tree", "broadcast.chain"):
+        verdict, ratio = lines[case].split()
+        assert verdict == "right", lines
+        assert float(ratio) >= 0.95, (case, lines)  # never faster than its links: the pacing is real
+    assert lines["after"].startswith("right")
+
+
+def test_ringlab_emulate_in_the_environment_runs_the_job_on_that_machine():
+    done = run_mpi(3, [str(SCRIPT), "environment"], timeout=120, env={"RINGLAB_EMULATE": "uniform:0.2:500@2"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout.strip()
+    assert said.startswith("env: emulated uniform:0.2:500, 2x slower; right"), said
+    assert float(said.split()[-1]) >= 0.95
+
+
+def test_a_machine_too_small_or_ranks_that_disagree_raise_on_every_rank():
+    done = run_mpi(3, [str(SCRIPT), "errors"], timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = {}
+    for line in done.stdout.splitlines():
+        if not line.startswith("rank "):
+            continue
+        head, case, text = line.split(": ", 2)
+        seen.setdefault(case, {})[head] = text
+    assert set(seen["preset too small"].values()) == {
+        "rl.allreduce: the emulated machine pcie3-switch-2 has 2 ranks; this job has 3"}
+    mismatched = set(seen["mismatched"].values())
+    assert mismatched == {"rl.allreduce: the ranks disagree (emulation: rank 0 has emulated uniform:0.2:500, rank 1 "
+                          "has emulated uniform:0.2:400)"} and len(seen["mismatched"]) == 3, mismatched
+    assert set(seen["then"].values()) == {"right"}
+
+
+def test_bench_emulate_records_the_machine_and_both_units(tmp_path):
+    out = tmp_path / "bench.json"
+    done = run_mpi(2, ["-m", "ringlab", "bench", "-b", "64K", "-e", "256K", "-f", "4", "-a", "ring,mpi", "--iters",
+                       "2", "-w", "1", "--emulate", "uniform:0.2:500@2", "--json", str(out)], timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["emulation"] == {"spec": "uniform:0.2:500@2", "label": "emulated uniform:0.2:500, 2x slower",
+                                   "scale": 2.0}
+    ring = [r for r in result["rows"] if r["algorithm"] == "ring"]
+    assert all(r["emulated"] and r["machine_time_s"] == r["time_s"] / 2 and r["wrong"] == 0 for r in ring)
+    assert all(not r["emulated"] and r["machine_time_s"] is None for r in result["rows"] if r["algorithm"] == "mpi")
+    assert "emulated uniform:0.2:500, 2x slower: each message" in done.stdout and "not emulated" in done.stdout

@@ -1,0 +1,33 @@
+"""labs/glossary.md explains the labs' jargon, and each term is linked there the first time a lab's text uses it."""
+import re
+from pathlib import Path
+
+import pytest
+
+LABS = Path(__file__).resolve().parent.parent / "labs"
+GLOSSARY = (LABS / "glossary.md").read_text()
+# term as the labs write it -> the glossary heading that explains it
+TERMS = {"algbw": "algbw", "busbw": "busbw", "alpha-beta": "alpha-beta", "rhd": "rhd", "ipyparallel": "ipyparallel",
+         "%%px": "%%px", "NUMA": "NUMA", "P2P": "P2P", "NVLink": "NVLink", "NVSwitch": "NVSwitch", "NVLS": "NVLS",
+         "LL128": "LL, LL128, Simple", "NCCL": "NCCL", "MPS": "MPS", "rails": "rail", "gloo": "gloo", "DDP": "DDP",
+         "Horovod": "Horovod", "straggler": "straggler"}
+
+
+def markdown(source: str) -> str:
+    """The markdown cells of a jupytext percent script, as one text, comment marks removed."""
+    cells = re.split(r"^# %%.*$", source, flags=re.M)
+    heads = re.findall(r"^# %%.*$", source, flags=re.M)
+    return "\n".join(re.sub(r"^# ?", "", cell, flags=re.M) for head, cell in zip(heads, cells[1:]) if "[markdown]" in head)
+
+
+@pytest.mark.parametrize("term", sorted(TERMS))
+def test_the_first_use_of_a_term_in_the_labs_text_links_the_glossary(term):
+    assert f"\n## {TERMS[term]}\n" in GLOSSARY
+    for source in sorted((LABS / "src").glob("*.py")):
+        text = markdown(source.read_text())
+        found = re.search(rf"(\[`?)?(?<![\w%]){re.escape(term)}(?![\w])", text)
+        if found:
+            after = text[found.start():found.start() + len(term) + 30]
+            assert found.group(1) and "](glossary.md)" in after, f"{source.name}: first '{term}' is not linked: {after!r}"
+            return
+    pytest.fail(f"no lab uses {term!r}: drop it from the glossary's terms or the test")

@@ -1,0 +1,46 @@
+"""Every measured lesson holds on this machine: run five times in a row on 2 cores, each prints the same
+conclusions, the ones the lab teaches (the words are computed from the numbers beside them; this checks
+that the numbers' noise does not move them). What the raw machine showed (a Finding's observations) is
+stated from its own numbers each time and may change with them: a busy 2-core machine is what it is."""
+import json
+from pathlib import Path
+
+import pytest
+
+from ringlab.mpi.launch import run_mpi
+
+SCRIPT = Path(__file__).parent / "mpi" / "lesson_runs.py"
+RUNS = 5
+# lab: (ranks, what the emulated machine must show every time)
+LESSONS = {
+    "02": (4, {"pipelining pays on the emulated machine", "the emulated best S is the predicted one"}),
+    "03": (4, {"the ring overtakes naive on the emulated machine",
+               "the ring's advantage matches the prediction on the emulated machine",
+               "the fit recovers the emulated links' bandwidth"}),
+    "05": (4, {"busbw climbs with size on the emulated machine", "busbw flattens at large sizes on the emulated machine",
+               "the fit recovers the emulated links' bandwidth"}),
+}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("lab", sorted(LESSONS))
+def test_a_measured_lesson_draws_the_same_conclusions_five_times(lab):
+    nranks, taught = LESSONS[lab]
+    done = run_mpi(nranks, [str(SCRIPT), lab, str(RUNS)], timeout=850)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(runs) == RUNS, done.stdout[-3000:]
+    seen = {tuple(run["conclusions"]) for run in runs}
+    assert len(seen) == 1, "\n\n".join(run["text"] for run in runs)
+    assert taught <= set(runs[0]["conclusions"]), runs[0]["text"]
+
+
+@pytest.mark.timeout(900)
+def test_busbw_over_ranks_draws_the_same_conclusions_five_times():
+    """Lab 03's algbw against busbw: the ring on the emulated machine at 2, 4 and 8 ranks, five times."""
+    from ringlab.lessons.lab03_allreduce import busbw_over_ranks, scaling_lesson
+
+    findings = [scaling_lesson(busbw_over_ranks()) for _ in range(RUNS)]
+    assert len({f.conclusions for f in findings}) == 1, "\n\n".join(f.text for f in findings)
+    assert findings[0].conclusions == ("busbw stays flat across ranks on the emulated machine",
+                                       "algbw falls as ranks are added"), findings[0].text

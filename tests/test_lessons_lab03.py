@@ -1,0 +1,56 @@
+"""Lab 03's measured lessons in words, computed from the runs, both ways (ringlab.lessons.lab03_allreduce)."""
+import ringlab as rl
+from ringlab.lessons.lab03_allreduce import MACHINE, OVER_RANKS, links_of, scaling_lesson, scaling_rows, sweep_lesson
+from ringlab.schedule import bus_factor
+
+SIZES = [1 << k for k in range(16, 25, 2)]
+
+
+def rows_from(seconds: dict, n: int = 4, **more) -> list[dict]:
+    """Bench-like rows from {algorithm: {bytes: seconds}}."""
+    return [{"algorithm": name, "bytes": k, "time_s": t, "algbw_Bps": k / t, "busbw_Bps": k / t * bus_factor("allreduce", n),
+             **more} for name, times in seconds.items() for k, t in times.items()]
+
+
+def predicted(name: str, n: int = 4) -> dict:
+    topology, scale = rl.topology.from_spec(MACHINE, n)
+    return {k: rl.predict(rl.build(f"allreduce.{name}", n), k, topology, itemsize=4).seconds * scale for k in SIZES}
+
+
+def emulated(seconds: dict) -> dict:
+    """A bench result on the lab's emulated machine, its times here (the machine's times x its scale)."""
+    return {"ranks": 4, "rows": rows_from(seconds, emulated=True),
+            "emulation": {"spec": MACHINE, "label": f"emulated {MACHINE}", "scale": rl.topology.from_spec(MACHINE)[1]}}
+
+
+RAW = {"ranks": 4, "rows": rows_from({"ring": {k: 1e-3 + k / 1e9 for k in SIZES},
+                                      "naive": {k: 5e-4 + k / 5e8 for k in SIZES},
+                                      "mpi": {k: 4e-4 + k / 8e8 for k in SIZES}})}
+
+
+def test_links_that_behave_as_the_model_says_give_the_lessons_conclusions():
+    finding = sweep_lesson(RAW, emulated({"ring": predicted("ring"), "naive": predicted("naive")}), cores=2)
+    assert finding.conclusions == ("the ring overtakes naive on the emulated machine",
+                                   "the ring's advantage matches the prediction on the emulated machine",
+                                   "the fit recovers the emulated links' bandwidth")
+    assert "On this machine (4 ranks on 2 cores):" in finding.text and "the cost model predicts" in finding.text
+    assert finding.observations == ("the ring overtakes naive on this machine",)
+
+
+def test_a_ring_slowed_by_something_besides_its_links_is_said_so():
+    slow = {k: t * 3 for k, t in predicted("ring").items()}  # three times the links' time at every size
+    finding = sweep_lesson(RAW, emulated({"ring": slow, "naive": predicted("naive")}), cores=2)
+    assert "the ring's advantage does not match the prediction on the emulated machine" in finding.conclusions
+    assert "something besides the links" in finding.text
+
+
+def test_busbw_over_ranks_is_flat_when_the_links_set_the_pace_and_said_not_when_it_is_not():
+    alpha, bandwidth = links_of(OVER_RANKS, 8)
+    exact = [dict(r) for r in scaling_rows(alpha, bandwidth, sizes=(4 << 20,))]
+    finding = scaling_lesson(exact)
+    assert finding.conclusions == ("busbw stays flat across ranks on the emulated machine", "algbw falls as ranks are added")
+    assert "busbw stays near the link's 200 MB/s" in finding.text
+    sagging = [dict(r, busbw_Bps=r["busbw_Bps"] / (1 + r["ranks"] / 4)) for r in exact]
+    finding = scaling_lesson(sagging)
+    assert finding.conclusions[0] == "busbw does not stay flat across ranks on the emulated machine"
+    assert "more than the 15% a flat line allows" in finding.text
