@@ -152,6 +152,8 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
     explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
                                                         "verdict and causes (one object, or a list for several logs)")
+    from .mpi.localcluster import command as cluster
+    cluster.add_parser(commands)
     return top
 
 
@@ -399,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             print(f"ringlab explain: error: {err}", file=sys.stderr)
             return 2
+    elif args.command == "cluster":
+        from .mpi.localcluster.command import main as cluster
+        return cluster(args, argv)
     elif args.command == "predict":
         try:
             _quietly(lambda: _predict(args))

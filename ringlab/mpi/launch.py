@@ -147,8 +147,9 @@ def torch_process_group(comm=None, backend: str = "gloo"):
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
     server = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False) if rank == 0 else None
-    port = comm.bcast(server.port if rank == 0 else None, root=0)
-    store = server if rank == 0 else dist.TCPStore("127.0.0.1", port, size, is_master=False)
+    port, host = comm.bcast((server.port, MPI.Get_processor_name()) if rank == 0 else None, root=0)
+    near = "127.0.0.1" if host == MPI.Get_processor_name() else host  # ranks on other nodes reach rank 0 by name
+    store = server if rank == 0 else dist.TCPStore(near, port, size, is_master=False)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size)
     yield dist  # an exception skips the teardown: its barrier would wait for ranks that may never come
     dist.barrier()
