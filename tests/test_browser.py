@@ -1,7 +1,8 @@
 """Real browsers: JupyterLab on a loopback port in headless Chromium. The opening of lab 03 (up to its
 step-through widget) is run, the widget rendered, stepped, saved and reopened without a kernel; and every
 exercise notebook, as shipped, runs all to the end with no error output and no "Error displaying widget",
-leaving a screenshot under build/screenshots/. Skips, saying why, where Chromium or Playwright is missing
+and, saved and reopened without a kernel, shows its widgets from their saved state, leaving screenshots
+under build/screenshots/. Skips, saying why, where Chromium or Playwright is missing
 (.ci/run installs Debian's chromium so that CI runs it)."""
 import os
 import shutil
@@ -164,8 +165,44 @@ def test_each_exercise_notebook_runs_all_in_a_real_browser(exercise_lab, request
             assert page.get_by_text("Error displaying widget").count() == 0
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT.with_name(f"{name}.png")), full_page=True)
+            reopened = reopen_without_kernel(page, saved)
+            assert reopened["widgets"] == reopened["plots"] == 0 or reopened["plots"] > 0, reopened
+            assert reopened["errors"] == reopened["loading"] == 0, f"{name}: reopened without a kernel, {reopened}"
+            page.screenshot(path=str(SCREENSHOT.with_name(f"{name}-reopened.png")), full_page=True)
         finally:
             browser.close()
+
+
+# what a notebook shows once reopened: widget views, plotly plots drawn, and widgets that cannot be shown
+REOPENED = """() => {
+    const outputs = [...document.querySelectorAll('.jp-OutputArea-output')];
+    return {widgets: document.querySelectorAll('.jupyter-widgets').length,
+            plots: document.querySelectorAll('.js-plotly-plot').length,
+            loading: outputs.filter(o => /Loading widget/.test(o.innerText)).length,
+            errors: outputs.filter(o => /Error displaying widget|model not found/.test(o.innerText)).length};
+}"""
+
+
+def reopen_without_kernel(page, saved) -> dict:
+    """Save the notebook (with its widgets' state), shut its kernel down, reload the page and count what the
+    saved notebook shows (``REOPENED``): what a learner sees opening it again another day."""
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while "application/vnd.jupyter.widget-state+json" not in saved.read_text():
+        if time.monotonic() > deadline:
+            break  # a notebook without widgets saves no widget state
+        time.sleep(0.5)
+    page.get_by_role("menuitem", name="Kernel", exact=True).click()
+    page.get_by_text("Shut Down Kernel", exact=True).click()
+    page.get_by_text("No Kernel").first.wait_for(timeout=30_000)
+    page.reload()
+    page.wait_for_selector(".jp-Notebook", timeout=90_000)
+    deadline = time.monotonic() + 90
+    while True:  # widget views and plots draw after the notebook appears, from the saved state
+        time.sleep(2)
+        seen = page.evaluate(REOPENED)
+        if seen["loading"] == 0 or time.monotonic() > deadline:
+            return seen
 
 
 @pytest.fixture
