@@ -44,7 +44,7 @@ KEY_TERMS = {
     "latency-bound and bandwidth-bound sizes (busbw curves)": ["latency-bound", "bandwidth-bound"],
     "the ring's time: 2(n-1)(alpha + K/(nB))": ["ring_time", "2(n-1)(alpha + K/(nB))"],
     "ringlab against MPI and NCCL on GPUs; ranks sharing a GPU (MPS)": ["gpu_bench", "MPS"],
-    "published nccl-tests sweeps against the cost model": ["against_model", "nccl-tests"],
+    "published nccl-tests sweeps against the cost model": ["against_published", "nccl-tests"],
     "NVLS: reduction inside the switch": ["NVLS", "nvls_busbw"],
     "machines nobody here has (DGX-1, DGX-2, HGX), and 1024 GPUs": ["dgx2-nvswitch", "1024"],
     "the double binary tree, and tree against ring by size": ["double binary tree", "allreduce.dbtree"],
