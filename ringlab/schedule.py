@@ -10,10 +10,14 @@ same schedule.
 
 Steps keep their transfers as small read-only integer arrays rather than Python objects, so a
 ring over thousands of ranks stays cheap; iterating a step still yields plain ``Transfer`` tuples.
+The registered algorithms go further: their steps are :class:`LazySteps`, made from a compact
+description when asked for (``ringlab.algorithms.pattern``), so a schedule over 100,000 ranks is built
+in a moment and a step's transfers exist only while something reads them.
 """
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping, NamedTuple, Sequence
@@ -161,6 +165,15 @@ class Step:
         return f"Step({self.label!r}: {shown}{more})"
 
 
+class LazySteps(SequenceABC):
+    """Steps made on demand (``steps[i]``, iteration), which check themselves when made; ``num_transfers``
+    and ``nranks``/``nchunks`` say what they hold without making them."""
+
+    nranks: int
+    nchunks: int
+    num_transfers: int
+
+
 @dataclass(frozen=True)
 class Collective:
     """What a schedule must achieve, as provenance: which ranks' inputs each chunk holds.
@@ -268,10 +281,15 @@ class Schedule:
     options: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self):
-        steps = tuple(s if isinstance(s, Step) else Step.of(s) for s in self.steps)
-        object.__setattr__(self, "steps", steps)
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
         n, k = self.nranks, self.nchunks
+        if isinstance(self.steps, LazySteps):
+            if (self.steps.nranks, self.steps.nchunks) != (n, k):
+                raise ValueError(f"steps made for {self.steps.nranks} ranks and {self.steps.nchunks} chunks, "
+                                 f"not {n} and {k}")
+            return
+        steps = tuple(s if isinstance(s, Step) else Step.of(s) for s in self.steps)
+        object.__setattr__(self, "steps", steps)
         for index, step in enumerate(steps):
             for column, limit, what in ((step.src, n, "rank"), (step.dst, n, "rank"), (step.chunk, k, "chunk")):
                 bad = np.flatnonzero((column < 0) | (column >= limit))
@@ -294,6 +312,8 @@ class Schedule:
 
     @property
     def num_transfers(self) -> int:
+        if isinstance(self.steps, LazySteps):
+            return self.steps.num_transfers
         return sum(len(step) for step in self.steps)
 
     def fingerprint(self) -> str:

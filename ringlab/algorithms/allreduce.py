@@ -1,21 +1,28 @@
 """Allreduce without a ring: through one root, a tree, a parameter server, halving-doubling."""
 from __future__ import annotations
 
-from ..schedule import COPY, REDUCE, Step
+import numpy as np
+
+from ..schedule import COPY, REDUCE
 from . import broadcast, reduce
+from .pattern import TERM_BYTES, Pattern, check_fits
 from .registry import register
 
 
 @register("allreduce.naive")
 def naive(nranks: int, root: int = 0):
     """Reduce to the root, then broadcast from it: the root's links carry (n-1)K in and (n-1)K out."""
-    return 1, reduce.direct(nranks, root).steps + broadcast.direct(nranks, root).steps
+    pattern = Pattern(nranks, 1)
+    broadcast.add_direct(pattern, nranks, root, reduce.add_direct(pattern, nranks, root))
+    return 1, pattern.steps()
 
 
 @register("allreduce.tree")
 def tree(nranks: int, root: int = 0):
     """Binomial-tree reduce to the root, then binomial-tree broadcast: 2 ceil(log2 n) steps of the whole buffer."""
-    return 1, reduce.tree(nranks, root).steps + broadcast.tree(nranks, root).steps
+    pattern = Pattern(nranks, 1)
+    broadcast.add_tree(pattern, nranks, root, reduce.add_tree(pattern, nranks, root))
+    return 1, pattern.steps()
 
 
 @register("allreduce.ps")
@@ -23,9 +30,16 @@ def parameter_server(nranks: int, servers: int = 1):
     """Parameter server with M shards: rank s (s < M) serves chunk s. Every rank pushes chunk s to
     server s, which adds them up, then every rank pulls the sum back. With M=1 (the classic single
     server) its links carry (n-1)K each way; M shards divide that load by M."""
-    push = [(r, s, s, REDUCE) for s in range(servers) for r in range(nranks) if r != s]
-    pull = [(s, r, s, COPY) for s in range(servers) for r in range(nranks) if r != s]
-    return servers, [Step.of(push, "push gradients"), Step.of(pull, "pull parameters")]
+    check_fits(2 * servers * nranks * TERM_BYTES, f"allreduce.ps with {servers} servers on {nranks} ranks "
+               f"({2 * servers * (nranks - 1)} messages)", "Use fewer servers.")
+    server, rank = np.divmod(np.arange(servers * nranks), nranks)
+    server, rank = server[server != rank], rank[server != rank]
+    pattern = Pattern(nranks, servers)
+    pattern.label(0, "push gradients")
+    pattern.add(rank, server, 0, 1, server, REDUCE, order=server * nranks + rank)
+    pattern.label(1, "pull parameters")
+    pattern.add(server, rank, 1, 2, server, COPY, order=server * nranks + rank)
+    return servers, pattern.steps()
 
 
 @register("allreduce.rhd")
@@ -37,32 +51,26 @@ def halving_doubling(nranks: int):
     get the result back at the end (MPICH's approach)."""
     p = 1 << (nranks.bit_length() - 1)  # the largest power of two <= n
     extra = nranks - p
-    rank = [2 * v + 1 if v < extra else v + extra for v in range(p)]  # who plays position v of p
-    everything = range(p)
-    steps = []
+    v = np.arange(p)
+    rank = np.where(v < extra, 2 * v + 1, v + extra)  # who plays position v of p
+    pattern, step = Pattern(nranks, p), 0
     if extra:  # ranks 2v and 2v+1 pair up: 2v adds its buffer into 2v+1 and sits out
-        steps.append(Step.of([(2 * v, 2 * v + 1, c, REDUCE) for v in range(extra) for c in everything],
-                             "fold in extra ranks"))
+        pattern.label(step, "fold in extra ranks")
+        pattern.add(2 * v[:extra], 2 * v[:extra] + 1, step, step + 1, 0, REDUCE, width=p, order=v[:extra])
+        step += 1
     mask = p // 2
+    pattern.label(step, "reduce-scatter (halving)")
     while mask >= 1:  # halving: of the 2*mask chunks v still works on, send the partner's half, keep yours
-        transfers = []
-        for v in range(p):
-            partner = v ^ mask
-            block = v & ~(2 * mask - 1)  # the first chunk v and its partner share
-            theirs = block + (0 if v & mask else mask)
-            transfers += [(rank[v], rank[partner], c, REDUCE) for c in range(theirs, theirs + mask)]
-        steps.append(Step.of(transfers, "reduce-scatter (halving)"))
-        mask //= 2
+        block = v & ~(2 * mask - 1)  # the first chunk v and its partner share
+        theirs = block + np.where(v & mask, 0, mask)
+        pattern.add(rank, rank[v ^ mask], step, step + 1, theirs, REDUCE, width=mask, order=v)
+        mask, step = mask // 2, step + 1
     mask = 1
+    pattern.label(step, "allgather (doubling)")
     while mask < p:  # doubling: send the mask complete chunks you hold, receive as many back
-        transfers = []
-        for v in range(p):
-            partner = v ^ mask
-            mine = v & ~(mask - 1)
-            transfers += [(rank[v], rank[partner], c, COPY) for c in range(mine, mine + mask)]
-        steps.append(Step.of(transfers, "allgather (doubling)"))
-        mask *= 2
+        pattern.add(rank, rank[v ^ mask], step, step + 1, v & ~(mask - 1), COPY, width=mask, order=v)
+        mask, step = mask * 2, step + 1
     if extra:
-        steps.append(Step.of([(2 * v + 1, 2 * v, c, COPY) for v in range(extra) for c in everything],
-                             "unfold to extra ranks"))
-    return p, steps
+        pattern.label(step, "unfold to extra ranks")
+        pattern.add(2 * v[:extra] + 1, 2 * v[:extra], step, step + 1, 0, COPY, width=p, order=v[:extra])
+    return p, pattern.steps()

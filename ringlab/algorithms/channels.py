@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import COPY, REDUCE, Step, check_count
+from ..schedule import COPY, REDUCE, check_count
+from .pattern import Pattern
 from .registry import register
 
 
@@ -60,8 +61,10 @@ def allreduce(nranks: int, rings: int = 2, orders=None):
     src, dst = ranks.reshape(-1), np.roll(ranks, -1, axis=1).reshape(-1)  # position i sends to i+1
     first = np.repeat(np.arange(k) * n, n)  # the first chunk of each ring's part
     position = np.tile(np.arange(n), k)
-    steps = []
-    for phase, op, shift in (("reduce-scatter", REDUCE, 0), ("allgather", COPY, 1)):
-        for i in range(n - 1):  # allreduce.ring's chunk rule, by position in each ring
-            steps.append(Step.columns(src, dst, first + (position - i + shift) % n, op, phase))
-    return k * n, steps
+    pattern = Pattern(n, k * n)
+    for start, (phase, op, shift) in zip((0, n - 1), (("reduce-scatter", REDUCE, 0), ("allgather", COPY, 1))):
+        pattern.label(start, phase)
+        if n > 1:  # allreduce.ring's chunk rule, by position in each ring
+            pattern.rotating(src, dst, start, start + n - 1, position + shift, n, op, base=first,
+                             order=np.arange(k * n))
+    return k * n, pattern.steps(2 * (n - 1))

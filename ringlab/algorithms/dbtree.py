@@ -12,45 +12,56 @@ The trees are built as NCCL builds them (``ncclGetBtree`` and ``ncclGetDtree`` i
 """
 from __future__ import annotations
 
-from ..schedule import COPY, REDUCE, Step
+import numpy as np
+
+from ..schedule import COPY, REDUCE
+from .pattern import Pattern
 from .registry import register
 
 
 def btree(nranks: int) -> list[int]:
     """Every rank's parent in NCCL's binary tree over ``nranks`` ranks (``ncclGetBtree``); -1 for the root, rank 0."""
-    parents = [-1]
-    for rank in range(1, nranks):
-        bit = rank & -rank  # the lowest set bit
-        up = (rank ^ bit) | (bit << 1)
-        parents.append(up if up < nranks else rank ^ bit)
-    return parents
+    return _btree(nranks).tolist()
 
 
 def dtree(nranks: int) -> tuple[list[int], list[int]]:
     """The parents in NCCL's two complementary trees (``ncclGetDtree``): the binary tree, and it mirrored
     (n even) or shifted by one rank (n odd)."""
-    first = btree(nranks)
+    return tuple(parents.tolist() for parents in _dtree(nranks))
+
+
+def _btree(nranks: int) -> np.ndarray:
+    rank = np.arange(nranks)
+    bit = rank & -rank  # the lowest set bit
+    up = (rank ^ bit) | (bit << 1)
+    parents = np.where(up < nranks, up, rank ^ bit)
+    parents[0] = -1
+    return parents
+
+
+def _dtree(nranks: int) -> tuple[np.ndarray, np.ndarray]:
+    first, rank = _btree(nranks), np.arange(nranks)
     if nranks % 2:  # rank r plays r-1 of the first tree
-        second = [-1 if first[(r - 1) % nranks] < 0 else (first[(r - 1) % nranks] + 1) % nranks
-                  for r in range(nranks)]
+        played = first[(rank - 1) % nranks]
+        second = np.where(played < 0, -1, (played + 1) % nranks)
     else:  # rank r plays n-1-r
-        second = [-1 if first[nranks - 1 - r] < 0 else nranks - 1 - first[nranks - 1 - r] for r in range(nranks)]
+        played = first[nranks - 1 - rank]
+        second = np.where(played < 0, -1, nranks - 1 - played)
     return first, second
 
 
-def _levels(parents: list[int]) -> tuple[list[int], list[int]]:
+def _levels(parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(height, depth) of every rank in a tree: height 0 at the leaves, depth 0 at the root."""
     n = len(parents)
-    depth = [0] * n
-    for rank in range(n):  # a chain of parents is at most n long
-        up = parents[rank]
-        while up >= 0:
-            depth[rank] += 1
-            up = parents[up]
-    height = [0] * n
-    for rank in sorted(range(n), key=lambda r: -depth[r]):  # deepest first: children before parents
-        if parents[rank] >= 0:
-            height[parents[rank]] = max(height[parents[rank]], height[rank] + 1)
+    depth, up = np.zeros(n, dtype=np.int64), parents.copy()
+    while (up >= 0).any():  # a binary tree is log2(n) deep: one pass a level
+        climbing = up >= 0
+        depth += climbing
+        up[climbing] = parents[up[climbing]]
+    height = np.zeros(n, dtype=np.int64)
+    for level in range(int(depth.max(initial=0)), 0, -1):  # deepest first: children before parents
+        at = np.flatnonzero(depth == level)
+        np.maximum.at(height, parents[at], height[at] + 1)
     return height, depth
 
 
@@ -72,22 +83,33 @@ def double_binary_tree(nranks: int, segments: int = 8):
     and n-1 and K at rank 1. All ranks together send 2(n-1)K, as a ring does. S does not change
     the bytes; it cuts the time, ~ (S+2H-1)(alpha + K/(2S B)), which tends to K/(2B) as S grows.
     """
-    steps: dict[int, list] = {}
-    for tree, parents in enumerate(dtree(nranks)):
+    pattern = Pattern(nranks, 2 * segments)
+    ups, downs = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]  # when each tree sends up, down
+    for tree, parents in enumerate(_dtree(nranks)):
         height, depth = _levels(parents)
-        top = max(height)
-        for rank, parent in enumerate(parents):
-            if parent < 0:
-                continue
-            for s in range(segments):
-                chunk = tree * segments + s
-                steps.setdefault(s + height[rank], []).append((rank, parent, chunk, REDUCE))
-                steps.setdefault(s + top + depth[parent], []).append((parent, rank, chunk, COPY))
-    return 2 * segments, [Step.of(steps[t], _label(steps[t])) for t in sorted(steps)]
+        top = int(height.max(initial=0))
+        rank = np.flatnonzero(parents >= 0)
+        parent = parents[rank]
+        order = (tree * nranks + rank) * 2  # as the step-by-step builder listed them: down, then up
+        up = height[rank]  # segment s goes up at step s + height, down at step s + top + depth of the parent
+        down = top + depth[parent]
+        pattern.add(parent, rank, down, down + segments, tree * segments, COPY, stride=1, order=order)
+        pattern.add(rank, parent, up, up + segments, tree * segments, REDUCE, stride=1, order=order + 1)
+        ups.append(up)
+        downs.append(down)
+    _label(pattern, np.concatenate(ups), np.concatenate(downs), segments)
+    return 2 * segments, pattern.steps()
 
 
-def _label(transfers: list) -> str:
-    ops = {t[3] for t in transfers}
-    if ops == {REDUCE}:
-        return "reduce (up the trees)"
-    return "broadcast (down the trees)" if ops == {COPY} else "reduce up + broadcast down"
+def _label(pattern: Pattern, ups: np.ndarray, downs: np.ndarray, segments: int) -> None:
+    """Each step's label from what it does: summing up the trees, copying down, or both."""
+    last = int(max(ups.max(initial=0), downs.max(initial=0))) + segments + 1
+    going_up, going_down = (np.cumsum(np.bincount(start, minlength=last) - np.bincount(start + segments, minlength=last))
+                            > 0 for start in (ups, downs))
+    said = None
+    for step in range(last):
+        text = {(True, False): "reduce (up the trees)", (False, True): "broadcast (down the trees)",
+                (True, True): "reduce up + broadcast down"}.get((bool(going_up[step]), bool(going_down[step])))
+        if text is not None and text != said:
+            pattern.label(step, text)
+            said = text

@@ -4,7 +4,10 @@ Node g holds the consecutive ranks gL .. gL+L-1 (the last node fewer when L does
 """
 from __future__ import annotations
 
-from ..schedule import COPY, REDUCE, Step
+import numpy as np
+
+from ..schedule import COPY, REDUCE
+from .pattern import Pattern
 from .registry import register
 
 
@@ -31,22 +34,35 @@ def hierarchical(nranks: int, local: int | None = None):
     """
     L = nranks if local is None else local
     G = -(-nranks // L)  # nodes
-    sizes = [min(L, nranks - g * L) for g in range(G)]
+    full, last = nranks // L, nranks - (G - 1) * L  # nodes of L ranks; the last node's ranks
+    pattern = Pattern(nranks, L * G)
+    first = [0, L - 1, L - 1 + G - 1, L - 1 + 2 * (G - 1)]  # where each phase starts
+    for start, label in zip(first, ("reduce-scatter (inside nodes)", "reduce-scatter (across nodes)",
+                                    "allgather (across nodes)", "allgather (inside nodes)")):
+        pattern.label(start, label)
+    for start, op, shift in ((first[0], REDUCE, -1), (first[3], COPY, 0)):  # a ring inside every node
+        g, j = np.divmod(np.arange(full * L), L)  # full nodes: local rank j sends shard (j - i + shift) mod L
+        if L > 1:
+            pattern.rotating(g * L + j, g * L + (j + 1) % L, start, start + L - 1, j + shift, L, op, scale=G,
+                             width=G, order=(g * L + j) * L)
+        if last < L:  # the last node's m ranks: local rank j holds shards j, j+m, j+2m ...
+            _short_node(pattern, (G - 1) * L, last, L, G, start, shift, op)
+    shard, g = np.divmod(np.arange(L * G), G)
+    holder = g * L + shard % np.where(g == G - 1, last, L)  # shard's holder on node g
+    nxt = (g + 1) % G
+    holder_next = nxt * L + shard % np.where(nxt == G - 1, last, L)
+    for start, op, shift in ((first[1], REDUCE, 0), (first[2], COPY, 1)):  # allreduce.ring's rule across nodes
+        if G > 1:
+            pattern.rotating(holder, holder_next, start, start + G - 1, g + shift, G, op, base=shard * G,
+                             order=shard * G + g)
+    return L * G, pattern.steps()
 
-    def group(j: int, m: int) -> list[int]:  # the chunks local rank j of an m-rank node is left holding
-        return [shard * G + q for shard in range(j, L, m) for q in range(G)]
 
-    def holder(g: int, shard: int) -> int:
-        return g * L + shard % sizes[g]
-
-    def inside(i: int, shift: int, op: str, label: str) -> Step:  # ring step i over every node's groups
-        return Step.of([(g * L + j, g * L + (j + 1) % m, c, op) for g, m in enumerate(sizes) if i < m - 1
-                        for j in range(m) for c in group((j - i + shift) % m, m)], label)
-
-    steps = [inside(i, -1, REDUCE, "reduce-scatter (inside nodes)") for i in range(L - 1)]
-    for phase, op, shift in (("reduce-scatter", REDUCE, 0), ("allgather", COPY, 1)):
-        for i in range(G - 1):  # every shard's ring across the nodes, with allreduce.ring's chunk rule
-            steps.append(Step.of([(holder(g, shard), holder((g + 1) % G, shard), shard * G + (g - i + shift) % G, op)
-                                  for shard in range(L) for g in range(G)], f"{phase} (across nodes)"))
-    steps += [inside(i, 0, COPY, "allgather (inside nodes)") for i in range(L - 1)]
-    return L * G, steps
+def _short_node(pattern: Pattern, base: int, m: int, L: int, G: int, start: int, shift: int, op: str) -> None:
+    """The ring inside a last node of m < L ranks, a step at a time: local rank j sends every shard of
+    group (j - i + shift) mod m, the shards r, r+m, r+2m ... below L, G chunks each."""
+    for i in range(m - 1):
+        for j in range(m):
+            shards = np.arange((j - i + shift) % m, L, m)
+            pattern.add(base + j, base + (j + 1) % m, start + i, start + i + 1, shards * G, op, width=G,
+                        order=(base + j) * L + np.arange(len(shards)))

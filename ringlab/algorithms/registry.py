@@ -8,7 +8,7 @@ import functools
 import inspect
 from typing import Callable
 
-from ..schedule import ROOTED, Collective, Schedule
+from ..schedule import ROOTED, Collective, LazySteps, Schedule
 
 ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
 
@@ -16,8 +16,9 @@ ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
 def register(name: str):
     """Decorator: file a builder under ``name`` (``"allreduce.ring"``); the collective is the part before the dot.
 
-    The builder returns ``(nchunks, steps)``. What gets registered returns a Schedule of that
-    collective and name, its empty steps dropped, with the options it was built with (those not
+    The builder returns ``(nchunks, steps)``: a list of steps, or the steps of a
+    :class:`~ringlab.algorithms.pattern.Pattern` (made on demand). What gets registered returns a Schedule
+    of that collective and name, its empty steps dropped, with the options it was built with (those not
     None) recorded; a ``root`` is also the collective's root for reduce, broadcast, gather and scatter.
     """
     collective = name.split(".", 1)[0]
@@ -32,8 +33,9 @@ def register(name: str):
             bound.apply_defaults()
             recorded = {k: v for k, v in list(bound.arguments.items())[1:] if v is not None}
             root = recorded.get("root") if collective in ROOTED else None
-            return Schedule(Collective(collective, nranks, nchunks, root=root), tuple(s for s in steps if len(s)),
-                            name=name, options=recorded)
+            if not isinstance(steps, LazySteps):
+                steps = tuple(s for s in steps if len(s))
+            return Schedule(Collective(collective, nranks, nchunks, root=root), steps, name=name, options=recorded)
 
         ALGORITHMS[name] = build_schedule
         return build_schedule

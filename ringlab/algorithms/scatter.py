@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import COPY, Step
+from ..schedule import COPY
+from .gather import add_blocks
+from .pattern import Pattern
 from .registry import register
 
 
@@ -16,8 +18,11 @@ from .registry import register
 def direct(nranks: int, root: int = 0):
     """The root sends every other rank its block in one step: the root sends (n-1)K/n over its one
     link, each other rank receives K/n."""
-    others = np.array([r for r in range(nranks) if r != root], dtype=np.int64)
-    return nranks, [Step.columns(root, others, others, COPY, "scatter")]
+    others = np.delete(np.arange(nranks), root)
+    pattern = Pattern(nranks, nranks)
+    pattern.label(0, "scatter")
+    pattern.add(root, others, 0, 1, others, COPY, order=others)
+    return nranks, pattern.steps()
 
 
 @register("scatter.ring")
@@ -27,12 +32,12 @@ def ring(nranks: int, root: int = 0):
     if it already holds it. n-1 steps; the root sends (n-1)K/n, all to root+1, and the rank at
     distance d receives n-d blocks: n(n-1)K/2n in all."""
     n = nranks
-    steps = []
-    for i in range(n - 1):
-        distance = np.arange(0, i + 1)     # ranks root .. root+i hold a block to pass on at step i
-        senders = (root + distance) % n
-        steps.append(Step.columns(senders, (senders + 1) % n, (senders - 1 - i) % n, COPY, "scatter (ring)"))
-    return n, steps
+    distance = np.arange(n - 1)  # the rank at distance d from the root passes a block on at steps d .. n-2
+    senders = (root + distance) % n
+    pattern = Pattern(n, n)
+    pattern.label(0, "scatter (ring)")
+    pattern.rotating(senders, (senders + 1) % n, distance, n - 1, senders - 1 - distance, n, COPY, order=distance)
+    return n, pattern.steps()
 
 
 @register("scatter.tree")
@@ -40,16 +45,14 @@ def tree(nranks: int, root: int = 0):
     """Binomial tree (MPICH's scatter): the root sends the far half of the blocks 2^k ranks away, then
     every holder halves again; ceil(log2 n) steps. The root still sends (n-1)K/n; the rank at
     distance d receives min(lowbit(d), n-d) blocks."""
-    n, steps, mask = nranks, [], 1
+    n, mask, step = nranks, 1, 0
+    pattern = Pattern(n, n)
+    pattern.label(0, "scatter (tree level {i})", 0)
     while mask * 2 < n:
         mask *= 2
     while mask >= 1 and n > 1:
-        src, dst, chunk = [], [], []
-        for distance in range(mask, n, 2 * mask):  # receives its subtree's blocks from distance - mask
-            for held in range(distance, min(distance + mask, n)):
-                src.append((distance - mask + root) % n)
-                dst.append((distance + root) % n)
-                chunk.append((held + root) % n)
-        steps.append(Step.columns(src, dst, chunk, COPY, f"scatter (tree level {len(steps)})"))
-        mask //= 2
-    return n, steps
+        distance = np.arange(mask, n, 2 * mask)  # receives its subtree's blocks from distance - mask
+        add_blocks(pattern, (distance - mask + root) % n, (distance + root) % n, step, (distance + root) % n,
+                   np.minimum(mask, n - distance), n, distance)
+        mask, step = mask // 2, step + 1
+    return n, pattern.steps()
