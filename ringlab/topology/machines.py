@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from .clusters import ClusterTopology, LinkRuns, Run, lowest_by_name
 from .graph import GB, SwitchTopology, Topology
 from .links import (A100_NVLINK, A100_REDUCE, ASSUMED, B200_NVLINK, B200_REDUCE, H100_NVLINK, H100_REDUCE,
                     H200_REDUCE, RATED, RATINGS, gpu_names, pcie_bandwidth, rated_link)
@@ -105,22 +108,25 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
                       for g in gpu_names(gpus_per_node))
         return SwitchTopology(name, gpu_names(gpus_per_node), links, spec.reduce_rate, source=source,
                               notes=f"{notes}; {RATED}. {ASSUMED}", switch_reduce=switch_reduce, machine=machine)
-    gpus = gpu_names(nodes * gpus_per_node)
-    links, pcie = [], pcie_bandwidth(spec.pcie, 16)
-    for i, g in enumerate(gpus):
-        node, local = divmod(i, gpus_per_node)
-        nic = f"nic{node * nics + local * nics // gpus_per_node}"
-        if spec.nvlink:
-            links += [rated_link(g, f"node{node}-nvswitch", spec.nvlink, "nvswitch", RATINGS[spec.rating]),
-                      rated_link(g, nic, pcie, "pcie")]
-        else:  # GPUs and NICs under the node's PCIe switch
-            links.append(rated_link(g, f"node{node}-pcie-switch", pcie, "pcie"))
-    if not spec.nvlink:
-        links += [rated_link(f"node{k // nics}-pcie-switch", f"nic{k}", pcie, "pcie") for k in range(nodes * nics)]
-    links += [rated_link(f"nic{k}", f"{fabric}-fabric", nic_gbps / 8 * GB, fabric) for k in range(nodes * nics)]
-    return Topology(name, gpus, tuple(links), spec.reduce_rate, source=source, switch_reduce=switch_reduce,
-                    notes=f"{notes}; {nics} NICs per node on PCIe {spec.pcie}.0 x16, one fabric"
-                          f"{' that reduces (SHARP)' if sharp else ''}; {RATED}. {ASSUMED}", machine=machine)
+    gpus, fabric_link = nodes * gpus_per_node, rated_link("", "", nic_gbps / 8 * GB, fabric)
+    pcie = rated_link("", "", pcie_bandwidth(spec.pcie, 16), "pcie")
+    to_fabric = Run(2 * gpus if spec.nvlink else gpus + nodes * nics, 1, nodes * nics, "nic{i}", f"{fabric}-fabric",
+                    fabric_link)
+    if spec.nvlink:  # link 2g: GPU g - its node's NVSwitch; 2g+1: GPU g - its NIC; then the NICs - the fabric
+        runs = [Run(0, 2, gpus, "gpu{i}", "node{node}-nvswitch",
+                    rated_link("", "", spec.nvlink, "nvswitch", RATINGS[spec.rating]), gpus_per_node),
+                Run(1, 2, gpus, "gpu{i}", "nic{nic}", pcie, gpus_per_node, nics), to_fabric]
+    else:  # GPUs and NICs under the node's PCIe switch
+        runs = [Run(0, 1, gpus, "gpu{i}", "node{node}-pcie-switch", pcie, gpus_per_node),
+                Run(gpus, 1, nodes * nics, "node{node}-pcie-switch", "nic{i}", pcie, nics), to_fabric]
+    g = np.arange(gpus)
+    return ClusterTopology(name, gpu_names(gpus), LinkRuns(runs), spec.reduce_rate, source=source,
+                           switch_reduce=switch_reduce,
+                           notes=f"{notes}; {nics} NICs per node on PCIe {spec.pcie}.0 x16, one fabric"
+                                 f"{' that reduces (SHARP)' if sharp else ''}; {RATED}. {ASSUMED}", machine=machine,
+                           per_node=gpus_per_node, nic_count=nodes * nics,
+                           nic=g // gpus_per_node * nics + g % gpus_per_node * nics // gpus_per_node,
+                           switched=not spec.nvlink, node_nic=lowest_by_name(np.arange(nodes) * nics, nics))
 
 
 def _name(gpu, nodes, gpus_per_node, nics, nic_gbps, fabric, sharp, nvls_off) -> str:
