@@ -16,19 +16,35 @@ latency once (``predict.protocols`` says where the figures come from and why the
 
 On ``uniform`` topologies and without a protocol this reproduces the closed forms of MPICH's and
 NCCL's cost models (tests/test_costmodel.py holds it to them); on presets it shows where links
-are shared. Everything is vectorised per step, so 1024 ranks of ring (two million transfers)
-take well under a second.
+are shared.
+
+Two ways to the same numbers (``method=``): ``"explicit"`` walks the schedule step by step, transfer
+by transfer, vectorised per step: the reference, and the way for a schedule written step by step. A
+registered algorithm's schedule also says its steps compactly (``ringlab.algorithms.pattern``), and
+``"auto"`` (the default) then prices that (``ringlab.predict.compact``): 100,000 ranks of ring in a
+second or two, where the walk's time grows with the square of the ranks. The two agree to 1e-9
+(tests/test_compact.py). A walk that would not fit in this machine's free memory is refused before it
+starts, and a prediction that runs past a few seconds shows a progress bar.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..algorithms import build
+from ..algorithms.pattern import PatternSteps, check_fits
 from ..schedule import REDUCE, Schedule, bus_factor, chunk_bounds, check_count, nccl_tests_size
-from ..topology import Topology
-from .protocols import AUTO, NVLINK, PROTOCOLS, Protocol, hardware_class, protocol as find_protocol
+from ..topology import SwitchTopology, Topology
+from ..topology.clusters import ClusterTopology
+from .compact import channel_hardware, predict_steps
+from .protocols import AUTO, NVLINK, PROTOCOLS, Protocol, protocol as find_protocol
+
+METHODS = ("auto", "compact", "explicit")
+PROGRESS_AFTER = 3.0  # seconds: a prediction that runs longer shows a progress bar
+WALK_BYTES_PER_TRANSFER = 200  # a transfer in the walk's arrays: its step's columns and the walk's own
+ROUTE_BYTES = 200  # a route the generic search keeps: its key, its channels, the dict's entry
 
 STEP_DTYPE = np.dtype([("latency", "f8"), ("transfer", "f8"), ("reduce", "f8"), ("time", "f8"),
                        ("bottleneck", "i8"), ("messages", "i8"), ("nbytes", "i8")])
@@ -76,68 +92,125 @@ class Prediction:
 
 
 def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int = 1, rank_map=None,
-            protocol: str | None = None) -> Prediction:
+            protocol: str | None = None, method: str = "auto") -> Prediction:
     """Predicted time of ``schedule`` on ``topology`` for a buffer of ``nbytes`` per rank.
 
     ``rank_map[r]`` is the topology rank that plays schedule rank ``r`` (default: the same);
     use it to try ring orders. Chunks are cut on ``itemsize``-byte elements, as in the executor.
     ``protocol``: None for the bare alpha-beta model, ``"LL"``, ``"LL128"`` or ``"Simple"`` for
     NCCL's costs of that protocol, ``"auto"`` for the fastest of those NCCL would use here.
+    ``method``: ``"auto"`` prices a registered algorithm's compact steps and walks any other schedule,
+    ``"compact"`` insists on the first, ``"explicit"`` walks transfer by transfer (the reference).
     """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     if protocol is not None and str(protocol).lower() == AUTO:
-        return min((predict(schedule, nbytes, topology, itemsize, rank_map, name)
+        return min((predict(schedule, nbytes, topology, itemsize, rank_map, name, method)
                     for name in usable_protocols(schedule, topology, rank_map)), key=lambda p: p.seconds)
     chosen = None if protocol is None else find_protocol(protocol)
     nbytes = check_count("nbytes", nbytes, minimum=0)
     n = schedule.nranks
     if n > topology.nranks:
         raise ValueError(f"{schedule.name} needs {n} ranks; topology {topology.name} has {topology.nranks}")
-    place = np.arange(n) if rank_map is None else np.asarray(rank_map, dtype=np.int64)
-    if sorted(place.tolist()) != sorted(set(place.tolist())) or len(place) != n or place.max(initial=0) >= topology.nranks:
-        raise ValueError(f"rank_map must give {n} different ranks of the topology")
-    chunk_bytes = np.diff(chunk_bounds(nbytes // itemsize, schedule.nchunks)) * itemsize
-    out = np.zeros(len(schedule.steps), dtype=STEP_DTYPE)
-    nchannels = len(topology.channel_bandwidth)
-    rate = topology.channel_rate * (chosen.rate_share if chosen else 1.0)
-    for index, step in enumerate(schedule.steps):
-        sizes = chunk_bytes[step.chunk]
-        moving = sizes > 0
-        if not moving.any():
-            out[index]["bottleneck"] = -1
-            continue
-        src, dst = place[step.src[moving]], place[step.dst[moving]]
-        pair, which = np.unique(src * topology.nranks + dst, return_inverse=True)
-        message_bytes = np.bincount(which, weights=sizes[moving])
-        message_src, message_dst = pair // topology.nranks, pair % topology.nranks
-        hop_pairs, channels = topology.routes(message_src, message_dst)
-        if chosen is None:
-            message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels], minlength=len(pair))
-        else:
-            message_latency = np.array([chosen.latency(h) for h in _route_hardware(topology, hop_pairs, channels,
-                                                                                    len(pair))])
-        latency = max(np.bincount(message_src, weights=message_latency).max(),
-                      np.bincount(message_dst, weights=message_latency).max())
-        load = topology.channel_load(np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels))
-        busy = load / rate
-        bottleneck = int(busy.argmax())
-        reducing = step.op[moving] == REDUCE
-        reduce_time = 0.0
-        if reducing.any() and np.isfinite(topology.reduce_rate):
-            reduce_time = np.bincount(dst[reducing], weights=sizes[moving][reducing]).max() / topology.reduce_rate
-        out[index] = (latency, busy[bottleneck], reduce_time, latency + busy[bottleneck] + reduce_time,
-                      bottleneck, len(pair), int(sizes.sum()))
+    place = _placement(n, topology, rank_map)
+    compact = isinstance(schedule.steps, PatternSteps)
+    if method == "compact" and not compact:
+        raise ValueError(f"{schedule.name}: its steps were written one by one, so there is no compact form to "
+                         "price; use method='explicit' (or 'auto', which walks it)")
+    if compact and method != "explicit":
+        with _progress(len(STEP_STAGES), "predicting (compact)", "stage") as bar:
+            columns = predict_steps(schedule.steps, nbytes, itemsize, topology, place, chosen, bar.update)
+        out = np.zeros(len(columns["time"]), dtype=STEP_DTYPE)
+        for name in STEP_DTYPE.names:
+            out[name] = columns[name]
+    else:
+        check_fits(walk_memory(schedule, topology), f"an explicit walk of {schedule.name} on {n} ranks",
+                   "Use method='auto', which prices a registered algorithm without its transfers"
+                   if compact else "Use fewer ranks, or build it with rl.build, whose schedules predict compactly")
+        out = _walk(schedule, nbytes, topology, itemsize, place, chosen)
     return Prediction(schedule, topology, nbytes, out, chosen.name if chosen else None,
                       chosen.base_latency if chosen else 0.0)
 
 
-def _channel_hardware(topology: Topology) -> np.ndarray:
-    return np.repeat([hardware_class(link.kind) for link in topology.links], 2)
+STEP_STAGES = ("pieces", "messages", "latency", "reduce", "transfer")  # what predict_steps reports done
+
+
+def _placement(n: int, topology: Topology, rank_map) -> np.ndarray:
+    """The topology rank of every schedule rank (identity by default), or a ValueError."""
+    place = np.arange(n) if rank_map is None else np.asarray(rank_map, dtype=np.int64)
+    if len(place) != n or len(np.unique(place)) != n or place.min(initial=0) < 0 or \
+            place.max(initial=0) >= topology.nranks:
+        raise ValueError(f"rank_map must give {n} different ranks of the topology")
+    return place
+
+
+def _progress(total: int, what: str, unit: str):
+    """A progress bar that shows itself only once a prediction has run for :data:`PROGRESS_AFTER` seconds."""
+    return tqdm(total=total, desc=what, unit=unit, delay=PROGRESS_AFTER, leave=False)
+
+
+def walk_memory(schedule: Schedule, topology: Topology) -> float:
+    """Bytes the explicit walk would need at its peak: its largest step's transfers, the chunk sizes, and the
+    routes a topology without arithmetic routes (the generic search) keeps, one per pair it meets."""
+    steps = schedule.steps
+    if isinstance(steps, PatternSteps):
+        t = steps.terms
+        per_step = np.zeros(steps.nsteps + 1, dtype=np.int64)
+        np.add.at(per_step, t["t0"], t["width"])
+        np.add.at(per_step, t["t1"], -t["width"])
+        largest_step = int(np.cumsum(per_step).max(initial=0))
+    else:
+        largest_step = max((len(step) for step in steps), default=0)
+    need = largest_step * WALK_BYTES_PER_TRANSFER + 16.0 * schedule.nchunks
+    if not isinstance(topology, (SwitchTopology, ClusterTopology)):  # routes from every rank to every rank
+        need += float(schedule.nranks) * topology.nranks * ROUTE_BYTES
+    return need
+
+
+def _walk(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int, place: np.ndarray,
+          chosen: Protocol | None) -> np.ndarray:
+    """The explicit walk: every step's transfers, merged into messages, routed and timed (the reference)."""
+    chunk_bytes = np.diff(chunk_bounds(nbytes // itemsize, schedule.nchunks)) * itemsize
+    out = np.zeros(len(schedule.steps), dtype=STEP_DTYPE)
+    nchannels = len(topology.channel_bandwidth)
+    rate = topology.channel_rate * (chosen.rate_share if chosen else 1.0)
+    with _progress(len(schedule.steps), "predicting step by step", "step") as bar:
+        for index, step in enumerate(schedule.steps):
+            bar.update()
+            sizes = chunk_bytes[step.chunk]
+            moving = sizes > 0
+            if not moving.any():
+                out[index]["bottleneck"] = -1
+                continue
+            src, dst = place[step.src[moving]], place[step.dst[moving]]
+            pair, which = np.unique(src * topology.nranks + dst, return_inverse=True)
+            message_bytes = np.bincount(which, weights=sizes[moving])
+            message_src, message_dst = pair // topology.nranks, pair % topology.nranks
+            hop_pairs, channels = topology.routes(message_src, message_dst)
+            if chosen is None:
+                message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels],
+                                              minlength=len(pair))
+            else:
+                message_latency = np.array([chosen.latency(h) for h in _route_hardware(topology, hop_pairs,
+                                                                                        channels, len(pair))])
+            latency = max(np.bincount(message_src, weights=message_latency).max(),
+                          np.bincount(message_dst, weights=message_latency).max())
+            load = topology.channel_load(np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels))
+            busy = load / rate
+            bottleneck = int(busy.argmax())
+            reducing = step.op[moving] == REDUCE
+            reduce_time = 0.0
+            if reducing.any() and np.isfinite(topology.reduce_rate):
+                reduce_time = np.bincount(dst[reducing], weights=sizes[moving][reducing]).max() / topology.reduce_rate
+            out[index] = (latency, busy[bottleneck], reduce_time, latency + busy[bottleneck] + reduce_time,
+                          bottleneck, len(pair), int(sizes.sum()))
+    return out
 
 
 def _route_hardware(topology: Topology, hop_pairs: np.ndarray, channels: np.ndarray, count: int) -> np.ndarray:
     """Per message, the slowest hardware class its route crosses (NVLink < PCIe < network)."""
     out = np.zeros(count, dtype=np.int64)
-    np.maximum.at(out, hop_pairs, _channel_hardware(topology)[channels])
+    np.maximum.at(out, hop_pairs, channel_hardware(topology)[channels])
     return out
 
 
@@ -145,10 +218,14 @@ def usable_protocols(schedule: Schedule, topology: Topology, rank_map=None) -> l
     """The protocols NCCL would consider for this schedule here: LL128 only where every message
     of the schedule crosses NVLink alone, as NCCL enables it by default."""
     place = np.arange(schedule.nranks) if rank_map is None else np.asarray(rank_map, dtype=np.int64)
-    pairs = {(int(place[s]), int(place[d])) for step in schedule.steps for s, d in zip(step.src, step.dst)}
-    src, dst = (np.array(side, dtype=np.int64) for side in zip(*pairs)) if pairs else (np.zeros(0, int),) * 2
-    hop_pairs, channels = topology.routes(src, dst)
-    all_nvlink = bool((_route_hardware(topology, hop_pairs, channels, len(src)) == NVLINK).all())
+    if isinstance(schedule.steps, PatternSteps):  # the pairs its terms name
+        src, dst = schedule.steps.terms["src"], schedule.steps.terms["dst"]
+    else:
+        src, dst = (np.concatenate([getattr(step, side) for step in schedule.steps] or [np.zeros(0, np.int64)])
+                    for side in ("src", "dst"))
+    pairs = np.unique(place[src] * topology.nranks + place[dst])
+    hop_pairs, channels = topology.routes(pairs // topology.nranks, pairs % topology.nranks)
+    all_nvlink = bool((_route_hardware(topology, hop_pairs, channels, len(pairs)) == NVLINK).all())
     return [name for name, p in PROTOCOLS.items() if all_nvlink or not p.nvlink_only]
 
 
