@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import ringlab as rl
 from ringlab.algorithms import options_of
-from ringlab.predict import costmodel
+from ringlab.predict import costmodel, segments
 from ringlab.predict.compact import pieces
 from ringlab.topology import cluster, preset, preset_names, uniform
 from ringlab.topology.graph import Topology
@@ -17,9 +17,15 @@ PROTOCOLS = (None, "LL", "LL128", "Simple", "auto")
 QUADRATIC = ("alltoall.direct", "alltoall.pairwise", "alltoall.ring")  # n x n blocks: the walk is slow past 64
 
 
-def agree(schedule, nbytes, topology, itemsize=1, rank_map=None, protocol=None):
-    """The two methods' predictions, held to each other column by column."""
-    compact = rl.predict(schedule, nbytes, topology, itemsize, rank_map, protocol, method="compact")
+def agree(schedule, nbytes, topology, itemsize=1, rank_map=None, protocol=None, dense=True):
+    """The two methods' predictions, held to each other column by column; ``dense=False`` keeps the compact
+    path to its sorted runs, which it takes for many steps, also where a table of steps would do."""
+    limit = segments.DENSE_CELLS
+    segments.DENSE_CELLS = limit if dense else 0
+    try:
+        compact = rl.predict(schedule, nbytes, topology, itemsize, rank_map, protocol, method="compact")
+    finally:
+        segments.DENSE_CELLS = limit
     walked = rl.predict(schedule, nbytes, topology, itemsize, rank_map, protocol, method="explicit")
     where = f"{schedule!r} on {topology.name}, {nbytes} B, itemsize {itemsize}, protocol {protocol}"
     assert compact.protocol == walked.protocol, where
@@ -74,7 +80,7 @@ def test_every_rank_count_to_64_on_uniform_networks(name):
         protocol = PROTOCOLS[n % len(PROTOCOLS)]
         nbytes = (1000003, 64, 1 << 20)[n % 3]
         agree(rl.build(name, n), nbytes, uniform(n, 12.5e9, 5e-6, reduce_rate=3e9 if n % 2 else float("inf")),
-              itemsize=(1, 4)[n % 2], protocol=protocol)
+              itemsize=(1, 4)[n % 2], protocol=protocol, dense=n % 4 < 2)
 
 
 @pytest.mark.parametrize("topology", preset_names())
@@ -84,7 +90,9 @@ def test_every_preset(topology):
         for n in {machine.nranks, max(1, machine.nranks - 3)}:
             if name in QUADRATIC and n > 64:
                 n = 64
-            agree(rl.build(name, n), (1 << 24) + 3 * k, machine, protocol=PROTOCOLS[(k + n) % len(PROTOCOLS)])
+            for dense in (True, False):
+                agree(rl.build(name, n), (1 << 24) + 3 * k, machine, protocol=PROTOCOLS[(k + n) % len(PROTOCOLS)],
+                      dense=dense)
 
 
 @pytest.mark.parametrize("n", [100, 257, 512])
@@ -92,11 +100,12 @@ def test_a_handful_of_rank_counts_to_512(n):
     big = uniform(n, 25e9, 2e-6)
     for k, name in enumerate(ALGORITHMS):
         if name not in QUADRATIC:
-            agree(rl.build(name, n), (1 << 30) + 7, big, protocol=(None, "Simple")[k % 2])
+            agree(rl.build(name, n), (1 << 30) + 7, big, protocol=(None, "Simple")[k % 2], dense=k % 3 == 0)
     for machine in clusters(n):
         for name, opts in (("allreduce.ring", {}), ("allreduce.dbtree", {}), ("allreduce.rings", {"rings": 4}),
                            ("allreduce.hierarchical", {"local": machine.machine.gpus_per_node})):
-            agree(rl.build(name, n, **opts), (1 << 28) + 1, machine, protocol=("Simple", None)[n % 2])
+            agree(rl.build(name, n, **opts), (1 << 28) + 1, machine, protocol=("Simple", None)[n % 2],
+                  dense=len(name) % 2 == 0)
 
 
 @st.composite
@@ -118,7 +127,7 @@ def cases(draw):
     if draw(st.booleans()):  # the schedule on some of the topology's ranks, in any order
         rank_map = np.random.default_rng(draw(st.integers(0, 1000))).permutation(topology.nranks)[:n]
     return schedule, draw(SIZES), topology, draw(st.sampled_from([1, 2, 4, 8])), rank_map, draw(
-        st.sampled_from(PROTOCOLS))
+        st.sampled_from(PROTOCOLS)), draw(st.booleans())
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

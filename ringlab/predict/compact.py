@@ -25,7 +25,7 @@ import numpy as np
 from ..algorithms.pattern import PatternSteps
 from ..topology import Topology
 from .protocols import Protocol, hardware_class
-from .segments import largest, largest_with_key, total
+from .segments import dense_fits, dense_peak, largest, largest_with_key, total
 
 
 def pieces(terms: dict, count: int, nchunks: int, itemsize: int):
@@ -76,14 +76,14 @@ def predict_steps(steps: PatternSteps, nbytes: int, itemsize: int, topology: Top
         hardware = np.zeros(len(pairs), dtype=np.int64)
         np.maximum.at(hardware, hop_pair, channel_hardware(topology)[channel])
         latency_of = np.array([protocol.latency(h) for h in range(3)])[hardware]
-    out["latency"] = np.maximum(*(largest(nsteps, *_per_rank(ends, m_pair, m_start, m_end, latency_of[m_pair]))
+    out["latency"] = np.maximum(*(_peak(nsteps, ends, m_pair, m_start, m_end, latency_of[m_pair])
                                   for ends in (pair_src, pair_dst)))
     done()
     out["reduce"] = np.zeros(nsteps)
     adding = terms["reduce"][term]
     if adding.any() and np.isfinite(topology.reduce_rate):
-        _, r_start, r_end, r_bytes = total(dst[adding], start[adding], end[adding], size[adding])
-        out["reduce"] = largest(nsteps, r_start, r_end, r_bytes.astype(np.float64)) / topology.reduce_rate
+        out["reduce"] = _peak(nsteps, dst[adding], np.arange(adding.sum()), start[adding], end[adding],
+                              size[adding].astype(np.float64)) / topology.reduce_rate
     done()
     rate = topology.channel_rate * (protocol.rate_share if protocol else 1.0)
     out["transfer"], out["bottleneck"] = _busiest(topology, rate, hop_pair, channel, len(pairs), nsteps,
@@ -110,29 +110,30 @@ def _busiest(topology: Topology, rate, hop_pair, channel, npairs: int, nsteps: i
     own_key = np.full(npairs, -1, dtype=np.int64)
     own_key[hop_pair[alone]] = key[alone]
     has_own = own_key[m_pair] >= 0
-    values = [m_bytes[has_own] / rate[own_key[m_pair[has_own]]]]
-    keys, starts, ends = [own_key[m_pair[has_own]]], [m_start[has_own]], [m_end[has_own]]
-    crossing = np.flatnonzero(shared)
-    if len(crossing):  # every segment of the pair, on each channel it shares
-        first = np.searchsorted(m_pair, np.arange(npairs + 1))
-        count = np.diff(first)[hop_pair[crossing]]
-        which = np.repeat(first[hop_pair[crossing]], count) + np.arange(count.sum()) - np.repeat(
-            np.cumsum(count) - count, count)
-        c_key, c_start, c_end, c_bytes = total(np.repeat(key[crossing], count), m_start[which], m_end[which],
-                                               m_bytes[which])
-        values.append(c_bytes / rate[c_key])
-        keys.append(c_key)
-        starts.append(c_start)
-        ends.append(c_end)
-    return largest_with_key(nsteps, np.concatenate(starts), np.concatenate(ends), np.concatenate(values),
-                            np.concatenate(keys))
+    crossing = np.flatnonzero(shared)  # every segment of the pair, on each channel it shares
+    first = np.searchsorted(m_pair, np.arange(npairs + 1))
+    count = np.diff(first)[hop_pair[crossing]]
+    which = np.repeat(first[hop_pair[crossing]], count) + np.arange(count.sum()) - np.repeat(
+        np.cumsum(count) - count, count)
+    keys = np.concatenate([own_key[m_pair[has_own]], np.repeat(key[crossing], count)])
+    starts, ends = np.concatenate([m_start[has_own], m_start[which]]), np.concatenate([m_end[has_own], m_end[which]])
+    if dense_fits(nsteps, keys, starts, ends):
+        return dense_peak(nsteps, keys, starts, ends, np.concatenate([m_bytes[has_own], m_bytes[which]]), rate)
+    c_key, c_start, c_end, c_bytes = total(keys[has_own.sum():], m_start[which], m_end[which], m_bytes[which])
+    return largest_with_key(nsteps, np.concatenate([m_start[has_own], c_start]),
+                            np.concatenate([m_end[has_own], c_end]),
+                            np.concatenate([m_bytes[has_own] / rate[own_key[m_pair[has_own]]], c_bytes / rate[c_key]]),
+                            np.concatenate([own_key[m_pair[has_own]], c_key]))
 
 
-def _per_rank(rank_of_pair, m_pair, start, end, value):
-    """(start, end, value) of every rank's sum over its pairs' segments; a rank with one pair needs no adding."""
-    if np.bincount(rank_of_pair).max(initial=0) <= 1:
-        return start, end, value
-    return total(rank_of_pair[m_pair], start, end, value)[1:]
+def _peak(nsteps: int, rank_of, which, start, end, value) -> np.ndarray:
+    """For every step, the largest sum any rank has of the segments ``which`` names it in (``rank_of[which]``)."""
+    rank = rank_of[which]
+    if dense_fits(nsteps, rank, start, end):
+        return dense_peak(nsteps, rank, start, end, value)[0]
+    if np.bincount(rank_of).max(initial=0) <= 1:  # one segment a rank at a time: nothing to add up
+        return largest(nsteps, start, end, value)
+    return largest(nsteps, *total(rank, start, end, value)[1:])
 
 
 def _per_step(nsteps: int, start, end, value) -> np.ndarray:

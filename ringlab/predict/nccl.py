@@ -31,6 +31,7 @@ Everything here is a prediction of what NCCL would do, labelled as such, never a
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from ..schedule import bus_factor, check_count
 from ..topology import Topology
+from ..topology.clusters import ClusterTopology
 from ..topology.machines import Machine
 from . import tuning as T
 from .nvls import nvls_algbw, port_rate
@@ -260,7 +262,7 @@ def _across(f: Facts) -> float:
 
 def _intra_of(topology: Topology) -> str:
     """nvlink where every link between GPUs and switches is NVLink, else pcie (what NCCL's typeIntra says)."""
-    kinds = {link.kind for link in topology.links if link.a in topology.ranks or link.b in topology.ranks}
+    kinds = {link.kind for link, joins_rank in topology.link_classes() if joins_rank}
     return "nvlink" if kinds and kinds <= {"nvlink", "nvswitch"} else "pcie"
 
 
@@ -272,7 +274,7 @@ def _port(topology: Topology, peak: bool = False) -> float | None:
         return None
     if not peak:
         return rate
-    return min(link.bandwidth for link in topology.links if link.kind == "nvswitch" and link.rate == rate)
+    return min(link.bandwidth for link, _ in topology.link_classes() if link.kind == "nvswitch" and link.rate == rate)
 
 
 @lru_cache(maxsize=64)
@@ -291,9 +293,13 @@ def _ring_rates(topology: Topology, n: int) -> tuple[float, float]:
 
 def _net_per_node(topology: Topology, machine: Machine) -> float:
     """Bytes/s one node's NICs carry each way: each NIC at the slower of its port and its PCIe path from a GPU."""
+    if isinstance(topology, ClusterTopology):  # every NIC alike: its port, fed over PCIe
+        (port,) = [r for r in topology.links.runs if hardware_class(r.link.kind) == NET]
+        feed = max(r.link.rate for r in topology.links.runs if "nic{" in r.a + r.b and r is not port)
+        return port.count * min(port.link.rate, feed) / machine.nodes
     net = [link for link in topology.links if hardware_class(link.kind) == NET]
-    ends = [end for link in net for end in (link.a, link.b)]
-    nics = {end: link.rate for link in net for end in (link.a, link.b) if ends.count(end) == 1}  # the fabric: many
+    ends = Counter(end for link in net for end in (link.a, link.b))
+    nics = {end: link.rate for link in net for end in (link.a, link.b) if ends[end] == 1}  # the fabric: many
     if not nics:
         raise ValueError(f"{topology.name}: {machine.nodes} nodes but no network cards to cross between them")
     feeds: dict[str, float] = {}

@@ -46,8 +46,7 @@ def nvls_algbw(port: float, efficiency: float, nranks: int) -> float:
 
 def port_rate(topology: Topology) -> float:
     """Bytes/s each way of the slowest GPU port into the switch (its peak times its rating)."""
-    ports = [link.rate for link in topology.links if link.kind == "nvswitch" and
-             (link.a in topology.ranks or link.b in topology.ranks)]
+    ports = [link.rate for link, joins_rank in topology.link_classes() if link.kind == "nvswitch" and joins_rank]
     if not ports:
         raise ValueError(f"{topology.name} has no NVSwitch ports")
     return min(ports)

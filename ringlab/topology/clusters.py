@@ -12,7 +12,7 @@ a fraction of a second and tens of megabytes, where a Link object per link took 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -65,7 +65,9 @@ class LinkRuns(Sequence):
         for r in self.runs:
             i, off = divmod(index - r.first, r.stride)
             if off == 0 and 0 <= i < r.count:
-                return replace(r.link, a=r.name(r.a, i), b=r.name(r.b, i))
+                link = r.link
+                return Link(r.name(r.a, i), r.name(r.b, i), link.bandwidth, link.latency, link.kind, link.efficiency,
+                            link.duplex)
         raise IndexError(f"link {index} of {self._size}")
 
     def __iter__(self):
@@ -103,6 +105,10 @@ class ClusterTopology(Topology):
         object.__setattr__(self, "channel_rate", np.repeat(runs.rate, 2))
         object.__setattr__(self, "channel_latency", np.repeat(runs.latency, 2))
         object.__setattr__(self, "half_duplex", np.flatnonzero(~runs.duplex))
+
+    def link_classes(self) -> list[tuple[Link, bool]]:
+        """One link of each run, with whether it joins a rank (a GPU)."""
+        return [(self.links[r.first], "gpu{i}" in (r.a, r.b)) for r in self.links.runs]
 
     @cached_property
     def nodes(self) -> tuple[str, ...]:

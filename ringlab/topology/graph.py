@@ -165,6 +165,11 @@ class Topology:
                     out[i, j] = direct[frozenset((a, b))]
         return out
 
+    def link_classes(self) -> list[tuple[Link, bool]]:
+        """Each kind of link once, with whether it joins a rank: here every link (large clusters keep runs)."""
+        ranks = set(self.ranks)
+        return [(link, link.a in ranks or link.b in ranks) for link in self.links]
+
     def channel_load(self, load: np.ndarray) -> np.ndarray:
         """Bytes per directed channel as the links see them: on a half-duplex link both directions
         carry the sum of what crosses it either way."""
