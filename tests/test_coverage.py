@@ -48,6 +48,8 @@ KEY_TERMS = {
     "NVLS: reduction inside the switch": ["NVLS", "nvls_busbw"],
     "machines nobody here has (DGX-1, DGX-2, HGX), and 1024 GPUs": ["dgx2-nvswitch", "1024"],
     "the double binary tree, and tree against ring by size": ["double binary tree", "allreduce.dbtree"],
+    "datacenter scale: 8 to 100,000 GPUs, where the ring's latency passes its bandwidth":
+        ["at_scale", "ring_turning_point"],
     "several rings at once (NCCL's channels)": ["channels", "rings_on"],
     "hierarchical allreduce across nodes": ["hierarchical", "allreduce.hierarchical"],
     "the order of the ring on uneven links": ["ring_report"],

@@ -3,10 +3,11 @@
 #
 # **What you'll do:** sweep message sizes on 2 and 4 MPI ranks, see where time stops being latency
 # and starts being bandwidth, fit the alpha-beta model to your own measurements, then use the model
-# to predict what nobody here can run: DGX-1, DGX-2, the 8-GPU NVSwitch boards and 1024 GPUs.
+# to predict what nobody here can run: DGX-1, DGX-2, the 8-GPU NVSwitch boards, 1024 GPUs, and a
+# cluster of 8 to 100,000 H100s.
 #
 # **What you'll learn:** how to read busbw curves, why [NCCL](glossary.md) switches from tree to ring as messages
-# grow, and why the order of ranks in a ring matters on a real machine.
+# grow (and back to trees as clusters grow), and why the order of ranks in a ring matters on a real machine.
 #
 # **What you need:** labs 03 and 02. Measurements run on this machine's CPU (and on its GPU, when
 # it has one; otherwise recorded GPU results are shown, labelled). The predictions use published
@@ -392,6 +393,8 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 #   shaped rate, and the hierarchy beat the flat ring at every size, as the model built from the
 #   declared rate predicted.
 # - On machines with uneven links, the ring's order matters as much as the algorithm.
+# - At datacenter scale the ring's 2(n-1) latencies win: on nodes of 8 H100 a 1 GiB ring is
+#   latency-bound from a few thousand GPUs (n = K/(alpha B)), and trees, about 2 log2 n steps, take over.
 #
 # ## Exercises
 #
@@ -440,6 +443,48 @@ busbw_plot([row for label, answer in explained.items() for row in plot_rows(answ
 #
 # Your own log: `ringlab explain all_reduce_perf.log`, which reads the machine from the log's GPUs
 # and hosts, or give it: `ringlab explain LOG --machine h100:2x8` (`--json OUT` keeps the rows).
+
+# %% [markdown]
+# ## Datacenter scale: from one node to 100,000 GPUs
+#
+# Llama 3 was trained on 16,384 H100s, and clusters of 100,000 GPUs are being built. Nobody runs one
+# here, but the cost model can: a registered algorithm says its steps compactly (a ring over n ranks
+# is 4n runs of "rank j sends chunk (j-i) mod n to rank j+1", not its 2n(n-1) transfers), and the
+# model prices those runs on the links they cross, so 100,000 GPUs take a second or two.
+# `rl.predict(..., method="explicit")` walks the transfers one by one instead: the same numbers (to
+# 1e-9, tested), where it fits in memory and time.
+#
+# The machine is the published design of DGX H100 SuperPOD-style clusters: nodes of 8 H100 on
+# NVSwitch, one 400 Gbit/s InfiniBand NIC per GPU on PCIe 5.0, one non-blocking fabric
+# (`rl.topology.cluster("h100", nodes)`; latencies assumed, 1-2 µs a hop). A 1 GiB allreduce from 8
+# to 100,000 GPUs: the ring, NCCL's double binary tree (at its best segment count) and the
+# hierarchical allreduce (8 a node), all predicted. The dotted line is where the ring's latency part
+# passes the time it spends moving bytes, found by bisection on the predictions:
+
+# %%
+from ringlab.lessons.lab05_scaling.datacenter import (at_scale, describe_nccl, describe_scale, nccl_at_scale,
+                                                      ring_turning_point)
+from ringlab.viz import scale_plot
+
+scale = at_scale()  # 8, 64, 512, 4096, 16384 and 100,000 GPUs
+turning = ring_turning_point()
+scale_plot(scale, turning, title="predicted (cost model): 1 GiB allreduce on nodes of 8 H100, a 400G NIC per "
+           "GPU").show()
+print(describe_scale(scale, turning))
+
+# %% [markdown]
+# The ring moves the fewest bytes there are, 2(n-1)/n K per GPU, but in 2(n-1) steps, each paying
+# the latency of its slowest message (here one that crosses PCIe, the fabric and PCIe again). Its
+# bandwidth part stops growing, its latency part grows with n, and past a few thousand GPUs even a
+# 1 GiB buffer is latency-bound. The hierarchy moves most bytes over NVLink and every NIC at once,
+# but its ring across nodes still takes 2(nodes-1) steps. A tree needs about 2 log2 n steps however
+# large the cluster: that is why NCCL switches to trees at scale. NCCL's own model (its tuner's
+# constants, `rl.predict_nccl`) on the same machines: its pick, and the ring and the tree forced.
+# Where a node has one GPU, all-gather and reduce-scatter have a log-depth algorithm of their own,
+# PAT (NCCL 2.23), and the model picks it once the cluster is large:
+
+# %%
+print(describe_nccl(nccl_at_scale()))
 
 # %% [markdown]
 # ## Quiz
@@ -497,3 +542,14 @@ answer = 2 * (8 - 1) / (8 + 1)  # the ring's 2K(n-1)/n over NVLS's K(n+1)/n
 
 # %%
 QUIZ.check(4, answer)
+
+# %%
+QUIZ.ask(5)
+
+# %% tags=["solution"]
+answer = None  # your number of GPUs
+# solution
+answer = (1 << 30) / (7e-6 * 48e9)  # 2(n-1) alpha = 2(n-1) K/(nB) where n = K/(alpha B)
+
+# %%
+QUIZ.check(5, answer)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-_HOMES = {"StepThrough": "widget", "frames": "stepview", "step_figure": "stepview"}
+_HOMES = {"StepThrough": "widget", "frames": "stepview", "step_figure": "stepview", "scale_plot": "scale"}
 _PLOTS = ("algbw_busbw_plot", "bandwidth_heatmap", "busbw_plot", "fitted_busbw_plot", "fraction_bars",
           "host_device_figure", "links_figure", "measured_vs_predicted", "predicted_machines_plot", "segments_plot",
           "staleness_order_plot", "staleness_plot", "time_vs_ranks", "timeline", "topology_figure", "tree_ring_plot",
@@ -35,7 +35,7 @@ def use_renderer(offline: bool = False) -> str:
     return pio.renderers.default
 
 
-__all__ = ["StepThrough", "algbw_busbw_plot", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",
+__all__ = ["StepThrough", "algbw_busbw_plot", "scale_plot", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",
            "topology_figure", "busbw_plot", "fitted_busbw_plot", "links_figure", "time_vs_ranks",
            "measured_vs_predicted", "segments_plot", "staleness_plot", "staleness_order_plot", "versus_plot",
            "fraction_bars", "predicted_machines_plot", "tree_ring_plot", "use_renderer"]

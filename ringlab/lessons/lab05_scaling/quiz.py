@@ -65,6 +65,20 @@ def _nvls_over_ring(preset):
     return ring_bytes / nvls_bytes
 
 
+@functools.lru_cache(maxsize=4)
+def _turning(gib):
+    from .datacenter import ring_turning_point
+
+    return ring_turning_point(gib * GiB)
+
+
+def _turning_fields(gib):
+    turning = _turning(gib)
+    return {"alpha_us": turning["alpha_s"] * 1e6, "gbps": turning["rate_Bps"] / 1e9,
+            "formula": turning["formula_gpus"], "latency_ms": turning["latency_s"] * 1e3,
+            "transfer_ms": turning["transfer_s"] * 1e3}
+
+
 def _nvls_fields(preset):
     from ...topology import preset as load_preset
 
@@ -110,4 +124,15 @@ QUIZ = Quiz("05", [
         worked="A ring moves 2K(n-1)/n per GPU each way, NVLS K(n+1)/n: 2(n-1)/(n+1) = {top}/{bottom} = {answer:.3f} "
                "for n = {n}, from ringlab's ring schedule and its NVLS closed form (`ringlab.predict.nvls`).",
         hint="divide the ring's 2K(n-1)/n bytes per GPU by NVLS's K(n+1)/n, for n = {n}."),
+    Question(
+        "On the lab's datacenter design (nodes of 8 H100, a 400G NIC per GPU), every step of a {gib} GiB ring "
+        "allreduce pays alpha = {alpha_us:.3g} us (its slowest message crosses PCIe, the fabric and PCIe) and "
+        "moves a chunk of K/n bytes over the {gbps:.3g} GB/s PCIe link into a NIC. From how many GPUs is the "
+        "ring's latency part larger than the time it spends moving bytes?",
+        lambda gib: _turning(gib)["gpus"], given=dict(gib=1), unit="GPUs", derived=_turning_fields,
+        worked="2(n-1) alpha = 2(n-1) K/(n B) where n = K/(alpha B) = {formula:,.0f}; the cost model's predictions, "
+               "bisected over whole nodes, first pass it at {answer:,} GPUs (there: {latency_ms:.1f} ms of latency "
+               "against {transfer_ms:.1f} ms of transfer). Beyond that the ring's time grows with n and NCCL's trees, "
+               "2 log2 n steps, take over.",
+        hint="set the latency part 2(n-1) alpha equal to the bandwidth part 2(n-1) K/(nB) and solve for n."),
 ])
