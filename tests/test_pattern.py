@@ -55,3 +55,61 @@ def test_every_schedule_is_what_the_step_by_step_builders_made(name):
             schedule = rl.build(name, n, **options)
             assert canonical(schedule) == recorded["canonical"][index], (name, label, n)
             assert schedule.fingerprint()[:12] == recorded["exact"][index], (name, label, n, "transfer order")
+
+
+def test_a_schedule_of_100000_ranks_is_built_without_its_transfers():
+    ring = rl.build("allreduce.ring", 100000)
+    assert isinstance(ring.steps, PatternSteps) and isinstance(ring.steps, LazySteps)
+    assert len(ring.steps) == 199998 and ring.num_transfers == 199998 * 100000
+    assert len(ring.steps.terms["src"]) <= 4 * 100000  # four runs a rank, where the transfers are 2(n-1) a rank
+    step = ring.steps[100001]  # allgather, step 2: rank j sends chunk (j - 2 + 1) mod n
+    assert len(step) == 100000 and step.label == "allgather"
+    assert list(step)[:2] == [rl.Transfer(0, 1, 99999, "copy"), rl.Transfer(1, 2, 0, "copy")]
+    assert ring.steps[-1] == ring.steps[199997] and ring.steps._cache and len(ring.steps._cache) <= 5
+
+
+def test_made_steps_read_like_a_tuple_of_steps():
+    ring = rl.build("allreduce.ring", 4)
+    steps = tuple(ring.steps)
+    assert ring.steps == steps and ring.steps == list(steps) and ring.steps[1:3] == steps[1:3]
+    assert ring.steps[::-1] == steps[::-1] and rl.build("allreduce.ring", 1).steps == ()
+    with pytest.raises(IndexError, match="step 6 of a schedule of 6 steps"):
+        ring.steps[6]
+    first, *_ = ring.steps
+    assert first == steps[0]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(ring.steps)) == steps  # made again from its terms, without the cache
+
+
+def test_a_pattern_checks_its_terms():
+    with pytest.raises(ValueError, match="a term names a rank outside 0..2"):
+        _pattern(3, 2, [(0, 3, 0, 1, 0)])
+    with pytest.raises(ValueError, match="rank 1 sends to itself"):
+        _pattern(3, 2, [(1, 1, 0, 1, 0)])
+    with pytest.raises(ValueError, match="a term names a chunk outside 0..1"):
+        _pattern(3, 2, [(0, 1, 0, 3, 0, 1)])  # chunk 0, 1, 2 over three steps
+    with pytest.raises(ValueError, match="must move by at least its width"):
+        _pattern(3, 8, [(0, 1, 0, 2, 0, 1, 2)])
+    with pytest.raises(ValueError, match="op must be 'reduce' or 'copy', not 'add'"):
+        Pattern(2, 1).add(0, 1, 0, 1, 0, "add")
+    steps = _pattern(3, 4, [(0, 1, 0, 1, 0), (2, 0, 3, 4, 1, 0, 3)])  # steps 1 and 2 have nothing: left out
+    assert len(steps) == 2 and [len(s) for s in steps] == [1, 3] and list(steps[1].chunk) == [1, 2, 3]
+
+
+def _pattern(nranks, nchunks, terms):
+    pattern = Pattern(nranks, nchunks)
+    for src, dst, t0, t1, c0, *rest in terms:
+        stride, width = (rest + [0, 1][len(rest):])[:2]
+        pattern.add(src, dst, t0, t1, c0, "copy", stride=stride, width=width)
+    return pattern.steps()
+
+
+def test_an_all_to_all_too_big_to_hold_is_refused_before_it_is_built(monkeypatch):
+    from ringlab.algorithms import pattern
+
+    monkeypatch.setattr(pattern, "free_memory", lambda: 100 << 20)
+    with pytest.raises(MemoryError, match=r"alltoall.direct on 20000 ranks \(399980000 messages, one per pair of "
+                                          r"ranks and step\) would need about [\d.]+ GB of memory; this machine has "
+                                          r"105 MB free. An all-to-all sends every pair of ranks a block of its own"):
+        rl.build("alltoall.direct", 20000)
