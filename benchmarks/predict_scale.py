@@ -6,9 +6,11 @@
 For ring, double binary tree and hierarchical allreduce (8 ranks a node), a 1 GiB buffer on the published
 cluster design (``rl.topology.cluster("h100", n // 8)``: 8 H100s a node on NVSwitch, a 400G NIC per
 GPU, one InfiniBand fabric; ``--topology uniform`` for every pair alike at 50 GB/s and 5 us), each
-prediction is run in a fresh Python process, which reports the seconds of its import, of building the
-topology and the schedule, of the prediction itself, all of it, and the process's peak resident memory
-(``ru_maxrss``: Python, numpy and ringlab included). The compact path (``rl.predict``'s default) runs at
+prediction is run in a fresh Python process, which reports the seconds of building the topology and the
+schedule and predicting (``predict``), of all it did from its start, import included (``in all``), the
+processor seconds it used in all (``cpu``: what a busy machine's wall clock inflates, it does not), and its
+peak resident memory (``ru_maxrss``: Python, numpy and ringlab included). The load average is printed
+first: on a shared machine, read the wall clock beside it. The compact path (``rl.predict``'s default) runs at
 every size; the explicit walk (``method="explicit"``, the reference) beside it where it fits in free
 memory, stopped after ``--explicit-limit`` seconds (its time grows with the square of the ranks). The two
 predictions are printed side by side where both finished. Issue 38's goals on the 2-core machine: under
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -30,7 +33,7 @@ NBYTES = 1 << 30
 
 def one(algorithm: str, nranks: int, method: str, topology: str) -> dict:
     """Time and memory of one prediction, in this (fresh) process."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     import ringlab as rl
 
     imported = time.perf_counter()
@@ -44,8 +47,9 @@ def one(algorithm: str, nranks: int, method: str, topology: str) -> dict:
     except MemoryError as err:
         return {"refused": str(err)}
     done = time.perf_counter()
-    return {"import_s": imported - start, "build_s": built - imported, "predict_s": done - built,
-            "total_s": done - start, "peak_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"import_s": imported - start, "build_s": built - imported, "predict_s": done - imported,
+            "total_s": done - start, "cpu_s": time.process_time() - cpu,
+            "peak_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "predicted_s": prediction.seconds, "steps": len(prediction.steps), "topology": machine.name}
 
 
@@ -64,7 +68,7 @@ def fresh(algorithm: str, nranks: int, method: str, topology: str, limit: float 
 def describe(row: dict) -> str:
     if "predict_s" not in row:
         return row.get("refused") or row.get("stopped") or row.get("failed", "")
-    return (f"{row['predict_s']:7.3f} s {row['total_s']:7.3f} s {row['peak_MB']:7.0f} MB   "
+    return (f"{row['predict_s']:7.3f} s {row['total_s']:7.3f} s {row['cpu_s']:7.3f} s {row['peak_MB']:7.0f} MB   "
             f"predicted {row['predicted_s'] * 1e3:.4f} ms")
 
 
@@ -84,8 +88,9 @@ def main(argv=None) -> int:
         return 0
     rows = []
     print(f"# 1 GiB allreduce predicted on {args.topology} topologies; each prediction in a fresh process "
-          f"({sys.platform}, Python {sys.version.split()[0]})")
-    print(f"# {'algorithm':<13}{'ranks':>7}  {'method':<9}{'predict':>9} {'in all':>9} {'peak':>10}")
+          f"({sys.platform}, Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average "
+          f"{', '.join(f'{v:.1f}' for v in os.getloadavg())})")
+    print(f"# {'algorithm':<13}{'ranks':>7}  {'method':<9}{'predict':>9} {'in all':>9} {'cpu':>9} {'peak':>10}")
     for nranks in (int(v) for v in args.ranks.split(",")):
         for algorithm in args.algorithms.split(","):
             for method in ("compact", "explicit"):

@@ -103,3 +103,20 @@ def test_emulated_against_model_measures_every_algorithm_and_prints_its_goals(tm
     assert all(r["ratio"] > 0.9 for r in rows)  # never faster than its links
     assert [g["goal"] for g in report["goals"]] == ["measured within 20% of predicted, >= 1 MiB"]
     assert "## Goals" in done.stdout and "goals met" in done.stdout and "uniform:0.5:200@2" in done.stdout
+
+
+def test_predict_scale_times_both_methods_in_fresh_processes_and_they_agree(tmp_path):
+    out = tmp_path / "scale.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "predict_scale.py"), "--ranks", "64,128",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["algorithm"], r["ranks"], r["method"]) for r in rows} == {
+        (a, n, m) for a in ("ring", "dbtree", "hierarchical") for n in (64, 128) for m in ("compact", "explicit")}
+    for row in rows:
+        assert row["peak_MB"] > 0 and 0 < row["predict_s"] <= row["total_s"] and row["cpu_s"] > 0
+    for a in ("ring", "dbtree", "hierarchical"):
+        compact, explicit = ([r for r in rows if r["algorithm"] == a and r["ranks"] == 128 and r["method"] == m][0]
+                             for m in ("compact", "explicit"))
+        assert compact["predicted_s"] == pytest.approx(explicit["predicted_s"], rel=1e-9)
+    assert "load average" in done.stdout and "compact / explicit prediction: 1.000000000000" in done.stdout
