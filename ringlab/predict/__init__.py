@@ -2,6 +2,8 @@
 
 - ``costmodel``: :func:`predict`, a schedule's time on a topology step by step (with links shared),
   the best segment count, the crossover size of two algorithms, what-if tables over presets;
+- ``compact``: the same prediction from a registered schedule's compact steps, for 100,000 ranks, on the
+  arithmetic of ``segments`` (sums and maxima over runs of steps);
 - ``fitting``: alpha, bandwidth and the reduction rate fitted to measured times, and a measured
   Trace set against the prediction step by step;
 - ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it;
