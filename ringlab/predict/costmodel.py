@@ -137,7 +137,9 @@ STEP_STAGES = ("pieces", "messages", "latency", "reduce", "transfer")  # what pr
 
 def _placement(n: int, topology: Topology, rank_map) -> np.ndarray:
     """The topology rank of every schedule rank (identity by default), or a ValueError."""
-    place = np.arange(n) if rank_map is None else np.asarray(rank_map, dtype=np.int64)
+    if rank_map is None:
+        return np.arange(n)
+    place = np.asarray(rank_map, dtype=np.int64)
     if len(place) != n or len(np.unique(place)) != n or place.min(initial=0) < 0 or \
             place.max(initial=0) >= topology.nranks:
         raise ValueError(f"rank_map must give {n} different ranks of the topology")
