@@ -75,6 +75,17 @@ def test_a_missing_rank_times_out_in_the_argument_check(tmp_path):
     assert seen[0] == "rank 0: rl.allreduce: rank 2 did not call it within 1 s"
 
 
+def test_a_rank_missing_from_the_first_call_is_a_timeout_too(tmp_path):
+    """The first call on a communicator makes ringlab's own duplicate of it (collective): a rank that never
+    comes is a timeout too, which cannot name it yet."""
+    start = time.monotonic()
+    run_mpi(3, [str(HERE / "failures.py"), "first", str(tmp_path / "said")], timeout=60)
+    seen = lines_by_rank((tmp_path / "said").read_text())
+    assert seen[0].startswith("rank 0: rl.allreduce: not every rank of the communicator (3 ranks) arrived within 1 s "
+                              "to set up ringlab's private communicator"), seen
+    assert time.monotonic() - start < 30
+
+
 def test_trace_has_a_row_for_each_side_of_each_transfer():
     done = run_mpi(3, [str(HERE / "trace.py")], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

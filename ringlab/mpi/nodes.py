@@ -25,9 +25,6 @@ import numpy as np
 SIMULATED = "RINGLAB_RANKS_PER_NODE"  # consecutive groups of this many ranks are treated as nodes
 LINK = "RINGLAB_NODE_LINK_GBPS"  # the bandwidth of the link between simulated nodes, GB/s
 
-_SEEN: dict = {}  # (communicator handle, setting) -> node of every rank; asked once per communicator
-
-
 def simulated(environ=None) -> int | None:
     """The ranks per simulated node ``RINGLAB_RANKS_PER_NODE`` asks for (None: not set), or a ValueError."""
     value = (os.environ if environ is None else environ).get(SIMULATED, "").strip()
@@ -82,12 +79,14 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
     Simulated nodes when ``RINGLAB_RANKS_PER_NODE`` is set; otherwise MPI's shared-memory split
     (``Split_type(COMM_TYPE_SHARED)``): ranks that can share memory are one node. A non-blocking
     allgather of the hosts comes first, so that with a ``timeout`` a rank that never comes is a
-    TimeoutError, not a hang. Remembered per communicator.
+    TimeoutError, not a hang. Remembered per communicator (in ringlab's state for it, freed with it).
     """
+    from . import private
+
     per = simulated()
-    key = (comm.py2f() if hasattr(comm, "py2f") else id(comm), per)
-    if key in _SEEN:
-        return _SEEN[key]
+    seen = private.state(comm).cache.setdefault("nodes", {})  # setting -> node of every rank
+    if per in seen:
+        return seen[per]
     size = comm.Get_size()
     if per is not None:
         ids = [rank // per for rank in range(size)]
@@ -111,7 +110,7 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
         leaders = comm.allgather(first)
         order = {leader: i for i, leader in enumerate(dict.fromkeys(leaders))}
         ids = [order[leader] for leader in leaders]
-    _SEEN[key] = ids
+    seen[per] = ids
     return ids
 
 
@@ -171,12 +170,21 @@ class SlowLink:
     def __init__(self, ops, elsewhere: set[int], rate: float, itemsize: int):
         self.ops, self.elsewhere, self.rate, self.itemsize = ops, elsewhere, rate, itemsize
         self.free_at = 0.0  # when this rank's link has sent everything given to it so far
+        self.deadline = None  # the step's, set by the executor: the link's delay keeps to it
 
     def post(self, comm, buf, step):
         nbytes = sum(m.size for m in step.sends if m.peer in self.elsewhere) * self.itemsize
         if nbytes:
             self.free_at = max(self.free_at, time.perf_counter()) + nbytes / self.rate
-            time.sleep(max(0.0, self.free_at - time.perf_counter()))
+            delay = max(0.0, self.free_at - time.perf_counter())
+            if self.deadline is not None and time.monotonic() + delay > self.deadline:
+                from .deadlines import StepTimeout
+
+                raise StepTimeout(
+                    f"rank {comm.Get_rank()}: step {step.index}: the slowed link between simulated nodes "
+                    f"({LINK}={self.rate / 1e9:g}) needs {delay:.3g} s for this step's {nbytes} bytes, past the "
+                    "step's deadline: raise the rate, send less, or give a longer timeout")
+            time.sleep(delay)
         return self.ops.post(comm, buf, step)
 
     def route(self, m) -> str:

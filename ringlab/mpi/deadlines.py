@@ -1,0 +1,94 @@
+"""Deadlines: every multi-rank operation of ringlab waits a bounded time unless the user turns it off.
+
+``timeout="default"`` (every call's default) means :data:`DEFAULT_SECONDS`, or what the
+environment variable ``RINGLAB_TIMEOUT`` says (seconds, or ``none``/``off`` for no limit);
+``timeout=5`` five seconds; ``timeout=None`` no limit. The deadline bounds each wait of an
+operation (the argument agreement, each step of a schedule, each message of a trainer): past it,
+the operation raises :class:`StepTimeout` naming what it waited for and the ranks that did not come.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+DEFAULT = "default"          # the timeout every call takes unless told otherwise
+DEFAULT_SECONDS = 60.0       # what DEFAULT means when RINGLAB_TIMEOUT is not set
+ENV = "RINGLAB_TIMEOUT"      # seconds, or none/off
+OFF = ("none", "off")
+
+
+class StepTimeout(TimeoutError):
+    """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
+
+
+def default_seconds(environ=None) -> float | None:
+    """The default deadline in seconds: ``RINGLAB_TIMEOUT`` (a number > 0, or none/off: None), else 60."""
+    value = (os.environ if environ is None else environ).get(ENV, "").strip()
+    if not value:
+        return DEFAULT_SECONDS
+    if value.lower() in OFF:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 < number < math.inf:
+        raise ValueError(f"{ENV} must be a number of seconds > 0, or 'none' for no limit; got {value!r}")
+    return number
+
+
+def usable(timeout) -> bool:
+    """Whether ``timeout`` is a valid timeout: "default", None (no limit) or a number of seconds > 0."""
+    if timeout is None or (isinstance(timeout, str) and timeout == DEFAULT):
+        return True
+    return (not isinstance(timeout, bool) and isinstance(timeout, (int, float, np.number))
+            and 0 < timeout < math.inf)
+
+
+def seconds(timeout) -> float | None:
+    """The deadline ``timeout`` stands for, in seconds (None: no limit); an unusable one counts as the
+    default, so that the call still waits a bounded time while it reports the mistake."""
+    if timeout is None:
+        return None
+    if usable(timeout) and not isinstance(timeout, str):
+        return float(timeout)
+    return default_seconds()
+
+
+def deadline(limit: float | None) -> float | None:
+    """The time.monotonic() at which ``limit`` seconds from now run out (None: never)."""
+    return None if limit is None else time.monotonic() + limit
+
+
+_YIELD: list[bool] = []
+
+
+def wait(request, deadline: float | None, message, poll=None) -> None:
+    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
+
+    Polling gives the core away between tests when the node runs more ranks than cores, so that the
+    rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings).
+    ``poll``, if given, is called now and then while waiting: a text it returns is raised at once as a
+    StepTimeout (a peer that has already given up on this call).
+    """
+    if deadline is None and poll is None:
+        request.Wait()
+        return
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    give_way, polls = _YIELD[0], 0
+    while not request.Test():
+        polls += 1
+        if polls % 256 == 0 or give_way:
+            if deadline is not None and time.monotonic() > deadline:
+                raise StepTimeout(message())
+            if poll is not None and polls % 4096 == 0:
+                said = poll()
+                if said:
+                    raise StepTimeout(said)
+        if give_way:
+            os.sched_yield()
