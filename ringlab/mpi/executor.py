@@ -25,7 +25,9 @@ from .deadlines import StepTimeout, wait  # noqa: F401  (StepTimeout: where it w
 
 PIECE_BYTES = 1 << 20  # reduce messages travel in pieces of this size
 # compiled plans are kept (least recently used out) up to 256, or 200,000 messages in all (about 80 MB)
-TAG_LIMIT = 32767        # the smallest tag upper bound MPI guarantees
+TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
+AGREE_TAG = TAG_LIMIT    # the argument agreement's digests
+NOTICE_TAG = TAG_LIMIT + 1  # "this rank gave up on call k" (see ringlab.mpi.private)
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,15 @@ class Recorder:
 
 
 def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, recorder: Recorder | None = None,
-             bounds=None) -> None:
+             bounds=None, poll=None) -> None:
     """Execute ``plan`` on this rank's flat buffer through a transport's ``ops``.
 
     Every transport goes through the same loop: per step ``ops.post`` starts the step's receives
     and sends, each receive is waited for and landed by ``ops.land``, the sends are waited for
     (first, when something lands where the step also sends from), and ``ops.after_step`` ends
     the step. With ``timeout`` a step that does not finish in time raises StepTimeout, naming the
-    step and the peer this rank still waits for.
+    step and the peer this rank still waits for; ``poll`` (a callable) is asked now and then whether a
+    peer has given up on the call (see :func:`ringlab.mpi.deadlines.wait`).
     """
     buf = ops.begin(flat)
     for step in plan.steps:
@@ -179,7 +182,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
         def wait_for(request, waiting: str, step=step, deadline=deadline) -> None:
             label = f" ({step.label})" if step.label else ""
             wait(request, deadline, lambda: f"rank {plan.rank}: step {step.index}{label} did not finish within "
-                                            f"{timeout:g} s: still waiting {waiting}")
+                                            f"{timeout:g} s: still waiting {waiting}", poll)
 
         def finish_sends(sends, posted, step=step) -> None:
             for m, request in zip(step.sends, sends):

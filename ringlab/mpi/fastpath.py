@@ -36,12 +36,11 @@ from collections import OrderedDict
 import numpy as np
 
 from .deadlines import wait
-from .executor import TAG_LIMIT
+from .executor import AGREE_TAG, TAG_LIMIT
 from ..schedule import REDUCE
 from .ops import KEEP_BYTES, reusable
 from .private import OutOfStep
 
-AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
 DIGEST_BYTES = 16
 MESSAGE_BYTES = DIGEST_BYTES + 8  # the digest, then the call's number on this communicator (int64)
 CALLS_KEPT = 64          # signatures remembered per communicator
@@ -128,12 +127,17 @@ def agreed(private, mine: np.ndarray, what: str, timeout: float | None) -> bool:
     """Whether every rank's digest equals ``mine``. Ranks at different calls on this communicator all
     raise :class:`~ringlab.mpi.private.OutOfStep`, and are in step again from the next call."""
     same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
-    if len(set(calls)) > 1:
+    said = private.given_up()
+    if said:  # the others have left this duplicate: meet them on a fresh one, where the call numbers tell
+        private.set_aside(notify=False)
+        private.comm(what, timeout)
+        same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+    if len(set(calls)) > 1 or said:
         private.calls = max(calls)
         detail = ", ".join(f"rank {r} at call {c}" for r, c in enumerate(calls))
-        raise OutOfStep(f"{what}: the ranks are at different calls on this communicator ({detail}): a call failed "
-                        "or timed out on some ranks only, or a rank skipped one. This call is refused on every rank; "
-                        "the next one is in step again", calls)
+        raise OutOfStep(f"{what}: the ranks are at different calls on this communicator ({detail}"
+                        f"{'; ' + said if said else ''}): a call failed or timed out on some ranks only, or a rank "
+                        "skipped one. This call is refused on every rank; the next one is in step again", calls)
     return same
 
 
@@ -148,10 +152,10 @@ class BoundPlan:
     step's messages send from, receive into and land, cut once; with ``persistent``, MPI persistent
     requests on them, made once and started each call."""
 
-    def __init__(self, plan, flat, scratch, comm, persistent: bool):
+    def __init__(self, plan, flat, scratch, comm, persistent: bool, poll=None):
         from mpi4py import MPI
 
-        self.plan, self.flat, self.comm, self.persistent = plan, flat, comm, persistent
+        self.plan, self.flat, self.comm, self.persistent, self.poll = plan, flat, comm, persistent, poll
         self.startall, self.waitall = MPI.Prequest.Startall, MPI.Request.Waitall
         self.steps = []
         for step in plan.steps:
@@ -199,7 +203,7 @@ class BoundPlan:
                     requests[i].Wait()
                 else:
                     wait(requests[i], deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
-                                                                                      f"from rank {m.peer}"))
+                                                                                      f"from rank {m.peer}"), self.poll)
                 if land is not None:
                     land[0](*land[1])
                 if window and i + window < nrecv:  # its slot is free again: take the next message
@@ -217,7 +221,8 @@ class BoundPlan:
             self.waitall(sends)
             return
         for m, request in zip(step.sends, sends):
-            wait(request, deadline, lambda m=m: self._late(step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
+            wait(request, deadline, lambda m=m: self._late(step, timeout, f"for rank {m.peer} to take chunk {m.first}"),
+                 self.poll)
 
     def _late(self, step, timeout, waiting: str) -> str:
         label = f" ({step.label})" if step.label else ""
@@ -275,7 +280,7 @@ class Call:
                 if len(self.bound) >= BUFFERS_KEPT:
                     self.bound.popitem(last=False)[1].free()
                 bound = self.bound[key] = BoundPlan(self.plan, _raw(buf.reshape(-1)), self._scratch(buf.dtype),
-                                                    self.comm, persistent=True)
+                                                    self.comm, persistent=True, poll=self.private.given_up)
             else:
                 self.bound.move_to_end(key)
             return self._run(bound, buf, timeout)
@@ -291,7 +296,8 @@ class Call:
 
     def _once(self, buf) -> "BoundPlan":
         """A plan bound to ``buf`` for this call only, on scratch that is not kept."""
-        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False)
+        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False,
+                         poll=self.private.given_up)
 
     def _run(self, bound, buf, timeout):
         try:
@@ -307,7 +313,8 @@ class Call:
         at a later call, the caller has let go of it, and that call reuses it instead of allocating."""
         self._drop_spare()
         buf = x.copy()
-        bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True)
+        bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True,
+                          poll=self.private.given_up)
         # Now: this frame's name (1), the views' bases, getrefcount's argument (1). Later, with nobody
         # else holding it: the spare tuple (1) instead of this frame's name, the same views, the argument.
         free = sys.getrefcount(buf)  # on a line of its own: inside the tuple's display, buf is on the stack too

@@ -22,7 +22,10 @@ import threading
 import weakref
 from contextlib import contextmanager
 
+import numpy as np
+
 from .deadlines import StepTimeout, deadline, seconds, wait
+from .executor import NOTICE_TAG
 
 
 class OutOfStep(RuntimeError):
@@ -74,6 +77,7 @@ class Private:
         self._dup = None
         self._pending = None                # an Idup that did not finish in time: the next call waits for it
         self._set_aside: list = []          # duplicates given up after a failed call, freed with this state
+        self._notes: list = []              # the notices this rank left on them (kept until they are freed)
         self._hooks: dict = {}
         self.order = next(_ORDER)
         _LIVE.add(self)
@@ -114,13 +118,33 @@ class Private:
                 pass
         self.cache.clear()
 
-    def set_aside(self) -> None:
+    def set_aside(self, notify: bool = True) -> None:
         """After a call that failed part-way: forget this duplicate's state and start the next call on a
-        fresh duplicate. The old one is kept (messages may still be in flight on it) and freed with this state."""
+        fresh duplicate. The old one is kept (messages may still be in flight on it) and freed with this
+        state; with ``notify`` the other ranks find a notice on it that this rank gave up on this call."""
         self.forget()
-        if self._dup is not None:
-            self._set_aside.append(self._dup)
-            self._dup = None
+        dup, self._dup = self._dup, None
+        if dup is None:
+            return
+        self._set_aside.append(dup)
+        if notify:
+            note = np.array([self.calls], np.int64)
+            self._notes.append(note)
+            for rank in range(dup.Get_size()):
+                if rank != dup.Get_rank():
+                    dup.Isend(note, dest=rank, tag=NOTICE_TAG).Free()  # the note is kept until dup is freed
+
+    def given_up(self) -> str | None:
+        """Whether another rank gave up on a call of the current duplicate (a notice waits): what it said."""
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        if self._dup is None or not self._dup.Iprobe(source=MPI.ANY_SOURCE, tag=NOTICE_TAG, status=status):
+            return None
+        note = np.empty(1, np.int64)
+        self._dup.Recv(note, source=status.Get_source(), tag=NOTICE_TAG)
+        return (f"rank {self._dup.Get_rank()}: rank {status.Get_source()} gave up on call {int(note[0])} on this "
+                "communicator (its deadline passed, or it was interrupted)")
 
     def free(self) -> None:
         """Give back everything: caches, the duplicates, and the states of the objects made from this one."""
@@ -136,7 +160,7 @@ class Private:
                 dup.Free()
             except Exception:
                 pass
-        self._dup, self._set_aside = None, []
+        self._dup, self._set_aside, self._notes = None, [], []
         _LIVE.discard(self)
 
 
