@@ -78,6 +78,7 @@ class Private:
         self._pending = None                # an Idup that did not finish in time: the next call waits for it
         self._set_aside: list = []          # duplicates given up after a failed call, freed with this state
         self._notes: list = []              # the notices this rank left on them (kept until they are freed)
+        self.heard: str | None = None       # the last notice found from another rank: who gave up on which call
         self._hooks: dict = {}
         self.order = next(_ORDER)
         _LIVE.add(self)
@@ -98,7 +99,7 @@ class Private:
             f"rank {self.source.Get_rank()}: {what}: not every rank of the communicator ({size} ranks) arrived "
             f"within {limit:g} s to set up ringlab's private communicator, which the first ringlab call on a "
             "communicator makes (which ranks are missing cannot be told before it exists): a rank skipped this "
-            "call, or is still busy elsewhere"))
+            "call, or is still busy elsewhere" + (f"; earlier, {self.heard}" if self.heard else "")))
         self._pending = None
         dup.Set_attr(_keys()[1], self)
         self._dup = dup
@@ -143,8 +144,9 @@ class Private:
             return None
         note = np.empty(1, np.int64)
         self._dup.Recv(note, source=status.Get_source(), tag=NOTICE_TAG)
-        return (f"rank {self._dup.Get_rank()}: rank {status.Get_source()} gave up on call {int(note[0])} on this "
-                "communicator (its deadline passed, or it was interrupted)")
+        self.heard = (f"rank {status.Get_source()} gave up on call {int(note[0])} on this communicator (its deadline "
+                      "passed, or it was interrupted)")
+        return f"rank {self._dup.Get_rank()}: {self.heard}"
 
     def free(self) -> None:
         """Give back everything: caches, the duplicates, and the states of the objects made from this one."""

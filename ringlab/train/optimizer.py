@@ -30,7 +30,7 @@ import torch
 
 from ..mpi import private
 from ..mpi.collectives import allreduce, broadcast, check_agreement
-from ..mpi.deadlines import DEFAULT, seconds, usable
+from ..mpi.deadlines import DEFAULT, StepTimeout, seconds, usable
 from ..mpi.devices import is_device_array
 from .buckets import TRACE_DTYPE, Bucket, GpuOrder, Tracer, array_of
 
@@ -161,7 +161,7 @@ class DistributedOptimizer:
         self._groups = _groups(optimizer)
         self.buckets = self._fuse([p for _, p in reversed(named)], bucket_bytes)  # gradients come last layer first
         self._gpu = {b.flat.device: GpuOrder(b.flat.device) for b in self.buckets if is_device_array(b.array)}
-        self.comm_seconds = 0.0
+        self.comm_seconds, self.steps = 0.0, 0  # steps taken
         self._syncing, self._closed, self._final = True, False, False
         self._passes_done, self._callback_queued = 0, False
         self._error: BaseException | None = None   # raised by the communication thread, surfaces in the main one
@@ -313,6 +313,8 @@ class DistributedOptimizer:
                               for r, c in enumerate(err.calls))
             raise RuntimeError(f"DistributedOptimizer: the ranks are at different steps ({steps}): a rank stepped "
                                "more or fewer times than the others, or an earlier step failed on some ranks only")
+        except StepTimeout as err:
+            raise StepTimeout(f"DistributedOptimizer, step {self.steps}, bucket {bucket.index}: {err}") from None
         if self._tracer is not None:
             bucket.ended = self._tracer.clock()
 
@@ -398,6 +400,7 @@ class DistributedOptimizer:
             bucket.queued = False
             bucket.done.clear()
         self._final, self._passes_done, self._callback_queued = False, 0, False
+        self.steps += 1
         if self._tracer is not None:
             self._tracer.step += 1
             self._tracer.mark = self._tracer.clock()
