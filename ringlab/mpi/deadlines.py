@@ -24,11 +24,12 @@ class StepTimeout(TimeoutError):
     """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
 
 
-def default_seconds(environ=None) -> float | None:
-    """The default deadline in seconds: ``RINGLAB_TIMEOUT`` (a number > 0, or none/off: None), else 60."""
-    value = (os.environ if environ is None else environ).get(ENV, "").strip()
+def default_seconds(environ=None, name: str = ENV, fallback: float = DEFAULT_SECONDS) -> float | None:
+    """The default deadline in seconds: the environment variable ``name`` (a number > 0, or none/off: None),
+    else ``fallback`` (for ``RINGLAB_TIMEOUT``: 60)."""
+    value = (os.environ if environ is None else environ).get(name, "").strip()
     if not value:
-        return DEFAULT_SECONDS
+        return fallback
     if value.lower() in OFF:
         return None
     try:
@@ -36,7 +37,7 @@ def default_seconds(environ=None) -> float | None:
     except ValueError:
         number = -1.0
     if not 0 < number < math.inf:
-        raise ValueError(f"{ENV} must be a number of seconds > 0, or 'none' for no limit; got {value!r}")
+        raise ValueError(f"{name} must be a number of seconds > 0, or 'none' for no limit; got {value!r}")
     return number
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 
@@ -39,6 +40,7 @@ class OutOfStep(RuntimeError):
 _KEYS: list[int] = []        # the attribute keys: a user communicator's Private, a duplicate's owner
 _LIVE: "weakref.WeakSet[Private]" = weakref.WeakSet()
 _MAKING = threading.Lock()   # two threads asking for the same communicator's state make one
+NOTICE_SECONDS = 1.0         # how long a rank that gives up makes progress on its notices before going on
 _ORDER = itertools.count()   # states in the order they were made: the same on every rank of an SPMD program
 
 
@@ -130,17 +132,24 @@ class Private:
         self._set_aside.append(dup)
         if notify:
             note = np.array([self.calls], np.int64)
-            self._notes.append(note)
-            for rank in range(dup.Get_size()):
-                if rank != dup.Get_rank():
-                    dup.Isend(note, dest=rank, tag=NOTICE_TAG).Free()  # the note is kept until dup is freed
+            self._notes.append(note)  # kept until dup is freed
+            sends = [dup.Isend(note, dest=rank, tag=NOTICE_TAG) for rank in range(dup.Get_size())
+                     if rank != dup.Get_rank()]
+            until = time.monotonic() + NOTICE_SECONDS  # on its way now: this rank may make no MPI call for a while,
+            while not all(r.Test() for r in sends) and time.monotonic() < until:  # and a send moves only when it does
+                time.sleep(0)
+            for r in sends:
+                if not r.Test():
+                    r.Free()
 
     def given_up(self) -> str | None:
         """Whether another rank gave up on a call of the current duplicate (a notice waits): what it said."""
         from mpi4py import MPI
 
         status = MPI.Status()
-        if self._dup is None or not self._dup.Iprobe(source=MPI.ANY_SOURCE, tag=NOTICE_TAG, status=status):
+        # a first Iprobe may only move messages along (MPICH): a notice that has arrived is seen by the second
+        if self._dup is None or not any(self._dup.Iprobe(source=MPI.ANY_SOURCE, tag=NOTICE_TAG, status=status)
+                                        for _ in range(2)):
             return None
         note = np.empty(1, np.int64)
         self._dup.Recv(note, source=status.Get_source(), tag=NOTICE_TAG)

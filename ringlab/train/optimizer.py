@@ -252,8 +252,11 @@ class DistributedOptimizer:
             if self._tracer is not None:
                 self._tracer.backward(bucket.names[i], bucket.index, param.numel() * param.element_size())
             if not self._callback_queued:  # DDP's contract: the end of this backward pass finishes the averaging
-                self._callback_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                try:
+                    torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                    self._callback_queued = True
+                except RuntimeError:  # not inside a backward pass (a hook called by hand): step() averages
+                    pass
             if bucket.queued:
                 self._callback_queued = False  # the pass ends here: its callback will not run
                 raise RuntimeError(
