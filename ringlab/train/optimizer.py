@@ -20,7 +20,6 @@ With ``trace=True`` it records when each gradient became ready and when each buc
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import threading
 import time
@@ -29,12 +28,13 @@ import numpy as np
 import torch
 
 from ..mpi import private
-from ..mpi.collectives import allreduce, broadcast, check_agreement
-from ..mpi.deadlines import DEFAULT, StepTimeout, seconds, usable
+from ..mpi.collectives import allreduce, broadcast
+from ..mpi.deadlines import DEFAULT, StepTimeout, seconds
 from ..mpi.devices import is_device_array
+from .agreement import agree_on, agree_on_parameters, option_problems, parameter_groups, stepped_parameters
 from .buckets import TRACE_DTYPE, Bucket, GpuOrder, Tracer, array_of
 
-__all__ = ["DistributedOptimizer", "broadcast_parameters", "TRACE_DTYPE"]
+__all__ = ["DistributedOptimizer", "broadcast_parameters", "agree_on_parameters", "TRACE_DTYPE"]
 
 
 def broadcast_parameters(params, root: int = 0, comm=None, timeout=DEFAULT) -> None:
@@ -47,59 +47,6 @@ def broadcast_parameters(params, root: int = 0, comm=None, timeout=DEFAULT) -> N
             broadcast(array_of(flat), root=root, algorithm="tree", comm=comm, in_place=True, timeout=timeout)
             if flat.data_ptr() != data.data_ptr():
                 data.copy_(flat.view_as(data))
-
-
-def stepped_parameters(optimizer: torch.optim.Optimizer, named_parameters) -> list[tuple[str, torch.Tensor]]:
-    """The parameters ``optimizer`` steps that require a gradient, in its param groups' order (the truth of
-    what is averaged), each named as in ``named_parameters`` or by its place in the groups."""
-    names = {id(p): name for name, p in named_parameters}
-    found, seen = [], set()
-    for g, group in enumerate(optimizer.param_groups):
-        for i, p in enumerate(group["params"]):
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                found.append((names.get(id(p), f"param_groups[{g}][{i}]"), p))
-    return found
-
-
-def _groups(optimizer) -> list[tuple[int, bool]]:
-    """Every parameter of the optimizer's groups and whether it requires a gradient: what, if it changes,
-    leaves gradients unaveraged."""
-    return [(id(p), p.requires_grad) for group in optimizer.param_groups for p in group["params"]]
-
-
-def agree_on(comm, what: str, named, options: dict, problems: list[str], timeout=DEFAULT) -> None:
-    """Every rank checks that all ranks hold the same parameters (names, shapes, dtypes, in order) and
-    options, and that none found a problem; a difference anywhere is the same ValueError everywhere."""
-    shapes = [(name, list(p.shape), str(p.dtype)) for name, p in named]
-    check_agreement(comm, what, {"parameters": len(shapes), "problems": problems, **options,
-                                 "names, shapes and dtypes": hashlib.sha256(repr(shapes).encode()).hexdigest()[:16]},
-                    timeout=timeout)
-    if problems:
-        raise ValueError(f"{what}: {'; '.join(problems)}")
-
-
-def agree_on_parameters(comm, what: str, named, timeout=DEFAULT) -> None:
-    """:func:`agree_on` with no options: the same parameters everywhere, or the same ValueError everywhere."""
-    agree_on(comm, what, named, {}, [], timeout)
-
-
-def _option_problems(bucket_bytes, overlap, trace, broadcast_initial, timeout) -> list[str]:
-    problems = []
-    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, (int, np.integer)) or bucket_bytes < 1:
-        problems.append(f"bucket_bytes must be a whole number of bytes >= 1, got {bucket_bytes!r}")
-    for name, value in (("overlap", overlap), ("trace", trace), ("broadcast_initial", broadcast_initial)):
-        if not isinstance(value, bool):
-            problems.append(f"{name} must be True or False, got {value!r}")
-    if not usable(timeout):
-        problems.append(f"timeout must be a number of seconds > 0 (or None: no limit), got {timeout!r}")
-    if overlap is True:
-        from mpi4py import MPI
-
-        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            problems.append("overlap=True calls MPI from a second thread, which needs MPI_THREAD_MULTIPLE (this MPI "
-                            "was started with less: see mpi4py.rc.thread_level); pass overlap=False")
-    return problems
 
 
 class DistributedOptimizer:
@@ -135,7 +82,7 @@ class DistributedOptimizer:
         self.optimizer, self.algorithm, self.transport, self.overlap = optimizer, algorithm, transport, overlap
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.timeout, self.trace = timeout, trace
-        problems = _option_problems(bucket_bytes, overlap, trace, broadcast_initial, timeout)
+        problems = option_problems(bucket_bytes, overlap, trace, broadcast_initial, timeout)
         try:
             self.passes = check_count("backward_passes_per_step", backward_passes_per_step)
         except ValueError as err:
@@ -158,7 +105,7 @@ class DistributedOptimizer:
             private.release(self._comm)
             raise
         self._names = {id(p): name for name, p in named}
-        self._groups = _groups(optimizer)
+        self._groups = parameter_groups(optimizer)
         self.buckets = self._fuse([p for _, p in reversed(named)], bucket_bytes)  # gradients come last layer first
         self._gpu = {b.flat.device: GpuOrder(b.flat.device) for b in self.buckets if is_device_array(b.array)}
         self.comm_seconds, self.steps = 0.0, 0  # steps taken
@@ -338,7 +285,7 @@ class DistributedOptimizer:
                     bucket.done.set()
 
     def _check_parameters(self) -> None:
-        if _groups(self.optimizer) != self._groups:
+        if parameter_groups(self.optimizer) != self._groups:
             now = len(stepped_parameters(self.optimizer, []))
             raise RuntimeError(
                 "DistributedOptimizer: the optimizer's parameters changed since it was built (a param group was "
