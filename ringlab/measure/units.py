@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import re
 
+from ..schedule import MAX_BYTES
+
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-MAX_BYTES = 1 << 50  # 1 PiB: no rank's buffer is larger, and past 2**63 numpy's integers overflow
 
 
 def parse_size(text: str | int) -> int:

@@ -57,8 +57,11 @@ def simulated_link(environ=None) -> float | None:
 def simulated_nodes(per_node: int, link_gbps: float | None = None):
     """Within the block, this process sees nodes of ``per_node`` consecutive ranks (and, with
     ``link_gbps``, a link that slow between them); call it on every rank alike."""
+    from ..schedule import check_count
+
+    per_node = check_count("per_node (ranks per simulated node)", per_node)  # 2.5 is no count of ranks
     saved = {name: os.environ.get(name) for name in (SIMULATED, LINK)}
-    os.environ[SIMULATED] = str(int(per_node))
+    os.environ[SIMULATED] = str(per_node)
     os.environ.pop(LINK, None)
     if link_gbps is not None:
         os.environ[LINK] = repr(float(link_gbps))
