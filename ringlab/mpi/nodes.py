@@ -76,13 +76,14 @@ def simulated_nodes(per_node: int, link_gbps: float | None = None):
                 os.environ[name] = value
 
 
-def node_ids(comm, timeout: float | None = None) -> list[int]:
+def node_ids(comm, timeout="default") -> list[int]:
     """The node of every rank of ``comm``, numbered from 0 in order of their lowest rank.
 
     Simulated nodes when ``RINGLAB_RANKS_PER_NODE`` is set; otherwise MPI's shared-memory split
     (``Split_type(COMM_TYPE_SHARED)``): ranks that can share memory are one node. A non-blocking
-    allgather of the hosts comes first, so that with a ``timeout`` a rank that never comes is a
-    TimeoutError, not a hang. Remembered per communicator (in ringlab's state for it, freed with it).
+    allgather of the hosts comes first, so that a rank that never comes is a StepTimeout (a
+    TimeoutError) within ``timeout`` (by default ringlab's default deadline; None: no limit), not a
+    hang. Remembered per communicator (in ringlab's state for it, freed with it).
     """
     from . import private
 
@@ -102,13 +103,11 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
         # then ask MPI which ranks share memory: its shared-memory split is the node
         digest = hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest()
         mine, hosts = np.frombuffer(digest, dtype=np.int64).copy(), np.empty(size, dtype=np.int64)
-        request = comm.Iallgather(mine, hosts)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not request.Test():
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"rank {comm.Get_rank()}: not every rank told its host within {timeout:g} s "
-                                   "(a rank that never called?)")
-            time.sleep(0)
+        from .deadlines import deadline, seconds, wait
+
+        limit = seconds(timeout)  # "default": ringlab's default deadline (RINGLAB_TIMEOUT); None: no limit
+        wait(comm.Iallgather(mine, hosts), deadline(limit), lambda: (
+            f"rank {comm.Get_rank()}: not every rank told its host within {limit:g} s (a rank that never called?)"))
         first = local_comm(comm).allreduce(comm.Get_rank(), op=MPI.MIN)  # lowest rank of my node
         leaders = comm.allgather(first)
         order = {leader: i for i, leader in enumerate(dict.fromkeys(leaders))}
@@ -117,7 +116,7 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
     return ids
 
 
-def ranks_per_node(comm, timeout: float | None = None) -> int:
+def ranks_per_node(comm, timeout="default") -> int:
     """L for ``allreduce.hierarchical``: nodes are consecutive blocks of L ranks (the last may be smaller).
 
     A ValueError says so when the ranks of a node are not consecutive (a round-robin placement) or the
@@ -144,7 +143,7 @@ def local_size(ids: list[int]) -> int:
     return size
 
 
-def describe(comm, timeout: float | None = None) -> str:
+def describe(comm, timeout="default") -> str:
     """One line: how many nodes, ranks per node, and whether they are simulated."""
     ids = node_ids(comm, timeout)
     count = max(ids) + 1
