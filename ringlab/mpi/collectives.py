@@ -218,11 +218,11 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
     """On ringlab's private duplicate of ``comm``: find what is wrong on this rank, agree with the others
     (so that a mistake anywhere raises the same ValueError everywhere), then execute."""
     with private.entered(_world(comm), what, timeout) as state:
-        comm = state.comm(what, None)
+        comm, limit = state.comm(what, None), seconds(timeout)
         problems, bad_root = [], False
         if options.get("local") == "nodes":  # allreduce.hierarchical: ranks per node, from the ranks themselves
             try:
-                options = dict(options, local=nodes.ranks_per_node(comm, seconds(timeout)))
+                options = dict(options, local=nodes.ranks_per_node(comm, limit))
             except ValueError as err:
                 options, problems = dict(options, local=None), [str(err)]
         if "root" in options:  # before resolve, which caches on it: a root must be a hashable int
@@ -233,9 +233,9 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
         if not trace and not problems:
             call = _fast_call(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what)
             if call is not None:
-                if agree and not call.agrees(what, seconds(timeout)):
+                if agree and not call.agrees(what, limit):
                     _disagreement(comm, what, call.text)
-                return call.run(x, out, in_place, seconds(timeout))
+                return call.run(x, out, in_place, limit)
         problems = _problems(x, kind, in_place, timeout, out) + problems
         schedule = None
         if not bad_root:
@@ -247,8 +247,7 @@ def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *,
             _agree(state, what, _fields(kind, x, algorithm, schedule, transport, in_place, options, problems), timeout)
         if problems:
             raise ValueError(f"{what}: {'; '.join(problems)}")
-        return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=seconds(timeout),
-                        out=out)
+        return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=limit, out=out)
 
 
 def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False, agree: bool = True,

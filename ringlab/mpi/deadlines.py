@@ -49,14 +49,21 @@ def usable(timeout) -> bool:
             and 0 < timeout < math.inf)
 
 
+_UNREAD = object()
+_READ: list = [_UNREAD, None]  # RINGLAB_TIMEOUT as last read, and what it means: worked out again when it changes
+
+
 def seconds(timeout) -> float | None:
     """The deadline ``timeout`` stands for, in seconds (None: no limit); an unusable one counts as the
     default, so that the call still waits a bounded time while it reports the mistake."""
     if timeout is None:
         return None
-    if usable(timeout) and not isinstance(timeout, str):
+    if type(timeout) is float or (usable(timeout) and not isinstance(timeout, str)):
         return float(timeout)
-    return default_seconds()
+    raw = os.environ.get(ENV)
+    if raw != _READ[0]:
+        _READ[1], _READ[0] = default_seconds(), raw
+    return _READ[1]
 
 
 def deadline(limit: float | None) -> float | None:
@@ -65,6 +72,7 @@ def deadline(limit: float | None) -> float | None:
 
 
 _YIELD: list[bool] = []
+_ALL: list = []  # MPI's Waitall and Testall, looked up once
 
 
 def wait(request, deadline: float | None, message, poll=None) -> None:
@@ -83,6 +91,31 @@ def wait(request, deadline: float | None, message, poll=None) -> None:
         _YIELD.append(oversubscribed())
     give_way, polls = _YIELD[0], 0
     while not request.Test():
+        polls += 1
+        if polls % 256 == 0 or give_way:
+            if deadline is not None and time.monotonic() > deadline:
+                raise StepTimeout(message())
+            if poll is not None and polls % 4096 == 0:
+                said = poll()
+                if said:
+                    raise StepTimeout(said)
+        if give_way:
+            os.sched_yield()
+
+
+def wait_all(requests, deadline: float | None, message, poll=None) -> None:
+    """Wait for every request of ``requests`` (one ``Testall`` a poll), as :func:`wait` does for one."""
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    if not _ALL:
+        from mpi4py import MPI
+        _ALL.extend((MPI.Request.Waitall, MPI.Request.Testall))
+    if deadline is None and poll is None:
+        _ALL[0](requests)
+        return
+    give_way, polls, testall = _YIELD[0], 0, _ALL[1]
+    while not testall(requests):
         polls += 1
         if polls % 256 == 0 or give_way:
             if deadline is not None and time.monotonic() > deadline:

@@ -31,11 +31,12 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+import weakref
 from collections import OrderedDict
 
 import numpy as np
 
-from .deadlines import wait
+from .deadlines import wait, wait_all
 from .executor import AGREE_TAG, TAG_LIMIT
 from ..schedule import REDUCE
 from .ops import KEEP_BYTES, reusable
@@ -63,6 +64,7 @@ class Agreement:
 
         self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
         self.mine = np.zeros(MESSAGE_BYTES, np.uint8)
+        self.call = self.mine[DIGEST_BYTES:].view(np.int64)  # the call's number, within the message
         self.everyone = np.zeros((self.size, MESSAGE_BYTES), np.uint8)
         self.others = [r for r in range(self.size) if r != self.rank]
         self.receives = [comm.Recv_init(self.everyone[r], source=r, tag=AGREE_TAG) for r in self.others]
@@ -77,7 +79,7 @@ class Agreement:
         if mine is not self.last:  # a call like the last one sends the same 16 bytes again
             self.mine[:DIGEST_BYTES] = mine
             self.last = mine
-        self.mine[DIGEST_BYTES:] = np.frombuffer(np.int64(call).tobytes(), np.uint8)
+        self.call[0] = call
         self.everyone[self.rank] = self.mine
         self.startall(self.all)
         if timeout is None:
@@ -85,6 +87,9 @@ class Agreement:
         else:
             self._wait_until(time.monotonic() + timeout, timeout, what)
         # every rank sees the same table, so all take the same branch
+        table = self.everyone.tobytes()
+        if table == table[:MESSAGE_BYTES] * self.size:  # the same arguments, at the same call: the usual case
+            return True, [call] * self.size
         digests = self.everyone[:, :DIGEST_BYTES]
         calls = self.everyone[:, DIGEST_BYTES:].copy().view(np.int64).ravel().tolist()
         return bool((digests == digests[0]).all()), calls
@@ -98,13 +103,12 @@ class Agreement:
             for _, r in late:
                 r.Cancel()
             self.spent = True  # its requests are spent: the call's duplicate is set aside
+            if not missing:
+                return f"rank {rank}: {what}: the other ranks did not take its arguments within {timeout:g} s"
             return (f"rank {rank}: {what}: rank{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} "
                     f"did not call it within {timeout:g} s")
 
-        for r in self.receives:
-            wait(r, deadline, absent)
-        for r in self.sends:
-            wait(r, deadline, lambda: f"rank {rank}: {what}: the other ranks did not take its arguments")
+        wait_all(self.all, deadline, absent)
 
     def free(self) -> None:
         for r in self.all:
@@ -188,13 +192,17 @@ class BoundPlan:
                 requests = ([comm.Irecv(v, source=p, tag=t) if i < (window or nrecv) else None
                              for i, (v, p, t) in enumerate(recv_args)]
                             + [comm.Isend(v, dest=p, tag=t) for v, p, t in send_args])
-            if timeout is None and not landing:
-                self.waitall(requests)  # nothing to land, or one receive to land when all is done
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if not landing:  # nothing to land, or one receive to land when all is done
+                if timeout is None:
+                    self.waitall(requests)
+                else:
+                    wait_all(requests, deadline, lambda: self._late(step, timeout, self._still(step, requests)),
+                             self.poll)
                 for land in lands:
                     if land is not None:
                         land[0](*land[1])
                 continue
-            deadline = None if timeout is None else time.monotonic() + timeout
             sends = requests[nrecv:]
             if step.sends_before_landing:
                 self._finish_sends(step, sends, deadline, timeout)
@@ -223,6 +231,17 @@ class BoundPlan:
         for m, request in zip(step.sends, sends):
             wait(request, deadline, lambda m=m: self._late(step, timeout, f"for rank {m.peer} to take chunk {m.first}"),
                  self.poll)
+
+    @staticmethod
+    def _still(step, requests) -> str:
+        """What a step whose requests did not all finish still waits for (the first unfinished one)."""
+        for i, m in enumerate(step.recvs):
+            if requests[i] is not None and not requests[i].Test():
+                return f"to receive chunk {m.first} from rank {m.peer}"
+        for m, request in zip(step.sends, requests[len(step.recvs):]):
+            if not request.Test():
+                return f"for rank {m.peer} to take chunk {m.first}"
+        return "for a message of this step"
 
     def _late(self, step, timeout, waiting: str) -> str:
         label = f" ({step.label})" if step.label else ""
@@ -256,6 +275,7 @@ class Call:
         self.private, self.schedule, self.plan, self.text, self.comm = private, schedule, plan, text, comm
         self.digest, self.itemsize = digest(text), itemsize
         self.bound: OrderedDict[tuple, BoundPlan] = OrderedDict()  # (address, bytes) of a caller's buffer -> plan
+        self.last = None  # (weak reference to the caller's buffer of the last call, its plan)
         self.spare = None  # (last fresh result, its BoundPlan, its reference count when only we hold it)
 
     def agrees(self, what: str, timeout) -> bool:
@@ -264,7 +284,7 @@ class Call:
 
     def bound_for(self, buf) -> "BoundPlan | None":
         """The bound plan kept for the caller's buffer ``buf`` (None: none yet)."""
-        return self.bound.get((buf.ctypes.data, buf.nbytes))
+        return self.bound.get((buf.__array_interface__["data"][0], buf.nbytes))
 
     def run(self, x, out, in_place: bool, timeout):
         keep = self.plan.scratch_elems * self.itemsize <= KEEP_BYTES  # more than this: freed when the call returns
@@ -274,15 +294,22 @@ class Call:
                 np.copyto(out, x)
             if not keep:
                 return self._run(self._once(buf), buf, timeout)
-            key = (buf.ctypes.data, buf.nbytes)
+            last = self.last
+            if last is not None and last[0]() is buf:  # the same array as last time: the same memory
+                return self._run(last[1], buf, timeout)
+            key = (buf.__array_interface__["data"][0], buf.nbytes)
             bound = self.bound.get(key)
             if bound is None:
                 if len(self.bound) >= BUFFERS_KEPT:
-                    self.bound.popitem(last=False)[1].free()
+                    dropped = self.bound.popitem(last=False)[1]
+                    dropped.free()
+                    if self.last is not None and self.last[1] is dropped:
+                        self.last = None
                 bound = self.bound[key] = BoundPlan(self.plan, _raw(buf.reshape(-1)), self._scratch(buf.dtype),
                                                     self.comm, persistent=True, poll=self.private.given_up)
             else:
                 self.bound.move_to_end(key)
+            self.last = (weakref.ref(buf), bound)  # a weak reference: the caller's array may still go
             return self._run(bound, buf, timeout)
         if keep and self.spare is not None and sys.getrefcount(self.spare[0]) == self.spare[2]:
             buf, bound, _ = self.spare  # the caller has let go of the last result: it is ours again
@@ -337,6 +364,7 @@ class Call:
         for bound in self.bound.values():
             bound.free()
         self.bound.clear()
+        self.last = None
         self._drop_spare()
         found = calls(self.private)
         for key, call in list(found.items()):

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import sys
 import threading
 import time
 import weakref
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -41,7 +41,8 @@ _KEYS: list[int] = []        # the attribute keys: a user communicator's Private
 _LIVE: "weakref.WeakSet[Private]" = weakref.WeakSet()
 _MAKING = threading.Lock()   # two threads asking for the same communicator's state make one
 NOTICE_SECONDS = 1.0         # how long a rank that gives up makes progress on its notices before going on
-_ORDER = itertools.count()   # states in the order they were made: the same on every rank of an SPMD program
+_ORDER = itertools.count()
+_MPI: list = []              # mpi4py's MPI, imported once   # states in the order they were made: the same on every rank of an SPMD program
 
 
 def _keys() -> list[int]:
@@ -144,12 +145,16 @@ class Private:
 
     def given_up(self) -> str | None:
         """Whether another rank gave up on a call of the current duplicate (a notice waits): what it said."""
-        from mpi4py import MPI
-
+        if self._dup is None:
+            return None
+        if not _MPI:
+            from mpi4py import MPI
+            _MPI.append(MPI)
+        MPI = _MPI[0]
         status = MPI.Status()
         # a first Iprobe may only move messages along (MPICH): a notice that has arrived is seen by the second
-        if self._dup is None or not any(self._dup.Iprobe(source=MPI.ANY_SOURCE, tag=NOTICE_TAG, status=status)
-                                        for _ in range(2)):
+        if not (self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status)
+                or self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status)):
             return None
         note = np.empty(1, np.int64)
         self._dup.Recv(note, source=status.Get_source(), tag=NOTICE_TAG)
@@ -179,16 +184,17 @@ def state(comm) -> Private:
     """ringlab's state for ``comm``: the user's communicator, or one of ringlab's own duplicates (whose
     state is the one that made it)."""
     mine, owner = _keys()
-    found = comm.Get_attr(owner)
+    found = comm.Get_attr(mine)  # a user's communicator (most calls), else one of ringlab's duplicates
     if found is not None:
         return found
-    found = comm.Get_attr(mine)
-    if found is None:
-        with _MAKING:
-            found = comm.Get_attr(mine)
-            if found is None:
-                found = Private(comm)
-                comm.Set_attr(mine, found)
+    found = comm.Get_attr(owner)  # (attributes are not copied to a duplicate: a duplicate has only this one)
+    if found is not None:
+        return found
+    with _MAKING:
+        found = comm.Get_attr(mine)
+        if found is None:
+            found = Private(comm)
+            comm.Set_attr(mine, found)
     return found
 
 
@@ -197,29 +203,39 @@ def live() -> list[Private]:
     return sorted(_LIVE, key=lambda private: private.order)
 
 
-@contextmanager
-def entered(comm, what: str, timeout):
-    """Run one ringlab call on ``comm``'s private duplicate: yields its :class:`Private`, with the call
-    counted and the duplicate made (within the deadline). One thread at a time per communicator; a call
-    that fails part-way (anything but a ValueError or OutOfStep, which every rank raises alike after a
-    completed agreement) sets the duplicate aside, so the next call starts clean."""
-    private = state(comm)
-    if not private.lock.acquire(blocking=False):
-        raise RuntimeError(
-            f"{what}: another thread of this process is in a ringlab call on this communicator; MPI pairs calls "
-            "by their order, so two threads on one communicator could pair the wrong calls: give each thread "
-            "its own communicator (comm.Dup())")
-    try:
-        private.calls += 1
-        private.comm(what, seconds(timeout))
-        yield private
-    except (ValueError, OutOfStep):
-        raise
-    except BaseException:
-        private.set_aside()
-        raise
-    finally:
-        private.lock.release()
+class entered:
+    """``with entered(comm, what, timeout) as private:`` runs one ringlab call on ``comm``'s private
+    duplicate, with the call counted and the duplicate made (within the deadline). One thread at a time
+    per communicator; a call that fails part-way (anything but a ValueError or OutOfStep, which every
+    rank raises alike after a completed agreement) sets the duplicate aside, so the next call starts clean."""
+
+    __slots__ = ("private", "what", "timeout")
+
+    def __init__(self, comm, what: str, timeout):
+        self.private, self.what, self.timeout = state(comm), what, timeout
+
+    def __enter__(self) -> Private:
+        private = self.private
+        if not private.lock.acquire(blocking=False):
+            raise RuntimeError(
+                f"{self.what}: another thread of this process is in a ringlab call on this communicator; MPI pairs "
+                "calls by their order, so two threads on one communicator could pair the wrong calls: give each "
+                "thread its own communicator (comm.Dup())")
+        try:
+            private.calls += 1
+            if private._dup is None:
+                private.comm(self.what, seconds(self.timeout))
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return private
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            if kind is not None and not issubclass(kind, (ValueError, OutOfStep)):
+                self.private.set_aside()
+        finally:
+            self.private.lock.release()
 
 
 def duplicate(comm, what: str, timeout):
