@@ -195,3 +195,37 @@ def test_starting_a_second_cluster_stops_the_first():
     finally:
         second.stop()
         first.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_local_cluster_listens_on_loopback_only():
+    """The controller and the engines listen on 127.0.0.1 (hydra's own port aside: its command line cannot
+    change it, as the README says)."""
+    import shutil
+
+    if shutil.which("ss") is None:
+        pytest.skip("no ss here to list the listening sockets")
+    with MPICluster(2, activate=False) as ranks:
+        ours = set(ranks.client[:].apply_sync(os.getpid))
+        for entry in os.listdir("/proc"):  # the controller: a child of this process
+            if entry.isdigit():
+                try:
+                    parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+                if parent == os.getpid():
+                    ours.add(int(entry))
+        lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
+        mine = [line for line in lines if any(f"pid={p}," in line for p in ours) and "hydra_pmi_proxy" not in line]
+    addresses = {line.split()[3].rsplit(":", 1)[0] for line in mine}
+    assert len(mine) >= 3 and addresses == {"127.0.0.1"}, mine
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_that_dies_is_said_plainly():
+    said = _run_notebook(["from ringlab.lab.cluster import MPICluster\nranks = MPICluster(2).start()",
+                          "%%px\nimport os, time\nfrom mpi4py import MPI\nif MPI.COMM_WORLD.Get_rank() == 1:\n"
+                          "    os._exit(3)\ntime.sleep(20)",
+                          "ranks.stop()"], timeout=100)
+    assert "stopped without an error of their own" in said(1) and "restart(replay=True)" in said(1), said(1)
+    assert "AlreadyDisplayedError" not in said(1)
