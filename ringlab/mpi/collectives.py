@@ -282,7 +282,7 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
     recorder = _recorder(comm, flat, itemsize) if trace else None
     ops = nodes.slowed(make_ops(name, xp, plan, flat.dtype, comm, count), comm, itemsize)
     bounds = chunk_bounds(count, schedule.nchunks)
-    run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds, poll=private.state(comm).given_up)
+    run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
     if not trace:
         return out
     rows = comm.gather(recorder.rows, root=0)

@@ -75,15 +75,13 @@ _YIELD: list[bool] = []
 _ALL: list = []  # MPI's Waitall and Testall, looked up once
 
 
-def wait(request, deadline: float | None, message, poll=None) -> None:
+def wait(request, deadline: float | None, message) -> None:
     """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
 
     Polling gives the core away between tests when the node runs more ranks than cores, so that the
     rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings).
-    ``poll``, if given, is called now and then while waiting: a text it returns is raised at once as a
-    StepTimeout (a peer that has already given up on this call).
     """
-    if deadline is None and poll is None:
+    if deadline is None:
         request.Wait()
         return
     if not _YIELD:
@@ -92,18 +90,13 @@ def wait(request, deadline: float | None, message, poll=None) -> None:
     give_way, polls = _YIELD[0], 0
     while not request.Test():
         polls += 1
-        if polls % 256 == 0 or give_way:
-            if deadline is not None and time.monotonic() > deadline:
-                raise StepTimeout(message())
-            if poll is not None and polls % 4096 == 0:
-                said = poll()
-                if said:
-                    raise StepTimeout(said)
+        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+            raise StepTimeout(message())
         if give_way:
             os.sched_yield()
 
 
-def wait_all(requests, deadline: float | None, message, poll=None) -> None:
+def wait_all(requests, deadline: float | None, message) -> None:
     """Wait for every request of ``requests`` (one ``Testall`` a poll), as :func:`wait` does for one."""
     if not _YIELD:
         from .launch import oversubscribed
@@ -111,18 +104,13 @@ def wait_all(requests, deadline: float | None, message, poll=None) -> None:
     if not _ALL:
         from mpi4py import MPI
         _ALL.extend((MPI.Request.Waitall, MPI.Request.Testall))
-    if deadline is None and poll is None:
+    if deadline is None:
         _ALL[0](requests)
         return
     give_way, polls, testall = _YIELD[0], 0, _ALL[1]
     while not testall(requests):
         polls += 1
-        if polls % 256 == 0 or give_way:
-            if deadline is not None and time.monotonic() > deadline:
-                raise StepTimeout(message())
-            if poll is not None and polls % 4096 == 0:
-                said = poll()
-                if said:
-                    raise StepTimeout(said)
+        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+            raise StepTimeout(message())
         if give_way:
             os.sched_yield()

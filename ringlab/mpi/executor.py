@@ -165,15 +165,14 @@ class Recorder:
 
 
 def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, recorder: Recorder | None = None,
-             bounds=None, poll=None) -> None:
+             bounds=None) -> None:
     """Execute ``plan`` on this rank's flat buffer through a transport's ``ops``.
 
     Every transport goes through the same loop: per step ``ops.post`` starts the step's receives
     and sends, each receive is waited for and landed by ``ops.land``, the sends are waited for
     (first, when something lands where the step also sends from), and ``ops.after_step`` ends
     the step. With ``timeout`` a step that does not finish in time raises StepTimeout, naming the
-    step and the peer this rank still waits for; ``poll`` (a callable) is asked now and then whether a
-    peer has given up on the call (see :func:`ringlab.mpi.deadlines.wait`).
+    step and the peer this rank still waits for.
     """
     buf = ops.begin(flat)
     for step in plan.steps:
@@ -182,7 +181,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
         def wait_for(request, waiting: str, step=step, deadline=deadline) -> None:
             label = f" ({step.label})" if step.label else ""
             wait(request, deadline, lambda: f"rank {plan.rank}: step {step.index}{label} did not finish within "
-                                            f"{timeout:g} s: still waiting {waiting}", poll)
+                                            f"{timeout:g} s: still waiting {waiting}")
 
         def finish_sends(sends, posted, step=step) -> None:
             for m, request in zip(step.sends, sends):

@@ -156,10 +156,10 @@ class BoundPlan:
     step's messages send from, receive into and land, cut once; with ``persistent``, MPI persistent
     requests on them, made once and started each call."""
 
-    def __init__(self, plan, flat, scratch, comm, persistent: bool, poll=None):
+    def __init__(self, plan, flat, scratch, comm, persistent: bool):
         from mpi4py import MPI
 
-        self.plan, self.flat, self.comm, self.persistent, self.poll = plan, flat, comm, persistent, poll
+        self.plan, self.flat, self.comm, self.persistent = plan, flat, comm, persistent
         self.startall, self.waitall = MPI.Prequest.Startall, MPI.Request.Waitall
         self.steps = []
         for step in plan.steps:
@@ -197,8 +197,7 @@ class BoundPlan:
                 if timeout is None:
                     self.waitall(requests)
                 else:
-                    wait_all(requests, deadline, lambda: self._late(step, timeout, self._still(step, requests)),
-                             self.poll)
+                    wait_all(requests, deadline, lambda: self._late(step, timeout, self._still(step, requests)))
                 for land in lands:
                     if land is not None:
                         land[0](*land[1])
@@ -211,7 +210,7 @@ class BoundPlan:
                     requests[i].Wait()
                 else:
                     wait(requests[i], deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
-                                                                                      f"from rank {m.peer}"), self.poll)
+                                                                                      f"from rank {m.peer}"))
                 if land is not None:
                     land[0](*land[1])
                 if window and i + window < nrecv:  # its slot is free again: take the next message
@@ -229,8 +228,7 @@ class BoundPlan:
             self.waitall(sends)
             return
         for m, request in zip(step.sends, sends):
-            wait(request, deadline, lambda m=m: self._late(step, timeout, f"for rank {m.peer} to take chunk {m.first}"),
-                 self.poll)
+            wait(request, deadline, lambda m=m: self._late(step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
 
     @staticmethod
     def _still(step, requests) -> str:
@@ -306,7 +304,7 @@ class Call:
                     if self.last is not None and self.last[1] is dropped:
                         self.last = None
                 bound = self.bound[key] = BoundPlan(self.plan, _raw(buf.reshape(-1)), self._scratch(buf.dtype),
-                                                    self.comm, persistent=True, poll=self.private.given_up)
+                                                    self.comm, persistent=True)
             else:
                 self.bound.move_to_end(key)
             self.last = (weakref.ref(buf), bound)  # a weak reference: the caller's array may still go
@@ -323,8 +321,7 @@ class Call:
 
     def _once(self, buf) -> "BoundPlan":
         """A plan bound to ``buf`` for this call only, on scratch that is not kept."""
-        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False,
-                         poll=self.private.given_up)
+        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False)
 
     def _run(self, bound, buf, timeout):
         try:
@@ -340,8 +337,7 @@ class Call:
         at a later call, the caller has let go of it, and that call reuses it instead of allocating."""
         self._drop_spare()
         buf = x.copy()
-        bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True,
-                          poll=self.private.given_up)
+        bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True)
         # Now: this frame's name (1), the views' bases, getrefcount's argument (1). Later, with nobody
         # else holding it: the spare tuple (1) instead of this frame's name, the same views, the argument.
         free = sys.getrefcount(buf)  # on a line of its own: inside the tuple's display, buf is on the stack too

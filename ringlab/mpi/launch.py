@@ -86,9 +86,10 @@ def local_env(base: dict | None = None, nranks: int | None = None) -> dict:
 
 
 def mpiexec_command(nranks: int, args: list[str]) -> list[str]:
-    """``mpiexec -n N python -m mpi4py ARGS``: mpi4py's runner aborts the job when a rank raises."""
+    """``mpiexec -n N python -m ringlab.mpi.runner ARGS``: mpi4py's runner, which aborts the job when a rank
+    raises, after ringlab's private communicator is made while every rank is there (:mod:`ringlab.mpi.runner`)."""
     check_nranks(nranks)
-    return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "mpi4py", *args]
+    return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "ringlab.mpi.runner", *args]
 
 
 def _die_with_parent() -> None:
@@ -118,7 +119,8 @@ def stop(process: subprocess.Popen, grace: float = 5.0) -> None:
 
 def run_mpi(nranks: int, args: list[str], timeout: float = 300, env: dict | None = None,
             **kwargs) -> subprocess.CompletedProcess:
-    """Run ``python -m mpi4py ARGS`` on ``nranks`` ranks; end the job after ``timeout`` seconds.
+    """Run ``python -m ringlab.mpi.runner ARGS`` (mpi4py's runner) on ``nranks`` ranks; end the job after
+    ``timeout`` seconds.
 
     Raises subprocess.TimeoutExpired when it does not finish in time (the job is ended first: SIGTERM, which
     mpiexec passes to its ranks, then SIGKILL).
@@ -149,7 +151,8 @@ def without_nranks(argv: list[str]) -> list[str]:
 
 
 def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
-    """Run ``python -m mpi4py TARGET ARGV`` as an MPI job of ``nranks`` ranks, ``argv`` without its -n.
+    """Run ``python -m ringlab.mpi.runner TARGET ARGV`` (mpi4py's runner) as an MPI job of ``nranks`` ranks,
+    ``argv`` without its -n.
 
     For commands that take ``-n N`` to start their own job: ``target`` is ``["-m", "ringlab"]`` or a
     script's path. Output goes to this process's; returns the job's exit status.

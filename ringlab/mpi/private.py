@@ -12,7 +12,11 @@ The state of one communicator (:class:`Private`) also counts the calls made on i
 with the argument agreement: ranks that are at different calls are told so (:class:`OutOfStep`)
 and are in step again from the next call. After a call that failed part-way (a timeout, an
 interrupt), its duplicate is set aside with every message still in flight on it, and the next
-call starts on a fresh one, so nothing is ever paired with a stale message.
+call starts on a fresh one, so nothing is ever paired with a stale message. The rank that gives
+up also leaves a notice ("gave up on call k") on the old duplicate for the others: a rank that
+arrives late finds it when its arguments are compared, and joins the fresh duplicate too (where the
+call numbers then say who is out of step) instead of waiting for ranks that have gone. (A rank
+already past that comparison keeps to its own deadline and names what it waited for.)
 """
 from __future__ import annotations
 
