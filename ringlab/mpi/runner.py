@@ -12,10 +12,14 @@ def main() -> None:
     from mpi4py import MPI
     from mpi4py.run import main as run
 
-    from .deadlines import DEFAULT, seconds
+    from .deadlines import DEFAULT, DEFAULT_SECONDS, seconds
     from .private import state
 
-    state(MPI.COMM_WORLD).comm("ringlab's start of the job", seconds(DEFAULT))
+    try:
+        limit = seconds(DEFAULT)
+    except ValueError:  # a bad RINGLAB_TIMEOUT: ringlab's calls in the job say so, on every rank
+        limit = DEFAULT_SECONDS
+    state(MPI.COMM_WORLD).comm("ringlab's start of the job", limit)
     run()
 
 
