@@ -36,7 +36,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..mpi import private
 from ..mpi.deadlines import DEFAULT, StepTimeout, deadline, seconds, usable, wait
-from ..schedule import check_count, chunk_bounds
+from ..schedule import chunk_bounds
 from .agreement import agree_on
 from .straggler import Straggler
 
