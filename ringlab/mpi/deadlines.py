@@ -114,3 +114,21 @@ def wait_all(requests, deadline: float | None, message) -> None:
             raise StepTimeout(message())
         if give_way:
             os.sched_yield()
+
+
+def probe(comm, source: int, tag: int, deadline: float | None, message, status=None) -> None:
+    """Wait until a message from ``source`` with ``tag`` has arrived on ``comm`` (without receiving it), as
+    :func:`wait` waits for a request: past ``deadline`` a StepTimeout(``message()``)."""
+    if deadline is None:
+        comm.Probe(source=source, tag=tag, status=status)
+        return
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    give_way, polls = _YIELD[0], 0
+    while not comm.Iprobe(source=source, tag=tag, status=status):
+        polls += 1
+        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+            raise StepTimeout(message())
+        if give_way:
+            os.sched_yield()

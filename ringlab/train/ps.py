@@ -35,7 +35,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from ..mpi import private
-from ..mpi.deadlines import DEFAULT, StepTimeout, deadline, seconds, usable, wait
+from ..mpi.deadlines import DEFAULT, deadline, probe, seconds, usable, wait
 from ..schedule import chunk_bounds
 from .agreement import agree_on
 from .straggler import Straggler
@@ -91,9 +91,6 @@ class ParameterServer:
             private.release(self.comm)
             self.comm = None
 
-    def _deadline(self):
-        return deadline(seconds(self.timeout))
-
     def _waited(self, request, whom: str) -> None:
         """Wait for ``request`` within the deadline; past it, a StepTimeout saying whom this rank waited for."""
         limit = seconds(self.timeout)
@@ -102,11 +99,9 @@ class ParameterServer:
 
     def _probe(self, source, tag: int, whom: str, status=None) -> None:
         """Wait, within the deadline, until a message from ``source`` with ``tag`` is there (not receiving it)."""
-        limit, until = seconds(self.timeout), self._deadline()
-        while not self.comm.Iprobe(source=source, tag=tag, status=status):
-            if until is not None and time.monotonic() > until:
-                raise StepTimeout(f"rank {self.rank}: ParameterServer: waited more than {limit:g} s for {whom}")
-            time.sleep(0)
+        limit = seconds(self.timeout)
+        probe(self.comm, source, tag, deadline(limit),
+              lambda: f"rank {self.rank}: ParameterServer: waited more than {limit:g} s for {whom}", status)
 
     def _bcast(self, buf, root: int, what: str) -> None:
         self._waited(self.comm.Ibcast(buf, root=root), f"{what} from rank {root} (a rank that never came?)")
