@@ -81,6 +81,7 @@ def test_a_machine_too_small_or_ranks_that_disagree_raise_on_every_rank():
             continue
         head, case, text = line.split(": ", 2)
         seen.setdefault(case, {})[head] = text
+    assert set(seen["a Topology"].values()) == {"no error"}  # every rank describes the same links the same way
     assert set(seen["preset too small"].values()) == {
         "rl.allreduce: the emulated machine pcie3-switch-2 has 2 ranks; this job has 3"}
     mismatched = set(seen["mismatched"].values())

@@ -21,6 +21,7 @@ links it is given).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections import OrderedDict
@@ -129,7 +130,8 @@ def describe() -> str | None:
     if now is None or now.spec:
         return None if now is None else now.label
     links = tuple((link.a, link.b, link.bandwidth, link.latency) for link in now.topology.links)
-    return f"{now.label} ({len(links)} links, digest {hash(links) & 0xffffffff:08x})"
+    digest = hashlib.sha256(repr(links).encode()).hexdigest()[:8]  # the same on every rank (hash() is not)
+    return f"{now.label} ({len(links)} links, digest {digest})"
 
 
 _TIMINGS: OrderedDict = OrderedDict()

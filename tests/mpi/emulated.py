@@ -58,7 +58,8 @@ elif mode == "environment":  # RINGLAB_EMULATE set for the job
               flush=True)
 
 else:  # errors: the same clear message on every rank, then a collective that is still right
-    cases = {"preset too small": lambda: rl.emulate("pcie3-switch-2"),
+    cases = {"a Topology": lambda: rl.emulate(rl.topology.uniform(n, bandwidth=1e9, latency=1e-5)),  # same on all
+             "preset too small": lambda: rl.emulate("pcie3-switch-2"),
              "mismatched": lambda: rl.emulate(LINK if rank == 0 else "uniform:0.2:400")}
     x = np.ones(1000)
     said = []
