@@ -13,10 +13,13 @@
   sweep on them, for a few model widths (when data parallelism pays).
 - :mod:`ringlab.train.accumulation`: micro-batches accumulated before a step, against ranks taking one each.
 - :mod:`ringlab.train.large_batch`: batch k x b at the same learning rate, at k times it and with warm-up.
+- :class:`ZeroOptimizer` (:mod:`ringlab.train.zero`): ZeRO stages 1-3 (FSDP's full sharding at 3) on ringlab's
+  reduce-scatter and allgather, with what each rank holds measured from its tensors.
 - :mod:`ringlab.train.overlap`: step time and time waiting on communication against bucket size, overlap
   off and on, each step traced.
 """
 from .optimizer import DistributedOptimizer, broadcast_parameters
 from .ps import ParameterServer
+from .zero import ZeroOptimizer
 
-__all__ = ["DistributedOptimizer", "ParameterServer", "broadcast_parameters"]
+__all__ = ["DistributedOptimizer", "ParameterServer", "ZeroOptimizer", "broadcast_parameters"]

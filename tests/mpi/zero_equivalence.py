@@ -1,0 +1,68 @@
+"""ZeroOptimizer at stages 1, 2 and 3 against plain data parallelism (the DistributedOptimizer), SGD with
+momentum and Adam, float64, on a model whose parameter counts do not divide by the ranks (one is smaller
+than the ranks). Rank 0 prints one JSON line per (optimizer, stage): the largest relative difference, whether
+the ranks agree, the bytes every rank sent and what it holds.
+
+    mpiexec -n N python -m mpi4py tests/mpi/zero_equivalence.py [STEPS]
+"""
+import json
+import sys
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from ringlab.train import DistributedOptimizer, ZeroOptimizer
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+OPTIMIZERS = {"sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+              "adam": lambda params: torch.optim.Adam(params, lr=0.01)}
+
+
+def make_model(seed):
+    torch.manual_seed(seed)  # differs by rank on purpose: both optimizers broadcast rank 0's weights
+    return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.ReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 1)).double()
+
+
+def batch(step):
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(6, 7, generator=gen, dtype=torch.float64)
+    return x, x.sum(dim=1, keepdim=True).sin()
+
+
+def train(wrap):
+    model = make_model(seed=rank + 10)
+    opt = wrap(model)
+    for step in range(STEPS):
+        opt.zero_grad()
+        x, y = batch(step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return model, opt
+
+
+for name, make in OPTIMIZERS.items():
+    model, opt = train(lambda m: DistributedOptimizer(make(m.parameters()), m.named_parameters(), overlap=False))
+    opt.close()
+    reference = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    nparams = reference.size
+    for stage in (1, 2, 3):
+        model, opt = train(lambda m: ZeroOptimizer(make(m.parameters()), m, stage=stage))
+        memory = opt.memory()
+        pieces = [int(q.numel()) for q in opt.pieces]
+        mine = torch.cat([t.reshape(-1) for t in opt.full_parameters()]).numpy()
+        everyone = comm.gather(mine, root=0)
+        sent = comm.gather(dict(opt.sent), root=0)
+        held = comm.gather({"memory": memory, "pieces": pieces}, root=0)
+        opt.close()
+        after_close = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+        if rank == 0:
+            print(json.dumps({
+                "optimizer": name, "stage": stage, "ranks": size, "steps": STEPS, "nparams": nparams,
+                "difference": float(np.abs(mine - reference).max() / np.abs(reference).max()),
+                "ranks_agree": all(np.array_equal(everyone[0], w) for w in everyone),
+                "closed_model_equal": bool(np.array_equal(after_close, mine)),
+                "sent": sent, "held": held}), flush=True)
