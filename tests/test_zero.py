@@ -33,8 +33,8 @@ def test_every_stage_equals_plain_data_parallelism(runs):
 def test_the_model_does_not_divide_by_the_ranks(runs):
     pieces = [held["pieces"] for held in runs[0]["held"]]
     assert len({tuple(p) for p in pieces}) > 1  # ranks hold pieces of different sizes
-    assert 0 in pieces[-1]  # a parameter smaller than the ranks leaves the last rank nothing of it
-    assert [sum(sizes) for sizes in zip(*pieces)] == [77, 11, 55, 5, 5, 1]
+    assert 0 in pieces[-1]  # PReLU's one parameter leaves the last rank nothing of it
+    assert [sum(sizes) for sizes in zip(*pieces)] == [88, 1, 60, 6]  # one flat unit per module
 
 
 def test_what_each_stage_sends_is_the_papers_2_and_3_psi(runs):

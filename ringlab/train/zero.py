@@ -94,10 +94,29 @@ def _state_tensors(optimizer):
     return [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
 
 
+class _Unit:
+    """The parameters one module owns, flattened into one buffer (FSDP's flat parameter): ``flat`` holds them
+    all (the parameters are views into it), ``lo:hi`` is this rank's piece of it."""
+
+    def __init__(self, module, params, nranks: int, rank: int):
+        self.module, self.params = module, params
+        self.numel = sum(p.numel() for p in params)
+        self.lo, self.hi = (int(b) for b in chunk_bounds(self.numel, nranks)[rank:rank + 2])
+        first = params[0]
+        self.flat = torch.cat([p.detach().reshape(-1) for p in params]).to(first.device)
+        at = 0
+        for p in params:  # the parameters become views into the flat buffer
+            p.data = self.flat[at:at + p.numel()].view_as(p)
+            at += p.numel()
+        self.ready = 0  # parameters whose gradient backward has produced this step
+
+
 class ZeroOptimizer:
     """Shard ``optimizer``'s state (stage 1), also the gradients (2), also the parameters (3) of ``model``
-    over the ranks of ``comm`` (see the module). ``optimizer`` must be fresh (no state yet) and hold
-    exactly the model's parameters that require gradients, in any param groups."""
+    over the ranks of ``comm`` (see the module). The parameters each module owns are sharded together, as one
+    flat buffer (FSDP's unit), so a step runs a few large collectives rather than one per tensor. ``optimizer``
+    must be fresh (no state yet) and hold exactly the model's parameters that require gradients, those of one
+    module in one param group."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, stage: int = 1, comm=None):
         from mpi4py import MPI
@@ -113,26 +132,27 @@ class ZeroOptimizer:
         agree_on_parameters(self.comm, "ZeroOptimizer", named)
         broadcast_parameters(named, root=0, comm=self.comm)
         self.params = [p for _, p in named]
-        self.bounds = [chunk_bounds(p.numel(), self.nranks)[self.rank:self.rank + 2] for p in self.params]
-        self.pieces = [self._piece(p, lo, hi) for p, (lo, hi) in zip(self.params, self.bounds)]
-        piece_of = {id(p): piece for p, piece in zip(self.params, self.pieces)}
-        for group in optimizer.param_groups:
-            group["params"] = [piece_of[id(p)] for p in group["params"]]
+        wanted = {id(p) for p in self.params}
+        self.units = [_Unit(m, own, self.nranks, self.rank) for m in model.modules()
+                      if (own := [p for p in m.parameters(recurse=False) if id(p) in wanted])]
+        self._unit_of = {id(p): u for u in self.units for p in u.params}
+        self.pieces = [torch.nn.Parameter(u.flat[u.lo:u.hi].clone() if stage == 3 else u.flat[u.lo:u.hi])
+                       for u in self.units]
+        self._regroup()
+        if stage == 1:  # the full gradients stay, as views into one flat buffer per unit
+            for u in self.units:
+                u.grads = torch.zeros_like(u.flat)
+                self._point(u.params, u.grads, "grad")
         self.sent = Counter()  # bytes this rank sent in training, by collective (counted from the schedules)
         self.steps = 0
-        self._index = {id(p): i for i, p in enumerate(self.params)}
         self._hooks = []
-        self._reduced: set[int] = set()
         if stage >= 2:
             self._hooks += [p.register_post_accumulate_grad_hook(self._gradient_ready) for p in self.params]
         if stage == 3:
-            for p in self.params:
-                _free(p)
-            for module in model.modules():
-                own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
-                if own:
-                    self._hooks += [module.register_forward_pre_hook(lambda m, args, own=own: self._gather(own)),
-                                    module.register_forward_hook(lambda m, args, out, own=own: self._after(own, out))]
+            for u in self.units:
+                _free(u.flat)
+                self._hooks += [u.module.register_forward_pre_hook(lambda m, args, u=u: self._gather(u)),
+                                u.module.register_forward_hook(lambda m, args, out, u=u: self._after(u, out))]
 
     def _check(self, named) -> None:
         if not named:
@@ -145,14 +165,36 @@ class ZeroOptimizer:
         if len(given) != len({id(p) for p in given}) or {id(p) for p in given} != mine:
             raise ValueError("ZeroOptimizer: the optimizer must hold exactly the model's parameters that require "
                              "gradients, each once")
+        group_of = {id(p): i for i, group in enumerate(self.optimizer.param_groups) for p in group["params"]}
+        for module in self.model.modules():
+            groups = {group_of[id(p)] for p in module.parameters(recurse=False) if id(p) in mine}
+            if len(groups) > 1:
+                raise ValueError(f"ZeroOptimizer: the parameters of one module ({type(module).__name__}) are sharded "
+                                 "together, so they must be in one param group")
         for name, p in named:
             if not p.is_contiguous():
                 raise ValueError(f"ZeroOptimizer: parameter {name} is not contiguous")
 
-    def _piece(self, p: torch.Tensor, lo: int, hi: int) -> torch.nn.Parameter:
-        """Rank r's piece: a view of the full parameter (stages 1, 2), or a copy of its own (stage 3)."""
-        flat = p.data.view(-1)[lo:hi]
-        return torch.nn.Parameter(flat.clone() if self.stage == 3 else flat)
+    def _regroup(self) -> None:
+        """Each param group holds its modules' pieces instead of their parameters."""
+        piece_of = {id(p): piece for u, piece in zip(self.units, self.pieces) for p in u.params}
+        for group in self.optimizer.param_groups:
+            pieces = []
+            for p in group["params"]:
+                if not any(piece_of[id(p)] is q for q in pieces):
+                    pieces.append(piece_of[id(p)])
+            group["params"] = pieces
+
+    @staticmethod
+    def _point(params, flat: torch.Tensor, what: str) -> None:
+        at = 0
+        for p in params:
+            view = flat[at:at + p.numel()].view_as(p)
+            if what == "grad":
+                p.grad = view
+            else:
+                p.data = view
+            at += p.numel()
 
     def _run(self, name: str, flat: torch.Tensor, in_place: bool = False, count: bool = True):
         array = as_array(flat)
@@ -160,72 +202,96 @@ class ZeroOptimizer:
             self.sent[name.split(".")[0]] += sent_bytes(name, self.nranks, array.nbytes, array.itemsize)[self.rank]
         return execute(name, array, comm=self.comm, in_place=in_place)
 
-    def _reduce_scatter(self, i: int, grad: torch.Tensor | None) -> None:
-        """Sum parameter i's gradient over the ranks; add this rank's piece of the average to the piece's grad."""
-        p, (lo, hi) = self.params[i], self.bounds[i]
-        grad = torch.zeros_like(p) if grad is None else grad
-        summed = self._run("reduce_scatter.ring", grad.detach().reshape(-1).contiguous())
-        mine = torch.as_tensor(summed[lo:hi], device=p.device) / self.nranks
-        piece = self.pieces[i]
-        if self.stage == 1:  # the full gradient stays: the piece's gradient is its slice, averaged
-            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
-            piece.grad = p.grad.view(-1)[lo:hi].copy_(mine)
+    def _reduce_scatter(self, i: int, grads: torch.Tensor) -> None:
+        """Sum unit i's flat gradient over the ranks; this rank's piece of the average goes to the piece's grad."""
+        u, piece = self.units[i], self.pieces[i]
+        summed = self._run("reduce_scatter.ring", grads)
+        mine = torch.as_tensor(summed[u.lo:u.hi], device=grads.device) / self.nranks
+        if self.stage == 1:  # the piece's gradient is its slice of the unit's full gradient, averaged
+            u.grads[u.lo:u.hi] = mine
+            piece.grad = u.grads[u.lo:u.hi]
         else:
             piece.grad = mine if piece.grad is None else piece.grad + mine
 
+    def _adopt_gradients(self, u: _Unit) -> None:
+        """Stage 1: gradients that are not views into the unit's buffer (set to None, or replaced) are copied in."""
+        at = 0
+        for p in u.params:
+            view = u.grads[at:at + p.numel()].view_as(p)
+            if p.grad is None:
+                view.zero_()
+            elif p.grad.data_ptr() != view.data_ptr():
+                view.copy_(p.grad)
+            p.grad = view
+            at += p.numel()
+
+    def _flat_grads(self, u: _Unit) -> torch.Tensor:
+        return torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in u.params])
+
     def _gradient_ready(self, p: torch.Tensor) -> None:
-        i = self._index[id(p)]
-        self._reduce_scatter(i, p.grad)
-        self._reduced.add(i)
-        p.grad = None
+        """Stages 2 and 3: once every parameter of a unit has its gradient, reduce-scatter them and free them."""
+        u = self._unit_of[id(p)]
+        u.ready += 1
+        if u.ready < len(u.params):
+            return
+        self._reduce_scatter(self.units.index(u), self._flat_grads(u))
+        for q in u.params:
+            q.grad = None
+        u.ready = 0  # a second backward before step() reduces again, adding into the pieces' gradients
         if self.stage == 3:
-            _free(p)
+            _free(u.flat)
 
-    def _gather(self, params) -> None:
-        """Allgather the full parameters of ``params`` that are not held now (stage 3)."""
-        for p in params:
-            if p.untyped_storage().nbytes() == 0:
-                self._gather_into(p, p.data)
+    def _gather(self, u: _Unit) -> None:
+        """Stage 3: allgather unit ``u``'s full parameters unless they are held now."""
+        if u.flat.untyped_storage().nbytes() == 0:
+            self._gather_into(u, u.flat)
 
-    def _gather_into(self, p: torch.Tensor, out: torch.Tensor, count: bool = True) -> torch.Tensor:
-        i = self._index[id(p)]
-        lo, hi = self.bounds[i]
-        work = torch.zeros(p.numel(), dtype=p.dtype, device=p.device)  # not out: numpy would pin out's storage
-        work[lo:hi] = self.pieces[i].data
+    def _gather_into(self, u: _Unit, out: torch.Tensor, count: bool = True) -> torch.Tensor:
+        i = self.units.index(u)
+        work = torch.zeros(u.numel, dtype=u.flat.dtype, device=u.flat.device)  # not out: numpy would pin its storage
+        work[u.lo:u.hi] = self.pieces[i].data
         gathered = self._run("allgather.ring", work, in_place=True, count=count)
         _allocate(out)
-        out.view(-1).copy_(torch.as_tensor(gathered, device=p.device))
+        out.copy_(torch.as_tensor(gathered, device=u.flat.device))
         return out
 
-    def _after(self, params, out) -> None:
-        """After a module's forward: free its parameters, and gather them again before its backward."""
-        for p in params:
-            _free(p)
+    def _after(self, u: _Unit, out) -> None:
+        """Stage 3, after a module's forward: free its parameters, and gather them again before its backward."""
+        _free(u.flat)
         outputs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
                    if isinstance(t, torch.Tensor) and t.requires_grad]
         if outputs:
-            outputs[0].register_hook(lambda grad: self._gather(params))
+            outputs[0].register_hook(lambda grad: self._gather(u))
 
     def step(self, closure=None):
         """Average the gradients (reduce-scatter), update this rank's pieces, and (stages 1, 2) allgather them."""
-        for i, p in enumerate(self.params):
-            if i not in self._reduced:  # stage 1, or a parameter that got no gradient this step
-                self._reduce_scatter(i, p.grad)
-        self._reduced.clear()
+        for i, u in enumerate(self.units):
+            if self.stage == 1:
+                self._adopt_gradients(u)
+                self._reduce_scatter(i, u.grads)
+            elif u.ready > 0:  # some parameter of it got no gradient this step: reduce what there is
+                self._reduce_scatter(i, self._flat_grads(u))
+                for q in u.params:
+                    q.grad = None
+            u.ready = 0
         loss = self.optimizer.step(closure)
         if self.stage < 3:
-            for p in self.params:
-                self._run("allgather.ring", p.data.view(-1), in_place=True)
+            for u in self.units:
+                self._run("allgather.ring", u.flat, in_place=True)
         self.steps += 1
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the full gradients (stage 1) and the pieces' gradients."""
-        for t in self.params + self.pieces:
-            if set_to_none:
-                t.grad = None
-            elif t.grad is not None:
-                t.grad.zero_()
+        """Clear the gradients: the full ones (zeroed in place at stage 1, whose views they are) and the pieces'."""
+        for u in self.units:
+            if self.stage == 1:
+                u.grads.zero_()
+            u.ready = 0
+        for piece in self.pieces:
+            if set_to_none or piece.grad is None or self.stage == 1:
+                piece.grad = None
+            else:
+                piece.grad.zero_()
 
     def memory(self) -> dict[str, int]:
         """Bytes this rank holds now, measured from its tensors: "parameters", "gradients", "optimizer_state"."""
@@ -237,7 +303,14 @@ class ZeroOptimizer:
         """Every parameter in full, in ``model.parameters()`` order (stage 3: gathered, on every rank at once)."""
         if self.stage < 3:
             return [p.detach().clone() for p in self.params]
-        return [self._gather_into(p, torch.empty_like(p), count=False) for p in self.params]
+        full = {}
+        for u in self.units:
+            flat = self._gather_into(u, torch.empty(u.numel, dtype=u.flat.dtype, device=u.flat.device), count=False)
+            at = 0
+            for p in u.params:
+                full[id(p)] = flat[at:at + p.numel()].view_as(p).clone()
+                at += p.numel()
+        return [full[id(p)] for p in self.params]
 
     def close(self) -> None:
         """Remove the hooks; at stage 3 gather the full parameters back into the model."""
@@ -245,7 +318,8 @@ class ZeroOptimizer:
             handle.remove()
         self._hooks = []
         if self.stage == 3:
-            self._gather(self.params)
+            for u in self.units:
+                self._gather(u)
 
     def __getattr__(self, name):  # param_groups, state ... of the wrapped optimizer
         return getattr(self.optimizer, name)

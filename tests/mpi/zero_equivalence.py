@@ -1,6 +1,6 @@
 """ZeroOptimizer at stages 1, 2 and 3 against plain data parallelism (the DistributedOptimizer), SGD with
-momentum and Adam, float64, on a model whose parameter counts do not divide by the ranks (one is smaller
-than the ranks). Rank 0 prints one JSON line per (optimizer, stage): the largest relative difference, whether
+momentum and Adam, float64, on a model whose modules' parameter counts do not divide by the ranks (one
+holds a single parameter, fewer than the ranks). Rank 0 prints one JSON line per (optimizer, stage): the largest relative difference, whether
 the ranks agree, the bytes every rank sent and what it holds.
 
     mpiexec -n N python -m mpi4py tests/mpi/zero_equivalence.py [STEPS]
@@ -23,8 +23,8 @@ OPTIMIZERS = {"sgd": lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.
 
 def make_model(seed):
     torch.manual_seed(seed)  # differs by rank on purpose: both optimizers broadcast rank 0's weights
-    return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.ReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
-                               torch.nn.Linear(5, 1)).double()
+    return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.PReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 1)).double()  # units of 88, 1, 60 and 6 parameters
 
 
 def batch(step):
