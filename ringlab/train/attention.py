@@ -24,16 +24,22 @@ def merge(m, l, o, scores, v):
     finite = np.where(np.isfinite(top), top, 0.0)  # rows with every key masked so far
     rescale = np.exp(m - finite)
     p = np.exp(scores - finite[..., None])
-    return top, l * rescale + p.sum(axis=-1), o * rescale[..., None] + p @ v
+    return top, l * rescale + p.sum(axis=-1), o * rescale[..., None] + _product(p, v)
+
+
+def _product(a, b):
+    """a @ b for stacks of small matrices, by numpy's own loops: a multithreaded BLAS in every rank of a
+    machine with fewer cores than ranks spends its time contending, not computing."""
+    return np.einsum("...ij,...jk->...ik", a, b)
 
 
 def attention(q, k, v, causal: bool = False):
     """softmax(Q K^T / sqrt(d)) V on one rank: the reference."""
-    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = _product(q, np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
     if causal:
         scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return weights / weights.sum(axis=-1, keepdims=True) @ v
+    return _product(weights / weights.sum(axis=-1, keepdims=True), v)
 
 
 class RingAttention:
@@ -83,7 +89,7 @@ class RingAttention:
                 self.sent += held.nbytes
             if not (causal and block > self.rank):  # a later block is all masked for a causal query
                 keys, values = held[..., :d], held[..., d:]
-                scores = q @ np.swapaxes(keys, -1, -2) / np.sqrt(d)
+                scores = _product(q, np.swapaxes(keys, -1, -2)) / np.sqrt(d)
                 if causal and block == self.rank:
                     scores = np.where(np.tril(np.ones((tokens, tokens), dtype=bool)), scores, -np.inf)
                 m, l, o = merge(m, l, o, scores, values)

@@ -81,7 +81,7 @@ class MeshTrainer:
             for p in self.params:
                 p -= self.lr * mean[at:at + p.numel()].view_as(p)
                 at += p.numel()
-        return float(loss)
+        return float(loss.detach())
 
 
 def loss_everywhere(loss: float, comm) -> float:
