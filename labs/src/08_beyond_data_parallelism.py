@@ -480,7 +480,9 @@ QUIZ.ask(4)
 # %% tags=["solution"]
 answer = None  # one of the choices
 # solution
-answer = rl.predict_nccl("allreduce", 64 << 20, rl.topology.preset("ib-2x8-h100")).algorithm
+import ringlab as rl
+
+answer = rl.predict_nccl("allreduce", 64 << 20, rl.topology.preset("ib-2x8-h100")).algorithm  # NCCL's model
 
 # %%
 QUIZ.check(4, answer)

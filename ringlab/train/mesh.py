@@ -16,10 +16,8 @@ from collections import Counter
 
 import torch
 
-from ..mpi.collectives import allreduce
 from ..mpi.emulate import emulate
 from .tensor import _sum, split_mlp
-from .zero import as_array
 
 
 class Residual(torch.nn.Module):
@@ -83,7 +81,3 @@ class MeshTrainer:
                 at += p.numel()
         return float(loss.detach())
 
-
-def loss_everywhere(loss: float, comm) -> float:
-    """The mean of every rank's ``loss`` (ringlab's allreduce)."""
-    return float(allreduce(as_array(torch.tensor([loss], dtype=torch.float64)), comm=comm)[0]) / comm.Get_size()

@@ -33,15 +33,22 @@ def batch(step):
     return x, x.sum(dim=1, keepdim=True).sin()
 
 
-def train(wrap):
+def train(wrap, passes=1):
+    """``passes`` backward passes (micro-batches of 3 samples each) before each step."""
     model = make_model(seed=rank + 10)
     opt = wrap(model)
     for step in range(STEPS):
         opt.zero_grad()
         x, y = batch(step)
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        for part in range(passes):
+            rows = slice(part * len(x) // passes, (part + 1) * len(x) // passes)
+            (torch.nn.functional.mse_loss(model(x[rows]), y[rows]) / passes).backward()
         opt.step()
     return model, opt
+
+
+def flat(params):
+    return torch.cat([p.detach().reshape(-1) for p in params]).numpy()
 
 
 for name, make in OPTIMIZERS.items():
@@ -66,3 +73,32 @@ for name, make in OPTIMIZERS.items():
                 "ranks_agree": all(np.array_equal(everyone[0], w) for w in everyone),
                 "closed_model_equal": bool(np.array_equal(after_close, mine)),
                 "sent": sent, "held": held}), flush=True)
+
+# two micro-batches accumulated before each step, against DistributedOptimizer's backward_passes_per_step=2; and
+# at stage 1 the model's own zero_grad() (which sets the gradients to None) instead of the optimizer's
+make = OPTIMIZERS["adam"]
+model, opt = train(lambda m: DistributedOptimizer(make(m.parameters()), m.named_parameters(), overlap=False,
+                                                  backward_passes_per_step=2), passes=2)
+opt.close()
+reference = flat(model.parameters())
+for stage in (1, 2, 3):
+    model, opt = train(lambda m: ZeroOptimizer(make(m.parameters()), m, stage=stage), passes=2)
+    mine = flat(opt.full_parameters())
+    opt.close()
+    worst = comm.allreduce(float(np.abs(mine - reference).max() / np.abs(reference).max()), op=MPI.MAX)
+    if rank == 0:
+        print(json.dumps({"case": "accumulated", "stage": stage, "difference": worst}), flush=True)
+model, opt = train(lambda m: ZeroOptimizer(make(m.parameters()), m, stage=1))
+plain = flat(model.parameters())
+opt.close()
+model = make_model(seed=rank + 10)
+opt = ZeroOptimizer(make(model.parameters()), model, stage=1)
+for step in range(STEPS):
+    model.zero_grad()  # set_to_none: the optimizer must adopt the new gradient tensors
+    x, y = batch(step)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+worst = comm.allreduce(float(np.abs(flat(model.parameters()) - plain).max() / np.abs(plain).max()), op=MPI.MAX)
+opt.close()
+if rank == 0:
+    print(json.dumps({"case": "model.zero_grad", "stage": 1, "difference": worst}), flush=True)

@@ -144,7 +144,7 @@ def sharding_lesson(result: dict) -> Finding:
     said = [f"Rank 0 of {result['ranks']} held {format_bytes(totals[0])} with plain data parallelism, then "
             + ", ".join(f"{format_bytes(t)} at stage {i}" for i, t in enumerate(totals[1:], 1))
             + f" ({totals[-1] / totals[0]:.0%} of it at stage 3), each within "
-            + f"{max(abs(r['ratio'] - 1) for r in memory):.1%} of the paper's formula (the rest: Adam's step counters "
+            + f"{max(abs(r['ratio'] - 1) for r in memory):.2%} of the paper's formula (the rest: Adam's step counters "
             + "and pieces one element larger than a 1/n share)."]
     said.append(f"Per step every rank sent {ratio['ZeRO stage 1']:.2f}x and {ratio['ZeRO stage 2']:.2f}x what plain data "
                 f"parallelism sends at stages 1 and 2, {ratio['ZeRO stage 3']:.2f}x at stage 3: the paper's 2 Psi and "
