@@ -377,8 +377,8 @@ print(describe_published(published_runs))
 print(describe_forced_ring(forced_ring_sizes()))
 
 # %% [markdown]
-# The model predicts healthy hardware; the 2 x 8 H100 sweep came from a machine its owner was debugging
-# (the issue it was posted in), so its busbw sits below the prediction while the choice agrees.
+# The model predicts healthy hardware of each description. Where a published busbw sits well below it,
+# the choice can still agree; lab 05's section "Is my number normal?" asks which fault such a number matches.
 #
 # ## PAT: all-gather in log2 n steps
 #
@@ -425,8 +425,10 @@ print(describe_pat(pats))
 #    model fits at each stage.
 # 2. Train with `ZeroOptimizer(..., stage=3)` and print `memory()` between backward and `step()`, and
 #    after `step()`: which gradients exist when?
-# 3. (Above) the mesh's groups. Run `measure_mappings` with `machine="ib-16x8-h100"`: do the figures change?
-# 4. In `measure_imbalance`, set `SKEW` to 0.5 and to 5: how do the block and the step follow the busiest expert?
+# 3. (Above) the mesh's groups. Run `measure_mappings(placement=(0, 1, 2, 3))`: all four GPUs on one node.
+#    Does the mapping still matter, and what does the prediction say?
+# 4. Run `measure_imbalance(skew=0.5)` and `measure_imbalance(skew=5)`: how do the block and the step follow the
+#    busiest expert?
 # 5. `rl.predict_nccl("allgather", nbytes, rl.topology.cluster("h100", 1000, gpus_per_node=1))`: up to what size
 #    does the model pick PAT at a thousand nodes?
 

@@ -17,9 +17,9 @@ SKEW = 2.0  # added to the router's bias for expert 0: how the skewed router fav
 COSTLIER = 1.3  # the skewed layer at least 1.3x as long: imbalance costs
 
 
-def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE) -> list[dict]:
+def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: float = SKEW) -> list[dict]:
     """Forward and backward of the expert-parallel layer (one expert a rank) on ``machine``'s emulated links, with the
-    router as initialised and skewed; a row for each, on every rank."""
+    router as initialised and skewed (``skew`` added to expert 0's bias); a row for each, on every rank."""
     import torch
     from mpi4py import MPI
 
@@ -37,7 +37,7 @@ def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE) -> list
             moe = MixtureOfExperts(FEATURES, n, HIDDEN, seed=0).double()
             if router == "skewed":
                 with torch.no_grad():
-                    moe.router.bias[0] += SKEW
+                    moe.router.bias[0] += skew
             layer = ExpertParallel(moe, comm)
             seconds = []
             with emulate(machine):

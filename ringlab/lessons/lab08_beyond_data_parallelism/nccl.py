@@ -130,19 +130,22 @@ def describe_published(rows: list[dict]) -> str:
 
 
 def forced_ring_sizes() -> dict:
-    """Published, 2 x 8 H100: NCCL's own choice against NCCL_ALGO=Ring size by size, and the model's pick at each."""
+    """Published, 2 x 8 H100: NCCL's own choice against NCCL_ALGO=Ring size by size, and the model's pick at each
+    with its predicted busbw."""
     own = {r["bytes"]: r["busbw_Bps"] for r in
            published.load("A02_nccltests290_h100_2x8_ib_ndr_allreduce_default").data["rows"]}
     ring = {r["bytes"]: r["busbw_Bps"] for r in
             published.load("A03_nccltests290_h100_2x8_ib_ndr_allreduce_ring").data["rows"]}
     topology = preset("ib-2x8-h100")
     sizes = sorted(set(own) & set(ring))
-    picks = {k: predict_nccl("allreduce", k, topology).algorithm for k in sizes}
-    return {"sizes": sizes, "ratio": [own[k] / ring[k] for k in sizes], "picks": [picks[k] for k in sizes]}
+    picks = [predict_nccl("allreduce", k, topology) for k in sizes]
+    return {"sizes": sizes, "ratio": [own[k] / ring[k] for k in sizes], "picks": [p.algorithm for p in picks],
+            "share": [own[k] / p.busbw for k, p in zip(sizes, picks)]}
 
 
 def describe_forced_ring(result: dict) -> str:
-    """Where NCCL's own choice beat the ring (published) and what the model picks there."""
+    """Where NCCL's own choice beat the ring (published), what the model picks there, and how the published busbw
+    compares with the model's."""
     ahead = [k for k, r in zip(result["sizes"], result["ratio"]) if r > 1.1]
     not_ring = [k for k, p in zip(result["sizes"], result["picks"]) if p != "ring"]
     return (f"Published, 2 x 8 H100 (nccl-tests#290): NCCL's own choice beat NCCL_ALGO=Ring by more than 10% at "
@@ -151,7 +154,10 @@ def describe_forced_ring(result: dict) -> str:
             f"model picks something other than the ring at {len(not_ring)} of them "
             f"({', '.join(sorted(set(result['picks'])))}): " +
             ("the two agree that NCCL leaves the ring there." if set(ahead) <= set(not_ring) else
-             "they disagree at " + ", ".join(format_bytes(k) for k in sorted(set(ahead) - set(not_ring))) + "."))
+             "they disagree at " + ", ".join(format_bytes(k) for k in sorted(set(ahead) - set(not_ring))) + ".") +
+            f" The published busbw was {min(result['share']):.0%} to {max(result['share']):.0%} of what the model "
+            "predicts for its pick" + (": the choice agrees, the speed does not." if max(result["share"]) < 0.75 else
+                                       "."))
 
 
 def pat_rows(nodes=(2, 4, 8, 16, 32, 64), sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 24)) -> list[dict]:
