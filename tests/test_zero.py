@@ -113,3 +113,19 @@ def test_one_rank_is_plain_training_and_full_parameters_at_stage_3():
     assert opt.memory()["parameters"] == sum(p.numel() * 8 for p in plain.parameters())  # one rank holds it all
     for mine, theirs in zip(opt.full_parameters(), plain.parameters()):
         assert torch.allclose(mine, theirs, rtol=1e-12, atol=0)
+
+
+def test_frozen_parameters_stay_whole_and_come_back_in_order():
+    from mpi4py import MPI
+
+    model = _model()
+    model[0].weight.requires_grad_(False)
+    frozen = model[0].weight.detach().clone()
+    opt = ZeroOptimizer(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1), model, stage=3,
+                        comm=MPI.COMM_SELF)
+    model(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
+    opt.step()
+    full = opt.full_parameters()
+    assert [t.shape for t in full] == [p.shape for p in model.parameters()]
+    assert torch.equal(full[0], frozen)
+    assert opt.memory()["parameters"] == sum(p.numel() * 8 for p in model.parameters())

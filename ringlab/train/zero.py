@@ -295,22 +295,22 @@ class ZeroOptimizer:
 
     def memory(self) -> dict[str, int]:
         """Bytes this rank holds now, measured from its tensors: "parameters", "gradients", "optimizer_state"."""
-        return {"parameters": held_bytes(self.params + self.pieces),
+        return {"parameters": held_bytes(list(self.model.parameters()) + self.pieces),
                 "gradients": held_bytes([p.grad for p in self.params] + [q.grad for q in self.pieces]),
                 "optimizer_state": held_bytes(_state_tensors(self.optimizer))}
 
     def full_parameters(self) -> list[torch.Tensor]:
         """Every parameter in full, in ``model.parameters()`` order (stage 3: gathered, on every rank at once)."""
         if self.stage < 3:
-            return [p.detach().clone() for p in self.params]
-        full = {}
+            return [p.detach().clone() for p in self.model.parameters()]
+        full = {id(p): p.detach().clone() for p in self.model.parameters() if id(p) not in self._unit_of}  # frozen
         for u in self.units:
             flat = self._gather_into(u, torch.empty(u.numel, dtype=u.flat.dtype, device=u.flat.device), count=False)
             at = 0
             for p in u.params:
                 full[id(p)] = flat[at:at + p.numel()].view_as(p).clone()
                 at += p.numel()
-        return [full[id(p)] for p in self.params]
+        return [full[id(p)] for p in self.model.parameters()]
 
     def close(self) -> None:
         """Remove the hooks; at stage 3 gather the full parameters back into the model."""

@@ -64,7 +64,7 @@ def choice_map(rows: list[dict]) -> go.Figure:
     picks = sorted({r["choice"] for r in rows})
     index = {p: i for i, p in enumerate(picks)}
     cell = {(r["machine"], r["collective"], r["bytes"]): r["choice"] for r in rows}
-    z = [[index[cell[(m, c, k)]] for k in sizes] for m, c in lines]
+    z = [[index[cell[(m, c, k)]] + 0.5 for k in sizes] for m, c in lines]  # the middle of its colour's band
     text = [[cell[(m, c, k)] for k in sizes] for m, c in lines]
     colours = qualitative.Set3 + qualitative.Pastel
     scale = []
