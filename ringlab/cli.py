@@ -158,27 +158,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _import(args) -> int:
-    import json
-
-    from .measure.logs import read_log
+    from .measure.logs import read_logs, read_text_file
+    from .measure.machine import save_json
 
     results = []
     for path in args.logs:
+        text = read_text_file(path)  # a FIFO, a device or a huge file is refused, not read forever
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as err:
-            raise ValueError(f"cannot read {path}: {err.strerror}") from None
-        try:
-            result = read_log(text, collective=args.collective)
+            found = read_logs(text, collective=args.collective)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
-        result["file"] = path
-        results.append(result)
-        _print_import(result)
+        for i, result in enumerate(found):
+            result["file"] = path if len(found) == 1 else f"{path} (run {i + 1} of {len(found)})"
+            results.append(result)
+            _print_import(result)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results[0] if len(results) == 1 else results, fh, indent=1)
+        save_json(args.json, results[0] if len(results) == 1 else results)
         print(f"# wrote {args.json}")
     return 0
 
@@ -223,6 +218,9 @@ def _print_import(result: dict) -> None:
                   f"{cell(row['inplace_busbw_Bps'], 1e-9, 8)}")
         if result["avg_busbw_Bps"] is not None:
             print(f"# average bus bandwidth, as the log says: {result['avg_busbw_Bps'] / 1e9:.3f} GB/s")
+        for row in result.get("left_out", []):
+            print(f"ringlab import: {result['file']}, line {row['line']}: a result row cut short or garbled, left "
+                  f"out: {row['text']!r}", file=sys.stderr)
     elif result["format"] == "p2pBandwidthLatencyTest":
         print(f"# {result['file']}: p2pBandwidthLatencyTest on {len(result['devices']) or '?'} GPUs{where}, "
               f"P2P {result['p2p_method']}")
@@ -249,13 +247,11 @@ def _print_import(result: dict) -> None:
 
 
 def _bandwidth(args, argv) -> int:
-    import json
-
     from mpi4py import MPI
 
     from .measure.bandwidth import cpu_report, gpu_report
     from .measure.bench import in_mpi_job
-    from .measure.machine import SCHEMA, describe_machine
+    from .measure.machine import SCHEMA, describe_machine, save_json
     from .measure.units import parse_size
     from .mpi.devices import cupy_module
     from .mpi.launch import relaunch
@@ -270,8 +266,7 @@ def _bandwidth(args, argv) -> int:
         result["gpu"] = gpu_report(sys.stdout, args.gpu_bytes)
     if comm.Get_rank() == 0 and args.json:
         result["machine"] = describe_machine(["ringlab", *argv])
-        with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=1)
+        save_json(args.json, result)
         print(f"# wrote {args.json}")
     return 0
 
@@ -281,13 +276,12 @@ def _bench(args, argv) -> int:
     from .mpi.launch import relaunch
 
     algorithms = [a for a in args.algorithms.split(",") if a]
-    factor = args.stepfactor if args.stepfactor or args.stepbytes else 2
-    sizes = sweep(args.minbytes, args.maxbytes, factor=factor if not args.stepbytes else None,
-                  increment=args.stepbytes)
+    factor = args.stepfactor if args.stepfactor is not None or args.stepbytes is not None else 2
+    sizes = sweep(args.minbytes, args.maxbytes, factor=factor, increment=args.stepbytes)
     if args.nranks is not None and not in_mpi_job():  # every mistake said once, here, before a job starts
         check_nranks(args.nranks)
         check_arguments(args.collective, algorithms, args.datatype, args.iters, args.warmup, args.root, args.nranks,
-                        args.json, args.emulate)
+                        args.json, sizes=sizes, gpu=args.gpu, emulate=args.emulate)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     run(args.collective, algorithms, sizes, args.datatype, args.iters,
         args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv],

@@ -353,12 +353,17 @@ def make_schedule(collective: str, nranks: int, nchunks: int, steps: Sequence, *
                     tuple(steps), name=name, options=options)
 
 
-def check_count(name: str, value, minimum: int = 1) -> int:
+MAX_BYTES = 1 << 50  # 1 PiB: no rank's buffer is larger, and past 2**63 numpy's integers overflow
+
+
+def check_count(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` as an int, or a ValueError saying why it is not a valid ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return int(value)
 
 

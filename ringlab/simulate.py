@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .schedule import Schedule, chunk_bounds, check_count
+from .schedule import MAX_BYTES, Schedule, check_count, chunk_bounds
 
 Provenance = frozenset  # the ranks whose inputs a chunk contains
 
@@ -148,6 +148,9 @@ def _check_inputs(schedule: Schedule, inputs) -> list[np.ndarray]:
             raise ValueError(f"inputs differ in dtype: rank 0 has {first.dtype}, rank {rank} has {array.dtype}")
     if first is not None and first.dtype.kind not in "biufc":
         raise ValueError(f"inputs must be numeric arrays, got dtype {first.dtype}")
+    if first is not None and first.dtype.kind == "b" and any(op == "reduce" for step in schedule.steps for op in step.op):
+        raise ValueError("inputs hold booleans, which have no sum (True + True is not 2 in a bool array): cast "
+                         "them to an integer type")
     return arrays
 
 
@@ -188,7 +191,7 @@ def traffic(schedule: Schedule, nbytes: int, itemsize: int = 1) -> dict[str, lis
 
 def traffic_by_step(schedule: Schedule, nbytes: int, itemsize: int = 1) -> dict[str, np.ndarray]:
     """Like :func:`traffic`, step by step: arrays ``[step, rank]`` of bytes sent and received."""
-    nbytes = check_count("nbytes", nbytes, minimum=0)
+    nbytes = check_count("nbytes", nbytes, minimum=0, maximum=MAX_BYTES)
     itemsize = check_count("itemsize", itemsize)
     if nbytes % itemsize:
         raise ValueError(f"nbytes={nbytes} is not a whole number of {itemsize}-byte elements")

@@ -34,8 +34,10 @@ def gpusim_env(machine: str | None = None, cuda_aware: bool | None = None, ringl
 
 
 def run_gpusim(nranks: int, args: list[str], timeout: float = 240, **env_options) -> subprocess.CompletedProcess:
-    """``args`` under mpiexec on ``nranks`` ranks, with the stand-in for cupy."""
-    return run_mpi(nranks, args, timeout=timeout, env=gpusim_env(**env_options))
+    """``args`` under mpiexec on ``nranks`` ranks, with the stand-in for cupy, started in tests/mpi: the
+    ranks run ``python -m ringlab.mpi.runner``, which imports ringlab from the working directory first, so
+    from the checkout's root a ``ringlab_from`` package would never be the one imported."""
+    return run_mpi(nranks, args, timeout=timeout, env=gpusim_env(**env_options), cwd=SCRIPTS)
 
 
 def run_python(code_or_args: list[str], timeout: float = 120, **env_options) -> subprocess.CompletedProcess:

@@ -115,7 +115,7 @@ def test_parameter_server_shards_are_served_by_their_ranks():
     (lambda: rl.build("allreduce.ps", 4, servers=0), "servers must be >= 1, got 0"),
     (lambda: rl.build("allreduce.ps", 4, servers=5), r"servers must be in 1..4 for 4 ranks, got 5"),
     (lambda: rl.build("allreduce.rign", 4), "unknown algorithm 'allreduce.rign' \\(did you mean 'allreduce.ring'\\?\\)"),
-    (lambda: rl.build("gossip", 4), "unknown algorithm 'gossip'; known: allgather.ring"),
+    (lambda: rl.build("gossip", 4), "unknown algorithm 'gossip'; known: allgather.pat, allgather.ring"),
     (lambda: rl.build("allreduce.ring", 4, root=0), "allreduce.ring does not take option 'root'"),
     (lambda: rl.build("reduce.tree", 4, segments=2), r"reduce.tree does not take option 'segments' \(it takes: root\)"),
 ])

@@ -173,11 +173,14 @@ def test_each_exercise_notebook_runs_all_in_a_real_browser(exercise_lab, request
             browser.close()
 
 
-# what a notebook shows once reopened: widget views, plotly plots drawn, and widgets that cannot be shown
+# what a notebook shows once reopened: widget views, plotly plots drawn (plotly's JupyterLab renderer shows a
+# saved figure as the PNG it kept and draws it live when the pointer enters), and widgets that cannot be shown
 REOPENED = """() => {
     const outputs = [...document.querySelectorAll('.jp-OutputArea-output')];
+    const images = [...document.querySelectorAll('.jp-RenderedPlotly img.plot-img')]
+        .filter(img => img.src.startsWith('data:image/png') && img.naturalWidth > 0);
     return {widgets: document.querySelectorAll('.jupyter-widgets').length,
-            plots: document.querySelectorAll('.js-plotly-plot').length,
+            plots: document.querySelectorAll('.js-plotly-plot').length + images.length,
             loading: outputs.filter(o => /Loading widget/.test(o.innerText)).length,
             errors: outputs.filter(o => /Error displaying widget|model not found/.test(o.innerText)).length};
 }"""
@@ -201,7 +204,7 @@ def reopen_without_kernel(page, saved) -> dict:
     while True:  # widget views and plots draw after the notebook appears, from the saved state
         time.sleep(2)
         seen = page.evaluate(REOPENED)
-        if seen["loading"] == 0 or time.monotonic() > deadline:
+        if (seen["loading"] == 0 and (seen["plots"] > 0 or seen["widgets"] == 0)) or time.monotonic() > deadline:
             return seen
 
 

@@ -113,3 +113,15 @@ def test_mpi_ring_is_for_allreduce_only():
     with pytest.raises(ValueError, match="mpi-ring is MPICH's ring allreduce"):
         check_arguments("broadcast", ["chain", "mpi-ring"], "float32", 5, 1, 0, 2)
     check_arguments("allreduce", ["ring", "mpi-ring"], "float32", 5, 1, 0, 2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "-n", "2", "-f", "0"], "factor must be >= 2, got 0"),
+    (["bench", "-n", "2", "-i", "0"], "increment must be >= 1, got 0"),
+    (["bench", "-n", "2", "-e", "1T"], "needs about 6 TiB a rank"),
+    (["bench", "-n", "2", "-e", "2000T"], "is more than 1 PiB"),
+])
+def test_sweeps_that_cannot_work_are_refused_before_a_job_starts(args, message):
+    done = run_cli(*args, timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -135,3 +135,97 @@ def test_a_mistake_every_rank_makes_alike_keeps_the_ranks_and_a_restart_replays_
     assert "boom on rank 1" in said(5) and "restart(replay=True)" in said(5)
     assert "running again: from mpi4py import MPI" in said(6) and "undefined_name" not in said(6)
     assert "again 10" in said(7) and "again 11" in said(7)
+
+
+def _run_notebook(cells: list[str], timeout: int = 120):
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells], metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    done = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True).execute()
+
+    def said(i):
+        return "".join(o.get("text", "") + "".join(o.get("traceback", [])) + str(o.get("data", {}))
+                       for o in done.cells[i].outputs)
+    return said
+
+
+@pytest.mark.timeout(300)
+def test_deadlines_in_cells_and_a_replay_that_keeps_its_targets():
+    """A collective one rank skips ends in a clear error within ringlab's deadline, the ranks live on and are
+    in step again; a cell stuck in the user's own MPI call ends at the cell deadline; the replay runs again
+    only the cells that finished, each on its own ranks (--targets), not the one that got stuck."""
+    said = _run_notebook([
+        "import os\nos.environ['RINGLAB_TIMEOUT'] = '3'\nfrom ringlab.lab.cluster import MPICluster\n"
+        "ranks = MPICluster(3, cell_timeout=8).start()",
+        "%%px\nfrom mpi4py import MPI\nimport numpy as np\nimport ringlab as rl\nrank = MPI.COMM_WORLD.Get_rank()",
+        "%%px --targets 0\nonly_on_zero = 42",
+        "%%px\nif rank != 2:\n    rl.allreduce(np.ones(3))",                      # rank 2 skips it
+        "print('alive:', ranks.alive())",
+        "%%px\nprint('sum', rl.allreduce(np.ones(3))[0])",                           # refused: rank 2 is a call behind
+        "%%px\nprint('sum', rl.allreduce(np.ones(3))[0])",                           # in step again
+        "%%px\nif rank == 1:\n    MPI.COMM_WORLD.recv(source=0, tag=99)",          # never comes: the cell deadline
+        "ranks.restart(replay=True)",
+        "%%px\nprint('rank', rank, 'has it:', 'only_on_zero' in globals())",
+        "ranks.stop()"])
+    assert "rank 2 did not call it within 3 s" in said(3) and "still running" in said(3), said(3)
+    assert "alive: True" in said(4)
+    assert "OutOfStep" in said(5) and "the ranks are at different calls" in said(5), said(5)
+    assert said(6).count("sum 3.0") == 3, said(6)
+    assert "ran past its deadline of 8 s on rank" in said(7) and "restart(replay=True)" in said(7), said(7)
+    assert "running again (on rank 0): only_on_zero = 42" in said(8), said(8)
+    assert "running again: from mpi4py import MPI" in said(8) and "recv(source=0" not in said(8), said(8)
+    assert "rank 0 has it: True" in said(9) and "rank 1 has it: False" in said(9), said(9)
+
+
+@pytest.mark.timeout(240)
+def test_starting_a_second_cluster_stops_the_first():
+    first = MPICluster(2, activate=False).start()
+    engines = first.client[:].apply_sync(os.getpid)
+    second = MPICluster(2, activate=False)
+    try:
+        second.start()
+        assert not first.alive() and first.profile_dir is None
+        deadline = time.monotonic() + 30
+        while any(os.path.exists(f"/proc/{pid}") for pid in engines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in engines), engines
+        assert second.alive()
+    finally:
+        second.stop()
+        first.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_local_cluster_listens_on_loopback_only():
+    """The controller and the engines listen on 127.0.0.1 (hydra's own port aside: its command line cannot
+    change it, as the README says)."""
+    import shutil
+
+    if shutil.which("ss") is None:
+        pytest.skip("no ss here to list the listening sockets")
+    with MPICluster(2, activate=False) as ranks:
+        ours = set(ranks.client[:].apply_sync(os.getpid))
+        for entry in os.listdir("/proc"):  # the controller: a child of this process
+            if entry.isdigit():
+                try:
+                    parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+                if parent == os.getpid():
+                    ours.add(int(entry))
+        lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
+        mine = [line for line in lines if any(f"pid={p}," in line for p in ours) and "hydra_pmi_proxy" not in line]
+    addresses = {line.split()[3].rsplit(":", 1)[0] for line in mine}
+    assert len(mine) >= 3 and addresses == {"127.0.0.1"}, mine
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_that_dies_is_said_plainly():
+    said = _run_notebook(["from ringlab.lab.cluster import MPICluster\nranks = MPICluster(2).start()",
+                          "%%px\nimport os, time\nfrom mpi4py import MPI\nif MPI.COMM_WORLD.Get_rank() == 1:\n"
+                          "    os._exit(3)\ntime.sleep(20)",
+                          "ranks.stop()"], timeout=100)
+    assert "stopped without an error of their own" in said(1) and "restart(replay=True)" in said(1), said(1)
+    assert "AlreadyDisplayedError" not in said(1)

@@ -68,6 +68,18 @@ KEY_TERMS = {
     "a straggler in a timeline": ["straggler_traces", "timeline"],
     "NCCL's settings (NCCL_DEBUG, NCCL_P2P_DISABLE, ...) and containers": ["NCCL_DEBUG", "--shm-size"],
     "`CUDA_VISIBLE_DEVICES`, local ranks and the link each ring edge uses": ["CUDA_VISIBLE_DEVICES", "rank_links"],
+    "sharded data parallelism: ZeRO stages 1-3 and FSDP, what each rank holds and sends":
+        ["ZeroOptimizer", "measure_sharding"],
+    "tensor parallelism: column- and row-parallel layers, an allreduce of activations in every block":
+        ["split_mlp", "column-parallel"],
+    "a device mesh: the tensor dimension on a node's fast links, the data dimension across nodes":
+        ["device_mesh", "measure_mappings"],
+    "expert parallelism: all-to-all dispatch and combine, and what an uneven router costs":
+        ["ExpertParallel", "measure_imbalance"],
+    "ring attention (sequence parallelism): key/value blocks round a ring, an online softmax":
+        ["RingAttention", "online softmax"],
+    "how NCCL picks its algorithm and protocol (LL, LL128, Simple), and channels": ["predict_nccl", "fastest_protocol"],
+    "PAT: all-gather and reduce-scatter in log2 n steps": ["allgather.pat", "Parallel Aggregated Trees"],
 }
 
 

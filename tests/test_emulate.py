@@ -81,12 +81,17 @@ def test_a_machine_too_small_or_ranks_that_disagree_raise_on_every_rank():
             continue
         head, case, text = line.split(": ", 2)
         seen.setdefault(case, {})[head] = text
+    assert set(seen["a Topology"].values()) == {"no error"}  # every rank describes the same links the same way
     assert set(seen["preset too small"].values()) == {
         "rl.allreduce: the emulated machine pcie3-switch-2 has 2 ranks; this job has 3"}
     mismatched = set(seen["mismatched"].values())
     assert mismatched == {"rl.allreduce: the ranks disagree (emulation: rank 0 has emulated uniform:0.2:500, rank 1 "
                           "has emulated uniform:0.2:400)"} and len(seen["mismatched"]) == 3, mismatched
-    assert set(seen["then"].values()) == {"right"}
+    too_slow = seen["too slow"]  # the emulated link needs longer than the call's deadline: a clear error everywhere
+    assert len(too_slow) == 3 and "StepTimeout" in too_slow.values() and set(too_slow.values()) <= {"StepTimeout",
+                                                                                                  "OutOfStep"}
+    then = seen["then"]  # and the calls after it are right (after at most one refused as out of step)
+    assert len(then) == 3 and all(said in ("right after 0 refused", "right after 1 refused") for said in then.values())
 
 
 def test_bench_emulate_records_the_machine_and_both_units(tmp_path):

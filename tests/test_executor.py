@@ -75,6 +75,33 @@ def test_a_missing_rank_times_out_in_the_argument_check(tmp_path):
     assert seen[0] == "rank 0: rl.allreduce: rank 2 did not call it within 1 s"
 
 
+def test_a_rank_missing_from_the_first_call_is_named_in_jobs_ringlab_starts(tmp_path):
+    """The jobs ringlab starts make its private communicator at start (ringlab.mpi.runner), so even the first
+    call names a rank that never comes; started by hand with mpi4py's runner, that first call can only say
+    that not every rank arrived."""
+    import subprocess
+    import sys
+
+    from ringlab.mpi.launch import find_mpiexec, local_env, start, stop
+
+    start_time = time.monotonic()
+    run_mpi(3, [str(HERE / "failures.py"), "first", str(tmp_path / "said")], timeout=60)
+    seen = lines_by_rank((tmp_path / "said").read_text())
+    assert seen[0] == ("rank 0: step 0 (reduce-scatter) did not finish within 1 s: still waiting to receive chunk 2 "
+                       "from rank 2"), seen
+    by_hand = start([find_mpiexec(), "-n", "3", sys.executable, "-m", "mpi4py", str(HERE / "failures.py"), "first",
+                     str(tmp_path / "by-hand")], env=local_env(nranks=3), stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    try:
+        by_hand.wait(60)
+    finally:
+        stop(by_hand)
+    seen = lines_by_rank((tmp_path / "by-hand").read_text())
+    assert seen[0].startswith("rank 0: rl.allreduce: not every rank of the communicator (3 ranks) arrived within 1 s "
+                              "to set up ringlab's private communicator"), seen
+    assert time.monotonic() - start_time < 60
+
+
 def test_trace_has_a_row_for_each_side_of_each_transfer():
     done = run_mpi(3, [str(HERE / "trace.py")], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -10,7 +10,9 @@ GLOSSARY = (LABS / "glossary.md").read_text()
 TERMS = {"algbw": "algbw", "busbw": "busbw", "alpha-beta": "alpha-beta", "rhd": "rhd", "ipyparallel": "ipyparallel",
          "%%px": "%%px", "NUMA": "NUMA", "P2P": "P2P", "NVLink": "NVLink", "NVSwitch": "NVSwitch", "NVLS": "NVLS",
          "LL128": "LL, LL128, Simple", "NCCL": "NCCL", "MPS": "MPS", "rails": "rail", "gloo": "gloo", "DDP": "DDP",
-         "Horovod": "Horovod", "straggler": "straggler"}
+         "Horovod": "Horovod", "straggler": "straggler", "ZeRO": "ZeRO", "FSDP": "FSDP",
+         "tensor parallelism": "tensor parallelism", "device mesh": "device mesh", "all-to-all": "all-to-all",
+         "mixture of experts": "mixture of experts", "ring attention": "ring attention", "PAT": "PAT"}
 
 
 def markdown(source: str) -> str:

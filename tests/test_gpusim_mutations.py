@@ -32,7 +32,7 @@ CHECKS = {  # which quick runs exercise each file's synchronisations
     "mpi/ipc.py": COLLECTIVES + NODES,
     "mpi/collectives.py": COLLECTIVES + TRACE,
     "mpi/devices.py": COLLECTIVES + TRACE,
-    "train/optimizer.py": OPTIMIZER,
+    "train/buckets.py": OPTIMIZER,
     "measure/timing.py": CLOCKS,
     "measure/bandwidth.py": CLOCKS,
 }

@@ -107,7 +107,8 @@ def test_trainer_speeds_fastest_first():
                        "times as long as the DDP.")
     assert said[1].startswith("The parameter server's rank receives all 3 workers' gradients")
     assert "a ring rank sends and receives 2(n-1)/n = 1.33 times them (lab 04)" in said[1]
-    assert said[2].startswith("4 ranks shared 2 cores here")
+    assert said[2].startswith("The DistributedOptimizer took 2.0 times DDP's time a step.") and "in Python" in said[2]
+    assert said[3].startswith("4 ranks shared 2 cores here")
     with pytest.raises(ValueError, match="no trainers timed"):
         trainer_speeds({}, steps=30, batch=96)
     with pytest.raises(ValueError, match="must be > 0"):
@@ -118,4 +119,7 @@ def test_trainer_speeds_with_the_server_not_last_and_a_core_each():
     rows = trainer_speeds({"DistributedOptimizer (ring)": 0.09, "DDP": 0.03, "parameter server (sync)": 0.06},
                           steps=30, batch=96)
     said = describe_trainer_speeds(rows, workers=3, nranks=4, cores=8).splitlines()
-    assert len(said) == 1 and said[0].endswith("The DistributedOptimizer (ring) took 3.00 times as long as the DDP.")
+    assert said[0].endswith("The DistributedOptimizer (ring) took 3.00 times as long as the DDP.")
+    assert len(said) == 2 and "2(n-1) = 4 steps of MPI messages" in said[1]
+    close = trainer_speeds({"DistributedOptimizer (ring)": 0.033, "DDP": 0.03}, steps=30, batch=96)
+    assert "in Python" not in describe_trainer_speeds(close, workers=3, nranks=4, cores=8)  # within 30%: no word

@@ -70,3 +70,81 @@ def test_the_mpi_package_imports_without_torch():
             "import ringlab.mpi.launch, ringlab.measure.bench\nprint('ok')\n")
     done = run_mpi(1, ["-c", code], timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.timeout(120)
+def test_the_job_bench_starts_ends_when_bench_is_killed():
+    """``ringlab bench -n`` killed outright (SIGKILL: no handler runs) leaves no mpiexec and no rank behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    bench = subprocess.Popen([sys.executable, "-m", "ringlab", "bench", "-n", "2", "-b", "1M", "-e", "1M", "--iters",
+                              "100000", "-a", "ring"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        job = []
+        while not job and time.monotonic() < deadline:  # its mpiexec, and the ranks under it
+            job = _children(bench.pid)
+            time.sleep(0.2)
+        assert job, "bench started no mpiexec"
+        time.sleep(3)
+        family = job + [g for c in job for g in _children(c)] + [h for c in job for g in _children(c)
+                                                                    for h in _children(g)]
+        assert len(family) >= 3, family  # mpiexec, its proxy, the ranks
+        bench.send_signal(signal.SIGKILL)
+        bench.wait(10)
+        deadline = time.monotonic() + 30
+        while not all(_gone(p) for p in family) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(_gone(p) for p in family), [p for p in family if not _gone(p)]
+    finally:
+        if bench.poll() is None:
+            bench.kill()  # ours, by PID
+
+
+LISTENERS = """
+import os, subprocess
+from mpi4py import MPI
+from ringlab.mpi.launch import torch_process_group
+with torch_process_group() as dist:
+    pid = os.getpid()
+    lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()
+    # (hydra's own port is inherited by the ranks: mpiexec listens there, as the README says; not ours)
+    mine = [line.split()[3] for line in lines if f"pid={pid}," in line and "mpiexec" not in line]
+    everyone = MPI.COMM_WORLD.gather(mine, root=0)
+    dist.barrier()
+if MPI.COMM_WORLD.Get_rank() == 0:
+    print(sorted({address.rsplit(":", 1)[0] for found in everyone for address in found}))
+"""
+
+
+@pytest.mark.timeout(200)
+def test_torchs_store_and_gloo_listen_on_loopback_only():
+    import shutil
+
+    pytest.importorskip("torch", reason="torch is not installed (the train extra)")
+    if shutil.which("ss") is None:
+        pytest.skip("no ss here to list the listening sockets")
+    done = run_mpi(2, ["-c", LISTENERS], timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    addresses = json.loads(done.stdout.strip().replace("'", '"'))
+    assert addresses and set(addresses) <= {"127.0.0.1", "[::1]"}, addresses

@@ -365,3 +365,75 @@ def test_read_folder_reads_what_ringlab_import_wrote(tmp_path):
         ("your log, one.json", "nccl-tests"), ("your log, two.json, log 1", "nccl-tests"),
         ("your log, two.json, log 2", "bandwidthTest")]
     assert found[0]["rows"] == found[1]["rows"] and found[0]["rows"][-1]["busbw_Bps"] > 0
+
+
+def run_import(*args, timeout=30):
+    return subprocess.run([sys.executable, "-m", "ringlab", "import", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_ringlab_import_refuses_what_is_no_log_file_without_reading_it(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # opening it would wait forever for a writer
+    for path, said in ((fifo, "is a FIFO (named pipe), not a log file"), ("/dev/zero", "is a device, not a log file"),
+                       (tmp_path, "is a folder, not a log file")):
+        done = run_import(path)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+    huge = tmp_path / "huge.log"
+    with open(huge, "wb") as fh:
+        fh.truncate(65 << 20)  # sparse: no disk needed
+    done = run_import(huge)
+    assert done.returncode == 2 and "holds 65 MiB: more than a tool's log" in done.stderr, done.stderr
+
+
+def test_two_runs_in_one_file_are_two_results_and_a_cut_row_is_said(tmp_path):
+    first, rows = nccl_log(sizes=(8, 1024))
+    second, _ = nccl_log(program="all_gather_perf", kind="allgather", sizes=(4096, 8192, 16384))
+    cut = second.replace("\n# Out of bounds", "\n        32768          8192     float    none      -1     20.3\n"
+                                              "# Out of bounds", 1)
+    log = tmp_path / "two.log"
+    log.write_text(first + "\n" + cut)
+    out = tmp_path / "two.json"
+    done = run_import(log, "--json", out)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [d["collective"] for d in data] == ["allreduce", "allgather"]
+    assert [len(d["rows"]) for d in data] == [2, 3]
+    assert data[1]["left_out"] and "32768" in data[1]["left_out"][0]["text"]
+    assert "a result row cut short or garbled, left out" in done.stderr
+
+
+def test_json_holds_no_nan_or_infinity(tmp_path):
+    log, _ = nccl_log(sizes=(8, 1024))
+    lines = log.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.strip().startswith("1024"))
+    fields = lines[row].split()
+    fields[6] = "inf"  # an algbw a tool printed as infinite
+    lines[row] = "  ".join(fields)
+    path = tmp_path / "inf.log"
+    path.write_text("\n".join(lines))
+    out = tmp_path / "inf.json"
+    assert run_import(path, "--json", out).returncode == 0
+    text = out.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text)["rows"][1]["algbw_Bps"] is None
+
+
+@pytest.mark.parametrize("broken", [
+    {"nvbandwidth": {"testcases": [{"name": "x", "bandwidth_matrix": [[None, "1.0"]]}]}},
+    {"nvbandwidth": {"testcases": {"name": "x"}}},
+    {"nvbandwidth": ["not", "an", "object"]},
+    {"nvbandwidth": {"GPU Device list": 3, "testcases": []}},
+])
+def test_malformed_nvbandwidth_json_is_a_clear_error_and_the_folder_reader_goes_on(broken, tmp_path, monkeypatch):
+    from ringlab.measure.logs import read_folder
+
+    with pytest.raises(LogFormatError, match="nvbandwidth"):
+        read_log(json.dumps(broken))
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    (tmp_path / "good.log").write_text(nccl_log()[0])
+    with pytest.warns(UserWarning, match="broken.json: .*nvbandwidth.*left out"):
+        found = read_folder(tmp_path)
+    assert [f["file"].rsplit("/", 1)[1] for f in found] == ["good.log"]

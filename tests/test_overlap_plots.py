@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ringlab.train.optimizer import TRACE_DTYPE
+from ringlab.train.buckets import TRACE_DTYPE
 from ringlab.viz.overlap import bucket_sweep_plot, median_step, overlap_timeline
 
 

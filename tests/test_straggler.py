@@ -21,8 +21,12 @@ def test_a_pair_is_a_worker_and_a_factor():
 
 
 @pytest.mark.parametrize("args, message", [((-1,), "worker index"), ((True,), "worker index"),
-                                           ((0, 0.5), "factor must be >= 1"),
-                                           ((0, 1.0, -0.1), "extra_seconds must be >= 0")])
+                                           ((0, 0.5), "factor must be in 1..1000"),
+                                           ((0, float("nan")), "factor must be in 1..1000"),
+                                           ((0, float("inf")), "factor must be in 1..1000"),
+                                           ((0, 1.0, -0.1), "extra_seconds must be in 0..30"),
+                                           ((0, 1.0, 1e9), "outlast the others' deadline"),
+                                           ((0, 1.0, float("nan")), "extra_seconds must be in 0..30")])
 def test_bad_stragglers_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         Straggler(*args)

@@ -74,6 +74,6 @@ def test_with_overlap_the_first_bucket_is_averaged_during_backward(traced):
         assert (allreduce["waited"] >= 0).all()
 
 
-def test_tracing_off_installs_nothing_and_says_so(traced):
+def test_tracing_off_installs_no_hook_of_its_own_and_says_so(traced):
     assert int(traced["untraced_hooks"]) == 0
     assert str(traced["refused"]) == "DistributedOptimizer: nothing traced; construct it with trace=True"

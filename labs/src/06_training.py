@@ -330,8 +330,8 @@ gpt = pipeline_traffic(hidden=4096, sequence=2048, layers=32, microbatch=1, micr
 print(describe_pipeline_traffic(gpt))
 
 # %% [markdown]
-# The catch is time. A plain chain of stages leaves all devices but one idle at any moment (a
-# published remark, in this course's facts). GPipe (Huang et al. 2019, published) cuts each batch into
+# The catch is time. A plain chain of stages leaves all devices but one idle at any moment (as the
+# published write-ups on model parallelism put it). GPipe (Huang et al. 2019, published) cuts each batch into
 # m micro-batches so that the stages work on different micro-batches at once: every stage runs all m
 # forward passes, then all m backward passes. Stages still wait at the start and at the end of each
 # step: the bubble. Here is the schedule for 4 stages and 8 micro-batches, built from the dependencies

@@ -13,9 +13,16 @@ rank waits a few seconds (:data:`GRACE_S`) for every rank to reach the end of th
 what they held. When some rank does not (it waits in a collective for the one that raised), the
 rank writes what it raised to the cluster's folder and aborts the whole MPI job: the cell fails,
 showing each rank's own error, and :meth:`MPICluster.restart` brings up fresh engines, with
-``replay=True`` running again the ``%%px`` cells that had succeeded (the lab's setup). An exception
-in a function sent with ``apply`` always aborts. Engine ids need not equal MPI ranks:
-:attr:`MPICluster.view` is ordered by rank.
+``replay=True`` running again the ``%%px`` cells that had finished on every rank they ran on (the
+lab's setup), on those ranks again (``--targets``); a cell that was interrupted, or ran with
+``--noblock``, is not run again. An exception in a function sent with ``apply`` always aborts.
+Engine ids need not equal MPI ranks: :attr:`MPICluster.view` is ordered by rank.
+
+Every ``%%px`` cell has a deadline (:data:`CELL_TIMEOUT_S`, ``RINGLAB_CELL_TIMEOUT`` seconds or
+``none``, or ``MPICluster(cell_timeout=)``): a cell still running past it on a rank (waiting in an MPI
+call of the user's for a message that never comes, say) writes why and aborts the job, as a rank
+that raised does. ringlab's own collectives keep to their shorter deadline
+(:mod:`ringlab.mpi.deadlines`). Starting a cluster stops any other this process started: one at a time.
 
 Everything a cluster writes (connection files, logs, those errors) goes into its own temporary
 profile folder, removed when it stops. A watchdog process stops the engines and the controller
@@ -55,34 +62,82 @@ SLURM_WORDS = {"partition": "queue", "time": "timelimit"}  # sbatch's words for 
 _RUNNING: list["MPICluster"] = []
 ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised, and cells' end marks
 GRACE_S = 5.0  # how long a rank that raised waits for the others to end the cell before aborting the job
+CELL_TIMEOUT_S = 600.0  # a %%px cell still running after this long aborts the job (RINGLAB_CELL_TIMEOUT)
+CELL_TIMEOUT_ENV = "RINGLAB_CELL_TIMEOUT"
+MARK_SLACK_S = 2.0  # a rank's end-of-cell mark counts if written at most this long before this rank began the cell
 
 
-def _abort_on_exception(errors: str, grace: float = GRACE_S) -> int:
+def cell_timeout(value="default") -> float | None:
+    """The deadline of a ``%%px`` cell in seconds (None: no limit): ``value``, or for "default"
+    ``RINGLAB_CELL_TIMEOUT`` (seconds, or none/off), else :data:`CELL_TIMEOUT_S`."""
+    from ..mpi.deadlines import default_seconds, usable
+
+    if isinstance(value, str) and value == "default":
+        return default_seconds(name=CELL_TIMEOUT_ENV, fallback=CELL_TIMEOUT_S)
+    if not usable(value):
+        raise ValueError(f"cell_timeout must be a number of seconds > 0, None (no limit) or 'default', got {value!r}")
+    return None if value is None else float(value)
+
+
+def _cell_digest(source: str) -> str:
+    """A cell's text as a short digest, trailing blank space aside (IPython adds a newline to a cell magic's body)."""
+    import hashlib
+
+    return hashlib.sha256(source.rstrip().encode()).hexdigest()[:12]
+
+
+def _abort_on_exception(errors: str, grace: float = GRACE_S, deadline: float | None = None) -> int:
     """Runs on each engine: when a cell raises here, wait up to ``grace`` seconds for every rank to
     end the cell, and abort every rank unless all did (then the cell just fails); an exception in an
-    applied function records itself in the folder ``errors`` and aborts at once."""
+    applied function records itself in the folder ``errors`` and aborts at once. A cell still running
+    after ``deadline`` seconds aborts too. A cell that succeeds leaves a mark (for replay)."""
     import os as _os
     import sys as _sys
+    import threading as _threading
     import time as _time
     import traceback as _traceback
 
     from IPython import get_ipython
     from mpi4py import MPI
 
-    import hashlib as _hashlib
-
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     cell = ["0"]  # the cell running now: how many this engine has run, and a digest of its text
+    timer, started, running = [None], [0.0], [False]  # running: a cell seen by pre_run_cell (not a silent one)
 
     def starting(info) -> None:
         count = int(cell[0].split("-")[0]) + 1
-        cell[0] = f"{count}-{_hashlib.sha256((info.raw_cell or '').encode()).hexdigest()[:12]}"
+        cell[0] = f"{count}-{_cell_digest(info.raw_cell or '')}"
+        started[0], running[0] = _time.time(), True
+        if deadline is not None:
+            timer[0] = _threading.Timer(deadline, too_long, args=(cell[0],))
+            timer[0].daemon = True
+            timer[0].start()
+
+    def too_long(which: str) -> None:
+        if which == cell[0] and running[0]:
+            abort_with("CellTimeout", f"the cell ran past its deadline of {deadline:g} s on rank {rank} (waiting for "
+                       "a message or a rank that never came?); set RINGLAB_CELL_TIMEOUT or "
+                       "MPICluster(cell_timeout=) for cells that must run longer", "")
 
     def ended(r: int) -> str:  # ranks that ran different cells never see each other's marks: they abort
-        return f"{errors}/cell-{cell[0]}-rank-{r}.ended"
+        return f"{errors}/cell-{cell[0].partition('-')[2]}-rank-{r}.ended"
+
+    def has_ended(r: int) -> bool:  # its mark, left by this run of the cell (a run of the same text before is older)
+        try:
+            return _os.path.getmtime(ended(r)) >= started[0] - MARK_SLACK_S
+        except OSError:
+            return False
 
     def mark_ended(*_) -> None:
-        open(ended(rank), "w").close()
+        if timer[0] is not None:
+            timer[0].cancel()
+        if running[0]:
+            open(ended(rank), "w").close()
+            running[0] = False
+
+    def mark_done(result) -> None:  # this rank finished the cell without an error: it may be replayed
+        if result.success:
+            open(f"{errors}/done-{cell[0].partition('-')[2]}-rank-{rank}", "w").close()
 
     def abort_with(name: str, value, text: str) -> None:
         with open(f"{errors}/rank-{rank}.txt", "w") as fh:
@@ -95,13 +150,16 @@ def _abort_on_exception(errors: str, grace: float = GRACE_S) -> int:
 
     def on_exception(shell, etype, value, tb, tb_offset=None):
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        seen = running[0]  # a silent execution (view.execute) leaves no marks: nobody can say it ended
         mark_ended()
-        deadline = _time.monotonic() + grace
-        while _time.monotonic() < deadline:
-            if all(_os.path.exists(ended(r)) for r in range(size)):
+        until = _time.monotonic() + grace
+        while seen and _time.monotonic() < until:
+            if all(has_ended(r) for r in range(size)):
                 return  # every rank got to the end of the cell: nobody waits for this one
             _time.sleep(0.05)
-        late = [r for r in range(size) if not _os.path.exists(ended(r))]
+        if not seen:
+            _time.sleep(grace)  # as long as a cell's ranks would have had to end it
+        late = [r for r in range(size) if not has_ended(r)]
         print(f"ringlab: rank{'s' * (len(late) > 1)} {', '.join(map(str, late))} did not end the cell within "
               f"{grace:g} s (waiting in a collective for rank {rank}?)", file=_sys.stderr)
         abort_with(etype.__name__, value, "".join(_traceback.format_exception(etype, value, tb)))
@@ -110,6 +168,9 @@ def _abort_on_exception(errors: str, grace: float = GRACE_S) -> int:
     shell.set_custom_exc((Exception,), on_exception)
     shell.events.register("pre_run_cell", starting)
     shell.events.register("post_run_cell", mark_ended)
+    shell.events.register("post_run_cell", mark_done)
+    from ringlab.mpi import private  # ringlab's own communicator, made now that every rank is here, so that a
+    private.state(MPI.COMM_WORLD).comm("MPICluster", 120)  # rank missing from the first collective is named
     kernel = shell.kernel
     plain_apply = kernel.do_apply
 
@@ -219,8 +280,10 @@ class MPICluster:
     """
 
     def __init__(self, n: int = 4, activate: bool = True, timeout: float = 120, launcher: str = "local",
-                 hosts=None, launcher_options: dict | None = None, shared_dir: str | None = None):
+                 hosts=None, launcher_options: dict | None = None, shared_dir: str | None = None,
+                 cell_timeout="default"):
         self.kwargs = cluster_kwargs(n, launcher, hosts, launcher_options)  # bad options fail here, not at start
+        self.cell_timeout = globals()["cell_timeout"](cell_timeout)
         if launcher == "local":
             check_nranks(n)
         self.n, self.activate, self.timeout = n, activate, timeout
@@ -229,13 +292,16 @@ class MPICluster:
         self._cluster = self.client = self.view = None
         self.profile_dir: str | None = None
         self._watchdog = None
-        self.cells: list[str] = []  # the %%px cells that succeeded on every rank, for restart(replay=True)
+        self.cells: list[tuple[str, list[int] | None]] = []  # %%px cells that finished on their ranks (None: all)
 
     def start(self) -> "MPICluster":
         """Start the engines (stopping any this object started before) and install the abort hook."""
         import ipyparallel as ipp
 
         self.stop()
+        for other in [c for c in _RUNNING if c is not self]:  # one cluster at a time: the earlier one would linger
+            print(f"ringlab: stopping the cluster of {other.n} ranks started earlier in this process", file=sys.stderr)
+            other.stop()
         bin_dir = str(Path(sys.executable).parent)  # mpiexec of the mpich wheel sits beside python
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         if self.launcher == "local":
@@ -253,7 +319,8 @@ class MPICluster:
             [sys.executable, "-m", "ringlab.lab.cluster", "watch", str(os.getpid()), self._cluster.cluster_file],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.client.wait_for_engines(self.n, timeout=self.timeout)
-        ranks = self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS))
+        ranks = self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS), GRACE_S,
+                                          self.cell_timeout)
         by_rank = [engine for _, engine in sorted(zip(ranks, self.client.ids))]
         self.view = self.client[by_rank]
         self.view.block = True  # %%px waits for every rank, so an error fails its own cell
@@ -302,16 +369,45 @@ class MPICluster:
         """Whether all engines are still there (an aborted job leaves none)."""
         return self.client is not None and len(self.client.ids) == self.n
 
+    def gone(self) -> list[int]:
+        """The ranks whose engines are no longer there."""
+        if self.view is None:
+            return []
+        here = set(self.client.ids) if self.client is not None else set()
+        return [rank for rank, engine in enumerate(self.view.targets) if engine not in here]
+
     def restart(self, replay: bool = False) -> "MPICluster":
         """Fresh engines. With ``replay=True``, run again, in order, every ``%%px`` cell that had succeeded
         on all ranks (imports, the communicator, data: the lab's setup), saying which."""
         self.start()
         if replay:
-            for source in list(self.cells):
-                body = source.split("\n", 1)[1] if "\n" in source else ""
-                print(f"ringlab: running again: {body.strip().splitlines()[0] if body.strip() else '(empty)'} ...")
-                self.view.execute(body, block=True)
+            for body, ranks in list(self.cells):
+                where = "" if ranks is None else f" (on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))})"
+                print(f"ringlab: running again{where}: "
+                      f"{body.strip().splitlines()[0] if body.strip() else '(empty)'} ...")
+                view = self.view if ranks is None else self.client[[self.view.targets[r] for r in ranks]]
+                view.execute(body, block=True)
         return self
+
+    def ranks_of(self, targets: str | None) -> list[int] | None:
+        """The ranks a ``%%px --targets`` value names (engine ids, as ipyparallel reads them; None: all)."""
+        if targets is None or "all" in targets:
+            return None
+        ids = list(self.client.ids)
+        engines = eval(f"ids[{targets}]", {"ids": ids}) if ":" in targets else eval(targets, {})  # as %%px does
+        engines = [engines] if isinstance(engines, int) else list(engines)
+        return sorted(self.view.targets.index(e) for e in engines)
+
+    def finished(self, body: str, ranks: list[int] | None) -> bool:
+        """Whether every rank of ``ranks`` (None: all) marked ``body`` as finished without an error."""
+        folder = Path(self.profile_dir or "", ERRORS)
+        digest = _cell_digest(body)
+        return all((folder / f"done-{digest}-rank-{r}").exists() for r in (range(self.n) if ranks is None else ranks))
+
+    def forget_marks(self, body: str) -> None:
+        """Before a cell runs: earlier runs' marks of the same text must not count for this one."""
+        for mark in Path(self.profile_dir or "", ERRORS).glob(f"done-{_cell_digest(body)}-rank-*"):
+            mark.unlink(missing_ok=True)
 
     def stop(self) -> None:
         """Stop the engines and the controller and remove the cluster's folder; safe to call twice,
@@ -364,21 +460,63 @@ def _explain_rank_errors_in(cluster: MPICluster) -> None:
             print("ringlab: the MPI job was aborted; what the ranks raised:\n" + "\n".join(said)
                   + "\nStart fresh ranks with ranks.restart(replay=True): it runs your earlier %%px cells again.",
                   file=sys.stderr)
-        elif cluster.alive():
+        elif cluster.alive() and not isinstance(value, EngineError):
             print("ringlab: every rank raised and ended the cell, so the ranks are still running, with everything "
                   "they held: fix the cell and run it again.", file=sys.stderr)
+        else:
+            gone = cluster.gone()
+            print(f"ringlab: rank{'s' * (len(gone) != 1)} {', '.join(map(str, gone)) or '?'} stopped without an "
+                  "error of their own (sys.exit, os._exit, a crash or out of memory), and the MPI job went with "
+                  "them. Start fresh ranks with ranks.restart(replay=True): it runs your earlier %%px cells again.",
+                  file=sys.stderr)
 
     shell.set_custom_exc((CompositeError, EngineError, AlreadyDisplayedError), explain)
     if getattr(cluster, "_recording", False):
         return
     cluster._recording = True
 
-    def remember(result) -> None:
-        source = getattr(result.info, "raw_cell", "") or ""
-        if source.lstrip().startswith("%%px") and result.success and cluster.alive():
-            cluster.cells.append(source.lstrip())
+    def split(source: str):
+        """(the %%px line's options, the body) of a %%px cell, or None for any other cell."""
+        source = source.lstrip()
+        if not source.startswith("%%px"):
+            return None
+        line, _, body = source.partition("\n")
+        return _px_options(line), body
 
+    def forget(info) -> None:
+        cell = split(getattr(info, "raw_cell", "") or "")
+        if cell is not None and cluster.profile_dir is not None:
+            cluster.forget_marks(cell[1])
+
+    def remember(result) -> None:
+        cell = split(getattr(result.info, "raw_cell", "") or "")
+        if cell is None or not result.success or not cluster.alive():
+            return
+        (targets, block), body = cell
+        try:
+            ranks = cluster.ranks_of(targets)
+        except Exception:  # targets ipyparallel took but we cannot map to ranks: not replayed
+            return
+        if block is not False and cluster.finished(body, ranks):  # interrupted, or --noblock: not known to be done
+            cluster.cells.append((body, ranks))
+
+    shell.events.register("pre_run_cell", forget)
     shell.events.register("post_run_cell", remember)
+
+
+def _px_options(line: str) -> tuple[str | None, bool | None]:
+    """(``--targets``, block: True for ``--block``, False for ``--noblock``, None if not said) of a ``%%px`` line."""
+    words, targets, block = shlex.split(line)[1:], None, None
+    for i, word in enumerate(words):
+        if word in ("--targets", "-t") and i + 1 < len(words):
+            targets = words[i + 1]
+        elif word.startswith("--targets="):
+            targets = word.split("=", 1)[1]
+        elif word == "--block":
+            block = True
+        elif word == "--noblock":
+            block = False
+    return targets, block
 
 
 @atexit.register

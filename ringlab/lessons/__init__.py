@@ -15,7 +15,9 @@ is not about one lab lives in the layer that owns it (``measure``, ``predict``, 
 - ``lab06_training``: ``trainers``, ``payoff`` (when data parallelism pays), ``batches``, ``pipeline``,
   ``overlap`` (buckets), ``quiz``;
 - ``lab07_hangs_and_crawls``: ``diagnose`` (a missing rank, a straggler), ``checklist`` (NCCL's
-  settings, P2P, links), ``quiz``.
+  settings, P2P, links), ``quiz``;
+- ``lab08_beyond_data_parallelism``: ``sharding`` (ZeRO), ``mesh`` (tensor parallelism on a mesh), ``experts``,
+  ``attention`` (ring attention), ``nccl`` (how NCCL picks; PAT), ``quiz``.
 
 :func:`quiz` finds a lab's quiz by its number (``quiz(3)``, ``quiz("03_allreduce")``).
 """
@@ -25,7 +27,7 @@ import importlib
 
 ROOMS = {"00": "lab00_your_machine", "01": "lab01_moving_bytes", "02": "lab02_reduce_broadcast",
          "03": "lab03_allreduce", "04": "lab04_parameter_servers", "05": "lab05_scaling",
-         "06": "lab06_training", "07": "lab07_hangs_and_crawls"}
+         "06": "lab06_training", "07": "lab07_hangs_and_crawls", "08": "lab08_beyond_data_parallelism"}
 
 
 def lab_key(lab) -> str:

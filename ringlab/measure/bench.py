@@ -13,7 +13,6 @@ MPI on a host copy of the data, and says so.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from contextlib import nullcontext
@@ -53,9 +52,6 @@ def sweep(begin: int, end: int, factor: int | None = None, increment: int | None
 def in_mpi_job() -> bool:
     """True when this process was started by mpiexec (so -n must not start another job)."""
     return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALRANKID"))
-
-
-_NCCL: dict[int, object] = {}  # NCCL communicators, by MPI communicator handle
 
 
 class _Implementations:
@@ -103,12 +99,14 @@ class _Implementations:
             raise ValueError(f"nccl cannot run here ({where})")
         from ..mpi.devices import cupy_module
 
+        from ..mpi import private
+
         cp = cupy_module()
-        key = self.comm.py2f()
-        if key not in _NCCL:  # one communicator per MPI communicator, for the whole sweep
+        kept = private.state(self.comm).cache  # one NCCL communicator per MPI communicator, freed with it
+        if "nccl" not in kept:
             uid = self.comm.bcast(nccl.get_unique_id() if self.comm.Get_rank() == 0 else None, root=0)
-            _NCCL[key] = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
-        x, nc, stream, root = self.x, _NCCL[key], cp.cuda.get_current_stream().ptr, self.root
+            kept["nccl"] = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
+        x, nc, stream, root = self.x, kept["nccl"], cp.cuda.get_current_stream().ptr, self.root
         types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
                  np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int32): nccl.NCCL_INT32,
                  np.dtype(np.int64): nccl.NCCL_INT64}
@@ -186,15 +184,39 @@ def _wrong(got, want, dtype, n: int) -> int:
     if np.issubdtype(dtype, np.integer):
         return int(np.count_nonzero(got != want))
     tolerance = 4 * n * n * np.finfo(dtype).eps
-    return int(np.count_nonzero(np.abs(got.astype(np.float64) - want.astype(np.float64)) > tolerance))
+    wrong = 0
+    for lo in range(0, got.size, CHECK_ELEMENTS):  # in blocks: float64 copies of a whole buffer would triple it
+        a, b = got[lo:lo + CHECK_ELEMENTS], want[lo:lo + CHECK_ELEMENTS]
+        wrong += int(np.count_nonzero(np.abs(a.astype(np.float64) - b.astype(np.float64)) > tolerance))
+    return wrong
 
 
 OTHERS = ("mpi", "mpi-ring", "nccl", "torch")  # what ringlab is timed against (mpi-ring: MPICH's ring, forced)
+COPIES = 6  # buffers of the largest size a rank holds at once: input, reference and its receive buffer, two
+#             implementations' outputs (the one timed, the one before it being let go), scratch
+CHECK_ELEMENTS = 1 << 20  # results are compared in blocks of this many elements: no full-size temporaries
+
+
+def memory_problem(sizes: list[int], ranks_here: int, available: int | None) -> str | None:
+    """Why a sweep up to ``max(sizes)`` bytes would not fit in this machine's memory (None: it fits, or unknown)."""
+    if not sizes or available is None:
+        return None
+    from .units import format_bytes
+
+    need = max(sizes) * COPIES * ranks_here
+    if need <= available:
+        return None
+    return (f"the largest size, {format_bytes(max(sizes))}, needs about {format_bytes(max(sizes) * COPIES)} a rank "
+            f"({COPIES} buffers of it: input, reference, outputs, scratch), {format_bytes(need)} for the {ranks_here} "
+            f"rank{'s' * (ranks_here != 1)} on this machine; {format_bytes(available)} is available: lower -e "
+            "(or run fewer ranks)")
 
 
 def check_arguments(collective: str, algorithms: list[str], dtype_name: str, iters: int, warmup: int, root: int,
-                    nranks: int, json_path: str | None = None, emulate: str | None = None) -> None:
-    """A ValueError naming the first argument of a sweep that cannot work, before anything runs."""
+                    nranks: int, json_path: str | None = None, sizes: list[int] | None = None,
+                    gpu: bool = False, emulate: str | None = None) -> None:
+    """A ValueError naming the first argument of a sweep that cannot work, before anything runs (the sizes
+    too, against this machine's memory, when given and not on GPUs)."""
     if collective not in BENCHED:
         raise ValueError(f"collective must be one of {', '.join(BENCHED)}, got {collective!r}")
     if not algorithms:
@@ -213,6 +235,12 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
     if "mpi-ring" in algorithms and collective != "allreduce":
         raise ValueError("mpi-ring is MPICH's ring allreduce: use it with the allreduce collective")
     check_root(root, nranks)
+    if sizes is not None and not gpu:
+        from .machine import available_memory
+
+        problem = memory_problem(sizes, nranks, available_memory())
+        if problem:
+            raise ValueError(problem)
     if emulate is not None:
         from ..mpi.emulate import emulation
 
@@ -233,11 +261,16 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     from mpi4py import MPI
 
     from ..mpi import emulate as emulated
+    from ..mpi.launch import ranks_on_node
+    from .machine import available_memory
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     check_arguments(collective, algorithms, dtype_name, iters, warmup, root, n, json_path if rank == 0 else None,
-                    emulate)
+                    emulate=emulate)
+    problem = None if gpu else memory_problem(sizes, ranks_on_node(comm), available_memory())
+    if any(comm.allgather(problem)):  # every rank refuses, the same way, before anything is allocated
+        raise ValueError(next(p for p in comm.allgather(problem) if p))
     with emulated.emulate(emulate) if emulate else nullcontext():
         return _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path,
                     command, out, comm, emulated.current())
@@ -245,7 +278,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
 
 def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path, command, out,
          comm, emulation):
-    from .machine import SCHEMA, describe_machine
+    from .machine import SCHEMA, describe_machine, save_json
 
     rank, n = comm.Get_rank(), comm.Get_size()
     dtype = np.dtype(DTYPES[dtype_name])
@@ -342,8 +375,7 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
               "emulation": None if emulation is None else {"spec": emulation.spec, "label": emulation.label,
                                                            "scale": emulation.scale}}
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(result, fh, indent=1)
+        save_json(json_path, result)
         print(f"# wrote {json_path}", file=out)
     return result
 

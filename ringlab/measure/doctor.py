@@ -17,6 +17,7 @@ LAB_PLANS = [  # (lab, what it needs, what it does)
     ("05 Scaling", "mpi", "sizes and ranks, fitted alpha and beta, predictions"),
     ("06 Data-parallel training", "torch", "ringlab's allreduce, a parameter server and DDP"),
     ("07 When it hangs or crawls", "mpi", "a missing rank, a straggler's trace, NCCL's settings, ranks to GPUs"),
+    ("08 Beyond data parallelism", "torch", "ZeRO, tensor and expert parallelism, ring attention, NCCL's choice"),
 ]
 
 

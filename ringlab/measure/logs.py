@@ -31,33 +31,25 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import warnings
 from pathlib import Path
 
 from ..schedule import bus_factor
+from .cudatools import (looks_like_bandwidth_test, looks_like_nvbandwidth, looks_like_p2p, read_bandwidth_test,
+                        read_nvbandwidth, read_p2p)
+from .logformat import GB, LogFormatError, lines_of, number
 
-GB = 1e9
+__all__ = ["LogFormatError", "read_log", "read_logs", "read_folder", "read_text_file", "read_nccl_tests", "read_p2p",
+           "read_bandwidth_test", "read_nvbandwidth", "my_logs_folder", "READERS"]
 
-# mpirun --tag-output ("[1,0]<stdout>:"), mpiexec -prepend-rank ("[0] "), srun --label ("0: ")
-_RANK_PREFIX = re.compile(r"^(\[\d+(,\d+)?\](<stdout>|<stderr>)?:?\s?|\d+:\s)")
+MAX_LOG_BYTES = 64 << 20  # a tool's log is kilobytes; a file this large is not one
 _PROGRAMS = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reduce_scatter",
              "broadcast": "broadcast", "reduce": "reduce", "alltoall": "alltoall", "sendrecv": "sendrecv",
              "gather": "gather", "scatter": "scatter", "hypercube": "hypercube"}
 
-
-class LogFormatError(ValueError):
-    """The text is in none of the formats ringlab reads, or is broken within one."""
-
-
-def _lines(text: str) -> list[str]:
-    return [_RANK_PREFIX.sub("", line.rstrip("\n")) for line in text.splitlines()]
-
-
-def _number(field: str) -> float | None:
-    return None if field in ("N/A", "-", "nan") else float(field)
-
-
 def looks_like_nccl_tests(text: str) -> bool:
-    lines = _lines(text)
+    lines = lines_of(text)
     return any(re.match(r"#\s+size\s+count\s+type\s+redop\s+root", line) for line in lines) or any(
         line.startswith("# nThread ") for line in lines)
 
@@ -66,14 +58,15 @@ def read_nccl_tests(text: str, collective: str | None = None) -> dict:
     """The rows, ranks, devices and versions of an nccl-tests ``*_perf`` log.
 
     ``collective`` names it when the log does not (versions before 2.14 print no program name);
-    otherwise it comes from the log, or from the bus factor the log's own columns show.
+    otherwise it comes from the log, or from the bus factor the log's own columns show. A result row
+    cut short or garbled (a run killed mid-line) is not read but listed in ``left_out`` (line, text).
     """
-    lines = _lines(text)
+    lines = lines_of(text)
     result = {"format": "nccl-tests", "collective": collective, "ranks": None, "devices": [], "nccl_version": None,
               "nccl_tests_version": None, "threads": None, "gpus_per_thread": None, "avg_busbw_Bps": None,
-              "out_of_bounds": None, "rows": []}
+              "out_of_bounds": None, "rows": [], "left_out": []}
     per_iteration = False
-    for line in lines:
+    for line_number, line in enumerate(lines, 1):
         if m := re.match(r"# nccl-tests version (\S+) nccl-headers=(\d+) nccl-library=(\d+)", line):
             result["nccl_tests_version"] = m.group(1)
             result["nccl_version"] = _nccl_code(int(m.group(3)))
@@ -95,7 +88,11 @@ def read_nccl_tests(text: str, collective: str | None = None) -> dict:
         elif m := re.match(r"#\s*Out of bounds values\s*:\s*(\d+)", line):
             result["out_of_bounds"] = int(m.group(1))
         elif line.strip() and not line.lstrip().startswith("#"):
-            row = _nccl_row(line, per_iteration)
+            try:
+                row = _nccl_row(line, per_iteration)
+            except (ValueError, IndexError):
+                row = None
+                result["left_out"].append({"line": line_number, "text": line.strip()[:120]})
             if row is not None:
                 result["rows"].append(row)
     if not result["rows"]:
@@ -115,8 +112,10 @@ def _nccl_code(code: int) -> str:
 
 def _nccl_row(line: str, per_iteration: bool) -> dict | None:
     fields = line.split()
-    if len(fields) < 9 or not fields[0].isdigit() or not fields[1].isdigit():
+    if len(fields) < 2 or not fields[0].isdigit() or not fields[1].isdigit():
         return None  # NCCL's own INFO/WARN lines, a timestamp, anything else
+    if len(fields) < 9:
+        raise ValueError("a result row cut short")
     size, count, dtype, redop, root = int(fields[0]), int(fields[1]), fields[2], fields[3], fields[4]
     rest = fields[5:]
     width = 8 if per_iteration else 4  # time algbw busbw #wrong (+ i_min i_max i_p99 i_cv%)
@@ -126,9 +125,9 @@ def _nccl_row(line: str, per_iteration: bool) -> dict | None:
     row = {"bytes": size, "count": count, "dtype": dtype, "redop": redop, "root": int(root)}
     for prefix, side in zip(("", "inplace_"), sides + [None] * (2 - len(sides))):
         time_us, algbw, busbw, wrong = (side or [None] * 4)
-        row[f"{prefix}time_s"] = None if time_us is None else _number(time_us) * 1e-6
-        row[f"{prefix}algbw_Bps"] = None if algbw is None else _number(algbw) * GB
-        row[f"{prefix}busbw_Bps"] = None if busbw is None else _number(busbw) * GB
+        row[f"{prefix}time_s"] = None if time_us is None else number(time_us) * 1e-6
+        row[f"{prefix}algbw_Bps"] = None if algbw is None else number(algbw) * GB
+        row[f"{prefix}busbw_Bps"] = None if busbw is None else number(busbw) * GB
         row[f"{prefix}wrong"] = None if wrong in (None, "N/A") else int(float(wrong))
     return row
 
@@ -153,158 +152,6 @@ def _collective_from_columns(result: dict) -> str:
                          "give it (--collective)")
 
 
-_P2P_SECTIONS = [  # title (regex) -> the key of the matrix, or of its GPU and CPU parts
-    (r"P2P Connectivity Matrix", "connectivity"),
-    (r"Unidirectional P2P=Disabled Bandwidth", "unidirectional_disabled"),
-    (r"Unidirectional P2P=Enabled Bandwidth( \(P2P Writes\))? Matrix", "unidirectional_enabled"),
-    (r"Unidirectional P2P=Enabled Bandwidth \(P2P Reads\)", "unidirectional_enabled_reads"),
-    (r"Bidirectional P2P=Disabled Bandwidth", "bidirectional_disabled"),
-    (r"Bidirectional P2P=Enabled Bandwidth", "bidirectional_enabled"),
-    (r"P2P=Disabled Latency", "latency_{}_disabled"),
-    (r"P2P=Enabled Latency( \(P2P Writes\))? Matrix", "latency_{}_enabled"),
-    (r"P2P=Enabled Latency \(P2P Reads\)", "latency_{}_enabled_reads"),
-]
-
-
-def looks_like_p2p(text: str) -> bool:
-    return "P2P Connectivity Matrix" in text or "Unidirectional P2P=Disabled Bandwidth" in text
-
-
-def read_p2p(text: str, **_) -> dict:
-    """The devices and matrices of a ``p2pBandwidthLatencyTest`` log."""
-    result = {"format": "p2pBandwidthLatencyTest", "devices": [], "p2p_method": "writes", "matrices": {}}
-    section, key = None, None
-    for line in _lines(text):
-        if m := re.match(r"Device: (\d+), (.*), pciBusID: (\w+), pciDeviceID: (\w+), pciDomainID:\s*(\w+)", line):
-            result["devices"].append({"device": int(m.group(1)), "name": m.group(2).strip(),
-                                      "bus": f"{int(m.group(5), 16):04x}:{int(m.group(3), 16):02x}:{int(m.group(4), 16):02x}"})
-            continue
-        titles = [name for pattern, name in _P2P_SECTIONS if re.match(pattern, line.strip())]
-        if titles:
-            section, key = titles[-1], None
-            continue
-        fields = line.split()
-        if section is None or not fields:
-            continue
-        if fields[0] in ("D\\D", "GPU", "CPU"):  # a matrix's header row
-            key = section.format(fields[0].lower()) if "{}" in section else section
-            result["matrices"][key] = []
-        elif key is not None and fields[0].isdigit() and len(fields) > 1:
-            result["matrices"][key].append([float(v) for v in fields[1:]])
-    reads = {k: v for k, v in result["matrices"].items() if k.endswith("_reads")}
-    if reads:  # --p2p_read: the reads are what P2P=Enabled means in this run
-        result["p2p_method"] = "reads"
-        for k, v in reads.items():
-            result["matrices"][k.removesuffix("_reads")] = v
-            del result["matrices"][k]
-    for name, matrix in result["matrices"].items():
-        if any(len(row) != len(matrix) for row in matrix):
-            raise LogFormatError(f"p2pBandwidthLatencyTest: the {name} matrix is not square (a cut log?)")
-    if not result["matrices"]:
-        raise LogFormatError("a p2pBandwidthLatencyTest log without a single matrix (was the run cut short?)")
-    return result
-
-
-_DIRECTIONS = {"Host to Device": "host_to_device", "Device to Host": "device_to_host",
-               "Device to Device": "device_to_device", "H2D": "host_to_device", "D2H": "device_to_host",
-               "D2D": "device_to_device"}
-
-
-def looks_like_bandwidth_test(text: str) -> bool:
-    return bool(re.search(r"Transfer Size \(Bytes\)\s+Bandwidth\((GB|MB)/s\)", text)) or "bandwidthTest-" in text
-
-
-def read_bandwidth_test(text: str, **_) -> dict:
-    """The rows of a cuda-samples ``bandwidthTest`` log (its table, or its ``--csv`` lines)."""
-    result = {"format": "bandwidthTest", "devices": [], "mode": None, "rows": []}
-    direction = memory = None
-    scale = GB
-    for line in _lines(text):
-        stripped = line.strip()
-        if m := re.match(r"Device (\d+): (.+)$", stripped):
-            result["devices"].append({"device": int(m.group(1)), "name": m.group(2).strip()})
-        elif m := re.match(r"(Quick|Range|Shmoo) Mode", stripped):
-            result["mode"] = m.group(1).lower()
-        elif m := re.match(r"(Host to Device|Device to Host|Device to Device) Bandwidth, (\d+) Device", stripped):
-            direction = _DIRECTIONS[m.group(1)]
-        elif m := re.match(r"(PINNED|PAGEABLE) Memory Transfers", stripped):
-            memory = m.group(1).lower()
-        elif m := re.match(r"Transfer Size \(Bytes\)\s+Bandwidth\((GB|MB)/s\)", stripped):
-            scale = GB if m.group(1) == "GB" else 1e6
-        elif m := re.match(r"bandwidthTest-(\w+)-(\w+), Bandwidth = ([\d.]+) (GB|MB)/s, Time = [\d.e-]+ s, "
-                           r"Size = (\d+) bytes", stripped):
-            result["rows"].append({"direction": _DIRECTIONS.get(m.group(1), m.group(1)), "memory": m.group(2).lower(),
-                                   "bytes": int(m.group(5)),
-                                   "Bps": float(m.group(3)) * (GB if m.group(4) == "GB" else 1e6)})
-        elif direction and (m := re.match(r"(\d+)\s+([\d.]+)$", stripped)):
-            result["rows"].append({"direction": direction, "memory": memory, "bytes": int(m.group(1)),
-                                   "Bps": float(m.group(2)) * scale})
-    if not result["rows"]:
-        raise LogFormatError("a bandwidthTest log without a single measurement (was the run cut short?)")
-    return result
-
-
-def looks_like_nvbandwidth(text: str) -> bool:
-    return "nvbandwidth Version:" in text or bool(re.search(r'"nvbandwidth"\s*:', text))
-
-
-def read_nvbandwidth(text: str, **_) -> dict:
-    """Test cases of an ``nvbandwidth`` run, from its text output or its JSON (``-j``)."""
-    result = {"format": "nvbandwidth", "version": None, "driver": None, "cuda_runtime": None, "devices": [],
-              "testcases": {}}
-    if text.lstrip().startswith("{"):
-        try:
-            root = json.loads(text)["nvbandwidth"]
-        except (ValueError, KeyError) as err:
-            raise LogFormatError(f"not nvbandwidth's JSON ({err})") from None
-        result.update(version=root.get("version"), driver=root.get("Driver Version"),
-                      cuda_runtime=root.get("CUDA Runtime Version"))
-        for entry in root.get("GPU Device list", []):
-            if m := re.match(r"(\d+): (.+) \((\w+:\w+:\w+)\)", entry):
-                result["devices"].append({"device": int(m.group(1)), "name": m.group(2), "bus": m.group(3)})
-        for case in root.get("testcases", []):
-            matrix = case.get("bandwidth_matrix")
-            result["testcases"][case["name"]] = {
-                "status": case.get("status"), "description": case.get("bandwidth_description"),
-                "matrix": None if matrix is None else [[_number(v) for v in row] for row in matrix],
-                "sum": case.get("sum")}
-        return _checked_nvbandwidth(result)
-    name = None
-    matrix: list | None = None
-    for line in _lines(text):
-        stripped = line.strip()
-        if m := re.match(r"nvbandwidth Version: (\S+)", stripped):
-            result["version"] = m.group(1)
-        elif m := re.match(r"Driver Version: (\S+)", stripped):
-            result["driver"] = m.group(1)
-        elif m := re.match(r"CUDA Runtime Version: (\d+)", stripped):
-            result["cuda_runtime"] = int(m.group(1))
-        elif m := re.match(r"Device (\d+): (.+) \((\w+:\w+:\w+)\)$", stripped):
-            result["devices"].append({"device": int(m.group(1)), "name": m.group(2), "bus": m.group(3)})
-        elif m := re.match(r"Running (\S+)\.$", stripped):
-            name, matrix = m.group(1), None
-            result["testcases"][name] = {"status": "Running", "description": None, "matrix": None, "sum": None}
-        elif name and (m := re.match(r"(Waived|Error|Not Found): ?(.*)$", stripped)):
-            result["testcases"][name]["status"] = m.group(1)
-        elif name and re.search(r"bandwidth \(GB/s\)$", stripped):
-            result["testcases"][name]["description"] = stripped
-            matrix = []
-        elif name and (m := re.match(r"SUM (\S+) ([\d.]+)", stripped)):
-            result["testcases"][m.group(1)].update(status="Passed", sum=float(m.group(2)), matrix=matrix)
-            matrix = None
-        elif matrix is not None and stripped:
-            fields = stripped.split()
-            if len(matrix) or not all(f.isdigit() for f in fields):  # the first line is the columns' labels
-                matrix.append([_number(v) for v in fields[1:]])
-    return _checked_nvbandwidth(result)
-
-
-def _checked_nvbandwidth(result: dict) -> dict:
-    if not any(case["matrix"] for case in result["testcases"].values()):
-        raise LogFormatError("an nvbandwidth log without a single finished test case (was the run cut short?)")
-    return result
-
-
 READERS = {"nccl-tests": (looks_like_nccl_tests, read_nccl_tests),
            "nvbandwidth": (looks_like_nvbandwidth, read_nvbandwidth),
            "p2pBandwidthLatencyTest": (looks_like_p2p, read_p2p),
@@ -319,23 +166,54 @@ def my_logs_folder() -> Path:
     return Path(os.environ.get("RINGLAB_LOGS") or MY_LOGS)
 
 
+def read_text_file(path: str | Path, limit: int = MAX_LOG_BYTES) -> str:
+    """The text of the regular file at ``path``; a ValueError for what is no log: a FIFO, a device (``/dev/zero``
+    would be read forever), a folder, or a file larger than ``limit`` bytes."""
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(info.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket"
+                if stat.S_ISSOCK(info.st_mode) else "not a regular file")
+        raise ValueError(f"{path} is {kind}, not a log file: give the file a tool's output was saved to")
+    if info.st_size > limit:
+        raise ValueError(f"{path} holds {info.st_size / 2**20:.0f} MiB: more than a tool's log ({limit >> 20} MiB at "
+                         "most); is it the right file?")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(limit + 1)[:limit]
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+
+
 def read_folder(folder: str | Path | None = None, format: str | None = None) -> list[dict]:
     """Every log in ``folder`` (default: ``my_logs/`` at the top of the project, or the folder named by
-    ``$RINGLAB_LOGS``) that ringlab can read, each as :func:`read_log` gives it with ``file`` and a
+    ``$RINGLAB_LOGS``) that ringlab can read, each as :func:`read_logs` gives it with ``file`` and a
     ``label`` ("your log, <file name>"), optionally only those of one ``format``. A tool's own output
     and the JSON that ``ringlab import --json`` writes (one log or a list) are both read; files in no
-    known format are skipped; an absent folder gives []."""
+    known format are skipped; a file that looks like a known format but is broken, or is no regular
+    file, is left out with a warning saying why; an absent folder gives []."""
     folder = my_logs_folder() if folder is None else Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{folder} is a file, not a folder of logs (give its folder, or read it with read_log)")
     found = []
-    for path in sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []:
-        text = path.read_text(encoding="utf-8", errors="replace")
+    for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+        if path.is_dir():
+            continue
+        try:
+            text = read_text_file(path)
+        except ValueError as err:
+            warnings.warn(f"{err}; left out", stacklevel=2)
+            continue
         results = _imported(text)
         if results is None:
             try:
-                results = [read_log(text)]
-            except ValueError:
+                results = read_logs(text)
+            except LogFormatError as err:
+                if any(looks(text) for looks, _ in READERS.values()):
+                    warnings.warn(f"{path.name}: {err}; left out", stacklevel=2)
                 continue
         for i, result in enumerate(results):
             if format is None or result["format"] == format:
@@ -359,9 +237,41 @@ def _imported(text: str) -> list[dict] | None:
 
 
 def read_log(text: str, **options) -> dict:
-    """Read ``text`` in whichever format it is; a LogFormatError names the formats tried."""
+    """Read ``text`` in whichever format it is; a LogFormatError names the formats tried, or what is broken."""
     for name, (looks, read) in READERS.items():
         if looks(text):
-            return read(text, **options)
+            try:
+                return read(text, **options)
+            except LogFormatError:
+                raise
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+                raise LogFormatError(f"{name}: not as the tool prints it ({type(err).__name__}: {err})") from None
     raise LogFormatError(f"not a log ringlab can read (tried: {', '.join(READERS)}); the first line is "
                          f"{text.strip().splitlines()[0][:80]!r}" if text.strip() else "the log is empty")
+
+
+def read_logs(text: str, **options) -> list[dict]:
+    """Every run in ``text``: one :func:`read_log` result per run, so that several nccl-tests runs saved into
+    one file (two ``*_perf`` outputs one after the other) are not merged into one table."""
+    runs = _nccl_runs(text) if looks_like_nccl_tests(text) else [text]
+    return [read_log(run, **options) for run in runs]
+
+
+_RUN_HEADER = re.compile(r"#\s*(nccl-tests version|Collective test starting|nThread )")
+
+
+def _nccl_runs(text: str) -> list[str]:
+    """``text`` cut where each nccl-tests run starts: its header lines (version, program, ``# nThread``)."""
+    lines = text.splitlines(keepends=True)
+    bare = lines_of(text)
+    starts = []
+    for i, line in enumerate(bare):
+        if line.startswith("# nThread "):
+            first = i
+            while first > 0 and _RUN_HEADER.match(bare[first - 1]):
+                first -= 1
+            starts.append(first)
+    if len(starts) < 2:
+        return [text]
+    starts[0] = 0
+    return ["".join(lines[a:b]) for a, b in zip(starts, starts[1:] + [len(lines)])]

@@ -5,26 +5,30 @@ ipyparallel MPI engines), each with its own numpy or cupy array. ``algorithm`` i
 within the collective (``"ring"``, ``"naive"``, ``"ps"``, ``"tree"``, ``"rhd"``, ``"chain"``...),
 a full registered name (``"allreduce.ring"``) or a Schedule of your own.
 
-Before any data moves the ranks compare what they were given (size, dtype, algorithm, root) and
-all raise the same ValueError if they disagree (``agree=False`` skips this). ``timeout=`` turns
-a step that never finishes into a StepTimeout naming the step and the peer. Run scripts as
-``python -m mpi4py script.py``: then an exception on one rank aborts the whole job instead of
-leaving the others waiting.
+Every call runs on ringlab's private duplicate of ``comm`` (:mod:`ringlab.mpi.private`), so a
+message of the user's own still pending on ``comm`` is never matched by ringlab's. Before any data
+moves the ranks compare what they were given (size, dtype, algorithm, root) and the number of the
+call on this communicator, and all raise the same ValueError if they disagree (``agree=False``
+skips this). Every wait has a deadline (``timeout``, by default :data:`ringlab.mpi.deadlines.DEFAULT_SECONDS`
+or ``RINGLAB_TIMEOUT``; None: no limit): a step that never finishes is a StepTimeout naming the
+step and the peer. Run scripts as ``python -m mpi4py script.py``: then an exception on one rank
+aborts the whole job instead of leaving the others waiting.
 """
 from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
 
 import numpy as np
 
 from ..algorithms import ALGORITHMS, build
-from ..schedule import Schedule, chunk_bounds
+from ..schedule import Schedule, check_root, chunk_bounds
 from ..simulate import ScheduleError, check
+from .caches import bounded
+from .deadlines import DEFAULT, seconds, usable
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
-from . import emulate, fastpath, nodes
-from .executor import Recorder, StepTimeout, Trace, compile_plan, run_plan
+from . import emulate, fastpath, nodes, private
+from .executor import Recorder, Trace, compile_plan, run_plan
 from .transports import choose, make_ops
 
 
@@ -40,7 +44,11 @@ def _world(comm):
     return _WORLD[0]
 
 
-@lru_cache(maxsize=512)
+def _transfers(schedule: Schedule) -> int:
+    return sum(len(step.src) for step in schedule.steps)
+
+
+@bounded(512, _transfers, 500_000)  # at most 512 schedules, 500,000 transfers in all (about 100 MB)
 def _built(name: str, nranks: int, options: tuple) -> Schedule:
     return build(name, nranks, **dict(options))
 
@@ -82,13 +90,29 @@ def _array_fields(x) -> dict:
             "dtype": str(getattr(x, "dtype", "-"))}
 
 
+def _not_an_array(x) -> str | None:
+    """Why ``x`` is no numeric numpy or cupy array that a collective can take (None: it is one)."""
+    module = type(x).__module__.split(".", 1)[0]
+    if module == "torch":
+        return ("x is a torch tensor: pass t.numpy() (on the CPU) or cupy.from_dlpack(t) (on a GPU), which share "
+                "its memory; ringlab's collectives take numpy and cupy arrays")
+    if isinstance(x, np.ma.MaskedArray):
+        return ("x is a masked array: a collective would add its hidden values too; pass x.filled(0) (masked "
+                "values as 0) or np.asarray(x) if the mask does not matter")
+    dtype = getattr(x, "dtype", None)
+    if not hasattr(x, "shape") or not isinstance(dtype, np.dtype) or dtype.kind not in "biufc":
+        return f"x must be a numeric numpy or cupy array, got {type(x).__name__}"
+    return None
+
+
 def _problems(x, kind: str | None, in_place: bool, timeout, out=None) -> list[str]:
     """What is wrong with this rank's arguments, found before any rank waits for another."""
     problems = []
     if out is not None:
         problems += _out_problems(x, out, in_place)
-    if not hasattr(x, "dtype") or not hasattr(x, "shape") or getattr(x.dtype, "kind", "") not in "biufc":
-        problems.append(f"x must be a numeric numpy or cupy array, got {type(x).__name__}")
+    wrong = _not_an_array(x)
+    if wrong:
+        problems.append(wrong)
     else:
         if x.dtype.kind == "b" and kind in (None, "reduce", "allreduce", "reduce_scatter"):
             problems.append("x holds booleans, which have no sum (MPI refuses them too): cast it to an integer type")
@@ -96,7 +120,7 @@ def _problems(x, kind: str | None, in_place: bool, timeout, out=None) -> list[st
             problems.append("in_place=True needs a C-contiguous array")
         if in_place and not getattr(x.flags, "writeable", True):
             problems.append("in_place=True needs a writable array")
-    if not _usable_timeout(timeout):
+    if not usable(timeout):
         problems.append(f"timeout must be a number of seconds > 0 (or None: no limit), got {timeout!r}")
     return problems
 
@@ -116,24 +140,25 @@ def _out_problems(x, out, in_place: bool) -> list[str]:
     return []
 
 
-def _usable_timeout(timeout) -> bool:
-    return timeout is None or (not isinstance(timeout, bool) and isinstance(timeout, (int, float, np.number))
-                               and 0 < timeout < float("inf"))
+def check_agreement(comm, what: str, fields: dict, timeout=DEFAULT, text: str | None = None, mine=None) -> None:
+    """All ranks of ``comm`` compare ``fields``; every rank raises the same ValueError on a mismatch.
 
-
-def check_agreement(comm, what: str, fields: dict, timeout: float | None, text: str | None = None,
-                    mine=None) -> None:
-    """All ranks compare ``fields``; every rank raises the same ValueError on a mismatch.
-
-    Every rank sends a 16-byte digest of its fields to every other through persistent requests
+    Every rank sends a 16-byte digest of its fields (and the number of this call on ``comm``) to every
+    other through persistent requests on ringlab's private duplicate of ``comm``
     (:class:`ringlab.mpi.fastpath.Agreement`), so that a rank that never comes is a StepTimeout
     naming it rather than a hang; the full fields follow only when the digests differ, to say what
     differs. ``text`` and ``mine`` (the fields as JSON and its digest) may be given, worked out once.
     """
+    with private.entered(comm, what, timeout) as state:
+        _agree(state, what, fields, timeout, text, mine)
+
+
+def _agree(state, what: str, fields: dict | None, timeout, text: str | None = None, mine=None) -> None:
+    """The agreement of :func:`check_agreement`, inside a call that has entered ``state`` already."""
     text = json.dumps(fields, sort_keys=True, default=str) if text is None else text
     mine = fastpath.digest(text) if mine is None else mine
-    if not fastpath.agreement(comm).same(mine, what, timeout):
-        _disagreement(comm, what, text)
+    if not fastpath.agreed(state, mine, what, seconds(timeout)):
+        _disagreement(state.comm(what, None), what, text)
 
 
 def _disagreement(comm, what: str, text: str) -> None:
@@ -156,10 +181,11 @@ def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, option
     return fields
 
 
-def _fast_call(kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout, what: str):
+def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout,
+               what: str):
     """The remembered :class:`~ringlab.mpi.fastpath.Call` for these arguments (made on first use), or
     None when they take the general path: not numpy, a transport other than host, or a problem."""
-    if type(x) is not np.ndarray or transport not in ("auto", "host") or not _usable_timeout(timeout):
+    if type(x) is not np.ndarray or transport not in ("auto", "host") or not usable(timeout):
         return None
     if os.environ.get(nodes.LINK) or emulate.current():  # slowed or emulated links are the general path's
         return None
@@ -167,11 +193,13 @@ def _fast_call(kind, x, algorithm, comm, transport: str, options: dict, in_place
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
         return None
     flags = x.flags
-    key = (what, kind, algorithm if isinstance(algorithm, str) else id(algorithm), id(comm), x.shape, x.dtype,
+    key = (what, kind, algorithm if isinstance(algorithm, str) else id(algorithm), x.shape, x.dtype,
            flags.c_contiguous, flags.writeable, in_place, out is None, transport,
            tuple(options.items()) if options else ())
-    call = fastpath.CALLS.get(key)
-    if call is not None and call.comm is comm and (isinstance(algorithm, str) or call.schedule is algorithm):
+    calls = fastpath.calls(state)
+    call = calls.get(key)
+    if call is not None and (isinstance(algorithm, str) or call.schedule is algorithm):
+        calls.move_to_end(key)
         return call
     if _problems(x, kind, in_place, timeout, out):
         return None
@@ -183,41 +211,53 @@ def _fast_call(kind, x, algorithm, comm, transport: str, options: dict, in_place
                       default=str)
     count = max(x.size, 0)
     plan = compile_plan(schedule, comm.Get_rank(), count, x.dtype.itemsize, False, pieces=True)
-    return fastpath.remember(key, fastpath.Call(schedule, plan, text, comm, x.dtype.itemsize))
+    return fastpath.remember(state, key, fastpath.Call(state, schedule, plan, text, comm, x.dtype.itemsize))
 
 
 def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
          trace: bool, timeout, what: str, out=None):
-    """Find what is wrong on this rank, agree with the others (so that a mistake anywhere raises the
-    same ValueError everywhere), then execute."""
-    comm = _world(comm)
-    if not trace:
-        call = _fast_call(kind, x, algorithm, comm, transport, options, in_place, out, timeout, what)
-        if call is not None:
-            if agree and not call.agrees(what, timeout):
-                _disagreement(comm, what, call.text)
-            return call.run(x, out, in_place, timeout)
-    problems = _problems(x, kind, in_place, timeout, out)
-    try:
-        schedule = resolve(kind, algorithm, comm.Get_size(), **options)
-    except ValueError as err:
+    """On ringlab's private duplicate of ``comm``: find what is wrong on this rank, agree with the others
+    (so that a mistake anywhere raises the same ValueError everywhere), then execute."""
+    with private.entered(_world(comm), what, timeout) as state:
+        comm, limit = state.comm(what, None), seconds(timeout)
+        problems, bad_root = [], False
+        if options.get("local") == "nodes":  # allreduce.hierarchical: ranks per node, from the ranks themselves
+            try:
+                options = dict(options, local=nodes.ranks_per_node(comm, limit))
+            except ValueError as err:
+                options, problems = dict(options, local=None), [str(err)]
+        if "root" in options:  # before resolve, which caches on it: a root must be a hashable int
+            try:
+                options = dict(options, root=check_root(options["root"], comm.Get_size()))
+            except ValueError as err:
+                options, problems, bad_root = dict(options, root=repr(options["root"])), problems + [str(err)], True
+        if not trace and not problems:
+            call = _fast_call(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what)
+            if call is not None:
+                if agree and not call.agrees(what, limit):
+                    _disagreement(comm, what, call.text)
+                return call.run(x, out, in_place, limit)
+        problems = _problems(x, kind, in_place, timeout, out) + problems
         schedule = None
-        problems.append(str(err))
-    try:
-        if emulate.current() is not None:
-            emulate.current().resolve(comm.Get_size())
-    except ValueError as err:
-        problems.append(str(err))
-    if agree:
-        fields = _fields(kind, x, algorithm, schedule, transport, in_place, options, problems)
-        check_agreement(comm, what, fields, timeout if _usable_timeout(timeout) else None)
-    if problems:
-        raise ValueError(f"{what}: {'; '.join(problems)}")
-    return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=timeout, out=out)
+        if not bad_root:
+            try:
+                schedule = resolve(kind, algorithm, comm.Get_size(), **options)
+            except ValueError as err:
+                problems.append(str(err))
+        try:
+            if emulate.current() is not None:
+                emulate.current().resolve(comm.Get_size())
+        except ValueError as err:
+            problems.append(str(err))
+        if agree:
+            _agree(state, what, _fields(kind, x, algorithm, schedule, transport, in_place, options, problems), timeout)
+        if problems:
+            raise ValueError(f"{what}: {'; '.join(problems)}")
+        return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=limit, out=out)
 
 
 def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False, agree: bool = True,
-            trace: bool = False, timeout: float | None = None, out=None):
+            trace: bool = False, timeout=DEFAULT, out=None):
     """Run ``schedule`` (a Schedule, checked first, or a registered name such as ``"allreduce.ring"``)
     on this rank's array ``x``; return the array this rank ends with.
 
@@ -277,7 +317,7 @@ def _recorder(comm, flat, itemsize: int) -> Recorder:
 
 
 def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
-              agree: bool = True, trace: bool = False, timeout: float | None = None, root: int | None = None,
+              agree: bool = True, trace: bool = False, timeout=DEFAULT, root: int | None = None,
               servers: int | None = None, segments: int | None = None, rings: int | None = None, orders=None,
               local: int | None = None, out=None):
     """Sum ``x`` over all ranks; every rank gets the sum (a new array of the same type and shape).
@@ -290,9 +330,8 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
     for simulated nodes), a full name, or a Schedule. Options left None take the builder's default.
     ``out=`` (an array like ``x``) receives the sum instead of a new array.
     """
-    if local is None and algorithm in ("hierarchical", "allreduce.hierarchical"):  # the nodes, from the ranks
-        from .nodes import ranks_per_node
-        local = ranks_per_node(_world(comm), timeout if _usable_timeout(timeout) else None)
+    if local is None and algorithm in ("hierarchical", "allreduce.hierarchical"):
+        local = "nodes"  # the nodes, found from the ranks on ringlab's own communicator
     options = {}
     if root is not None or servers is not None or segments is not None or rings is not None or local is not None:
         options = {k: v for k, v in (("root", root), ("servers", servers), ("segments", segments), ("rings", rings),
@@ -305,7 +344,7 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
 
 
 def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto", *, in_place: bool = False,
-           agree: bool = True, trace: bool = False, timeout: float | None = None, segments: int | None = None,
+           agree: bool = True, trace: bool = False, timeout=DEFAULT, segments: int | None = None,
            out=None):
     """Sum ``x`` over all ranks onto ``root``; the root gets the sum, every other rank None.
 
@@ -322,7 +361,7 @@ def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto
 
 def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | None = None,
               transport: str = "auto", *, in_place: bool = False, agree: bool = True, trace: bool = False,
-              timeout: float | None = None, out=None):
+              timeout=DEFAULT, out=None):
     """Copy root's ``x`` to every rank; every rank passes an array of the same shape and dtype.
 
     ``algorithm``: ``"chain"`` (default, pipelined in ``segments`` pieces), ``"tree"``,

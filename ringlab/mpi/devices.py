@@ -46,16 +46,18 @@ def array_module(x):
 
 
 def local_comm(comm):
-    """The ranks of ``comm`` that share this node (MPI's shared-memory split), cached per communicator."""
+    """The ranks of ``comm`` that share this node (MPI's shared-memory split), made once per communicator
+    and freed with it (kept in ringlab's state for ``comm``)."""
     from mpi4py import MPI
 
-    key = comm.py2f()
-    if key not in _LOCAL:
-        _LOCAL[key] = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    return _LOCAL[key]
+    from . import private
 
-
-_LOCAL: dict[int, object] = {}
+    state = private.state(comm)
+    found = state.cache.get("local")
+    if found is None:
+        found = state.cache["local"] = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        state.on_free("local", found.Free)
+    return found
 
 
 def bind_device(comm=None) -> int | None:

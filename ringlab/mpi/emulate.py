@@ -21,6 +21,7 @@ links it is given).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections import OrderedDict
@@ -129,7 +130,8 @@ def describe() -> str | None:
     if now is None or now.spec:
         return None if now is None else now.label
     links = tuple((link.a, link.b, link.bandwidth, link.latency) for link in now.topology.links)
-    return f"{now.label} ({len(links)} links, digest {hash(links) & 0xffffffff:08x})"
+    digest = hashlib.sha256(repr(links).encode()).hexdigest()[:8]  # the same on every rank (hash() is not)
+    return f"{now.label} ({len(links)} links, digest {digest})"
 
 
 _TIMINGS: OrderedDict = OrderedDict()
@@ -195,6 +197,26 @@ class PacedOps:
         self.ops, self.timings, self.rank, self.emulation = ops, timings, rank, emulation
         self.started = 0.0
 
+    @property
+    def deadline(self):
+        """When the current step must be done (the executor sets it; the transport underneath keeps to it too)."""
+        return self.ops.deadline
+
+    @deadline.setter
+    def deadline(self, value) -> None:
+        self.ops.deadline = value
+
+    def _sleep_until(self, moment: float, step) -> None:
+        """Sleep until ``moment``; past the step's deadline, a StepTimeout saying the emulated link is too slow for it."""
+        deadline = self.ops.deadline
+        if deadline is not None and moment > deadline:
+            from .deadlines import StepTimeout
+
+            raise StepTimeout(f"rank {self.rank}: step {step.index} on {self.emulation.label} needs "
+                              f"{moment - self.started:.1f} s, past this call's deadline: give a longer timeout= (or "
+                              "RINGLAB_TIMEOUT), or a faster machine or smaller scale")
+        _sleep_until(moment)
+
     def before_step(self) -> None:
         self.ops.before_step()
         self.started = time.monotonic()
@@ -212,13 +234,13 @@ class PacedOps:
         sends = [None] * len(step.sends)
         for i in sorted(range(len(step.sends)), key=lambda i: due[step.sends[i].peer]):
             m = step.sends[i]
-            _sleep_until(self.started + due[m.peer])
+            self._sleep_until(self.started + due[m.peer], step)
             sends[i] = comm.Isend(self.ops.outgoing(buf, m), dest=m.peer, tag=step.index % TAG_LIMIT)
         return recvs, sends
 
     def before_wait(self, step, m) -> None:
         latency, busy = self.timings[step.index][(m.peer, self.rank)]
-        _sleep_until(self.started + latency + busy)
+        self._sleep_until(self.started + latency + busy, step)
 
     def route(self, m) -> str:
         return f"{self.ops.route(m)} ({self.emulation.label})"

@@ -14,49 +14,20 @@ handed to a CUDA-aware MPI, read from a peer GPU over CUDA IPC) is the job of a 
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
 from ..schedule import REDUCE, Schedule, chunk_bounds, chunk_runs
+from .caches import bounded
+from .deadlines import StepTimeout, wait  # noqa: F401  (StepTimeout: where it was first defined)
 
 PIECE_BYTES = 1 << 20  # reduce messages travel in pieces of this size
-TAG_LIMIT = 32767        # the smallest tag upper bound MPI guarantees
-
-
-class StepTimeout(TimeoutError):
-    """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
-
-
-_YIELD: list[bool] = []
-
-
-def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
-    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
-    Polling gives the core away between tests when the node runs more ranks than cores, so that the
-    rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings);
-    with ``nap`` it sleeps that long between tests instead (on emulated links, where ranks wait by sleeping)."""
-    if nap:
-        while not request.Test():
-            if deadline is not None and time.monotonic() > deadline:
-                raise StepTimeout(message())
-            time.sleep(nap)
-        return
-    if deadline is None:
-        request.Wait()
-        return
-    if not _YIELD:
-        from .launch import oversubscribed
-        _YIELD.append(oversubscribed())
-    give_way = _YIELD[0]
-    while not request.Test():
-        if time.monotonic() > deadline:
-            raise StepTimeout(message())
-        if give_way:
-            os.sched_yield()
+# compiled plans are kept (least recently used out) up to 256, or 200,000 messages in all (about 80 MB)
+TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
+AGREE_TAG = TAG_LIMIT    # the argument agreement's digests
+NOTICE_TAG = TAG_LIMIT + 1  # "this rank gave up on call k" (see ringlab.mpi.private)
 
 
 @dataclass(frozen=True)
@@ -118,7 +89,7 @@ def overlaps(a: Message, b: Message) -> bool:
     return a.lo < b.hi and b.lo < a.hi
 
 
-@lru_cache(maxsize=256)
+@bounded(256, lambda plan: sum(len(s.sends) + len(s.recvs) for s in plan.steps), 200_000)
 def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage_all: bool = False,
                  pieces: bool = True) -> RankPlan:
     """Rank ``rank``'s plan for a buffer of ``count`` elements of ``itemsize`` bytes.
@@ -218,6 +189,7 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
                 if recorder:
                     recorder.record(step.index, m, "send", posted, recorder.clock(), bounds, ops.route(m))
 
+        ops.deadline = deadline  # a transport that holds messages back (a slowed link) keeps to it too
         ops.before_step()
         posted = recorder.clock() if recorder else 0.0
         recvs, sends = ops.post(comm, buf, step)

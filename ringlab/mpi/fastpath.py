@@ -19,27 +19,34 @@ polling ``Test`` against the deadline, giving the core away between polls when t
 more ranks than cores (:func:`ringlab.mpi.launch.oversubscribed`), so the rank being waited for
 can run.
 
+Everything here lives in ringlab's state for the communicator (:mod:`ringlab.mpi.private`), so it
+is freed with it; a bound plan of a buffer the caller owns (``out=``, ``in_place=True``) sees that
+memory through raw views that hold no reference to the caller's array, so a dropped array is freed.
+
 Anything else (GPU buffers, traces, a problem with the arguments) goes the general way,
 :func:`ringlab.mpi.collectives._run`, which finds and reports the problem on every rank.
 """
 from __future__ import annotations
 
-import atexit
 import hashlib
 import sys
 import time
+import weakref
 from collections import OrderedDict
 
 import numpy as np
 
-from .executor import TAG_LIMIT, wait
+from .deadlines import wait, wait_all
+from .executor import AGREE_TAG, TAG_LIMIT
 from ..schedule import REDUCE
 from .ops import KEEP_BYTES, reusable
+from .private import OutOfStep
 
-AGREE_TAG = TAG_LIMIT  # the executor's steps use tags below it
 DIGEST_BYTES = 16
-CALLS_KEPT = 64          # signatures remembered per process
+MESSAGE_BYTES = DIGEST_BYTES + 8  # the digest, then the call's number on this communicator (int64)
+CALLS_KEPT = 64          # signatures remembered per communicator
 BUFFERS_KEPT = 4         # result buffers bound per signature
+SPARE_BYTES = 256 << 20  # fresh results kept for reuse, per communicator, at most
 
 
 def digest(text: str) -> np.ndarray:
@@ -47,16 +54,18 @@ def digest(text: str) -> np.ndarray:
 
 
 class Agreement:
-    """Every rank sends its digest of the arguments to every other through persistent requests and
-    compares what arrives: n-1 sends and n-1 receives of 16 bytes, no reduction, so a rank that never
-    comes is named in the StepTimeout (a collective could only say that somebody is missing)."""
+    """Every rank sends its digest of the arguments, and the number of the call, to every other through
+    persistent requests and compares what arrives: n-1 sends and n-1 receives of 24 bytes, no
+    reduction, so a rank that never comes is named in the StepTimeout (a collective could only say
+    that somebody is missing)."""
 
     def __init__(self, comm):
         from mpi4py import MPI
 
         self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
-        self.mine = np.zeros(DIGEST_BYTES, np.uint8)
-        self.everyone = np.zeros((self.size, DIGEST_BYTES), np.uint8)
+        self.mine = np.zeros(MESSAGE_BYTES, np.uint8)
+        self.call = self.mine[DIGEST_BYTES:].view(np.int64)  # the call's number, within the message
+        self.everyone = np.zeros((self.size, MESSAGE_BYTES), np.uint8)
         self.others = [r for r in range(self.size) if r != self.rank]
         self.receives = [comm.Recv_init(self.everyone[r], source=r, tag=AGREE_TAG) for r in self.others]
         self.sends = [comm.Send_init(self.mine, dest=r, tag=AGREE_TAG) for r in self.others]
@@ -64,19 +73,26 @@ class Agreement:
         self.last, self.spent = None, False
         self.startall, self.waitall = MPI.Prequest.Startall, MPI.Request.Waitall
 
-    def same(self, mine: np.ndarray, what: str, timeout: float | None) -> bool:
-        """Whether every rank's digest equals ``mine``; a rank missing past ``timeout`` is a StepTimeout."""
+    def exchange(self, mine: np.ndarray, call: int, what: str, timeout: float | None) -> tuple[bool, list[int]]:
+        """Whether every rank's digest equals ``mine``, and every rank's call number (this one's: ``call``);
+        a rank missing past ``timeout`` is a StepTimeout."""
         if mine is not self.last:  # a call like the last one sends the same 16 bytes again
-            self.mine[:] = mine
-            self.everyone[self.rank] = mine
+            self.mine[:DIGEST_BYTES] = mine
             self.last = mine
+        self.call[0] = call
+        self.everyone[self.rank] = self.mine
         self.startall(self.all)
         if timeout is None:
             self.waitall(self.all)
         else:
             self._wait_until(time.monotonic() + timeout, timeout, what)
-        table = self.everyone.tobytes()  # every rank sees the same table, so all take the same branch
-        return table == table[:DIGEST_BYTES] * self.size
+        # every rank sees the same table, so all take the same branch
+        table = self.everyone.tobytes()
+        if table == table[:MESSAGE_BYTES] * self.size:  # the same arguments, at the same call: the usual case
+            return True, [call] * self.size
+        digests = self.everyone[:, :DIGEST_BYTES]
+        calls = self.everyone[:, DIGEST_BYTES:].copy().view(np.int64).ravel().tolist()
+        return bool((digests == digests[0]).all()), calls
 
     def _wait_until(self, deadline: float, timeout: float, what: str) -> None:
         rank, others = self.rank, self.others
@@ -86,15 +102,13 @@ class Agreement:
             missing = [q for q, _ in late]
             for _, r in late:
                 r.Cancel()
-            _AGREEMENTS.pop(_comm_key(self.comm), None)  # its requests are spent: the next call makes new ones
-            self.spent = True
+            self.spent = True  # its requests are spent: the call's duplicate is set aside
+            if not missing:
+                return f"rank {rank}: {what}: the other ranks did not take its arguments within {timeout:g} s"
             return (f"rank {rank}: {what}: rank{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} "
                     f"did not call it within {timeout:g} s")
 
-        for r in self.receives:
-            wait(r, deadline, absent)
-        for r in self.sends:
-            wait(r, deadline, lambda: f"rank {rank}: {what}: the other ranks did not take its arguments")
+        wait_all(self.all, deadline, absent)
 
     def free(self) -> None:
         for r in self.all:
@@ -104,20 +118,31 @@ class Agreement:
                 pass
 
 
-_AGREEMENTS: dict = {}
-
-
-def _comm_key(comm):
-    return id(comm), comm.py2f()
-
-
-def agreement(comm) -> Agreement:
-    key = _comm_key(comm)
-    found = _AGREEMENTS.get(key)
+def agreement(private) -> Agreement:
+    """The Agreement of a communicator's private duplicate (``private``: its :class:`~ringlab.mpi.private.Private`)."""
+    found = private.cache.get("agreement")
     if found is None:
-        _free_at_exit()
-        found = _AGREEMENTS[key] = Agreement(comm)
+        found = private.cache["agreement"] = Agreement(private.comm("ringlab", None))
+        private.on_free("agreement", found.free)
     return found
+
+
+def agreed(private, mine: np.ndarray, what: str, timeout: float | None) -> bool:
+    """Whether every rank's digest equals ``mine``. Ranks at different calls on this communicator all
+    raise :class:`~ringlab.mpi.private.OutOfStep`, and are in step again from the next call."""
+    same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+    said = private.given_up()
+    if said:  # the others have left this duplicate: meet them on a fresh one, where the call numbers tell
+        private.set_aside(notify=False)
+        private.comm(what, timeout)
+        same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+    if len(set(calls)) > 1 or said:
+        private.calls = max(calls)
+        detail = ", ".join(f"rank {r} at call {c}" for r, c in enumerate(calls))
+        raise OutOfStep(f"{what}: the ranks are at different calls on this communicator ({detail}"
+                        f"{'; ' + said if said else ''}): a call failed or timed out on some ranks only, or a rank "
+                        "skipped one. This call is refused on every rank; the next one is in step again", calls)
+    return same
 
 
 def _landing(op: str, target, arrived) -> tuple:
@@ -167,13 +192,16 @@ class BoundPlan:
                 requests = ([comm.Irecv(v, source=p, tag=t) if i < (window or nrecv) else None
                              for i, (v, p, t) in enumerate(recv_args)]
                             + [comm.Isend(v, dest=p, tag=t) for v, p, t in send_args])
-            if timeout is None and not landing:
-                self.waitall(requests)  # nothing to land, or one receive to land when all is done
+            deadline = None if timeout is None else time.monotonic() + timeout
+            if not landing:  # nothing to land, or one receive to land when all is done
+                if timeout is None:
+                    self.waitall(requests)
+                else:
+                    wait_all(requests, deadline, lambda: self._late(step, timeout, self._still(step, requests)))
                 for land in lands:
                     if land is not None:
                         land[0](*land[1])
                 continue
-            deadline = None if timeout is None else time.monotonic() + timeout
             sends = requests[nrecv:]
             if step.sends_before_landing:
                 self._finish_sends(step, sends, deadline, timeout)
@@ -202,6 +230,17 @@ class BoundPlan:
         for m, request in zip(step.sends, sends):
             wait(request, deadline, lambda m=m: self._late(step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
 
+    @staticmethod
+    def _still(step, requests) -> str:
+        """What a step whose requests did not all finish still waits for (the first unfinished one)."""
+        for i, m in enumerate(step.recvs):
+            if requests[i] is not None and not requests[i].Test():
+                return f"to receive chunk {m.first} from rank {m.peer}"
+        for m, request in zip(step.sends, requests[len(step.recvs):]):
+            if not request.Test():
+                return f"for rank {m.peer} to take chunk {m.first}"
+        return "for a message of this step"
+
     def _late(self, step, timeout, waiting: str) -> str:
         label = f" ({step.label})" if step.label else ""
         return (f"rank {self.plan.rank}: step {step.index}{label} did not finish within {timeout:g} s: "
@@ -216,52 +255,73 @@ class BoundPlan:
                     pass
 
 
+def _raw(buf: np.ndarray) -> np.ndarray:
+    """A flat array over ``buf``'s memory that holds no reference to ``buf``: a bound plan of a caller's
+    buffer must not keep it alive. It is used only by a call whose buffer has that very address and
+    size, so the memory it reads then belongs to that call's buffer."""
+    from mpi4py import MPI
+
+    if buf.nbytes == 0:
+        return np.empty(0, buf.dtype)
+    return np.frombuffer(MPI.buffer.fromaddress(buf.ctypes.data, buf.nbytes), dtype=buf.dtype)
+
+
 class Call:
     """What one signature of call compiles to on this rank (see the module's docstring)."""
 
-    def __init__(self, schedule, plan, text: str, comm, itemsize: int):
-        self.schedule, self.plan, self.text, self.digest, self.comm = schedule, plan, text, digest(text), comm
-        self._agreement = agreement(comm)
-        self.itemsize = itemsize
-        self.bound: OrderedDict[int, tuple] = OrderedDict()  # id(buffer) -> (buffer, BoundPlan)
+    def __init__(self, private, schedule, plan, text: str, comm, itemsize: int):
+        self.private, self.schedule, self.plan, self.text, self.comm = private, schedule, plan, text, comm
+        self.digest, self.itemsize = digest(text), itemsize
+        self.bound: OrderedDict[tuple, BoundPlan] = OrderedDict()  # (address, bytes) of a caller's buffer -> plan
+        self.last = None  # (weak reference to the caller's buffer of the last call, its plan)
         self.spare = None  # (last fresh result, its BoundPlan, its reference count when only we hold it)
 
     def agrees(self, what: str, timeout) -> bool:
-        """Whether every rank called with the same arguments (see :class:`Agreement`)."""
-        if self._agreement.spent:
-            self._agreement = agreement(self.comm)
-        return self._agreement.same(self.digest, what, timeout)
+        """Whether every rank called with the same arguments (see :func:`agreed`)."""
+        return agreed(self.private, self.digest, what, timeout)
+
+    def bound_for(self, buf) -> "BoundPlan | None":
+        """The bound plan kept for the caller's buffer ``buf`` (None: none yet)."""
+        return self.bound.get((buf.__array_interface__["data"][0], buf.nbytes))
 
     def run(self, x, out, in_place: bool, timeout):
-        scratch_bytes = self.plan.scratch_elems * self.itemsize
-        keep = scratch_bytes <= KEEP_BYTES  # more than this: freed when the call returns
-        if in_place:
-            buf = x
-        elif out is not None:
-            np.copyto(out, x)
-            buf = out
-        elif keep and self.spare is not None and sys.getrefcount(self.spare[0]) == self.spare[2]:
+        keep = self.plan.scratch_elems * self.itemsize <= KEEP_BYTES  # more than this: freed when the call returns
+        if in_place or out is not None:
+            buf = x if in_place else out
+            if out is not None:
+                np.copyto(out, x)
+            if not keep:
+                return self._run(self._once(buf), buf, timeout)
+            last = self.last
+            if last is not None and last[0]() is buf:  # the same array as last time: the same memory
+                return self._run(last[1], buf, timeout)
+            key = (buf.__array_interface__["data"][0], buf.nbytes)
+            bound = self.bound.get(key)
+            if bound is None:
+                if len(self.bound) >= BUFFERS_KEPT:
+                    dropped = self.bound.popitem(last=False)[1]
+                    dropped.free()
+                    if self.last is not None and self.last[1] is dropped:
+                        self.last = None
+                bound = self.bound[key] = BoundPlan(self.plan, _raw(buf.reshape(-1)), self._scratch(buf.dtype),
+                                                    self.comm, persistent=True)
+            else:
+                self.bound.move_to_end(key)
+            self.last = (weakref.ref(buf), bound)  # a weak reference: the caller's array may still go
+            return self._run(bound, buf, timeout)
+        if keep and self.spare is not None and sys.getrefcount(self.spare[0]) == self.spare[2]:
             buf, bound, _ = self.spare  # the caller has let go of the last result: it is ours again
             np.copyto(buf, x)
             return self._run(bound, buf, timeout)
-        elif keep:  # the result this call returns may come back free next time (see _spare_result)
-            buf, bound = self._spare_result(x)
+        if keep and x.nbytes <= _room_for_spare(self.private, self, x.nbytes):
+            buf, bound = self._spare_result(x)  # may come back free next time (see _spare_result)
             return self._run(bound, buf, timeout)
-        else:
-            buf = x.copy()
-        if keep:
-            found = self.bound.get(id(buf))
-            if found is None or found[0] is not buf:
-                if len(self.bound) >= BUFFERS_KEPT:
-                    self.bound.popitem(last=False)[1][1].free()
-                found = (buf, BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm,
-                                        persistent=True))
-                self.bound[id(buf)] = found
-            bound = found[1]
-        else:
-            bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm,
-                              persistent=False)
-        return self._run(bound, buf, timeout)
+        buf = x.copy()
+        return self._run(self._once(buf), buf, timeout)
+
+    def _once(self, buf) -> "BoundPlan":
+        """A plan bound to ``buf`` for this call only, on scratch that is not kept."""
+        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False)
 
     def _run(self, bound, buf, timeout):
         try:
@@ -275,9 +335,7 @@ class Call:
         """A fresh result array holding ``x``, bound with persistent requests, and remembered with the
         number of references it has when nobody but this Call holds it: when the count is back there
         at a later call, the caller has let go of it, and that call reuses it instead of allocating."""
-        if self.spare is not None:
-            self.spare[1].free()
-            self.spare = None
+        self._drop_spare()
         buf = x.copy()
         bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True)
         # Now: this frame's name (1), the views' bases, getrefcount's argument (1). Later, with nobody
@@ -286,52 +344,62 @@ class Call:
         self.spare = (buf, bound, free)
         return buf, bound
 
+    def _drop_spare(self) -> None:
+        if self.spare is not None:
+            self.spare[1].free()
+            self.spare = None
+
     def _scratch(self, dtype, keep: bool = True):
         if self.plan.scratch_elems == 0:
             return np.empty(0, dtype)
         if keep:
-            return reusable(np, self.plan.scratch_elems, dtype)
+            return reusable(np, self.plan.scratch_elems, dtype, pool=self.private.cache.setdefault("pool", {}))
         return np.empty(self.plan.scratch_elems, dtype)
 
     def forget(self) -> None:
-        for _, bound in self.bound.values():
+        for bound in self.bound.values():
             bound.free()
         self.bound.clear()
-        if self.spare is not None:
-            self.spare[1].free()
-            self.spare = None
-        for key, call in list(CALLS.items()):
+        self.last = None
+        self._drop_spare()
+        found = calls(self.private)
+        for key, call in list(found.items()):
             if call is self:
-                del CALLS[key]
+                del found[key]
 
 
-CALLS: OrderedDict = OrderedDict()
+def _room_for_spare(private, call: Call, nbytes: int) -> int:
+    """Bytes a new spare result of ``call`` may take: the other calls' spares are dropped, least
+    recently used first, until this one fits in :data:`SPARE_BYTES` (0 when it cannot)."""
+    if nbytes > SPARE_BYTES:
+        return 0
+    others = [c for c in calls(private).values() if c is not call and c.spare is not None]
+    held = sum(c.spare[0].nbytes for c in others)
+    for c in others:  # in the order they were remembered: the oldest first
+        if held + nbytes <= SPARE_BYTES:
+            break
+        held -= c.spare[0].nbytes
+        c._drop_spare()
+    return nbytes
 
 
-_AT_EXIT: list[bool] = []
+def calls(private) -> OrderedDict:
+    """The remembered calls of one communicator (its :class:`~ringlab.mpi.private.Private`), signature -> Call."""
+    found = private.cache.get("calls")
+    if found is None:
+        found = private.cache["calls"] = OrderedDict()
+
+        def forget_all():
+            for call in list(found.values()):
+                call.forget()
+            found.clear()
+        private.on_free("calls", forget_all)
+    return found
 
 
-def _free_at_exit() -> None:
-    """Free the persistent requests before MPI finalizes (atexit runs this before mpi4py's own
-    finalizing, which was registered earlier, when mpi4py.MPI was imported)."""
-    if not _AT_EXIT:
-        _AT_EXIT.append(True)
-        atexit.register(release)
-
-
-def remember(key, call: Call) -> Call:
-    _free_at_exit()
-    if len(CALLS) >= CALLS_KEPT:
-        CALLS.popitem(last=False)[1].forget()
-    CALLS[key] = call
+def remember(private, key, call: Call) -> Call:
+    found = calls(private)
+    if len(found) >= CALLS_KEPT:
+        found.popitem(last=False)[1].forget()
+    found[key] = call
     return call
-
-
-def release() -> None:
-    """Forget every remembered call (their persistent requests freed) and agreement."""
-    for call in list(CALLS.values()):
-        call.forget()
-    CALLS.clear()
-    for found in _AGREEMENTS.values():
-        found.free()
-    _AGREEMENTS.clear()

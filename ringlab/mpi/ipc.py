@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..schedule import REDUCE
+from . import private
 from .devices import cupy_module, local_comm
 from .executor import TAG_LIMIT, RankPlan, overlaps
 from .ops import Ops, _land
@@ -118,27 +119,33 @@ class IpcBuffer:
         self.work = self.scratch = self.memory = None
 
 
-_IPC: dict[tuple, IpcBuffer] = {}
+def ipc_buffers(comm) -> dict:
+    """The IpcBuffers of ``comm`` (ringlab's private duplicate), by (GPU, dtype): they live and die with it."""
+    return private.state(comm).cache.setdefault("ipc", {})
 
 
 def ipc_buffer(cp, comm, count: int, dtype, node_of=None) -> IpcBuffer:
     """The IpcBuffer of (communicator, GPU, dtype), grown (collectively: every rank asks for the same
     count) when a call needs more than it holds. Handles are exchanged once per buffer, and opened
     only between ranks of one node (``node_of``: the node of every rank; None: all on one)."""
-    key = (comm.py2f(), cp.cuda.Device().id, np.dtype(dtype).str)
-    have = _IPC.get(key)
+    kept = ipc_buffers(comm)
+    key = (cp.cuda.Device().id, np.dtype(dtype).str)
+    have = kept.get(key)
     if have is not None and have.count >= count:
         return have
     if have is not None:
         have.release(comm)
-    _IPC[key] = IpcBuffer(cp, comm, count, dtype, node_of)
-    return _IPC[key]
+    kept[key] = IpcBuffer(cp, comm, count, dtype, node_of)
+    return kept[key]
 
 
-def _communicator(handle: int):
-    from mpi4py import MPI
-
-    return MPI.Comm.f2py(handle)
+def release_ipc(state) -> None:
+    """Release the IPC buffers of one communicator's state (collective over its private duplicate)."""
+    kept = state.cache.get("ipc", {})
+    if kept:
+        comm = state.comm("rl.release_buffers", None)
+        for key in sorted(kept):
+            kept.pop(key).release(comm)
 
 
 _SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"

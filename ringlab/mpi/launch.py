@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import shutil
+import signal
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -85,20 +87,55 @@ def local_env(base: dict | None = None, nranks: int | None = None) -> dict:
 
 
 def mpiexec_command(nranks: int, args: list[str]) -> list[str]:
-    """``mpiexec -n N python -m mpi4py ARGS``: mpi4py's runner aborts the job when a rank raises."""
+    """``mpiexec -n N python -m ringlab.mpi.runner ARGS``: mpi4py's runner, which aborts the job when a rank
+    raises, after ringlab's private communicator is made while every rank is there (:mod:`ringlab.mpi.runner`)."""
     check_nranks(nranks)
-    return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "mpi4py", *args]
+    return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "ringlab.mpi.runner", *args]
+
+
+def _die_with_parent() -> None:
+    """In a child, before it runs: the kernel sends it SIGTERM when the process that started it dies, however
+    it dies (Linux's PR_SET_PDEATHSIG), so an mpiexec never outlives the command that started it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
+def start(command: list[str], **kwargs) -> subprocess.Popen:
+    """Popen ``command`` (an mpiexec) so that it ends when this process does (:func:`_die_with_parent`)."""
+    return subprocess.Popen(command, preexec_fn=_die_with_parent, **kwargs)
+
+
+def stop(process: subprocess.Popen, grace: float = 5.0) -> None:
+    """End ``process`` (ours, by PID): SIGTERM first, which mpiexec passes on to its ranks, SIGKILL after ``grace``."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def run_mpi(nranks: int, args: list[str], timeout: float = 300, env: dict | None = None,
             **kwargs) -> subprocess.CompletedProcess:
-    """Run ``python -m mpi4py ARGS`` on ``nranks`` ranks; kill the job after ``timeout`` seconds.
+    """Run ``python -m ringlab.mpi.runner ARGS`` (mpi4py's runner) on ``nranks`` ranks; end the job after
+    ``timeout`` seconds.
 
-    Raises subprocess.TimeoutExpired when it does not finish in time (the job is killed first).
+    Raises subprocess.TimeoutExpired when it does not finish in time (the job is ended first: SIGTERM, which
+    mpiexec passes to its ranks, then SIGKILL).
     """
     merged = {**local_env(nranks=nranks), "MPIEXEC_TIMEOUT": str(int(timeout) + 5), **(env or {})}
-    return subprocess.run(mpiexec_command(nranks, args), capture_output=True, text=True, timeout=timeout,
-                          env=merged, **kwargs)
+    command = mpiexec_command(nranks, args)
+    process = start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=merged, **kwargs)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except BaseException:
+        stop(process)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def without_nranks(argv: list[str]) -> list[str]:
@@ -115,7 +152,8 @@ def without_nranks(argv: list[str]) -> list[str]:
 
 
 def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
-    """Run ``python -m mpi4py TARGET ARGV`` as an MPI job of ``nranks`` ranks, ``argv`` without its -n.
+    """Run ``python -m ringlab.mpi.runner TARGET ARGV`` (mpi4py's runner) as an MPI job of ``nranks`` ranks,
+    ``argv`` without its -n.
 
     For commands that take ``-n N`` to start their own job: ``target`` is ``["-m", "ringlab"]`` or a
     script's path. Output goes to this process's; returns the job's exit status.
@@ -123,15 +161,21 @@ def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
     warning = check_nranks(nranks)
     if warning:
         print(f"ringlab: {warning}", file=sys.stderr, flush=True)
-    return subprocess.call(mpiexec_command(nranks, [*target, *without_nranks(argv)]), env=local_env(nranks=nranks))
+    job = start(mpiexec_command(nranks, [*target, *without_nranks(argv)]), env=local_env(nranks=nranks))
+    try:
+        return job.wait()
+    finally:  # interrupted, or ended by a signal Python sees: the job goes too (killed outright: the kernel sees to it)
+        stop(job)
 
 
 @contextmanager
 def torch_process_group(comm=None, backend: str = "gloo"):
-    """torch.distributed's default group over the ranks of ``comm`` (default COMM_WORLD), on this node.
+    """torch.distributed's default group over the ranks of ``comm`` (default COMM_WORLD).
 
-    Rank 0 opens torch's TCP store on a port the system picks (a port probed first and bound later
-    can be taken in between) and broadcasts the port; every rank joins with its MPI rank. On leaving,
+    Rank 0 opens torch's TCP store on a port of 127.0.0.1 the system picks, listening on loopback only (a port
+    probed first and bound later can be taken in between), and broadcasts the port; every rank joins with its
+    MPI rank; gloo connects over loopback (``GLOO_SOCKET_IFNAME=lo`` unless set). When the ranks span several
+    hosts (a cluster), rank 0 listens on its host name's address instead, where the other nodes reach it. On leaving,
     a barrier, then the group is destroyed: without the barrier rank 0's store may go away while
     another rank still talks to it, and torch aborts that rank at exit. A group that is already
     running is used as it is and left running. Call on every rank of ``comm``, and let go of what
@@ -146,11 +190,30 @@ def torch_process_group(comm=None, backend: str = "gloo"):
         return
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
-    server = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False) if rank == 0 else None
-    port, host = comm.bcast((server.port, MPI.Get_processor_name()) if rank == 0 else None, root=0)
-    near = "127.0.0.1" if host == MPI.Get_processor_name() else host  # ranks on other nodes reach rank 0 by name
-    store = server if rank == 0 else dist.TCPStore(near, port, size, is_master=False)
+    hosts = comm.allgather(MPI.Get_processor_name())
+    one_node = len(set(hosts)) == 1
+    if one_node:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own connections, on loopback too
+    # on one node everything stays on loopback; across nodes (a cluster the user asked for) rank 0 listens on
+    # the address of its host name, which the other nodes reach it by
+    address = "127.0.0.1" if one_node else socket.gethostbyname(hosts[0])
+    listener = _listener(address) if rank == 0 else None
+    server = (dist.TCPStore(address, listener.getsockname()[1], size, is_master=True, wait_for_workers=False,
+                            master_listen_fd=listener.fileno()) if rank == 0 else None)
+    port = comm.bcast(server.port if rank == 0 else None, root=0)
+    store = server if rank == 0 else dist.TCPStore(address, port, size, is_master=False)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size)
     yield dist  # an exception skips the teardown: its barrier would wait for ranks that may never come
     dist.barrier()
     dist.destroy_process_group()
+    if listener is not None:
+        listener.close()
+
+
+def _listener(address: str = "127.0.0.1"):
+    """A listening socket on ``address`` at a port the system picks: torch's TCP store, given its descriptor,
+    listens there instead of on every interface (as it does when it opens its own)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((address, 0))
+    listener.listen(128)
+    return listener

@@ -25,9 +25,6 @@ import numpy as np
 SIMULATED = "RINGLAB_RANKS_PER_NODE"  # consecutive groups of this many ranks are treated as nodes
 LINK = "RINGLAB_NODE_LINK_GBPS"  # the bandwidth of the link between simulated nodes, GB/s
 
-_SEEN: dict = {}  # (communicator handle, setting) -> node of every rank; asked once per communicator
-
-
 def simulated(environ=None) -> int | None:
     """The ranks per simulated node ``RINGLAB_RANKS_PER_NODE`` asks for (None: not set), or a ValueError."""
     value = (os.environ if environ is None else environ).get(SIMULATED, "").strip()
@@ -60,8 +57,11 @@ def simulated_link(environ=None) -> float | None:
 def simulated_nodes(per_node: int, link_gbps: float | None = None):
     """Within the block, this process sees nodes of ``per_node`` consecutive ranks (and, with
     ``link_gbps``, a link that slow between them); call it on every rank alike."""
+    from ..schedule import check_count
+
+    per_node = check_count("per_node (ranks per simulated node)", per_node)  # 2.5 is no count of ranks
     saved = {name: os.environ.get(name) for name in (SIMULATED, LINK)}
-    os.environ[SIMULATED] = str(int(per_node))
+    os.environ[SIMULATED] = str(per_node)
     os.environ.pop(LINK, None)
     if link_gbps is not None:
         os.environ[LINK] = repr(float(link_gbps))
@@ -76,18 +76,21 @@ def simulated_nodes(per_node: int, link_gbps: float | None = None):
                 os.environ[name] = value
 
 
-def node_ids(comm, timeout: float | None = None) -> list[int]:
+def node_ids(comm, timeout="default") -> list[int]:
     """The node of every rank of ``comm``, numbered from 0 in order of their lowest rank.
 
     Simulated nodes when ``RINGLAB_RANKS_PER_NODE`` is set; otherwise MPI's shared-memory split
     (``Split_type(COMM_TYPE_SHARED)``): ranks that can share memory are one node. A non-blocking
-    allgather of the hosts comes first, so that with a ``timeout`` a rank that never comes is a
-    TimeoutError, not a hang. Remembered per communicator.
+    allgather of the hosts comes first, so that a rank that never comes is a StepTimeout (a
+    TimeoutError) within ``timeout`` (by default ringlab's default deadline; None: no limit), not a
+    hang. Remembered per communicator (in ringlab's state for it, freed with it).
     """
+    from . import private
+
     per = simulated()
-    key = (comm.py2f() if hasattr(comm, "py2f") else id(comm), per)
-    if key in _SEEN:
-        return _SEEN[key]
+    seen = private.state(comm).cache.setdefault("nodes", {})  # setting -> node of every rank
+    if per in seen:
+        return seen[per]
     size = comm.Get_size()
     if per is not None:
         ids = [rank // per for rank in range(size)]
@@ -100,22 +103,20 @@ def node_ids(comm, timeout: float | None = None) -> list[int]:
         # then ask MPI which ranks share memory: its shared-memory split is the node
         digest = hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest()
         mine, hosts = np.frombuffer(digest, dtype=np.int64).copy(), np.empty(size, dtype=np.int64)
-        request = comm.Iallgather(mine, hosts)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not request.Test():
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"rank {comm.Get_rank()}: not every rank told its host within {timeout:g} s "
-                                   "(a rank that never called?)")
-            time.sleep(0)
+        from .deadlines import deadline, seconds, wait
+
+        limit = seconds(timeout)  # "default": ringlab's default deadline (RINGLAB_TIMEOUT); None: no limit
+        wait(comm.Iallgather(mine, hosts), deadline(limit), lambda: (
+            f"rank {comm.Get_rank()}: not every rank told its host within {limit:g} s (a rank that never called?)"))
         first = local_comm(comm).allreduce(comm.Get_rank(), op=MPI.MIN)  # lowest rank of my node
         leaders = comm.allgather(first)
         order = {leader: i for i, leader in enumerate(dict.fromkeys(leaders))}
         ids = [order[leader] for leader in leaders]
-    _SEEN[key] = ids
+    seen[per] = ids
     return ids
 
 
-def ranks_per_node(comm, timeout: float | None = None) -> int:
+def ranks_per_node(comm, timeout="default") -> int:
     """L for ``allreduce.hierarchical``: nodes are consecutive blocks of L ranks (the last may be smaller).
 
     A ValueError says so when the ranks of a node are not consecutive (a round-robin placement) or the
@@ -142,7 +143,7 @@ def local_size(ids: list[int]) -> int:
     return size
 
 
-def describe(comm, timeout: float | None = None) -> str:
+def describe(comm, timeout="default") -> str:
     """One line: how many nodes, ranks per node, and whether they are simulated."""
     ids = node_ids(comm, timeout)
     count = max(ids) + 1
@@ -171,12 +172,21 @@ class SlowLink:
     def __init__(self, ops, elsewhere: set[int], rate: float, itemsize: int):
         self.ops, self.elsewhere, self.rate, self.itemsize = ops, elsewhere, rate, itemsize
         self.free_at = 0.0  # when this rank's link has sent everything given to it so far
+        self.deadline = None  # the step's, set by the executor: the link's delay keeps to it
 
     def post(self, comm, buf, step):
         nbytes = sum(m.size for m in step.sends if m.peer in self.elsewhere) * self.itemsize
         if nbytes:
             self.free_at = max(self.free_at, time.perf_counter()) + nbytes / self.rate
-            time.sleep(max(0.0, self.free_at - time.perf_counter()))
+            delay = max(0.0, self.free_at - time.perf_counter())
+            if self.deadline is not None and time.monotonic() + delay > self.deadline:
+                from .deadlines import StepTimeout
+
+                raise StepTimeout(
+                    f"rank {comm.Get_rank()}: step {step.index}: the slowed link between simulated nodes "
+                    f"({LINK}={self.rate / 1e9:g}) needs {delay:.3g} s for this step's {nbytes} bytes, past the "
+                    "step's deadline: raise the rate, send less, or give a longer timeout")
+            time.sleep(delay)
         return self.ops.post(comm, buf, step)
 
     def route(self, m) -> str:

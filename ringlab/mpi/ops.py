@@ -13,7 +13,6 @@ from ..schedule import REDUCE
 from .devices import pinned_empty
 from .executor import TAG_LIMIT, RankPlan
 
-_POOL: dict[tuple, object] = {}
 KEEP_BYTES = 64 << 20  # numpy scratch up to this size is kept between calls; larger is allocated per call
 
 
@@ -22,19 +21,23 @@ def _device_id(xp) -> int | None:
     return None if xp is np else xp.cuda.Device().id
 
 
-def reusable(xp, nelems: int, dtype, purpose: str = "scratch"):
-    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype);
-    numpy scratch over :data:`KEEP_BYTES` is not kept (``rl.release_buffers()`` frees what is)."""
-    if xp is np and purpose == "scratch" and nelems * np.dtype(dtype).itemsize > KEEP_BYTES:
-        return np.empty(nelems, dtype=dtype)  # too big to keep for the rest of the process: freed after the call
+def _allocate(xp, nelems: int, dtype, purpose: str):
+    if purpose.startswith("pinned"):
+        return pinned_empty(max(nelems, 1), dtype)
+    return xp.empty(max(nelems, 1), dtype=dtype)
+
+
+def reusable(xp, nelems: int, dtype, purpose: str = "scratch", pool: dict | None = None):
+    """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype)
+    in ``pool`` (a communicator's: two communicators, or two threads on them, never share one); numpy
+    scratch over :data:`KEEP_BYTES`, or any without a pool, is not kept (``rl.release_buffers()``
+    frees what is)."""
+    if pool is None or (xp is np and purpose == "scratch" and nelems * np.dtype(dtype).itemsize > KEEP_BYTES):
+        return _allocate(xp, nelems, dtype, purpose)  # freed after the call
     key = (purpose, xp.__name__, _device_id(xp), np.dtype(dtype).str)
-    have = _POOL.get(key)
+    have = pool.get(key)
     if have is None or have.size < nelems:
-        if purpose.startswith("pinned"):
-            have = pinned_empty(max(nelems, 1), dtype)
-        else:
-            have = xp.empty(max(nelems, 1), dtype=dtype)
-        _POOL[key] = have
+        have = pool[key] = _allocate(xp, nelems, dtype, purpose)
     return have
 
 
@@ -57,6 +60,7 @@ class Ops:
 
     name = "host"
     nap = 0.0  # seconds a waiting rank sleeps between looks at a request (0: MPI's own waiting)
+    deadline = None  # time.monotonic() by which the current step must be done (set by the executor)
 
     def begin(self, flat):
         """The buffer the steps work on (the caller's, unless the transport keeps its own)."""
@@ -107,9 +111,9 @@ class Ops:
 class DirectOps(Ops):
     """MPI reads and writes the buffers themselves: numpy, or cupy with a CUDA-aware MPI."""
 
-    def __init__(self, xp, plan: RankPlan, dtype):
+    def __init__(self, xp, plan: RankPlan, dtype, pool: dict | None = None):
         self.xp = xp
-        self.scratch = reusable(xp, plan.scratch_elems, dtype)
+        self.scratch = reusable(xp, plan.scratch_elems, dtype, pool=pool)
         self.device = xp is not np
 
     def before_step(self):
@@ -133,11 +137,11 @@ class DirectOps(Ops):
 class StagedOps(Ops):
     """cupy buffers through pinned host memory; MPI only ever sees host memory (plan compiled with stage_all)."""
 
-    def __init__(self, cp, plan: RankPlan, dtype):
+    def __init__(self, cp, plan: RankPlan, dtype, pool: dict | None = None):
         self.cp = cp
-        self.recv_host = reusable(np, plan.scratch_elems, dtype, "pinned")
-        self.send_host = reusable(np, plan.staging_elems, dtype, "pinned-send") if plan.staging_elems else None
-        self.arrived = reusable(cp, plan.scratch_elems, dtype)
+        self.recv_host = reusable(np, plan.scratch_elems, dtype, "pinned", pool)
+        self.send_host = reusable(np, plan.staging_elems, dtype, "pinned-send", pool) if plan.staging_elems else None
+        self.arrived = reusable(cp, plan.scratch_elems, dtype, pool=pool)
 
     def before_step(self):
         # the previous step's host->device copies (ndarray.set is asynchronous) must finish before
@@ -159,8 +163,3 @@ class StagedOps(Ops):
 
     def end(self, flat, buf):
         self.before_step()
-
-
-def clear_pool() -> None:
-    """Forget the reusable buffers (:func:`reusable`), so that they can be freed."""
-    _POOL.clear()

@@ -16,73 +16,93 @@ the executor (``ringlab.mpi.collectives._execute``), and hands back the blocks t
 As for ``rl.allreduce``, each rank first finds what is wrong with its own arguments (not an
 array, a first axis that is not n, a bad root, an unknown algorithm) and the ranks compare them
 (shape, dtype, algorithm, root, what is wrong) before any data moves, so a mistake on any rank
-raises the same ValueError on every rank (``agree=False`` skips this); ``timeout=`` turns a step
-that never finishes into a StepTimeout. numpy arrays, or cupy ones through the same transports.
+raises the same ValueError on every rank (``agree=False`` skips this); every wait has a deadline
+(``timeout``, as for ``rl.allreduce``). numpy arrays, or cupy ones through the same transports.
 """
 from __future__ import annotations
 
 from ..schedule import check_root
-from .collectives import _execute, _fields, _problems, _usable_timeout, _world, check_agreement, resolve
+from . import private
+from .collectives import _agree, _execute, _fields, _problems, _world, resolve
+from .deadlines import DEFAULT, seconds
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
 
 
 def gather(x, root: int = 0, algorithm="direct", comm=None, transport: str = "auto", *, agree: bool = True,
-           trace: bool = False, timeout: float | None = None):
+           trace: bool = False, timeout=DEFAULT):
     """Every rank's block ``x`` (same shape and dtype everywhere) onto ``root``: the root gets an array
     of shape ``(n, *x.shape)`` whose block r is rank r's ``x``; every other rank gets None.
 
     ``algorithm``: ``"direct"`` (default), ``"ring"``, ``"tree"``, a full name, or a Schedule.
     """
-    comm, schedule = _agreed("gather", x, algorithm, comm, transport, {"root": root}, agree, timeout, "rl.gather")
-    n, rank = comm.Get_size(), comm.Get_rank()
-    work = _blocks(x, comm, (n, *x.shape))
-    work[rank] = x
-    done = _execute(schedule, work, comm, transport, in_place=True, trace=trace, timeout=timeout)
-    result, table = done if trace else (done, None)
-    result = result if rank == root else None
-    return (result, table) if trace else result
+    def lay_out(comm):
+        work = _blocks(x, comm, (comm.Get_size(), *x.shape))
+        work[comm.Get_rank()] = x
+        return work
+
+    def hand_back(result, comm):
+        return result if comm.Get_rank() == root else None
+
+    return _primitive("gather", x, algorithm, comm, transport, {"root": root}, agree, trace, timeout, lay_out,
+                      hand_back)
 
 
 def scatter(x, root: int = 0, algorithm="direct", comm=None, transport: str = "auto", *, agree: bool = True,
-            trace: bool = False, timeout: float | None = None):
+            trace: bool = False, timeout=DEFAULT):
     """Block r of root's ``x`` (first axis of length n) to rank r, which gets an array of shape
     ``x.shape[1:]``. Every rank passes an array of the same shape and dtype; only the root's is read.
 
     ``algorithm``: ``"direct"`` (default), ``"ring"``, ``"tree"``, a full name, or a Schedule.
     """
-    comm, schedule = _agreed("scatter", x, algorithm, comm, transport, {"root": root}, agree, timeout,
-                             "rl.scatter")
-    rank = comm.Get_rank()
-    work = _blocks(x, comm, tuple(x.shape))
-    if rank == root:
-        work[...] = x
-    done = _execute(schedule, work, comm, transport, in_place=True, trace=trace, timeout=timeout)
-    result, table = done if trace else (done, None)
-    mine = _finished(result[rank].copy())  # a copy: a view would keep all n blocks alive
-    return (mine, table) if trace else mine
+    def lay_out(comm):
+        work = _blocks(x, comm, tuple(x.shape))
+        if comm.Get_rank() == root:
+            work[...] = x
+        return work
+
+    def hand_back(result, comm):
+        return _finished(result[comm.Get_rank()].copy())  # a copy: a view would keep all n blocks alive
+
+    return _primitive("scatter", x, algorithm, comm, transport, {"root": root}, agree, trace, timeout, lay_out,
+                      hand_back)
 
 
 def alltoall(x, algorithm="pairwise", comm=None, transport: str = "auto", *, agree: bool = True,
-             trace: bool = False, timeout: float | None = None):
+             trace: bool = False, timeout=DEFAULT):
     """Block d of ``x`` (first axis of length n) to rank d; every rank gets an array shaped like ``x``
     whose block s came from rank s. The work buffer is n times ``x`` (n x n blocks).
 
     ``algorithm``: ``"pairwise"`` (default), ``"direct"``, ``"ring"``, a full name, or a Schedule.
     """
-    comm, schedule = _agreed("alltoall", x, algorithm, comm, transport, {}, agree, timeout, "rl.alltoall")
-    n, rank = comm.Get_size(), comm.Get_rank()
-    work = _blocks(x, comm, (n, *x.shape))  # work[s, d]: the block rank s sends to rank d
-    work[rank] = x
-    done = _execute(schedule, work, comm, transport, in_place=True, trace=trace, timeout=timeout)
-    result, table = done if trace else (done, None)
-    mine = _finished(result[:, rank].copy())  # column rank: block s from rank s
-    return (mine, table) if trace else mine
+    def lay_out(comm):
+        work = _blocks(x, comm, (comm.Get_size(), *x.shape))  # work[s, d]: the block rank s sends to rank d
+        work[comm.Get_rank()] = x
+        return work
+
+    def hand_back(result, comm):
+        return _finished(result[:, comm.Get_rank()].copy())  # column rank: block s from rank s
+
+    return _primitive("alltoall", x, algorithm, comm, transport, {}, agree, trace, timeout, lay_out, hand_back)
 
 
-def _agreed(kind: str, x, algorithm, comm, transport: str, options: dict, agree: bool, timeout, what: str):
+def _primitive(kind: str, x, algorithm, comm, transport: str, options: dict, agree: bool, trace: bool, timeout,
+               lay_out, hand_back):
+    """On ringlab's private duplicate of ``comm``: agree on the arguments, lay the blocks out in a work
+    buffer, run the schedule on it in place, and hand back this rank's blocks."""
+    what = f"rl.{kind}"
+    with private.entered(_world(comm), what, timeout) as state:
+        comm = state.comm(what, None)
+        schedule = _agreed(state, kind, x, algorithm, comm, transport, options, agree, timeout, what)
+        done = _execute(schedule, lay_out(comm), comm, transport, in_place=True, trace=trace,
+                        timeout=seconds(timeout))
+        result, table = done if trace else (done, None)
+        mine = hand_back(result, comm)
+        return (mine, table) if trace else mine
+
+
+def _agreed(state, kind: str, x, algorithm, comm, transport: str, options: dict, agree: bool, timeout, what: str):
     """This rank's problems with its arguments, agreed on with the others (see ``collectives._run``);
-    returns the communicator and the checked schedule, or raises the same ValueError on every rank."""
-    comm = _world(comm)
+    returns the checked schedule, or raises the same ValueError on every rank."""
     n = comm.Get_size()
     problems = _problems(x, kind, False, timeout)
     if not problems and kind != "gather" and (len(x.shape) == 0 or x.shape[0] != n):
@@ -95,15 +115,16 @@ def _agreed(kind: str, x, algorithm, comm, transport: str, options: dict, agree:
         schedule = resolve(kind, algorithm, n, **options)
     except ValueError as err:
         problems.append(str(err))
+        if "root" in options:
+            options = dict(options, root=repr(options["root"]))
     owners = getattr(schedule, "collective", None) and schedule.collective.owners
     if owners and owners != tuple(range(n)):  # a schedule of one's own: its chunk r must be rank r's block
         problems.append(f"this schedule's chunk owners are {list(owners)}; {what} needs chunk r owned by rank r")
     if agree:
-        fields = _fields(kind, x, algorithm, schedule, transport, False, options, problems)
-        check_agreement(comm, what, fields, timeout if _usable_timeout(timeout) else None)
+        _agree(state, what, _fields(kind, x, algorithm, schedule, transport, False, options, problems), timeout)
     if problems:
         raise ValueError(f"{what}: {'; '.join(problems)}")
-    return comm, schedule
+    return schedule
 
 
 def _blocks(x, comm, shape: tuple):

@@ -23,12 +23,12 @@ import sys
 
 import numpy as np
 
-from . import fastpath
+from . import private
 from .devices import cupy_module, is_device_array
 from .executor import RankPlan
-from .ipc import _IPC, IpcOps, NodeOps, _communicator, ipc_buffer, ipc_possible
+from .ipc import IpcOps, NodeOps, ipc_buffer, ipc_possible, release_ipc
 from .nodes import node_ids
-from .ops import DirectOps, Ops, StagedOps, clear_pool
+from .ops import DirectOps, Ops, StagedOps
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 
@@ -99,9 +99,6 @@ def describe() -> list[str]:
     return lines
 
 
-_CHOSEN: dict[tuple, str] = {}  # (communicator, GPU, request) -> transport
-
-
 def choose(x, comm, requested: str = "auto") -> str:
     """The transport a call will use: numpy buffers always go by ``host``; for cupy, ``auto``
     picks ipc (ranks on one node), ``ipc+cuda-aware`` or ``ipc+host`` (ranks on several nodes:
@@ -119,10 +116,11 @@ def choose(x, comm, requested: str = "auto") -> str:
             raise ValueError(f"transport={requested!r} needs a cupy array; this is a {type(x).__name__} "
                              "(numpy buffers always go through MPI from host memory: use 'auto' or 'host')")
         return "host"
-    key = (comm.py2f(), x.device.id, requested)
-    if key not in _CHOSEN:
-        _CHOSEN[key] = _choose_for_device(comm, requested)
-    return _CHOSEN[key]
+    chosen = private.state(comm).cache.setdefault("transports", {})  # (GPU, request) -> transport
+    key = (x.device.id, requested)
+    if key not in chosen:
+        chosen[key] = _choose_for_device(comm, requested)
+    return chosen[key]
 
 
 def _choose_for_device(comm, requested: str) -> str:
@@ -146,7 +144,9 @@ def _choose_for_device(comm, requested: str) -> str:
 
 
 def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 0) -> Ops:
-    """The Ops the executor drives for ``transport`` (host, cuda-aware, ipc, ipc+host or ipc+cuda-aware)."""
+    """The Ops the executor drives for ``transport`` (host, cuda-aware, ipc, ipc+host or ipc+cuda-aware),
+    with the scratch of ``comm`` (ringlab's private duplicate: none shared with another communicator)."""
+    pool = private.state(comm).cache.setdefault("pool", {}) if comm is not None else None
     if transport.startswith("ipc"):
         ids = node_ids(comm)
         shared = ipc_buffer(xp, comm, count, dtype, ids)
@@ -154,24 +154,24 @@ def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 
             ops = IpcOps(xp, shared, plan)
         else:
             network = transport.split("+", 1)[1]
-            between = StagedOps(xp, plan, dtype) if network == "host" else DirectOps(xp, plan, dtype)
+            between = StagedOps(xp, plan, dtype, pool) if network == "host" else DirectOps(xp, plan, dtype, pool)
             between.name = network
             ops = NodeOps(xp, shared, plan, between, {r for r, g in enumerate(ids) if g == ids[comm.Get_rank()]})
     elif transport == "host" and xp is not np:
-        ops = StagedOps(xp, plan, dtype)
+        ops = StagedOps(xp, plan, dtype, pool)
     else:
-        ops = DirectOps(xp, plan, dtype)
+        ops = DirectOps(xp, plan, dtype, pool)
     ops.name = transport
     return ops
 
 
 def release_buffers(comm=None) -> None:
-    """Free the buffers ringlab keeps between calls: the scratch and pinned pool of this process,
-    and the IPC buffers shared over ``comm`` (all communicators when None). Call it on every rank
-    of the communicators that used ``transport="ipc"``: releasing those is collective."""
-    fastpath.release()  # the remembered calls, their bound buffers and persistent requests
-    clear_pool()
-    for key in sorted(k for k in _IPC if comm is None or k[0] == comm.py2f()):
-        _IPC.pop(key).release(comm if comm is not None else _communicator(key[0]))
-
-
+    """Free what ringlab keeps between calls on ``comm`` (every communicator when None): the remembered
+    calls with their persistent requests, scratch and pinned buffers, transport choices, and the IPC
+    buffers shared over it. Call it on every rank of the communicators: releasing IPC buffers is
+    collective. (All of it is also freed when the communicator is.)"""
+    for found in [private.state(comm)] if comm is not None else private.live():
+        if found.freed:
+            continue
+        release_ipc(found)
+        found.forget()

@@ -18,17 +18,26 @@ Every rank counts the bytes of the messages it sends and receives (headers inclu
 also measures how long it is busy on each step (sync) or update (async): receiving a push, adding
 it in, updating and answering, but not waiting for a push to arrive. With ``history=True`` a server
 keeps a copy of its shard after every update, with the seconds since the start.
+
+The server works on a communicator of its own (a duplicate of ``comm``, freed by :meth:`ParameterServer.close`
+or with ``comm``), so no message of the user's, or of another ringlab object, meets its messages. The
+ranks check that they agree on the model and the options before anything else, and on the number of
+steps before each run; every wait has a deadline (``timeout``, as for :func:`ringlab.allreduce`), past
+which the rank raises naming whom it waited for.
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ..mpi import private
+from ..mpi.deadlines import DEFAULT, deadline, probe, seconds, usable, wait
 from ..schedule import chunk_bounds
-from .optimizer import agree_on_parameters
+from .agreement import agree_on
 from .straggler import Straggler
 
 PUSH, PULL, HEADER = 11, 12, 13
@@ -38,30 +47,64 @@ class ParameterServer:
     """``model``: the same architecture on every rank; the initial parameters of rank 0 win."""
 
     def __init__(self, model: torch.nn.Module, servers: int = 1, mode: str = "sync", lr: float = 0.1, comm=None,
-                 straggler: Straggler | tuple[int, float] | None = None, history: bool = False):
+                 straggler: Straggler | tuple[int, float] | None = None, history: bool = False, timeout=DEFAULT):
         from mpi4py import MPI
 
-        self.comm = MPI.COMM_WORLD if comm is None else comm
-        size = self.comm.Get_size()
+        user = MPI.COMM_WORLD if comm is None else comm
+        size = user.Get_size()
         if mode not in ("sync", "async"):
             raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
-        if not 1 <= servers < size:
+        if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or not 1 <= servers < size:
             raise ValueError(f"servers must be in 1..{size - 1} so that at least one rank works, got {servers}")
-        self.model, self.servers, self.mode, self.lr, self.history = model, servers, mode, lr, history
-        self.workers = size - servers
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.number)) or not 0 < lr < math.inf:
+            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        if not isinstance(history, bool):
+            raise ValueError(f"history must be True or False, got {history!r}")
+        if not usable(timeout):
+            raise ValueError(f"timeout must be a number of seconds > 0 (or None: no limit), got {timeout!r}")
+        self.model, self.servers, self.mode, self.lr, self.history = model, int(servers), mode, float(lr), history
+        self.workers, self.timeout = size - servers, timeout
         self.straggler = Straggler.of(straggler)
         if self.straggler is not None and self.straggler.worker >= self.workers:
             raise ValueError(f"the straggler is worker {self.straggler.worker}, but there are {self.workers} workers "
                              f"(0..{self.workers - 1}): {size} ranks, {servers} serving")
+        self.comm = private.duplicate(user, "ParameterServer", timeout)  # every rank comes, within the deadline
         self.rank = self.comm.Get_rank()
-        agree_on_parameters(self.comm, "ParameterServer", list(model.named_parameters()))
+        options = {"servers": self.servers, "mode": mode, "lr": self.lr, "history": history,
+                   "straggler": str(self.straggler)}
+        try:
+            agree_on(self.comm, "ParameterServer", list(model.named_parameters()), options, [], timeout)
+        except BaseException:
+            self.close()
+            raise
         with torch.no_grad():
             flat = parameters_to_vector(model.parameters()).detach().contiguous()
         self.flat = flat.numpy()  # shares memory with `flat`
-        self.comm.Bcast(self.flat, root=0)
+        self._bcast(self.flat, 0, "the initial parameters")
         self.bounds = chunk_bounds(len(self.flat), servers)
         self.staleness: list[tuple[int, int]] = []  # (worker, staleness) of every push, on servers
         self.sent_bytes = self.received_bytes = 0  # of the messages this rank sent and received in run()
+
+    def close(self) -> None:
+        """Free the server's communicator (also freed with the communicator it was made from)."""
+        if self.comm is not None:
+            private.release(self.comm)
+            self.comm = None
+
+    def _waited(self, request, whom: str) -> None:
+        """Wait for ``request`` within the deadline; past it, a StepTimeout saying whom this rank waited for."""
+        limit = seconds(self.timeout)
+        wait(request, deadline(limit), lambda: f"rank {self.rank}: ParameterServer: waited more than {limit:g} s "
+                                               f"for {whom}")
+
+    def _probe(self, source, tag: int, whom: str, status=None) -> None:
+        """Wait, within the deadline, until a message from ``source`` with ``tag`` is there (not receiving it)."""
+        limit = seconds(self.timeout)
+        probe(self.comm, source, tag, deadline(limit),
+              lambda: f"rank {self.rank}: ParameterServer: waited more than {limit:g} s for {whom}", status)
+
+    def _bcast(self, buf, root: int, what: str) -> None:
+        self._waited(self.comm.Ibcast(buf, root=root), f"{what} from rank {root} (a rank that never came?)")
 
     @property
     def is_server(self) -> bool:
@@ -81,14 +124,18 @@ class ParameterServer:
         the staleness of every push, busy seconds per step or update, and the history if asked
         (servers). At the end every rank holds the final parameters in ``model``.
         """
+        if self.comm is None:
+            raise RuntimeError("ParameterServer: run() after close()")
+        agree_on(self.comm, "ParameterServer.run", [], {"steps": steps},
+                 [] if not isinstance(steps, bool) and isinstance(steps, int) and steps >= 1
+                 else [f"steps must be a whole number >= 1, got {steps!r}"], self.timeout)
         self.sent_bytes = self.received_bytes = 0
-        self.comm.Barrier()  # every rank starts the clock together
-        start = time.perf_counter()
+        start = time.perf_counter()  # every rank starts the clock together, as the agreement ends
         record = self._serve(steps, start) if self.is_server else self._work(steps, batch, loss_fn)
         record["seconds"] = time.perf_counter() - start
         record["sent_bytes"], record["received_bytes"] = self.sent_bytes, self.received_bytes
         for s in range(self.servers):  # everyone gets the final parameters
-            self.comm.Bcast(self.flat[self._shard(s)], root=s)
+            self._bcast(self.flat[self._shard(s)], s, f"server {s}'s final parameters")
         vector_to_parameters(torch.from_numpy(self.flat.copy()), self.model.parameters())
         return record
 
@@ -111,7 +158,7 @@ class ParameterServer:
                 total[:] = 0
                 busy.append(0.0)
                 for w in workers:  # fixed order: the same sum on every run
-                    self.comm.Probe(source=w, tag=PUSH)  # waiting for the push: not busy
+                    self._probe(w, PUSH, f"worker {w - self.servers}'s (rank {w}) push of step {step}")  # not busy
                     began = time.perf_counter()
                     self.comm.Recv(incoming, source=w, tag=PUSH)
                     total += incoming
@@ -121,27 +168,28 @@ class ParameterServer:
                 began = time.perf_counter()
                 mine -= self.lr * total / self.workers
                 requests = [self.comm.Isend(mine, dest=w, tag=PULL) for w in workers]
-                for r in requests:
-                    r.Wait()
+                for w, r in zip(workers, requests):
+                    self._waited(r, f"worker {w - self.servers} (rank {w}) to take the parameters of step {step}")
                 busy[-1] += time.perf_counter() - began
                 self.sent_bytes += mine.nbytes * len(requests)
                 keep()
             return {"role": "server", "staleness": self.staleness, "busy_seconds": busy,
                     **({"history": history} if history is not None else {})}
 
-        version, finished, replies = 0, 0, []
+        version, running, replies = 0, set(workers), []
         header = np.empty(2, dtype=np.int64)
         status = MPI.Status()
-        while finished < self.workers:
-            self.comm.Probe(source=MPI.ANY_SOURCE, tag=HEADER, status=status)  # waiting: not busy
+        while running:
+            self._probe(MPI.ANY_SOURCE, HEADER, "a push from the ranks still working: "
+                        + ", ".join(map(str, sorted(running))), status)  # waiting: not busy
             began = time.perf_counter()
             w = status.Get_source()
             self.comm.Recv(header, source=w, tag=HEADER)
             self.received_bytes += header.nbytes
             if header[1]:  # that worker is done
-                finished += 1
+                running.discard(w)
                 continue
-            self.comm.Recv(incoming, source=w, tag=PUSH)
+            self._waited(self.comm.Irecv(incoming, source=w, tag=PUSH), f"worker {w - self.servers}'s push")
             self.received_bytes += incoming.nbytes
             mine -= (self.lr / self.workers) * incoming
             self.staleness.append((w - self.servers, int(version - header[0])))
@@ -155,7 +203,7 @@ class ParameterServer:
             keep()
         for _, requests in replies:
             for q in requests:
-                q.Wait()
+                self._waited(q, "a worker to take its last answer")
         return {"role": "server", "staleness": self.staleness, "busy_seconds": busy,
                 **({"history": history} if history is not None else {})}
 
@@ -188,17 +236,18 @@ class ParameterServer:
                     self.sent_bytes += message.nbytes
             for s in range(self.servers):
                 if self.mode == "async":
-                    self.comm.Recv(header, source=s, tag=HEADER)
+                    self._waited(self.comm.Irecv(header, source=s, tag=HEADER), f"server {s}'s answer to step {step}")
                     versions[s] = header[0]
                     self.received_bytes += header.nbytes
-                self.comm.Recv(self.flat[self._shard(s)], source=s, tag=PULL)
+                self._waited(self.comm.Irecv(self.flat[self._shard(s)], source=s, tag=PULL),
+                             f"server {s}'s parameters after step {step}")
                 self.received_bytes += self.flat[self._shard(s)].nbytes
             for request in pushes:
-                request.Wait()
+                self._waited(request, f"a server to take this worker's push of step {step}")
             waiting += time.perf_counter() - began
         if self.mode == "async":
             done = np.array([0, 1], dtype=np.int64)
             for s in range(self.servers):
-                self.comm.Send(done, dest=s, tag=HEADER)
+                self._waited(self.comm.Isend(done, dest=s, tag=HEADER), f"server {s} to hear this worker is done")
                 self.sent_bytes += done.nbytes
         return {"role": "worker", "losses": losses, "compute_seconds": compute, "wait_seconds": waiting}

@@ -8,6 +8,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+MAX_FACTOR = 1000.0          # slower than this is a worker that never comes
+MAX_EXTRA_SECONDS = 30.0     # below the default deadline (60 s) of the ranks that wait for it
+
 
 @dataclass(frozen=True)
 class Straggler:
@@ -19,10 +22,11 @@ class Straggler:
     def __post_init__(self):
         if isinstance(self.worker, bool) or not isinstance(self.worker, int) or self.worker < 0:
             raise ValueError(f"the straggler's worker must be a worker index (an int >= 0), got {self.worker!r}")
-        if not self.factor >= 1:
-            raise ValueError(f"the straggler's factor must be >= 1 (1: no slower), got {self.factor!r}")
-        if not self.extra_seconds >= 0:
-            raise ValueError(f"the straggler's extra_seconds must be >= 0, got {self.extra_seconds!r}")
+        if not 1 <= self.factor <= MAX_FACTOR:
+            raise ValueError(f"the straggler's factor must be in 1..{MAX_FACTOR:g} (1: no slower), got {self.factor!r}")
+        if not 0 <= self.extra_seconds <= MAX_EXTRA_SECONDS:
+            raise ValueError(f"the straggler's extra_seconds must be in 0..{MAX_EXTRA_SECONDS:g} (longer would only "
+                             f"outlast the others' deadline), got {self.extra_seconds!r}")
 
     @classmethod
     def of(cls, straggler) -> "Straggler | None":

@@ -58,7 +58,8 @@ elif mode == "environment":  # RINGLAB_EMULATE set for the job
               flush=True)
 
 else:  # errors: the same clear message on every rank, then a collective that is still right
-    cases = {"preset too small": lambda: rl.emulate("pcie3-switch-2"),
+    cases = {"a Topology": lambda: rl.emulate(rl.topology.uniform(n, bandwidth=1e9, latency=1e-5)),  # same on all
+             "preset too small": lambda: rl.emulate("pcie3-switch-2"),
              "mismatched": lambda: rl.emulate(LINK if rank == 0 else "uniform:0.2:400")}
     x = np.ones(1000)
     said = []
@@ -69,7 +70,20 @@ else:  # errors: the same clear message on every rank, then a collective that is
             said.append(f"rank {rank}: {case}: no error")
         except ValueError as err:
             said.append(f"rank {rank}: {case}: {err}")
-    said.append(f"rank {rank}: then: {'right' if rl.allreduce(x, 'ring')[0] == n else 'WRONG'}")
+    try:  # 8 MB over links of 1 MB/s: every step needs seconds, the call has half of one
+        with rl.emulate("uniform:0.001:0"):
+            rl.allreduce(np.ones(1 << 20), "ring", timeout=0.5)
+        said.append(f"rank {rank}: too slow: no error")
+    except (rl.StepTimeout, rl.mpi.private.OutOfStep) as err:  # a rank that gave up first stops the others' call
+        said.append(f"rank {rank}: too slow: {type(err).__name__}")
+    refused = 0
+    while True:  # after a call that timed out, the next may be refused as out of step (a clear error), never wrong
+        try:
+            got = rl.allreduce(x, "ring")
+            break
+        except rl.mpi.private.OutOfStep:
+            refused += 1
+    said.append(f"rank {rank}: then: {'right' if got[0] == n else 'WRONG'} after {refused} refused")
     everyone = comm.gather(said, root=0)  # printed by one rank, so that lines never interleave
     if rank == 0:
         print("\n".join(line for lines in everyone for line in lines), flush=True)

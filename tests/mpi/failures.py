@@ -39,7 +39,9 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
     if rank == 1:
         raise RuntimeError("boom on rank 1")
     rl.allreduce(np.ones(1000), "ring")
-elif mode in ("stuck", "absent"):  # rank 2 never joins: a timeout names the step and the peer
+elif mode in ("stuck", "absent", "first"):  # rank 2 never joins: a timeout names the step and the peer
+    if mode != "first":  # ringlab's private communicator is made by the first call, with every rank there
+        rl.allreduce(np.ones(3), "ring", timeout=30)
     if rank != 2:
         try:
             rl.allreduce(np.ones(30), "ring", timeout=1.0, agree=(mode == "absent"))

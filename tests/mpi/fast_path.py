@@ -6,7 +6,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
-from ringlab.mpi import fastpath
+from ringlab.mpi import fastpath, private
 from ringlab.mpi.mpich import forced_allreduce
 
 comm = MPI.COMM_WORLD
@@ -42,14 +42,15 @@ for algorithm in ("ring", "naive", "rhd", "tree"):
 x = np.ones(4096, np.float32)
 out = np.empty_like(x)
 rl.allreduce(x, out=out)
-call = next(c for c in fastpath.CALLS.values() if id(out) in c.bound)
-bound = call.bound[id(out)][1]
+calls = fastpath.calls(private.state(comm))
+call = next(c for c in calls.values() if c.bound_for(out) is not None)
+bound = call.bound_for(out)
 requests = [r for step in bound.steps for r in step[4]]
 assert requests and all(isinstance(r, MPI.Prequest) for r in requests)
 rl.allreduce(x, out=out)
-assert call.bound[id(out)][1] is bound  # the same requests again, not new ones
+assert call.bound_for(out) is bound  # the same requests again, not new ones
 rl.release_buffers()
-assert not fastpath.CALLS and not call.bound
+assert not fastpath.calls(private.state(comm)) and not call.bound
 assert np.array_equal(rl.allreduce(x), np.full(4096, n, np.float32))  # and it works after
 
 # a mismatch found by the fast path's agreement is the same clear error on every rank

@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
-from ringlab.mpi import ipc, nodes
+from ringlab.mpi import ipc, nodes, private
 
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
@@ -25,7 +25,8 @@ for algorithm in ("ring", "hierarchical", "rhd"):
     assert np.array_equal(got.get(), want), f"rank {rank}: {algorithm} differs from MPI's Allreduce"
     rows = trace.to_dicts()
     seen[algorithm] = sorted({(r["rank"], r["peer"], r["via"]) for r in rows if r["nbytes"] > 0})
-mapped = sorted(int(peer) for buffer in ipc._IPC.values() for peer in buffer.peers)
+mapped = sorted(int(peer) for buffer in ipc.ipc_buffers(private.state(comm).comm("test", None)).values()
+                for peer in buffer.peers)
 everyone_mapped = comm.gather(mapped, root=0)
 if rank == 0:
     print(json.dumps({"ids": ids, "used": rl.which_transport(cp.ones(1), transport=sys.argv[1]),

@@ -1,7 +1,7 @@
 """The DistributedOptimizer's GPU path on the cupy stand-in, against its CPU path and numpy.
 
 torch here has no CUDA, so the test plays torch's part on the stand-in: each bucket's memory is
-seen as a stand-in device array (``_array``), torch's stream is a stand-in stream (``_torch_stream``)
+seen as a stand-in device array (``array_of``), torch's stream is a stand-in stream (``torch_stream``)
 on which "backward" writes each gradient asynchronously before its hook fires, and "the optimizer"
 reads the averages on that stream after ``step()``. A missing event wait on either side reads
 stale memory and the averages come out wrong. argv[1]: transport; argv[2] "overlap" or "no-overlap".
@@ -14,6 +14,7 @@ import torch
 from mpi4py import MPI
 
 from ringlab.mpi.devices import bind_device
+from ringlab.train import buckets as buckets_module
 from ringlab.train import optimizer as opt_module
 
 comm = MPI.COMM_WORLD
@@ -30,19 +31,19 @@ def device_view(tensor):
     return cp.ndarray(host.shape, host.dtype, cp.cuda.MemoryPointer(memory, 0))
 
 
-opt_module._array = device_view
-opt_module._torch_stream = lambda device: BACKWARD
+buckets_module.array_of = device_view
+buckets_module.torch_stream = lambda device: BACKWARD
 
 
 class GpuIndex:
-    """The buckets' tensors are CPU tensors here: hand _GpuOrder the index of this rank's GPU instead."""
+    """The buckets' tensors are CPU tensors here: hand GpuOrder the index of this rank's GPU instead."""
 
     def __init__(self, index):
         self.index = index
 
 
-real_init = opt_module._GpuOrder.__init__
-opt_module._GpuOrder.__init__ = lambda self, device: real_init(self, GpuIndex(cp.cuda.Device().id))
+real_init = buckets_module.GpuOrder.__init__
+buckets_module.GpuOrder.__init__ = lambda self, device: real_init(self, GpuIndex(cp.cuda.Device().id))
 
 model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.Linear(5, 3))
 params = list(model.named_parameters())

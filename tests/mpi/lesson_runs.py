@@ -43,7 +43,29 @@ def lab05():
     return sizes_lesson(result["rows"], in_machine_units(emulated), comm.Get_size()) if comm.Get_rank() == 0 else None
 
 
-LESSONS = {"02": lab02, "03": lab03, "05": lab05}
+def lab08_sharding():
+    from ringlab.lessons.lab08_beyond_data_parallelism.sharding import measure_sharding, sharding_lesson
+
+    result = measure_sharding(comm)
+    return sharding_lesson(result) if comm.Get_rank() == 0 else None
+
+
+def lab08_mesh():
+    from ringlab.lessons.lab08_beyond_data_parallelism.mesh import mapping_lesson, measure_mappings
+
+    rows = measure_mappings(comm)
+    return mapping_lesson(rows) if comm.Get_rank() == 0 else None
+
+
+def lab08_experts():
+    from ringlab.lessons.lab08_beyond_data_parallelism.experts import imbalance_lesson, measure_imbalance
+
+    rows = measure_imbalance(comm)
+    return imbalance_lesson(rows) if comm.Get_rank() == 0 else None
+
+
+LESSONS = {"02": lab02, "03": lab03, "05": lab05, "08-sharding": lab08_sharding, "08-mesh": lab08_mesh,
+           "08-experts": lab08_experts}
 
 for _ in range(runs):
     finding = LESSONS[lab]()

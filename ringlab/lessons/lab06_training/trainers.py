@@ -8,6 +8,7 @@ from ...measure.units import format_bytes
 from ...lab.words import and_join
 
 ROUNDING = 1e-5  # float32 keeps about 7 significant digits; 30 steps of rounding stay well under this
+SLOWER = 1.3  # a trainer this many times slower than DDP gets a word on why
 SAME_ACCURACY = 0.01  # accuracies within 1 point (20 of 2,000 test points) count as "about the same"
 TRAINER_SPEED_COLUMNS = {"trainer": "trainer", "step (ms)": "step_s", "samples/s": ("samples_per_s", ".0f"),
                          "x the fastest": ("times_fastest", ".2f")}  # for ringlab.measure.tables.table
@@ -58,6 +59,15 @@ def describe_trainer_speeds(rows: list[dict], workers: int, nranks: int, cores: 
         lines.append(f"The parameter server's rank receives all {workers} workers' gradients and sends the model back "
                      f"to each every step: {workers} times the gradients in and out of one rank, where a ring rank "
                      f"sends and receives 2(n-1)/n = {2 * (workers - 1) / workers:.3g} times them (lab 04).")
+    ours = next((row for row in rows if row["trainer"].startswith("DistributedOptimizer")), None)
+    ddp = next((row for row in rows if row["trainer"] == "DDP"), None)
+    if ours and ddp and ours["step_s"] > SLOWER * ddp["step_s"]:
+        lines.append(f"The DistributedOptimizer took {ours['step_s'] / ddp['step_s']:.1f} times DDP's time a step. Both "
+                     "average the same gradients once a step, but DDP's allreduce runs inside gloo, in C++ threads, "
+                     f"while ringlab's ring runs in Python: 2(n-1) = {2 * (workers - 1)} steps of MPI messages, each "
+                     "with Python's bookkeeping around it (lab 03 measured what a step of ringlab's ring costs beyond "
+                     "a raw message). A model this small has few gradient bytes, so a step's time is mostly that "
+                     "fixed cost per call, not bytes on a link.")
     if nranks > cores:
         lines.append(f"{nranks} ranks shared {cores} core{'s' * (cores != 1)} here (the server's rank waits during "
                      "the other two runs): a rank's wait for a peer that had no core counts in every time.")

@@ -1,0 +1,503 @@
+# %% [markdown]
+# # Lab 08: beyond data parallelism
+#
+# **What you'll do:** shard a model's optimizer state, gradients and parameters over MPI ranks with
+# ringlab's own reduce-scatter and allgather ([ZeRO](glossary.md), and [FSDP](glossary.md)'s full sharding); split an MLP's
+# matrices over ranks ([tensor parallelism](glossary.md)) on a 2-D [device mesh](glossary.md); send tokens to experts
+# and back with an [all-to-all](glossary.md) ([mixture of experts](glossary.md)); compute attention over a sequence
+# split across ranks ([ring attention](glossary.md)); and read how NCCL picks its algorithm and protocol.
+#
+# **What you'll learn:** what each of these saves and what it sends, checked equal to the unsplit model
+# on real ranks; where the memory of a training step goes and what sharding it costs in traffic; why a
+# mesh puts its tensor dimension on a node's fast links and its data dimension on the network; what an
+# unbalanced router costs; and which algorithm and protocol NCCL runs at which size, and why.
+#
+# **What you need:** labs 03, 05 and 06, and torch. Everything runs on this machine's CPU; where the
+# laptop's two cores cannot show a principle, the same code runs on an emulated machine beside it
+# (`rl.emulate`: every message of ringlab's collectives held back by its link), and the lab says which.
+
+# %%
+import ringlab as rl
+from ringlab.lab.cluster import MPICluster
+from ringlab.lessons.lab08_beyond_data_parallelism.attention import attention_lesson, check_merge
+from ringlab.lessons.lab08_beyond_data_parallelism.experts import (IMBALANCE_COLUMNS, check_padded_bytes,
+                                                                   imbalance_lesson)
+from ringlab.lessons.lab08_beyond_data_parallelism.mesh import (MAPPING_COLUMNS, check_mesh_groups, mapping_lesson,
+                                                                mapping_rows)
+from ringlab.lessons.lab08_beyond_data_parallelism.nccl import (PAT_COLUMNS, PUBLISHED_COLUMNS, against_published,
+                                                                channels_needed, check_fastest_protocol, choice_rows,
+                                                                describe_choices, describe_forced_ring, describe_pat,
+                                                                describe_protocols, describe_published,
+                                                                forced_ring_sizes, pat_rows, protocol_rows)
+from ringlab.lessons.lab08_beyond_data_parallelism.sharding import (MEMORY_COLUMNS, SCALE_COLUMNS, TRAFFIC_COLUMNS,
+                                                                    at_scale, check_zero_bytes, describe_at_scale,
+                                                                    memory_rows, sharding_lesson, traffic_rows)
+from ringlab.measure.tables import table
+from ringlab.viz import StepThrough, use_renderer
+from ringlab.viz.parallelism import (choice_map, expert_load_bars, mapping_bars, memory_bars, protocol_plot,
+                                     scale_bars)
+
+use_renderer();  # plotly figures show in JupyterLab and in exported HTML
+
+# %% [markdown]
+# ## Where the memory of a training step goes
+#
+# Data parallelism (lab 06) keeps a whole copy of the model on every rank: its parameters, their
+# gradients and the optimizer's state. With Adam in mixed precision that is 2 bytes of fp16
+# parameter, 2 of fp16 gradient and K = 12 of optimizer state (an fp32 copy of the parameter and two
+# moments) for each of the model's Psi parameters: (2 + 2 + K) Psi on every GPU. Rajbhandari et al.
+# (2020, the ZeRO paper) shard them instead: every parameter is cut into n pieces and rank r keeps
+# piece r of
+#
+# - **stage 1**, the optimizer state: 2 Psi + 2 Psi + K Psi / n;
+# - **stage 2**, also the gradients: 2 Psi + (2 + K) Psi / n;
+# - **stage 3**, also the parameters: (2 + 2 + K) Psi / n. PyTorch's FSDP with full sharding is stage 3.
+#
+# ## Exercise 1: the paper's formulas
+#
+# Write the bytes a GPU holds for a model of `psi` parameters on `n` GPUs at `stage` (0 for plain
+# data parallelism), with `k` bytes of optimizer state a parameter.
+
+# %% tags=["solution"]
+def zero_bytes(psi, n, stage, k=12):
+    """Bytes per GPU under ZeRO: 2 bytes of parameter, 2 of gradient and k of optimizer state a parameter."""
+    # solution
+    params, grads, state = 2 * psi, 2 * psi, k * psi
+    if stage >= 1:
+        state /= n
+    if stage >= 2:
+        grads /= n
+    if stage >= 3:
+        params /= n
+    return params + grads + state
+
+
+# %%
+zero_bytes = check_zero_bytes(zero_bytes)  # yours when it is right, else the reference
+
+# %% [markdown]
+# ## ZeRO from ringlab's collectives
+#
+# `rl.train.ZeroOptimizer(optimizer, model, stage=1|2|3)` wraps any torch optimizer. It cuts the
+# parameters each module owns, as one flat buffer (FSDP's unit), into n near-equal pieces (ringlab's
+# chunks, so nothing needs to divide by n), and gives the optimizer this rank's pieces only. A step
+# then runs ringlab's schedules:
+#
+# - the gradients are summed with a ring **reduce-scatter** (`reduce_scatter.ring`: rank r ends with
+#   the sum of piece r), and the optimizer updates piece r with its state for piece r alone;
+# - stages 1 and 2 bring every rank the updated pieces with a ring **allgather** (`allgather.ring`);
+# - at stage 2 each unit's gradients are reduce-scattered the moment backward has produced them and then
+#   freed; at stage 3 a module's parameters are allgathered just before its forward, freed after it,
+#   allgathered again just before its backward, and freed once their gradients are reduce-scattered.
+#
+# A ring allreduce *is* a reduce-scatter followed by an allgather (lab 03), so stages 1 and 2 send what
+# plain data parallelism sends; stage 3 allgathers twice. First, on four ranks: does every stage train
+# exactly as plain data parallelism (`DistributedOptimizer`) does, with SGD and with Adam, in float64?
+
+# %%
+ranks = MPICluster(4).start()
+
+# %%
+# %%px
+from ringlab.lessons.lab08_beyond_data_parallelism.sharding import against_data_parallel, measure_sharding
+
+same = against_data_parallel()  # each stage against data parallelism, 3 steps, SGD and Adam
+
+# %%
+table(ranks.pull_rank0("same"), {"optimizer": "optimizer", "ZeRO stage": "stage",
+                                 "largest difference from data parallelism (relative)": ("difference", ".1e")})
+
+# %% [markdown]
+# Now what each rank holds and sends. Four ranks train an MLP of 54,430 parameters with Adam in float64
+# (8 bytes of parameter, 8 of gradient and 16 of state a parameter) under plain data parallelism and
+# each stage, a few steps each. Every rank reports the bytes of the tensors it holds after a step
+# (`ZeroOptimizer.memory()`: measured from its tensors, not computed), and the bytes it sent, counted
+# from the schedules it ran. The steps run on an **emulated machine** (`MACHINE` in the lab's room:
+# every pair of ranks joined by 50 MB/s links, 20 us a message, run 10 times slower): four ranks on
+# this laptop's two cores would otherwise time their CPUs, not their traffic.
+
+# %%
+# %%px
+sharded = measure_sharding()
+
+# %%
+sharded = ranks.pull_rank0("sharded")
+table(memory_rows(sharded), MEMORY_COLUMNS)
+memory_bars(sharded)
+
+# %%
+table(traffic_rows(sharded), TRAFFIC_COLUMNS)
+print(sharding_lesson(sharded))
+
+# %% [markdown]
+# ## When does sharding pay?
+#
+# When the model does not fit otherwise. The ZeRO paper's example is 7.5 billion parameters; here it is
+# on the 8 H100s of one HGX board and on two such nodes over InfiniBand (presets from published figures):
+# memory a GPU by the paper's formulas, set against an H100's 80 GB (its published size), and the time of
+# a step's collectives by NCCL's own cost model (`rl.predict_nccl`, fp16, each collective over the
+# whole model in one call). Both are predictions.
+
+# %%
+scaled = at_scale()
+table(scaled, SCALE_COLUMNS)
+print(describe_at_scale(scaled))
+scale_bars(scaled)
+
+# %% [markdown]
+# ## Tensor parallelism: splitting the matrices
+#
+# Sharding still computes every layer whole on every rank. Megatron-LM (Shoeybi et al. 2019) splits
+# the layers themselves. An MLP `y = W2 act(W1 x)` over t ranks: rank r keeps rows r of W1 (a slice of the
+# hidden features: **column-parallel**, nothing to exchange) and the same columns of W2 (**row-parallel**:
+# its slice of the hidden layer times its columns is a partial sum of y), and one allreduce adds the
+# partial sums. Backward mirrors it: the input's gradient is a sum over the ranks, one allreduce more.
+# `rl.train.tensor.split_mlp` builds it on ringlab's ring allreduce. Is it the same MLP, forward and
+# backward, with 10 hidden features that four ranks do not divide?
+
+# %%
+# %%px
+from ringlab.lessons.lab08_beyond_data_parallelism.mesh import measure_mappings, split_against_whole
+
+split = split_against_whole()
+
+# %%
+table(ranks.pull_rank0("split"), {"what": "what", "largest difference (relative)": ("difference", ".1e")})
+
+# %% [markdown]
+# Every block's activations cross the tensor group twice a step, whatever the batch; the gradients
+# cross the data group once. So a real job lays its ranks out as a **mesh**: the tensor dimension
+# inside a node, over NVLink, and the data dimension across nodes, over the network (lab 05's
+# [rails](glossary.md)). `rl.train.tensor.device_mesh(comm, data, tensor, tensor_inner=True)` splits a
+# communicator into both groups.
+#
+# ## Exercise 2: the mesh's groups
+#
+# Write the world ranks of each tensor group and each data group of a `data` x `tensor` mesh. With
+# `tensor_inner`, rank `d * tensor + t` sits at (d, t), so a tensor group is a run of consecutive ranks (one
+# node's GPUs); otherwise rank `t * data + d` does, and the data groups are the runs.
+
+# %% tags=["solution"]
+def mesh_groups(world, data, tensor, tensor_inner=True):
+    """(tensor groups, data groups), lists of world ranks."""
+    # solution
+    rank = (lambda d, t: d * tensor + t) if tensor_inner else (lambda d, t: t * data + d)
+    return ([[rank(d, t) for t in range(tensor)] for d in range(data)],
+            [[rank(d, t) for d in range(data)] for t in range(tensor)])
+
+
+# %%
+mesh_groups = check_mesh_groups(mesh_groups)  # yours when it is right, else the reference
+
+# %% [markdown]
+# Now the mapping, measured. The four ranks stand for two GPUs of each of the two nodes of the
+# `ib-2x8-h100` preset (GPUs 0, 1, 8 and 9): a 2 x 2 mesh that trains a stack of tensor-parallel MLP
+# blocks on 4096 tokens a data rank. Each group's collectives run on an emulated machine made of the
+# links between its GPUs in the preset (`group_machine`: NVLink inside a node, the network card across),
+# 20,000 times slower than the H100s so that the laptop's CPU work stays small beside them. First with
+# the tensor groups inside the nodes, then across them; beside each, the cost model's time for the same
+# collectives on the same links.
+
+# %%
+# %%px
+mappings = measure_mappings()
+
+# %%
+mappings = ranks.pull_rank0("mappings")
+table(mapping_rows(mappings), MAPPING_COLUMNS)
+print(mapping_lesson(mappings))
+mapping_bars(mappings)
+
+# %% [markdown]
+# ## Experts: an all-to-all there and back
+#
+# A mixture-of-experts layer has many expert MLPs and a router that sends each token to one of them
+# (top-1, as the Switch Transformer does). With the experts spread over the ranks (expert parallelism),
+# every rank sends each of its tokens to the rank of its expert and gets the output back: an all-to-all
+# there (dispatch) and one back (combine), `rl.alltoall` in `rl.train.experts.ExpertParallel`.
+# `rl.alltoall` moves equal blocks, so every block is padded to the largest count any rank sends any
+# other; the counts come first, in one small allreduce. Is it the same layer as on one rank?
+
+# %%
+# %%px
+from ringlab.lessons.lab08_beyond_data_parallelism.experts import against_one_rank, measure_imbalance
+
+moe_same = against_one_rank()
+
+# %%
+print(ranks.pull_rank0("moe_same"))
+
+# %% [markdown]
+# ## Exercise 3: what the padding costs
+#
+# `table[s][d]` is how many tokens rank s sends rank d. Write how many bytes one rank sends in one padded
+# all-to-all when a token is `token_bytes` bytes.
+
+# %% tags=["solution"]
+def padded_bytes(table, token_bytes):
+    """Bytes one rank sends: a block padded to the largest count to each of the n-1 others."""
+    # solution
+    return (len(table) - 1) * max(max(row) for row in table) * token_bytes
+
+
+# %%
+padded_bytes = check_padded_bytes(padded_bytes)  # yours when it is right, else the reference
+
+# %% [markdown]
+# A router is rarely even. Here four experts (one a rank) with the router as initialised, and then
+# with its bias pushed towards expert 0, on the emulated machine of the ZeRO section; forward and
+# backward of the layer, timed.
+
+# %%
+# %%px
+loads = measure_imbalance()
+
+# %%
+loads = ranks.pull_rank0("loads")
+table(loads, IMBALANCE_COLUMNS)
+print(imbalance_lesson(loads))
+expert_load_bars(loads)
+
+# %% [markdown]
+# Real layers cap each expert at a capacity factor times the even share and drop (or re-route) the
+# overflow, and add a loss that rewards an even router; here nothing is dropped, so the layer stays equal
+# to the one-rank layer and the padding shows what imbalance costs.
+#
+# ## Ring attention: a sequence split over the ranks
+#
+# Long sequences split over ranks too (sequence or context parallelism). Attention needs every query
+# against every key, so the key and value blocks travel: at step s rank j holds block (j - s) mod n and
+# passes it to rank j+1, exactly as the chunks of `allgather.ring` travel, while it computes its queries
+# against the block it holds. The scores of one block at a time fold into a running softmax (the online
+# softmax of FlashAttention): a running maximum m, a running sum l of exp(score - m) and a running
+# output o, rescaled whenever m grows. After all the blocks o / l is the softmax over the whole sequence.
+#
+# ## Exercise 4: fold one block in
+#
+# `merge(m, l, o, scores, v)` takes the running values for each query (m and l vectors, o a matrix) and
+# one block's `scores` (queries x keys) and values `v`; return the new (m, l, o).
+
+# %% tags=["solution"]
+def merge(m, l, o, scores, v):
+    """The online softmax: one more block of scores and values folded in."""
+    # solution
+    import numpy as np
+
+    top = np.maximum(m, scores.max(axis=-1))
+    rescale = np.exp(m - top)
+    p = np.exp(scores - top[..., None])
+    return top, l * rescale + p.sum(axis=-1), o * rescale[..., None] + p @ v
+
+
+# %%
+merge = check_merge(merge)  # yours when it is right, else the reference
+
+# %% [markdown]
+# `rl.train.attention.RingAttention` passes the blocks with non-blocking sends posted before the compute,
+# so that the transfer runs during it (`overlap=True`), or exchanges first and computes after. On the four
+# ranks, causal attention over 1024 tokens, against full attention on one rank, and timed both ways on
+# this machine (no emulation: these are point-to-point messages of its own).
+
+# %%
+# %%px
+from ringlab.lessons.lab08_beyond_data_parallelism.attention import measure_ring_attention
+
+ring_attention = measure_ring_attention()
+
+# %%
+ring_attention = ranks.pull_rank0("ring_attention")
+ranks.stop()
+print(attention_lesson(ring_attention))
+
+# %% [markdown]
+# ## How NCCL chooses
+#
+# NCCL runs every collective with one of several algorithms (ring, tree, NVLS, NVLSTree, CollNet, and
+# [PAT](glossary.md), below) and one of three [protocols](glossary.md) (LL128 among them). For each call it costs every pair with its own model,
+# latency + bytes / bandwidth, from constants in its source (`src/graph/tuning.cc`), and runs the
+# fastest. `rl.predict_nccl` is that model on ringlab's topologies: every number in this section is its
+# prediction, or a published measurement, and says which.
+#
+# **Protocols** trade latency for bandwidth. LL writes 8 bytes at a time, 4 of data and a 4-byte flag
+# the receiver polls, so a message is usable the moment it lands (no fence), at half the bandwidth or
+# less; LL128 writes 128-byte lines with a flag in each (120 bytes of data), close to full NVLink
+# bandwidth; Simple moves large chunks and synchronises with a fence per chunk, at full bandwidth and
+# the highest latency. The ring allreduce of 8 H100s, each protocol forced:
+
+# %%
+protocols = protocol_rows()
+print(describe_protocols(protocols))
+protocol_plot(protocols)
+
+# %% [markdown]
+# ## Exercise 5: NCCL's pick
+#
+# `options` maps each protocol to its (latency in seconds, bandwidth in bytes/s) from NCCL's model. Return
+# the protocol NCCL runs for a message of `nbytes`.
+
+# %% tags=["solution"]
+def fastest_protocol(nbytes, options):
+    """The protocol with the least latency + nbytes / bandwidth."""
+    # solution
+    return min(options, key=lambda name: options[name][0] + nbytes / options[name][1])
+
+
+# %%
+fastest_protocol = check_fastest_protocol(fastest_protocol)  # yours when it is right, else the reference
+
+# %% [markdown]
+# **Channels.** One ring is a chain of copies driven by one block of GPU threads, and a channel (one such
+# ring) moves only so fast: NCCL's source rates an NVLink channel at 20.6 GB/s on Hopper (published, in
+# `src/graph/topo.h`), so it runs several rings side by side, each over part of the buffer (lab 05's
+# `allreduce.rings`). How many fill one H100's NVLink port, and how many NCCL runs per network card
+# across nodes (published: "16 rings for 8 NICs", nccl#518):
+
+# %%
+print(channels_needed())
+
+# %% [markdown]
+# **Algorithms by size and scale.** What the model picks for allreduce, all-gather and reduce-scatter
+# from 1 KiB to 8 GiB, on one HGX H100 board, two nodes and sixteen:
+
+# %%
+choices = choice_rows()
+print(describe_choices(choices))
+choice_map(choices)
+
+# %% [markdown]
+# Held against published sweeps that say what NCCL ran: 8 H200s at 8 GiB with 4 to 8 GPUs (NCCL chose
+# between NVLS and the ring) and at 16 GiB for three collectives (ml-engineering, A17 and A19 of ringlab's
+# data set); and 2 x 8 H100 with NCCL choosing against `NCCL_ALGO=Ring` forced, size by size
+# (nccl-tests#290, A02 and A03). Published busbw beside the model's:
+
+# %%
+published_runs = against_published()
+table(published_runs, PUBLISHED_COLUMNS)
+print(describe_published(published_runs))
+print(describe_forced_ring(forced_ring_sizes()))
+
+# %% [markdown]
+# The model predicts healthy hardware of each description. Where a published busbw sits well below it,
+# the choice can still agree; lab 05's section "Is my number normal?" asks which fault such a number matches.
+#
+# ## PAT: all-gather in log2 n steps
+#
+# A ring all-gather takes n-1 steps, each paying latency: at a thousand nodes that dominates. NCCL 2.23
+# added PAT (Parallel Aggregated Trees) for all-gather and reduce-scatter with one GPU a node: each
+# rank's block is broadcast along a binomial tree, the n trees run side by side, and at each step a rank
+# sends everything it has to forward as one message, farthest distance first. ringlab builds it as a
+# schedule (`allgather.pat`, `reduce_scatter.pat`: the uncapped form, without the cap NCCL puts on how
+# much one message aggregates), so the simulator checks it and the widget steps through it. 8 ranks:
+# 3 steps, and every rank still sends 7 blocks, as in a ring.
+
+# %%
+StepThrough(rl.build("allgather.pat", 8))
+
+# %% [markdown]
+# Where NCCL's model picks PAT: all-gather on H100 clusters of one GPU a node, predicted.
+
+# %%
+pats = pat_rows()
+table(pats, PAT_COLUMNS)
+print(describe_pat(pats))
+
+# %% [markdown]
+# ## Summary
+#
+# - ZeRO shards what data parallelism replicates: stage 1 the optimizer state, stage 2 the gradients,
+#   stage 3 the parameters. Built from a reduce-scatter and an allgather, stages 1 and 2 send what an
+#   allreduce sends (2 Psi) and stage 3 half as much again (3 Psi); each trains exactly as data
+#   parallelism does. It pays when the model does not fit otherwise.
+# - Tensor parallelism splits the matrices: column-parallel then row-parallel, one allreduce of
+#   activations forward and one backward per block, exactly the unsplit model. Those allreduces carry
+#   far more bytes than the gradients' one, so a mesh puts the tensor dimension on NVLink and the data
+#   dimension across nodes; the other way round a step takes several times as long.
+# - Expert parallelism is two all-to-alls per layer; with equal blocks the busiest pair of ranks sets
+#   every block's size, so an uneven router costs bytes and time on every rank.
+# - Ring attention is a ring allgather of key/value blocks with compute between the steps and an online
+#   softmax: exact, with two blocks held at a time.
+# - NCCL picks algorithm and protocol per call by latency + bytes / bandwidth: LL for small messages,
+#   LL128 and Simple for large ones; trees and NVLS where they beat the ring; PAT at many nodes.
+#
+# ## Exercises
+#
+# 1. (Above) the paper's formulas. Find the smallest number of H100s (80 GB) on which a 70B-parameter
+#    model fits at each stage.
+# 2. Train with `ZeroOptimizer(..., stage=3)` and print `memory()` between backward and `step()`, and
+#    after `step()`: which gradients exist when?
+# 3. (Above) the mesh's groups. Run `measure_mappings(placement=(0, 1, 2, 3))`: all four GPUs on one node.
+#    Does the mapping still matter, and what does the prediction say?
+# 4. Run `measure_imbalance(skew=0.5)` and `measure_imbalance(skew=5)`: how do the block and the step follow the
+#    busiest expert?
+# 5. `rl.predict_nccl("allgather", nbytes, rl.topology.cluster("h100", 1000, gpus_per_node=1))`: up to what size
+#    does the model pick PAT at a thousand nodes?
+
+# %% [markdown]
+# ## Quiz
+#
+# A few short questions on this lab: a number to work out or a choice to make. Run the cell that shows a
+# question, write your answer in the cell under it (`answer = ...`: a number in the unit asked, or one of
+# the choices as a string), then run the check. The worked answer is folded under **Answer**: open it once
+# you have tried. ringlab computes every expected answer when the check runs, from its schedules, its cost
+# models and the paper's formulas, and the worked answer says which.
+
+# %%
+from ringlab.lessons.lab08_beyond_data_parallelism.quiz import QUIZ
+
+QUIZ.ask(1)
+
+# %% tags=["solution"]
+answer = None  # your GB
+# solution
+answer = (2 * 13e9 + (2 + 12) * 13e9 / 16) / 1e9  # 2 Psi + (2 + K) Psi / N
+
+# %%
+QUIZ.check(1, answer)
+
+# %%
+QUIZ.ask(2)
+
+# %% tags=["solution"]
+answer = None  # your GB
+# solution
+answer = 3 * (8 - 1) / 8 * 1e9 * 2 / 1e9  # two allgathers and a reduce-scatter, (n-1)/n of the model each
+
+# %%
+QUIZ.check(2, answer)
+
+# %%
+QUIZ.ask(3)
+
+# %% tags=["solution"]
+answer = None  # your MiB
+# solution
+answer = 2 * (8 - 1) / 8 * 8 * 2048 * 4096 * 2 / 2**20  # 2(t-1)/t of the activations
+
+# %%
+QUIZ.check(3, answer)
+
+# %%
+QUIZ.ask(4)
+
+# %% tags=["solution"]
+answer = None  # one of the choices
+# solution
+import ringlab as rl
+
+answer = rl.predict_nccl("allreduce", 64 << 20, rl.topology.preset("ib-2x8-h100")).algorithm  # NCCL's model
+
+# %%
+QUIZ.check(4, answer)
+
+# %%
+QUIZ.ask(5)
+
+# %% tags=["solution"]
+answer = None  # your number of steps
+# solution
+import math
+
+answer = math.ceil(math.log2(1000))  # one step per power of two below 1000
+
+# %%
+QUIZ.check(5, answer)

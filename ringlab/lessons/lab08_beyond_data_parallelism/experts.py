@@ -1,0 +1,130 @@
+"""Lab 08's experts: a mixture-of-experts layer on 4 ranks, its router as initialised and skewed towards one expert,
+the load on each expert and what the padded all-to-all costs, measured on emulated links; the exercise on padding."""
+from __future__ import annotations
+
+import statistics
+
+from ...algorithms import build
+from ...lab.exercises import compare, exercise
+from ...lab.findings import Finding
+from ...measure.units import format_bytes
+from ...predict import predict
+from ...topology import from_spec
+from .sharding import MACHINE
+
+TOKENS, FEATURES, HIDDEN = 1024, 64, 64  # a rank's tokens, their width, each expert's hidden width
+SKEW = 2.0  # added to the router's bias for expert 0: how the skewed router favours it
+COSTLIER = 1.3  # the skewed layer at least 1.3x as long: imbalance costs
+
+
+def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: float = SKEW) -> list[dict]:
+    """Forward and backward of the expert-parallel layer (one expert a rank) on ``machine``'s emulated links, with the
+    router as initialised and skewed (``skew`` added to expert 0's bias); a row for each, on every rank."""
+    import torch
+    from mpi4py import MPI
+
+    from ...mpi.emulate import emulate
+    from ...train.experts import ExpertParallel, MixtureOfExperts
+    from ...train.task import one_thread
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    n = comm.Get_size()
+    topology, scale = from_spec(machine, n)
+    x = torch.randn(TOKENS, FEATURES, generator=torch.Generator().manual_seed(comm.Get_rank()), dtype=torch.float64)
+    rows = []
+    with one_thread():
+        for router in ("as initialised", "skewed"):
+            moe = MixtureOfExperts(FEATURES, n, HIDDEN, seed=0).double()
+            if router == "skewed":
+                with torch.no_grad():
+                    moe.router.bias[0] += skew
+            layer = ExpertParallel(moe, comm)
+            seconds = []
+            with emulate(machine):
+                for step in range(steps + 1):  # the first is a warm-up
+                    comm.Barrier()
+                    start = MPI.Wtime()
+                    layer(x).sum().backward()
+                    comm.Barrier()
+                    seconds.append(MPI.Wtime() - start)
+                    if step == 0:
+                        layer.sent.clear()
+            last = layer.last
+            block = last["capacity"] * FEATURES * 8  # bytes of one padded block
+            calls = [("alltoall.pairwise", n * n * block)] * 4 + [("alltoall.pairwise", n * n * last["capacity"] * 8),
+                                                                  ("allreduce.ring", (n + 1) * n * 8)]
+            per_expert = last["per_expert"]
+            rows.append({"router": router, "per_expert": per_expert, "capacity": last["capacity"],
+                         "mean_pair": TOKENS / n, "imbalance": max(per_expert) / statistics.mean(per_expert),
+                         "sent": comm.allreduce(layer.sent["alltoall"], op=MPI.MAX) / steps,
+                         "measured_s": comm.allreduce(statistics.median(seconds[1:]), op=MPI.MAX) / scale,
+                         "predicted_s": sum(predict(build(name, n), nbytes, topology).seconds for name, nbytes in calls)})
+    return rows
+
+
+def imbalance_lesson(rows: list[dict]) -> Finding:
+    """What the two routers' rows say: how uneven the experts' loads were, and what the padding cost."""
+    even, skewed = rows
+    said = []
+    for r in rows:
+        said.append(f"Router {r['router']}: the experts got {r['per_expert']} tokens (the busiest "
+                    f"{r['imbalance']:.1f}x the mean); the largest block one rank sent another held {r['capacity']} "
+                    f"tokens against a mean of {r['mean_pair']:.0f}, so every block was padded to it and each rank "
+                    f"sent {format_bytes(r['sent'])} a step in all-to-alls; a step took {r['measured_s'] * 1e3:.1f} ms "
+                    f"on the emulated links ({r['predicted_s'] * 1e3:.1f} ms predicted for its collectives).")
+    ratio = skewed["measured_s"] / even["measured_s"]
+    said.append(f"Skewing the router made the busiest expert {skewed['imbalance'] / even['imbalance']:.1f}x as busy, "
+                f"the all-to-alls {skewed['sent'] / even['sent']:.1f}x as heavy and the step {ratio:.1f}x as long "
+                f"(predicted {skewed['predicted_s'] / even['predicted_s']:.1f}x).")
+    conclusions = ("the skewed router loads its busiest expert more" if skewed["imbalance"] > even["imbalance"] else
+                   "the skewed router does not load its busiest expert more",
+                   "the skewed router's all-to-alls move more bytes" if skewed["sent"] > even["sent"] else
+                   "the skewed router's all-to-alls do not move more bytes",
+                   "the skewed layer takes longer on the emulated machine" if ratio >= COSTLIER else
+                   "the skewed layer does not take clearly longer on the emulated machine")
+    return Finding(" ".join(said), conclusions)
+
+
+def _padded_bytes(table, token_bytes):
+    n = len(table)
+    return (n - 1) * max(max(row) for row in table) * token_bytes
+
+
+@exercise(_padded_bytes, "formula")
+def check_padded_bytes(padded_bytes):
+    """Compare ``padded_bytes(table, token_bytes)`` (what one rank sends in one padded all-to-all) with ringlab's."""
+    cases = [dict(table=[[3, 1], [2, 2]], token_bytes=8), dict(table=[[5, 1, 0], [2, 2, 9], [0, 1, 1]], token_bytes=512),
+             dict(table=[[64] * 4] * 4, token_bytes=256)]
+    compare(padded_bytes, "padded_bytes", cases, _padded_bytes,
+            "every block is padded to the largest count in the whole table, and a rank sends one block to each of "
+            "the n-1 others (its own stays).", unit="bytes")
+    print("Correct: the busiest pair sets every block's size, so one busy expert makes every rank send more.")
+
+
+def against_one_rank(comm=None) -> dict:
+    """The expert-parallel layer (one expert a rank) against the same layer on one rank over every rank's tokens:
+    the largest relative difference of the outputs and of the input's gradient, on every rank."""
+    import torch
+    from mpi4py import MPI
+
+    from ...train.experts import ExpertParallel, MixtureOfExperts
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    n, rank = comm.Get_size(), comm.Get_rank()
+    tokens = torch.randn(n * 50, 8, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    whole = tokens.clone().requires_grad_(True)
+    MixtureOfExperts(8, n, 16, seed=4).double()(whole).pow(2).sum().backward()
+    mine = tokens[rank * 50:(rank + 1) * 50].clone().requires_grad_(True)
+    layer = ExpertParallel(MixtureOfExperts(8, n, 16, seed=4).double(), comm)
+    out = layer(mine)
+    out.pow(2).sum().backward()
+    with torch.no_grad():
+        reference = MixtureOfExperts(8, n, 16, seed=4).double()(tokens)[rank * 50:(rank + 1) * 50]
+    worst = lambda a, b: comm.allreduce(float((a - b).detach().abs().max() / b.detach().abs().max()), op=MPI.MAX)
+    return {"output": worst(out, reference), "input's gradient": worst(mine.grad, whole.grad[rank * 50:(rank + 1) * 50]),
+            "tokens per expert": layer.last["per_expert"]}
+
+
+IMBALANCE_COLUMNS = {"router": "router", "tokens per expert": "per_expert", "busiest / mean": ("imbalance", ".2f"),
+                     "block (tokens)": "capacity", "all-to-all a step (KiB)": "sent", "measured (ms)": "measured_s",
+                     "predicted (ms)": "predicted_s"}

@@ -1,0 +1,185 @@
+"""Lab 08's mesh: a 2 x 2 mesh (data x tensor) of 4 ranks on the links of two nodes of a preset, the tensor
+groups inside the nodes or across them, predicted and measured on emulated links; the exercise on its groups."""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from ...algorithms import build
+from ...lab.exercises import exercise
+from ...lab.findings import Finding
+from ...predict import predict
+from ...topology import preset, uniform
+
+MACHINE = "ib-2x8-h100"
+PLACEMENT = (0, 1, 8, 9)  # world rank -> the preset's GPU: two GPUs of each of its two nodes
+SCALE = 20000  # run 20000x slower than the H100s, so that 4 ranks' CPU work on 2 cores stays small beside the links
+TOKENS, HIDDEN, BLOCKS = 4096, 8, 2  # a data rank's batch (256 KiB of activations), a narrow width (little compute), blocks
+FASTER = 1.5  # one mapping's step at least 1.5x the other's: the mapping matters
+CLOSE = 0.3  # measured within 30% of the prediction
+
+
+def group_machine(topology, gpus, scale: float = SCALE) -> tuple[str, float, float]:
+    """(SPEC for rl.emulate, bytes/s, seconds): the links a group of the preset's GPUs talks over, as a uniform machine."""
+    from ...train.tensor import group_link
+
+    bandwidth, latency = group_link(topology, list(gpus))
+    return f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}@{scale:g}", bandwidth, latency
+
+
+def _predicted(counter, steps: int, nranks: int, bandwidth: float, latency: float) -> float:
+    """Seconds the counted allreduces of one step take on a uniform machine of these links (cost model)."""
+    links = uniform(nranks, bandwidth=bandwidth, latency=latency)
+    return sum(count / steps * predict(build("allreduce.ring", nranks), key[1], links).seconds
+               for key, count in counter.items() if isinstance(key, tuple))
+
+
+def measure_mappings(comm=None, steps: int = 2, machine: str = MACHINE, placement=PLACEMENT, scale: float = SCALE):
+    """Train the mesh a few steps with each mapping on emulated links; rows (on every rank), one per mapping."""
+    import torch
+    from mpi4py import MPI
+
+    from ...train.mesh import MeshTrainer, make_stack
+    from ...train.task import one_thread
+    from ...train.tensor import device_mesh
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if comm.Get_size() != len(placement):
+        raise ValueError(f"the mesh lesson runs on {len(placement)} ranks, not {comm.Get_size()}")
+    topology = preset(machine)
+    gen = torch.Generator().manual_seed(7)
+    rows = []
+    with one_thread():  # a rank's share of a core
+        for inner in (True, False):
+            rows.append(_one_mapping(comm, inner, topology, placement, scale, steps, gen, machine))
+    return rows
+
+
+def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: int, gen, machine: str) -> dict:
+    import torch
+    from mpi4py import MPI
+
+    from ...train.mesh import MeshTrainer, make_stack
+    from ...train.tensor import device_mesh
+
+    if True:
+        mesh = device_mesh(comm, 2, 2, tensor_inner=inner)
+        mine = [next(g for g in groups if comm.Get_rank() in g) for groups in (mesh.tensor_groups, mesh.data_groups)]
+        (t_spec, t_bw, t_lat), (d_spec, d_bw, d_lat) = (group_machine(topology, [placement[r] for r in g], scale)
+                                                        for g in mine)
+        trainer = MeshTrainer(make_stack(hidden=HIDDEN, blocks=BLOCKS), mesh, tensor_machine=t_spec, data_machine=d_spec)
+        x = torch.randn(TOKENS, 16, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, 8, (TOKENS,), generator=gen)
+        trainer.step(x, y)  # warm-up
+        trainer.tensor_sent.clear()
+        trainer.data_sent.clear()
+        seconds = []
+        for _ in range(steps):
+            comm.Barrier()
+            start = MPI.Wtime()
+            trainer.step(x, y)
+            comm.Barrier()
+            seconds.append(MPI.Wtime() - start)
+        row = {
+            "mapping": "tensor inside nodes" if inner else "tensor across nodes",
+            "tensor_gpus": [[placement[r] for r in g] for g in mesh.tensor_groups],
+            "data_gpus": [[placement[r] for r in g] for g in mesh.data_groups],
+            "tensor_link": t_spec, "data_link": d_spec,
+            "tensor_bytes": trainer.tensor_sent["allreduce"] / steps, "data_bytes": trainer.data_sent["allreduce"] / steps,
+            "tensor_calls": sum(c for k, c in trainer.tensor_sent.items() if isinstance(k, tuple)) / steps,
+            "predicted_tensor_s": _predicted(trainer.tensor_sent, steps, 2, t_bw, t_lat),
+            "predicted_data_s": _predicted(trainer.data_sent, steps, 2, d_bw, d_lat),
+            "measured_s": statistics.median(seconds) / scale, "scale": scale, "machine": machine}
+        row["predicted_s"] = row["predicted_tensor_s"] + row["predicted_data_s"]
+        mesh.free()
+    return row
+
+
+def mapping_lesson(rows: list[dict]) -> Finding:
+    """What the two mappings' rows say: which is faster, by how much against the prediction, who carries the bytes."""
+    good, bad = sorted(rows, key=lambda r: r["mapping"] != "tensor inside nodes")
+    said, conclusions = [], []
+    for r in (good, bad):
+        said.append(f"{r['mapping'].capitalize()} (tensor groups on GPUs {r['tensor_gpus']}, data groups on "
+                    f"{r['data_gpus']}): {r['measured_s'] * 1e6:.0f} us a step measured on the emulated links, "
+                    f"{r['predicted_s'] * 1e6:.0f} us predicted for its collectives "
+                    f"({r['predicted_tensor_s'] * 1e6:.0f} tensor, {r['predicted_data_s'] * 1e6:.0f} data).")
+    ratio, predicted_ratio = bad["measured_s"] / good["measured_s"], bad["predicted_s"] / good["predicted_s"]
+    share = good["tensor_bytes"] / (good["tensor_bytes"] + good["data_bytes"])
+    said.append(f"Each rank sends {good['tensor_bytes'] / 2**20:.1f} MiB a step in its tensor group "
+                f"({good['tensor_calls']:.0f} allreduces of activations) and {good['data_bytes'] / 2**20:.2f} MiB in "
+                f"its data group (one allreduce of its gradients): {share:.0%} of its bytes are the tensor group's. "
+                f"Putting the tensor groups across the nodes made a step {ratio:.1f}x as long (predicted "
+                f"{predicted_ratio:.1f}x).")
+    conclusions.append("the tensor group carries most of the bytes" if share > 0.5 else
+                       "the data group carries most of the bytes")
+    conclusions.append("the tensor-inside-nodes mapping is faster on the emulated machine" if ratio >= FASTER else
+                       "the two mappings take about as long on the emulated machine" if ratio > 1 / FASTER else
+                       "the tensor-across-nodes mapping is faster on the emulated machine")
+    close = all(abs(r["measured_s"] / r["predicted_s"] - 1) <= CLOSE for r in rows)
+    conclusions.append("the measured steps match the predictions on the emulated machine" if close else
+                       "the measured steps do not match the predictions on the emulated machine")
+    worst = max(abs(r["measured_s"] / r["predicted_s"] - 1) for r in rows)
+    said.append(f"The measured steps are within {worst:.0%} of the predicted collectives: "
+                + ("the rest is this machine's CPU work (compute, Python), divided by the scale." if close else
+                   f"more than {CLOSE:.0%} apart, so this machine's CPU work is not small beside the emulated links."))
+    return Finding(" ".join(said), tuple(conclusions))
+
+
+def _mesh_groups(world, data, tensor, tensor_inner):
+    from ...train.tensor import mesh_groups
+    return mesh_groups(world, data, tensor, tensor_inner)
+
+
+@exercise(_mesh_groups, "mesh_groups")
+def check_mesh_groups(mesh_groups):
+    """Compare the learner's ``mesh_groups(world, data, tensor, tensor_inner)`` with ringlab's."""
+    for world, data, tensor in ((4, 2, 2), (8, 2, 4), (16, 2, 8), (6, 3, 2)):
+        for inner in (True, False):
+            got, want = mesh_groups(world, data, tensor, inner), _mesh_groups(world, data, tensor, inner)
+            if got is None:
+                from ...lab.exercises import NotDoneYet
+                raise NotDoneYet("mesh_groups returned None")
+            if [[list(group) for group in groups] for groups in got] != [list(groups) for groups in want]:
+                raise AssertionError(
+                    f"mesh_groups({world}, {data}, {tensor}, tensor_inner={inner}) returned {got}; expected {want}.\n"
+                    "Hint: with tensor_inner, rank d*tensor + t sits at (d, t): a tensor group is a run of "
+                    "`tensor` consecutive ranks; otherwise rank t*data + d does, and the data groups are the runs.")
+    print("Correct: your tensor and data groups are ringlab's, for both mappings.")
+
+
+def split_against_whole(comm=None) -> list[dict]:
+    """An MLP (10 hidden features, which 4 ranks do not divide) split over every rank of ``comm`` against the whole
+    one: the largest relative difference of the output and of each gradient, on every rank."""
+    import torch
+    from mpi4py import MPI
+
+    from ...train.tensor import split_mlp
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    torch.manual_seed(3)
+    mlp = torch.nn.Sequential(torch.nn.Linear(5, 10), torch.nn.GELU(), torch.nn.Linear(10, 5)).double()
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    mlp(x).pow(2).sum().backward()
+    mine = x.detach().clone().requires_grad_(True)
+    split = split_mlp(mlp, comm)
+    out = split(mine)
+    out.pow(2).sum().backward()
+    (lo, hi), (clo, chi) = split[0].rows, split[2].columns
+    pairs = {"output": (out, mlp(x)), "input's gradient": (mine.grad, x.grad),
+             "first layer's rows (gradient)": (split[0].weight.grad, mlp[0].weight.grad[lo:hi]),
+             "second layer's columns (gradient)": (split[2].weight.grad, mlp[2].weight.grad[:, clo:chi])}
+    return [{"what": what, "hidden features here": hi - lo,
+             "difference": comm.allreduce(float((a - b).detach().abs().max() / b.detach().abs().max()), op=MPI.MAX)}
+            for what, (a, b) in pairs.items()]
+
+
+MAPPING_COLUMNS = {"mapping": "mapping", "tensor groups (GPUs)": "tensor_gpus", "tensor links": "tensor_link",
+                   "data links": "data_link", "tensor MiB a step": ("tensor_mib", ".2f"),
+                   "data MiB a step": ("data_mib", ".3f"), "measured (us)": "measured_s", "predicted (us)": "predicted_s"}
+
+
+def mapping_rows(rows: list[dict]) -> list[dict]:
+    """The rows with their bytes in MiB, for the table."""
+    return [{**r, "tensor_mib": r["tensor_bytes"] / 2**20, "data_mib": r["data_bytes"] / 2**20} for r in rows]

@@ -1,0 +1,285 @@
+"""Lab 08's sharded data parallelism: what plain data parallelism and each ZeRO stage hold and send, measured on
+4 ranks on an emulated machine, set against the ZeRO paper's formulas, predicted for 8 and 16 H100s; the
+exercise on the paper's memory formula."""
+from __future__ import annotations
+
+import statistics
+
+from ...algorithms import build
+from ...lab.exercises import compare, exercise
+from ...lab.findings import Finding
+from ...measure.units import format_bytes
+from ...predict import predict, predict_nccl
+from ...topology import from_spec, preset
+
+MACHINE = "uniform:0.05:20@10"  # 50 MB/s and 20 us a message, run 10x slower: the links, not 2 cores, set the pace
+WIDTHS = (60, 250, 130, 50)  # the MLP's layer widths: 3 weight matrices and 3 biases, 54,430 parameters
+VARIANTS = ("data parallel", "ZeRO stage 1", "ZeRO stage 2", "ZeRO stage 3")
+STAGE = dict(zip(VARIANTS, range(4)))
+ADAM_FP64 = dict(param_bytes=8, grad_bytes=8, state_bytes=16)  # float64 and Adam's two moments, what runs here
+H100_MEMORY = 80e9  # bytes: the H100 SXM's published 80 GB
+SCALE_MACHINES = ("hgx-h100-8", "ib-2x8-h100")
+SAME = 0.25  # two steps within 25% take about as long
+SLOWER = 1.2  # stage 3's step at least 1.2x the slowest of the others
+
+
+def make_model(seed: int = 0):
+    """The lesson's MLP (:data:`WIDTHS`, ReLU between), float64."""
+    import torch
+
+    torch.manual_seed(seed)
+    layers = []
+    for a, b in zip(WIDTHS, WIDTHS[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1]).double()
+
+
+def unit_bytes(model) -> list[int]:
+    """Bytes of each module's own parameters: what ZeroOptimizer shards as one unit."""
+    return [sum(p.numel() * p.element_size() for p in m.parameters(recurse=False)) for m in model.modules()
+            if any(True for _ in m.parameters(recurse=False))]
+
+
+def _calls(variant: str, sizes: list[int]) -> list[tuple[str, int]]:
+    """(schedule, bytes) of every collective a step runs: one bucket's allreduce, or each unit's."""
+    if variant == "data parallel":
+        return [("allreduce.ring", sum(sizes))]
+    per = ["reduce_scatter.ring", "allgather.ring"] + (["allgather.ring"] if STAGE[variant] == 3 else [])
+    return [(name, size) for size in sizes for name in per]
+
+
+def measure_sharding(comm=None, steps: int = 3, machine: str = MACHINE) -> dict:
+    """Every variant trains ``steps`` steps (Adam) on ``machine``'s emulated links; what each rank holds, sends and
+    waits, on every rank: {"rows": [...], "machine", "ranks", "nparams"}."""
+    import torch
+    from mpi4py import MPI
+
+    from ...mpi.emulate import emulate
+    from ...train import DistributedOptimizer, ZeroOptimizer
+    from ...train.task import one_thread
+    from ...train.zero import model_memory, sent_bytes, zero_memory
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    n, rank = comm.Get_size(), comm.Get_rank()
+    topology, scale = from_spec(machine, n)
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(8, WIDTHS[0], generator=gen, dtype=torch.float64)
+    rows = []
+    with one_thread():
+        for variant in VARIANTS:
+            model = make_model()
+            adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+            sizes = unit_bytes(model)
+            if variant == "data parallel":
+                opt = DistributedOptimizer(adam, model.named_parameters(), overlap=False, bucket_bytes=sum(sizes))
+            else:
+                opt = ZeroOptimizer(adam, model, stage=STAGE[variant], comm=comm)
+            seconds = []
+            with emulate(machine):
+                for step in range(steps + 1):  # the first is a warm-up
+                    opt.zero_grad()
+                    comm.Barrier()
+                    start = MPI.Wtime()
+                    model(x).pow(2).mean().backward()
+                    opt.step()
+                    comm.Barrier()
+                    seconds.append(MPI.Wtime() - start)
+                    if step == 0 and variant != "data parallel":
+                        opt.sent.clear()
+            held = opt.memory() if variant != "data parallel" else model_memory(model, adam)
+            sent = (sum(opt.sent.values()) / steps if variant != "data parallel"
+                    else sent_bytes("allreduce.ring", n, sum(sizes), 8)[rank])
+            predicted = sum(predict(build(name, n), nbytes, topology).seconds for name, nbytes in _calls(variant, sizes))
+            opt.close()
+            rows.append({"variant": variant, "held": held, "sent": sent, "calls": len(_calls(variant, sizes)),
+                         "measured_s": statistics.median(seconds[1:]) / scale, "predicted_s": predicted})
+    everyone = comm.allgather(rows)
+    nparams = sum(p.numel() for p in make_model().parameters())
+    out = []
+    for i, row in enumerate(rows):
+        out.append({**{k: v for k, v in row.items() if k not in ("held", "sent")},
+                    "held": [r[i]["held"] for r in everyone], "sent": [r[i]["sent"] for r in everyone],
+                    "measured_s": max(r[i]["measured_s"] for r in everyone),
+                    "formula": sum(zero_memory(nparams, n, STAGE[row["variant"]], **ADAM_FP64).values())})
+    return {"rows": out, "machine": machine, "ranks": n, "nparams": nparams}
+
+
+def memory_rows(result: dict) -> list[dict]:
+    """Rank 0's bytes by kind against the paper's formula (in this run's bytes: float64, Adam), per variant."""
+    from ...train.zero import zero_memory
+
+    out = []
+    for row in result["rows"]:
+        formula = zero_memory(result["nparams"], result["ranks"], STAGE[row["variant"]], **ADAM_FP64)
+        held = row["held"][0]
+        out.append({"variant": row["variant"], **held, "total": sum(held.values()),
+                    "formula": sum(formula.values()), "ratio": sum(held.values()) / sum(formula.values())})
+    return out
+
+
+def traffic_rows(result: dict) -> list[dict]:
+    """Bytes every rank sent a step (mean over ranks, counted from the schedules) against the paper's table, and the
+    step measured on the emulated links against the cost model's time for its collectives."""
+    from ...train.zero import zero_traffic
+
+    n, psi = result["ranks"], result["nparams"]
+    base = zero_traffic(psi, n, 0, itemsize=8)
+    return [{"variant": row["variant"], "calls": row["calls"], "sent": statistics.mean(row["sent"]),
+             "paper": zero_traffic(psi, n, STAGE[row["variant"]], itemsize=8),
+             "versus_dp": statistics.mean(row["sent"]) / base,
+             "measured_s": row["measured_s"], "predicted_s": row["predicted_s"]} for row in result["rows"]]
+
+
+def sharding_lesson(result: dict) -> Finding:
+    """What the rows say: memory falls stage by stage, stage 3 sends 1.5x, and what that costs on the emulated links."""
+    memory, traffic = memory_rows(result), traffic_rows(result)
+    totals = [row["total"] for row in memory]
+    falls = all(b < a for a, b in zip(totals, totals[1:]))
+    row = {r["variant"]: r for r in traffic}
+    ratio = {v: r["versus_dp"] for v, r in row.items()}
+    time = {v: r["measured_s"] for v, r in row.items()}
+    one, two, three = (time[f"ZeRO stage {k}"] for k in (1, 2, 3))
+    alike = abs(two / one - 1) <= SAME
+    slower = three >= SLOWER * max(t for v, t in time.items() if v != "ZeRO stage 3")
+    said = [f"Rank 0 of {result['ranks']} held {format_bytes(totals[0])} with plain data parallelism, then "
+            + ", ".join(f"{format_bytes(t)} at stage {i}" for i, t in enumerate(totals[1:], 1))
+            + f" ({totals[-1] / totals[0]:.0%} of it at stage 3), each within "
+            + f"{max(abs(r['ratio'] - 1) for r in memory):.2%} of the paper's formula (the rest: Adam's step counters "
+            + "and pieces one element larger than a 1/n share)."]
+    said.append(f"Per step every rank sent {ratio['ZeRO stage 1']:.2f}x and {ratio['ZeRO stage 2']:.2f}x what plain data "
+                f"parallelism sends at stages 1 and 2, {ratio['ZeRO stage 3']:.2f}x at stage 3: the paper's 2 Psi and "
+                "3 Psi (counted from the schedules).")
+    said.append("On the emulated links a step took " + ", ".join(
+        f"{time[v] * 1e3:.1f} ms {'with plain data parallelism' if v == 'data parallel' else 'at stage ' + v[-1]}"
+        f" (predicted {row[v]['predicted_s'] * 1e3:.1f} for its {row[v]['calls']} collective"
+        f"{'s' if row[v]['calls'] > 1 else ''})" for v in VARIANTS) + ". "
+        + ("Stages 1 and 2 run the same collectives and took about as long" if alike else
+           "Stages 1 and 2 run the same collectives but did not take as long as each other")
+        + (f"; stage 3 took {three / two:.1f}x as long as stage 2: its memory is paid for in traffic." if slower else
+           f"; stage 3 was not clearly slower ({three / two:.1f}x stage 2)."))
+    overhead = (time["ZeRO stage 1"] - row["ZeRO stage 1"]["predicted_s"]) - \
+               (time["data parallel"] - row["data parallel"]["predicted_s"])
+    observed = ("ZeRO's collectives cost more than the model predicts, beside data parallelism's one"
+                if overhead > 0.25 * row["data parallel"]["predicted_s"] else
+                "ZeRO's collectives cost what the model predicts, beside data parallelism's one")
+    said.append(f"The model puts stages 1 and 2 within {row['ZeRO stage 1']['predicted_s'] / row['data parallel']['predicted_s'] - 1:.0%} "
+                f"of data parallelism (the same bytes; a few more latencies). Measured, stage 1 spent {overhead * 1e3:+.1f} ms "
+                "more beyond its prediction than data parallelism did: each of its collectives' steps also pays this "
+                "machine's own time to wake a sleeping rank and run Python, and it runs "
+                f"{row['ZeRO stage 1']['calls']} collectives where data parallelism runs one (FSDP and DeepSpeed "
+                "bucket their units for the same reason).")
+    conclusions = ("each stage holds less than the one before" if falls else "a stage holds as much as the one before",
+                   f"stage 3 sends {ratio['ZeRO stage 3']:.1f}x what data parallelism sends",
+                   "stages 1 and 2 take about as long on the emulated machine" if alike else
+                   "stages 1 and 2 do not take as long as each other on the emulated machine",
+                   "stage 3 is the slowest on the emulated machine" if slower else
+                   "stage 3 is not clearly the slowest on the emulated machine")
+    return Finding(" ".join(said), conclusions, (observed,))
+
+
+def at_scale(nparams: float = 7.5e9, machines=SCALE_MACHINES) -> list[dict]:
+    """Predicted per GPU for a model of ``nparams`` in mixed precision with Adam (the paper's K = 12): memory by
+    the paper's formulas against an H100's 80 GB, and each step's collectives by NCCL's model (fp16 gradients and
+    parameters, each collective over the whole model in one call)."""
+    from ...train.zero import zero_memory
+
+    rows = []
+    for name in machines:
+        topology = preset(name)
+        n, nbytes = topology.nranks, int(2 * nparams)
+        for variant in VARIANTS:
+            stage = STAGE[variant]
+            calls = (["allreduce"] if stage == 0 else ["reduce_scatter", "allgather"]
+                     + (["allgather"] if stage == 3 else []))
+            seconds = sum(predict_nccl(c, nbytes, topology).seconds for c in calls)
+            memory = sum(zero_memory(nparams, n, stage).values())
+            rows.append({"machine": name, "ranks": n, "variant": variant, "memory": memory, "gb": memory / 1e9,
+                         "fits": memory <= H100_MEMORY, "comm_s": seconds})
+    return rows
+
+
+def describe_at_scale(rows: list[dict], nparams: float = 7.5e9) -> str:
+    """Which variants fit, and what their traffic costs, machine by machine (predicted)."""
+    said = []
+    for name in dict.fromkeys(r["machine"] for r in rows):
+        mine = [r for r in rows if r["machine"] == name]
+        fits = [r for r in mine if r["fits"]]
+        dp = mine[0]
+        first = fits[0] if fits else None
+        said.append(f"{name} ({dp['ranks']} GPUs), {nparams / 1e9:g}B parameters: plain data parallelism needs "
+                    f"{dp['memory'] / 1e9:.0f} GB a GPU, " + ("which fits" if dp["fits"] else "more than 80 GB") +
+                    (f"; {first['variant']} is the first that fits ({first['memory'] / 1e9:.1f} GB)" if first and
+                     first is not dp else "") +
+                    f". The collectives of a step: {dp['comm_s'] * 1e3:.0f} ms for data parallelism, "
+                    + ", ".join(f"{r['comm_s'] * 1e3:.0f} ms at stage {STAGE[r['variant']]}" for r in mine[1:])
+                    + " (NCCL's model).")
+    return "\n".join(said)
+
+
+def _zero_bytes(psi, n, stage, k=12):
+    from ...train.zero import zero_memory
+    return sum(zero_memory(psi, n, stage, state_bytes=k).values())
+
+
+@exercise(_zero_bytes, "formula")
+def check_zero_bytes(zero_bytes):
+    """Compare ``zero_bytes(psi, n, stage, k)`` with the paper's formulas (2 + 2 + K bytes a parameter)."""
+    cases = [dict(psi=7.5e9, n=64, stage=0, k=12), dict(psi=7.5e9, n=64, stage=1, k=12),
+             dict(psi=7.5e9, n=64, stage=2, k=12), dict(psi=7.5e9, n=64, stage=3, k=12),
+             dict(psi=1e9, n=8, stage=2, k=16)]
+    compare(zero_bytes, "zero_bytes", cases, _zero_bytes, "fp16 parameters (2 bytes) and gradients (2) and K bytes of "
+            "optimizer state a parameter; stage 1 divides the state by n, stage 2 also the gradients, stage 3 all three.",
+            unit="bytes")
+    print("Correct: your formula gives the paper's 120 GB, 31.4 GB, 16.6 GB and 1.9 GB for 7.5B parameters on 64 GPUs.")
+
+
+def against_data_parallel(comm=None, steps: int = 3) -> list[dict]:
+    """Each stage and plain data parallelism train a small float64 model (modules of 88, 1, 60 and 6 parameters, no
+    count dividing by most rank counts) ``steps`` steps with SGD and with Adam; the largest relative difference of
+    each stage's weights from data parallelism's, on every rank."""
+    import torch
+    from mpi4py import MPI
+
+    from ...train import DistributedOptimizer, ZeroOptimizer
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    rank = comm.Get_rank()
+
+    def model():
+        torch.manual_seed(5)
+        return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.PReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
+                                   torch.nn.Linear(5, 1)).double()
+
+    def train(wrap, make):
+        m = model()
+        opt = wrap(m, make(m.parameters()))
+        for step in range(steps):
+            gen = torch.Generator().manual_seed(1000 * step + rank)
+            x = torch.randn(6, 7, generator=gen, dtype=torch.float64)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), x.sum(dim=1, keepdim=True).sin()).backward()
+            opt.step()
+        weights = torch.cat([t.reshape(-1) for t in (opt.full_parameters() if hasattr(opt, "full_parameters")
+                                                     else m.parameters())]).detach()
+        opt.close()
+        return weights
+
+    rows = []
+    for name, make in (("SGD", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+                       ("Adam", lambda p: torch.optim.Adam(p, lr=0.01))):
+        plain = train(lambda m, o: DistributedOptimizer(o, m.named_parameters(), overlap=False, comm=comm), make)
+        for stage in (1, 2, 3):
+            mine = train(lambda m, o: ZeroOptimizer(o, m, stage=stage, comm=comm), make)
+            difference = float((mine - plain).abs().max() / plain.abs().max())
+            rows.append({"optimizer": name, "stage": stage, "difference": comm.allreduce(difference, op=MPI.MAX)})
+    return rows
+
+
+MEMORY_COLUMNS = {"variant": "variant", "parameters (KiB)": "parameters", "gradients (KiB)": "gradients",
+                  "optimizer state (KiB)": "optimizer_state", "total (KiB)": "total",
+                  "paper's formula (KiB)": "formula", "measured / formula": ("ratio", ".4f")}
+TRAFFIC_COLUMNS = {"variant": "variant", "collectives a step": "calls", "sent a step (KiB)": "sent",
+                   "paper's table (KiB)": "paper", "x data parallel": ("versus_dp", ".2f"),
+                   "measured step (ms)": "measured_s", "predicted collectives (ms)": "predicted_s"}
+SCALE_COLUMNS = {"machine": "machine", "GPUs": "ranks", "variant": "variant", "memory a GPU (GB)": ("gb", ".1f"),
+                 "fits in 80 GB": "fits", "collectives a step (ms)": "comm_s"}

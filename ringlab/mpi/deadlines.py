@@ -1,0 +1,141 @@
+"""Deadlines: every multi-rank operation of ringlab waits a bounded time unless the user turns it off.
+
+``timeout="default"`` (every call's default) means :data:`DEFAULT_SECONDS`, or what the
+environment variable ``RINGLAB_TIMEOUT`` says (seconds, or ``none``/``off`` for no limit);
+``timeout=5`` five seconds; ``timeout=None`` no limit. The deadline bounds each wait of an
+operation (the argument agreement, each step of a schedule, each message of a trainer): past it,
+the operation raises :class:`StepTimeout` naming what it waited for and the ranks that did not come.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+DEFAULT = "default"          # the timeout every call takes unless told otherwise
+DEFAULT_SECONDS = 60.0       # what DEFAULT means when RINGLAB_TIMEOUT is not set
+ENV = "RINGLAB_TIMEOUT"      # seconds, or none/off
+OFF = ("none", "off")
+
+
+class StepTimeout(TimeoutError):
+    """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
+
+
+def default_seconds(environ=None, name: str = ENV, fallback: float = DEFAULT_SECONDS) -> float | None:
+    """The default deadline in seconds: the environment variable ``name`` (a number > 0, or none/off: None),
+    else ``fallback`` (for ``RINGLAB_TIMEOUT``: 60)."""
+    value = (os.environ if environ is None else environ).get(name, "").strip()
+    if not value:
+        return fallback
+    if value.lower() in OFF:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 < number < math.inf:
+        raise ValueError(f"{name} must be a number of seconds > 0, or 'none' for no limit; got {value!r}")
+    return number
+
+
+def usable(timeout) -> bool:
+    """Whether ``timeout`` is a valid timeout: "default", None (no limit) or a number of seconds > 0."""
+    if timeout is None or (isinstance(timeout, str) and timeout == DEFAULT):
+        return True
+    return (not isinstance(timeout, bool) and isinstance(timeout, (int, float, np.number))
+            and 0 < timeout < math.inf)
+
+
+_UNREAD = object()
+_READ: list = [_UNREAD, None]  # RINGLAB_TIMEOUT as last read, and what it means: worked out again when it changes
+
+
+def seconds(timeout) -> float | None:
+    """The deadline ``timeout`` stands for, in seconds (None: no limit); an unusable one counts as the
+    default, so that the call still waits a bounded time while it reports the mistake."""
+    if timeout is None:
+        return None
+    if type(timeout) is float or (usable(timeout) and not isinstance(timeout, str)):
+        return float(timeout)
+    raw = os.environ.get(ENV)
+    if raw != _READ[0]:
+        _READ[1], _READ[0] = default_seconds(), raw
+    return _READ[1]
+
+
+def deadline(limit: float | None) -> float | None:
+    """The time.monotonic() at which ``limit`` seconds from now run out (None: never)."""
+    return None if limit is None else time.monotonic() + limit
+
+
+_YIELD: list[bool] = []
+_ALL: list = []  # MPI's Waitall and Testall, looked up once
+
+
+def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
+    """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
+
+    Polling gives the core away between tests when the node runs more ranks than cores, so that the
+    rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings);
+    with ``nap`` it sleeps that long between tests instead (on emulated links, where ranks wait by sleeping).
+    """
+    if nap:
+        while not request.Test():
+            if deadline is not None and time.monotonic() > deadline:
+                raise StepTimeout(message())
+            time.sleep(nap)
+        return
+    if deadline is None:
+        request.Wait()
+        return
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    give_way, polls = _YIELD[0], 0
+    while not request.Test():
+        polls += 1
+        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+            raise StepTimeout(message())
+        if give_way:
+            os.sched_yield()
+
+
+def wait_all(requests, deadline: float | None, message) -> None:
+    """Wait for every request of ``requests`` (one ``Testall`` a poll), as :func:`wait` does for one."""
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    if not _ALL:
+        from mpi4py import MPI
+        _ALL.extend((MPI.Request.Waitall, MPI.Request.Testall))
+    if deadline is None:
+        _ALL[0](requests)
+        return
+    give_way, polls, testall = _YIELD[0], 0, _ALL[1]
+    while not testall(requests):
+        polls += 1
+        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+            raise StepTimeout(message())
+        if give_way:
+            os.sched_yield()
+
+
+def probe(comm, source: int, tag: int, deadline: float | None, message, status=None) -> None:
+    """Wait until a message from ``source`` with ``tag`` has arrived on ``comm`` (without receiving it), as
+    :func:`wait` waits for a request: past ``deadline`` a StepTimeout(``message()``)."""
+    if deadline is None:
+        comm.Probe(source=source, tag=tag, status=status)
+        return
+    if not _YIELD:
+        from .launch import oversubscribed
+        _YIELD.append(oversubscribed())
+    give_way, polls = _YIELD[0], 0
+    while not comm.Iprobe(source=source, tag=tag, status=status):
+        polls += 1
+        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+            raise StepTimeout(message())
+        if give_way:
+            os.sched_yield()

@@ -1,0 +1,263 @@
+"""ringlab's own communicators: its traffic never meets the user's, nor another ringlab object's.
+
+Every collective runs on a private duplicate of the communicator it is given, made once (the first
+call on that communicator) and freed with it: the duplicate, and everything ringlab keeps for that
+communicator (the fast path's plans and persistent requests, scratch, transport choices, node
+ids, IPC buffers), hang off the user's communicator as an MPI attribute whose delete callback
+frees them when the user frees the communicator. Nothing is keyed by a handle number, which MPI
+reuses after a Free. Each DistributedOptimizer and parameter server gets a duplicate of its own
+(:func:`duplicate`), freed by its ``close()`` or with the user's communicator.
+
+The state of one communicator (:class:`Private`) also counts the calls made on it, which travel
+with the argument agreement: ranks that are at different calls are told so (:class:`OutOfStep`)
+and are in step again from the next call. After a call that failed part-way (a timeout, an
+interrupt), its duplicate is set aside with every message still in flight on it, and the next
+call starts on a fresh one, so nothing is ever paired with a stale message. The rank that gives
+up also leaves a notice ("gave up on call k") on the old duplicate for the others: a rank that
+arrives late finds it when its arguments are compared, and joins the fresh duplicate too (where the
+call numbers then say who is out of step) instead of waiting for ranks that have gone. (A rank
+already past that comparison keeps to its own deadline and names what it waited for.)
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import sys
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from .deadlines import StepTimeout, deadline, seconds, wait
+from .executor import NOTICE_TAG
+
+
+class OutOfStep(RuntimeError):
+    """The ranks are at different calls on one communicator (``calls``: each rank's count)."""
+
+    def __init__(self, text: str, calls: list[int]):
+        super().__init__(text)
+        self.calls = calls
+
+
+_KEYS: list[int] = []        # the attribute keys: a user communicator's Private, a duplicate's owner
+_LIVE: "weakref.WeakSet[Private]" = weakref.WeakSet()
+_MAKING = threading.Lock()   # two threads asking for the same communicator's state make one
+NOTICE_SECONDS = 1.0         # how long a rank that gives up makes progress on its notices before going on
+_ORDER = itertools.count()
+_MPI: list = []              # mpi4py's MPI, imported once   # states in the order they were made: the same on every rank of an SPMD program
+
+
+def _keys() -> list[int]:
+    if not _KEYS:
+        from mpi4py import MPI
+
+        _KEYS.append(MPI.Comm.Create_keyval(delete_fn=_freed_with_user))
+        _KEYS.append(MPI.Comm.Create_keyval())
+        atexit.register(_forget_all)  # before mpi4py finalizes MPI (registered earlier, runs later)
+    return _KEYS
+
+
+def _freed_with_user(comm, keyval, private) -> None:
+    """MPI's delete callback: the user freed ``comm``, so ringlab's state for it goes too."""
+    private.free()
+
+
+def _forget_all() -> None:
+    for private in list(_LIVE):
+        private.forget()
+
+
+class Private:
+    """What ringlab keeps for one communicator: its private duplicate (made at first use), a lock,
+    the count of calls, and ``cache``: each module's state for this communicator, with ``on_free``
+    hooks that give back what it holds (persistent requests, split communicators)."""
+
+    def __init__(self, source, what: str = "ringlab", parent: "Private | None" = None):
+        self.source, self.what, self.parent = source, what, parent
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.cache: dict = {}
+        self.children: list[Private] = []   # optimizers' and servers' own duplicates of this communicator
+        self.freed = False
+        self._dup = None
+        self._pending = None                # an Idup that did not finish in time: the next call waits for it
+        self._set_aside: list = []          # duplicates given up after a failed call, freed with this state
+        self._notes: list = []              # the notices this rank left on them (kept until they are freed)
+        self.heard: str | None = None       # the last notice found from another rank: who gave up on which call
+        self._hooks: dict = {}
+        self.order = next(_ORDER)
+        _LIVE.add(self)
+
+    def comm(self, what: str, limit: float | None):
+        """The private duplicate; made now (``Idup`` of the user's communicator, within ``limit``
+        seconds) if there is none. Collective over the user's communicator the first time."""
+        if self._dup is not None:
+            return self._dup
+        if self.freed:
+            raise ValueError(f"{what}: ringlab's state for this communicator was freed (the communicator, or "
+                             "the optimizer or server that owned it, was closed)")
+        if self._pending is None:
+            self._pending = self.source.Idup()
+        dup, request = self._pending
+        size = self.source.Get_size()
+        wait(request, deadline(limit), lambda: (
+            f"rank {self.source.Get_rank()}: {what}: not every rank of the communicator ({size} ranks) arrived "
+            f"within {limit:g} s to set up ringlab's private communicator, which the first ringlab call on a "
+            "communicator makes (which ranks are missing cannot be told before it exists): a rank skipped this "
+            "call, or is still busy elsewhere" + (f"; earlier, {self.heard}" if self.heard else "")))
+        self._pending = None
+        dup.Set_attr(_keys()[1], self)
+        self._dup = dup
+        return dup
+
+    def on_free(self, name: str, release) -> None:
+        """Call ``release()`` when this state is forgotten (``name``: one hook per cache entry)."""
+        self._hooks[name] = release
+
+    def forget(self) -> None:
+        """Drop every cache entry, giving back what they hold."""
+        hooks, self._hooks = self._hooks, {}
+        for release in hooks.values():
+            try:
+                release()
+            except Exception:  # MPI already finalized, or a request that cannot be freed: nothing to do
+                pass
+        self.cache.clear()
+
+    def set_aside(self, notify: bool = True) -> None:
+        """After a call that failed part-way: forget this duplicate's state and start the next call on a
+        fresh duplicate. The old one is kept (messages may still be in flight on it) and freed with this
+        state; with ``notify`` the other ranks find a notice on it that this rank gave up on this call."""
+        self.forget()
+        dup, self._dup = self._dup, None
+        if dup is None:
+            return
+        self._set_aside.append(dup)
+        if notify:
+            note = np.array([self.calls], np.int64)
+            self._notes.append(note)  # kept until dup is freed
+            sends = [dup.Isend(note, dest=rank, tag=NOTICE_TAG) for rank in range(dup.Get_size())
+                     if rank != dup.Get_rank()]
+            until = time.monotonic() + NOTICE_SECONDS  # on its way now: this rank may make no MPI call for a while,
+            while not all(r.Test() for r in sends) and time.monotonic() < until:  # and a send moves only when it does
+                time.sleep(0)
+            for r in sends:
+                if not r.Test():
+                    r.Free()
+
+    def given_up(self) -> str | None:
+        """Whether another rank gave up on a call of the current duplicate (a notice waits): what it said."""
+        if self._dup is None:
+            return None
+        if not _MPI:
+            from mpi4py import MPI
+            _MPI.append(MPI)
+        MPI = _MPI[0]
+        status = MPI.Status()
+        # a first Iprobe may only move messages along (MPICH): a notice that has arrived is seen by the second
+        if not (self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status)
+                or self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status)):
+            return None
+        note = np.empty(1, np.int64)
+        self._dup.Recv(note, source=status.Get_source(), tag=NOTICE_TAG)
+        self.heard = (f"rank {status.Get_source()} gave up on call {int(note[0])} on this communicator (its deadline "
+                      "passed, or it was interrupted)")
+        return f"rank {self._dup.Get_rank()}: {self.heard}"
+
+    def free(self) -> None:
+        """Give back everything: caches, the duplicates, and the states of the objects made from this one."""
+        if self.freed:
+            return
+        self.freed = True
+        self.forget()
+        for child in self.children:
+            child.free()
+        self.children = []
+        for dup in ([self._dup] if self._dup is not None else []) + self._set_aside:
+            try:
+                dup.Free()
+            except Exception:
+                pass
+        self._dup, self._set_aside, self._notes = None, [], []
+        _LIVE.discard(self)
+
+
+def state(comm) -> Private:
+    """ringlab's state for ``comm``: the user's communicator, or one of ringlab's own duplicates (whose
+    state is the one that made it)."""
+    mine, owner = _keys()
+    found = comm.Get_attr(mine)  # a user's communicator (most calls), else one of ringlab's duplicates
+    if found is not None:
+        return found
+    found = comm.Get_attr(owner)  # (attributes are not copied to a duplicate: a duplicate has only this one)
+    if found is not None:
+        return found
+    with _MAKING:
+        found = comm.Get_attr(mine)
+        if found is None:
+            found = Private(comm)
+            comm.Set_attr(mine, found)
+    return found
+
+
+def live() -> list[Private]:
+    """Every state that has not been freed, oldest first (for ``rl.release_buffers()`` without a communicator)."""
+    return sorted(_LIVE, key=lambda private: private.order)
+
+
+class entered:
+    """``with entered(comm, what, timeout) as private:`` runs one ringlab call on ``comm``'s private
+    duplicate, with the call counted and the duplicate made (within the deadline). One thread at a time
+    per communicator; a call that fails part-way (anything but a ValueError or OutOfStep, which every
+    rank raises alike after a completed agreement) sets the duplicate aside, so the next call starts clean."""
+
+    __slots__ = ("private", "what", "timeout")
+
+    def __init__(self, comm, what: str, timeout):
+        self.private, self.what, self.timeout = state(comm), what, timeout
+
+    def __enter__(self) -> Private:
+        private = self.private
+        if not private.lock.acquire(blocking=False):
+            raise RuntimeError(
+                f"{self.what}: another thread of this process is in a ringlab call on this communicator; MPI pairs "
+                "calls by their order, so two threads on one communicator could pair the wrong calls: give each "
+                "thread its own communicator (comm.Dup())")
+        try:
+            private.calls += 1
+            if private._dup is None:
+                private.comm(self.what, seconds(self.timeout))
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return private
+
+    def __exit__(self, kind, error, traceback) -> None:
+        try:
+            if kind is not None and not issubclass(kind, (ValueError, OutOfStep)):
+                self.private.set_aside()
+        finally:
+            self.private.lock.release()
+
+
+def duplicate(comm, what: str, timeout):
+    """A communicator of ringlab's own for one object (an optimizer, a server) on ``comm``'s ranks, made
+    now (collective, within the deadline) and freed by :func:`release` or with ``comm``."""
+    parent = state(comm)
+    private = Private(comm, what, parent)
+    dup = private.comm(what, seconds(timeout))
+    parent.children.append(private)
+    return dup
+
+
+def release(comm) -> None:
+    """Free an object's own communicator made by :func:`duplicate` (and ringlab's state for it)."""
+    private = state(comm)
+    private.free()
+    if private.parent is not None and private in private.parent.children:
+        private.parent.children.remove(private)
+
+
+__all__ = ["OutOfStep", "Private", "StepTimeout", "duplicate", "entered", "live", "release", "state"]

@@ -1,0 +1,143 @@
+"""Lab 08's room: the lessons' words follow their numbers, the exercise checks accept the reference and refuse a
+wrong answer, the predictions and published comparisons hold, and the plots draw."""
+import numpy as np
+import pytest
+
+from ringlab.lab.exercises import NotDoneYet
+from ringlab.lessons.lab08_beyond_data_parallelism import attention, experts, mesh, nccl, sharding
+from ringlab.train.tensor import mesh_groups
+
+
+def _sharding_result(stage3_s=0.03, stage2_s=0.02):
+    held = lambda p, g, s: [{"parameters": p, "gradients": g, "optimizer_state": s}] * 2
+    rows = [{"variant": "data parallel", "held": held(80, 80, 160), "sent": [80, 80], "calls": 1,
+             "measured_s": 0.02, "predicted_s": 0.018, "formula": 320},
+            {"variant": "ZeRO stage 1", "held": held(80, 80, 80), "sent": [80, 80], "calls": 6,
+             "measured_s": 0.02, "predicted_s": 0.018, "formula": 240},
+            {"variant": "ZeRO stage 2", "held": held(80, 40, 80), "sent": [80, 80], "calls": 6,
+             "measured_s": stage2_s, "predicted_s": 0.018, "formula": 200},
+            {"variant": "ZeRO stage 3", "held": held(40, 40, 80), "sent": [120, 120], "calls": 9,
+             "measured_s": stage3_s, "predicted_s": 0.027, "formula": 160}]
+    return {"rows": rows, "machine": "uniform:0.05:20@10", "ranks": 2, "nparams": 10}
+
+
+def test_the_sharding_lesson_follows_its_numbers():
+    finding = sharding.sharding_lesson(_sharding_result())
+    assert finding.conclusions == ("each stage holds less than the one before", "stage 3 sends 1.5x what data "
+                                   "parallelism sends", "stages 1 and 2 take about as long on the emulated machine",
+                                   "stage 3 is the slowest on the emulated machine")
+    slow = sharding.sharding_lesson(_sharding_result(stage3_s=0.021, stage2_s=0.02))
+    assert "stage 3 is not clearly the slowest on the emulated machine" in slow.conclusions
+    assert [r["ratio"] for r in sharding.memory_rows(_sharding_result())] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_at_scale_plain_data_parallelism_does_not_fit_and_stage_3_sends_most():
+    rows = sharding.at_scale()
+    dp = [r for r in rows if r["variant"] == "data parallel"]
+    assert all(not r["fits"] and r["memory"] == pytest.approx(120e9) for r in dp)
+    for machine in sharding.SCALE_MACHINES:
+        mine = {r["variant"]: r for r in rows if r["machine"] == machine}
+        assert mine["ZeRO stage 3"]["comm_s"] > mine["ZeRO stage 1"]["comm_s"] >= mine["data parallel"]["comm_s"]
+    assert "ZeRO stage 1 is the first that fits" in sharding.describe_at_scale(rows)
+
+
+def test_the_mapping_lesson_follows_its_numbers():
+    row = lambda name, measured, tensor, data: {
+        "mapping": name, "tensor_gpus": [], "data_gpus": [], "tensor_bytes": 4.0, "data_bytes": 1.0, "tensor_calls": 4,
+        "measured_s": measured, "predicted_s": tensor + data, "predicted_tensor_s": tensor, "predicted_data_s": data}
+    good = mesh.mapping_lesson([row("tensor inside nodes", 1.1, 0.8, 0.2), row("tensor across nodes", 3.3, 2.9, 0.1)])
+    assert good.conclusions == ("the tensor group carries most of the bytes",
+                                "the tensor-inside-nodes mapping is faster on the emulated machine",
+                                "the measured steps match the predictions on the emulated machine")
+    tie = mesh.mapping_lesson([row("tensor inside nodes", 2.0, 0.8, 0.2), row("tensor across nodes", 2.1, 2.9, 0.1)])
+    assert "the two mappings take about as long on the emulated machine" in tie.conclusions
+    assert "the measured steps do not match the predictions on the emulated machine" in tie.conclusions
+
+
+def test_group_machines_are_the_presets_links():
+    from ringlab.topology import preset
+
+    spec, bandwidth, latency = mesh.group_machine(preset("ib-2x8-h100"), [0, 8], scale=100)
+    assert spec == f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}@100" and bandwidth == pytest.approx(48e9)
+
+
+def test_the_imbalance_lesson_follows_its_numbers():
+    row = lambda router, per_expert, capacity, sent, seconds: {
+        "router": router, "per_expert": per_expert, "capacity": capacity, "mean_pair": 2, "sent": sent,
+        "imbalance": max(per_expert) / np.mean(per_expert), "measured_s": seconds, "predicted_s": seconds}
+    finding = experts.imbalance_lesson([row("as initialised", [2, 2], 1, 10, 1.0), row("skewed", [4, 0], 3, 30, 2.0)])
+    assert finding.conclusions == ("the skewed router loads its busiest expert more",
+                                   "the skewed router's all-to-alls move more bytes",
+                                   "the skewed layer takes longer on the emulated machine")
+
+
+def test_the_attention_lesson_says_equal_and_observes_the_overlap():
+    result = {"ranks": 4, "difference": 1e-15, "causal": True, "block_bytes": 1024, "passed_bytes": 3072,
+              "sequence": 64, "overlapped_s": 1.0, "serial_s": 1.0}
+    finding = attention.attention_lesson(result)
+    assert finding.conclusions == ("ring attention equals full attention",)
+    assert finding.observations == ("overlapping did not clearly pay on this machine",)
+
+
+def test_the_checks_take_the_reference_and_refuse_a_wrong_answer():
+    import ringlab.train.attention as reference_attention
+
+    assert sharding.check_zero_bytes(sharding._zero_bytes, strict=True) is sharding._zero_bytes
+    with pytest.raises(AssertionError, match="Hint"):
+        sharding.check_zero_bytes(lambda psi, n, stage, k=12: (4 + k) * psi / n, strict=True)
+    with pytest.raises(NotDoneYet):
+        sharding.check_zero_bytes(lambda psi, n, stage, k=12: None, strict=True)
+    assert mesh.check_mesh_groups(mesh_groups, strict=True) is mesh_groups
+    with pytest.raises(AssertionError, match="Hint"):
+        mesh.check_mesh_groups(lambda w, d, t, inner=True: mesh_groups(w, d, t, not inner), strict=True)
+    assert experts.check_padded_bytes(experts._padded_bytes, strict=True) is experts._padded_bytes
+    with pytest.raises(AssertionError, match="Hint"):
+        experts.check_padded_bytes(lambda table, b: sum(map(sum, table)) * b, strict=True)
+    assert attention.check_merge(reference_attention.merge, strict=True) is reference_attention.merge
+
+    def no_rescale(m, l, o, scores, v):  # forgets to rescale what it had when the maximum grows
+        top = np.maximum(m, scores.max(-1))
+        p = np.exp(scores - top[:, None])
+        return top, l + p.sum(-1), o + p @ v
+
+    with pytest.raises(AssertionError, match="Hint"):
+        attention.check_merge(no_rescale, strict=True)
+    assert nccl.check_fastest_protocol(nccl._fastest_protocol, strict=True) is nccl._fastest_protocol
+    with pytest.raises(AssertionError, match="Hint"):
+        nccl.check_fastest_protocol(lambda nbytes, options: "Simple", strict=True)
+
+
+def test_nccl_choices_switch_by_size_and_agree_with_what_nccl_ran():
+    rows = nccl.choice_rows(machines=("hgx-h100-8",), collectives=("allreduce",))
+    moves = nccl.switches(rows)
+    assert [m["to"] for m in moves] == ["nvls/Simple"] and rows[0]["choice"] == "ring/LL"
+    published_runs = nccl.against_published()
+    agree = [r for r in published_runs if r["nccl_ran"].lower() == r["model_picks"]]
+    assert len(agree) >= len(published_runs) - 1
+    assert all(r["margin"] < 0.05 for r in published_runs if r not in agree)  # only near ties differ
+    forced = nccl.forced_ring_sizes()
+    assert all(p != "ring" for p, r in zip(forced["picks"], forced["ratio"]) if r > 1.1)
+    assert nccl.channels_needed()["channels"] == 18  # 370.8 GB/s of port at 20.6 GB/s a channel
+
+
+def test_pat_wins_at_many_nodes_and_small_sizes():
+    rows = nccl.pat_rows(nodes=(2, 64), sizes=(1 << 12,))
+    assert [r["choice"].split("/")[0] for r in rows] == ["ring", "pat"]
+    assert rows[-1]["pat_steps"] == 6 and rows[-1]["ring_steps"] == 63
+    assert "PAT" in nccl.describe_pat(rows)
+
+
+def test_the_plots_draw():
+    from ringlab.viz import parallelism as P
+
+    result = _sharding_result()
+    assert len(P.memory_bars(result).data) == 4
+    assert P.scale_bars(sharding.at_scale()).data
+    assert P.choice_map(nccl.choice_rows(machines=("hgx-h100-8",))).data
+    assert len(P.protocol_plot(nccl.protocol_rows(sizes=[1 << 10, 1 << 20])).data) == 3
+    rows = [{"mapping": m, "measured_s": 1e-5, "predicted_tensor_s": 5e-6, "predicted_data_s": 1e-6,
+             "machine": "ib-2x8-h100"} for m in ("tensor inside nodes", "tensor across nodes")]
+    assert len(P.mapping_bars(rows).data) == 3
+    loads = [{"router": "as initialised", "per_expert": [3, 5], "imbalance": 1.25},
+             {"router": "skewed", "per_expert": [8, 0], "imbalance": 2.0}]
+    assert len(P.expert_load_bars(loads).data) == 2
