@@ -11,6 +11,11 @@ commands are safe to repeat. Extra arguments go to the tool underneath:
 
     python3 dev.py test -k ring -x       # arguments for pytest
     python3 dev.py lab --no-browser      # arguments for jupyter lab
+
+`dev.py test` without arguments runs the suite in two parts: first everything but the tests marked
+`quiet` on several workers at once (pytest-xdist, one file per worker at a time), then the `quiet`
+tests alone, whose numbers are timings (emulated links, deadlines, shaped links) that another
+worker's load would disturb. It fails if either part fails; both always run.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -73,6 +79,24 @@ def run(cmd: list[str]) -> None:
         sys.exit(code)
 
 
+def workers() -> int:
+    """How many pytest workers the first part of the suite gets: one per core, 2 to 4."""
+    return max(2, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
+
+
+def test_in_two_parts(python: str) -> int:
+    """The whole suite: the non-quiet tests on several workers, then the quiet ones alone; the worse exit code."""
+    parts = [("everything but the quiet tests", ["-n", str(workers()), "--dist", "loadfile", "-m", "not quiet"]),
+             ("the quiet tests, alone", ["-m", "quiet"])]
+    codes = []
+    for what, options in parts:
+        start = time.monotonic()
+        print(f"[dev] running {what}", flush=True)
+        codes.append(subprocess.call([python, "-m", "pytest", *options, "--durations=15"], cwd=ROOT))
+        print(f"[dev] {what}: exit {codes[-1]} after {time.monotonic() - start:.0f} s", flush=True)
+    return next((code for code in codes if code != 0), 0)
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in ("lab", "test", "setup"):
         sys.exit(__doc__)
@@ -82,7 +106,10 @@ def main(argv: list[str]) -> None:
     os.environ["PATH"] = env_bin + os.pathsep + os.environ.get("PATH", "")  # mpiexec of the mpich wheel
     os.environ["VIRTUAL_ENV"] = str(VENV)
     if command == "test":
-        run([str(venv_bin("python")), "-m", "pytest", *rest])
+        if rest:
+            run([str(venv_bin("python")), "-m", "pytest", *rest])
+        else:
+            sys.exit(test_in_two_parts(str(venv_bin("python"))))
     elif command == "lab":
         as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers
         run([str(venv_bin("jupyter")), "lab", str(ROOT / "labs"), *as_root, *rest])

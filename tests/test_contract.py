@@ -8,6 +8,8 @@ import pytest
 
 from ringlab.mpi.launch import run_mpi
 
+pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
+
 SCRIPT = Path(__file__).parent / "mpi" / "contract.py"
 
 

@@ -10,6 +10,8 @@ import ringlab as rl
 from ringlab.mpi.emulate import emulation, link_timings
 from ringlab.mpi.launch import run_mpi
 
+pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
+
 SCRIPT = Path(__file__).parent / "mpi" / "emulated.py"
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from ringlab.mpi.launch import run_mpi
 
+pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
+
 SCRIPT = Path(__file__).parent / "mpi" / "lesson_runs.py"
 RUNS = 5
 # lab: (ranks, what the emulated machine must show every time)

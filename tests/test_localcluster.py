@@ -27,6 +27,8 @@ from ringlab.lessons.lab05_scaling import realcluster
 from ringlab.mpi.localcluster import control, netns, rootless
 from ringlab.mpi.localcluster.layout import Layout, lock_path, parse_rate
 
+pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "tests" / "mpi"
 NAME = "test"
@@ -351,13 +353,15 @@ def test_a_rank_killed_on_one_node_ends_the_job_saying_which_and_leaves_nothing(
 
 
 def test_with_cleanup_left_to_the_ranks_each_survivor_names_what_it_waits_for(up, tmp_path):
+    """Without mpiexec's cleanup the other node's ranks keep to their own deadlines and say what they waited for.
+    (Telling the other ranks that they gave up may then end them with signal 11: MPICH's UCX transport, which
+    has no fault tolerance, crashes a send to a process that has died; ringlab writes the reason first.)"""
     done, seconds = kill_rank_on_node2(tmp_path, f"mpiexec -disable-auto-cleanup -f {HOSTFILE} -ppn 2 -n 4 "
                                                  f"python -m mpi4py tests/mpi/cluster_killed.py {tmp_path}")
     assert done.returncode != 0 and seconds < 60
     for rank in (0, 1):  # the other node's ranks: each its own deadline, naming the step and peer, or who is missing
-        said = (rf"rank {rank} on node1: StepTimeout: rank {rank}: (step \d+ \(\S+\) did not finish within 5 s: "
-                rf"still waiting to receive chunk \d+ from rank \d|rl.allreduce: ranks? [\d, ]+ did not call it "
-                rf"within 5 s)")
+        said = (rf"ringlab: rank {rank}: (step \d+ \(\S+\) did not finish within 5 s: still waiting to receive chunk "
+                rf"\d+ from rank \d|rl.allreduce: ranks? [\d, ]+ did not call it within 5 s)")
         assert re.search(said, done.stdout), done.stdout
     assert job_processes(up) == []
 

@@ -11,6 +11,8 @@ pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
 from ringlab.mpi.launch import run_mpi  # noqa: E402
 
+pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
+
 SCRIPT = Path(__file__).parent / "mpi" / "train_contract.py"
 
 

@@ -16,7 +16,10 @@ call starts on a fresh one, so nothing is ever paired with a stale message. The 
 up also leaves a notice ("gave up on call k") on the old duplicate for the others: a rank that
 arrives late finds it when its arguments are compared, and joins the fresh duplicate too (where the
 call numbers then say who is out of step) instead of waiting for ranks that have gone. (A rank
-already past that comparison keeps to its own deadline and names what it waited for.)
+already past that comparison keeps to its own deadline and names what it waited for.) A rank whose
+deadline passed writes what it waited for to stderr before it sends those notices: a peer whose
+process has died cannot be told, and MPICH's UCX transport may then end the sender with signal 11
+(it has no fault tolerance), so the reason is on screen whatever happens next.
 """
 from __future__ import annotations
 
@@ -237,6 +240,8 @@ class entered:
     def __exit__(self, kind, error, traceback) -> None:
         try:
             if kind is not None and not issubclass(kind, (ValueError, OutOfStep)):
+                if issubclass(kind, StepTimeout):  # said before the notices, which a dead peer's transport may crash
+                    print(f"ringlab: {error}", file=sys.stderr, flush=True)
                 self.private.set_aside()
         finally:
             self.private.lock.release()

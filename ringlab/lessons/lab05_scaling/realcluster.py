@@ -12,7 +12,9 @@ the cluster, it measures and writes OUT (JSON).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -128,20 +130,41 @@ def run(nodes: int = 2, per_node: int = 2, link: str = "1gbit", sizes=(1 << 18, 
     from ...mpi.localcluster.layout import parse_rate
 
     ringlab = [sys.executable, "-m", "ringlab", "cluster"]
-    subprocess.run([*ringlab, "up", "--name", name, "--nodes", str(nodes), "--link", link], check=True,
-                   capture_output=True, text=True)
-    try:
-        with tempfile.TemporaryDirectory(prefix="ringlab-lab05-") as folder:
-            out = Path(folder) / "measured.json"
-            done = subprocess.run([*ringlab, "run", "--name", name, "-n", str(nodes * per_node), "--timeout",
-                                   str(timeout), "--", sys.executable, "-m", "mpi4py", "-m", __name__, str(out),
-                                   ",".join(map(str, sizes)), str(repeats)], capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"the measurement on the cluster failed: {done.stderr[-2000:]}")
-            result = json.loads(out.read_text())
-    finally:
-        subprocess.run([*ringlab, "down", "--name", name], capture_output=True)
+    with _one_at_a_time(name):
+        subprocess.run([*ringlab, "up", "--name", name, "--nodes", str(nodes), "--link", link], check=True,
+                       capture_output=True, text=True)
+        try:
+            result = _measure(ringlab, name, nodes * per_node, sizes, repeats, timeout)
+        finally:
+            subprocess.run([*ringlab, "down", "--name", name], capture_output=True)
     return with_prediction(result, parse_rate(link))
+
+
+@contextlib.contextmanager
+def _one_at_a_time(name: str):
+    """Hold a lock on the cluster ``name`` of this user: two copies of the lab run at once (two kernels, the
+    notebook and its solution under test) take turns instead of bringing the same cluster up twice."""
+    import fcntl
+
+    path = Path(tempfile.gettempdir()) / f"ringlab-cluster-{name}-{os.getuid()}.lock"
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _measure(ringlab: list[str], name: str, n: int, sizes, repeats: int, timeout: float) -> dict:
+    """Run this module on ``n`` ranks of the cluster ``name``; what rank 0 wrote."""
+    with tempfile.TemporaryDirectory(prefix="ringlab-lab05-") as folder:
+        out = Path(folder) / "measured.json"
+        done = subprocess.run([*ringlab, "run", "--name", name, "-n", str(n), "--timeout", str(timeout), "--",
+                               sys.executable, "-m", "mpi4py", "-m", __name__, str(out), ",".join(map(str, sizes)),
+                               str(repeats)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the measurement on the cluster failed: {done.stderr[-2000:]}")
+        return json.loads(out.read_text())
 
 
 def with_prediction(result: dict, link_bps: float) -> dict:
