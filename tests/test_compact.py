@@ -12,7 +12,10 @@ from ringlab.predict.compact import pieces
 from ringlab.topology import cluster, preset, preset_names, uniform
 from ringlab.topology.graph import Topology
 
-ALGORITHMS = sorted(rl.ALGORITHMS)
+# PAT's steps are written one by one (each step sends blocks 2d apart, which no run of chunks describes): the
+# default walks them, and method="compact" refuses them (tested below)
+WALKED = ("allgather.pat", "reduce_scatter.pat")
+ALGORITHMS = sorted(set(rl.ALGORITHMS) - set(WALKED))
 PROTOCOLS = (None, "LL", "LL128", "Simple", "auto")
 QUADRATIC = ("alltoall.direct", "alltoall.pairwise", "alltoall.ring")  # n x n blocks: the walk is slow past 64
 
@@ -211,3 +214,12 @@ def test_100000_gpus_are_built_without_a_link_object_each():
     assert big.nranks == 100000 and len(big.links) == 300000 and big.links._all is None
     assert big.links[2 * 99999 + 1].b == "nic99999" and big.links[-1].a == "nic99999"
     assert big.route(7, 8) == (4 * 7 + 2, 2 * (200000 + 7), 2 * (200000 + 8) + 1, 4 * 8 + 3)  # up, across, down
+
+
+@pytest.mark.parametrize("name", WALKED)
+def test_schedules_written_step_by_step_are_walked_by_default_and_refused_compact(name):
+    schedule, topology = rl.build(name, 12), uniform(12, 50e9, 5e-6)
+    walked = rl.predict(schedule, 1 << 20, topology, method="explicit")
+    assert rl.predict(schedule, 1 << 20, topology).seconds == walked.seconds  # the default took the walk
+    with pytest.raises(ValueError, match="written one by one.*method='explicit'"):
+        rl.predict(schedule, 1 << 20, topology, method="compact")
