@@ -194,6 +194,14 @@ def test_a_long_prediction_shows_a_progress_bar(monkeypatch, capsys):
     assert "predicting (compact)" in capsys.readouterr().err
 
 
+def test_a_quick_prediction_makes_no_progress_bar_at_all(monkeypatch):
+    made = []
+    monkeypatch.setattr(costmodel, "tqdm", lambda *args, **kwargs: made.append(kwargs))  # in a notebook: a widget
+    for method in ("explicit", "auto"):
+        rl.predict(rl.build("allreduce.ring", 8), 1 << 20, uniform(8, 1e9, 1e-6), method=method)
+    assert made == []
+
+
 @pytest.mark.parametrize("shape", [dict(gpu="h100", nodes=3), dict(gpu="h100", nodes=13, nics_per_node=3),
                                    dict(gpu="pcie3", nodes=13, gpus_per_node=4, nics_per_node=3),
                                    dict(gpu="pcie3", nodes=2, gpus_per_node=4, nics_per_node=1),

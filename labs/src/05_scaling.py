@@ -481,7 +481,7 @@ print(describe_scale(scale, turning))
 # large the cluster: that is why NCCL switches to trees at scale. NCCL's own model (its tuner's
 # constants, `rl.predict_nccl`) on the same machines: its pick, and the ring and the tree forced.
 # Where a node has one GPU, all-gather and reduce-scatter have a log-depth algorithm of their own,
-# PAT (NCCL 2.23), and the model picks it once the cluster is large:
+# [PAT](glossary.md) (NCCL 2.23), and the model picks it once the cluster is large:
 
 # %%
 print(describe_nccl(nccl_at_scale()))

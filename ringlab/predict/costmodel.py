@@ -28,6 +28,7 @@ starts, and a prediction that runs past a few seconds shows a progress bar.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,9 +147,29 @@ def _placement(n: int, topology: Topology, rank_map) -> np.ndarray:
     return place
 
 
-def _progress(total: int, what: str, unit: str):
-    """A progress bar that shows itself only once a prediction has run for :data:`PROGRESS_AFTER` seconds."""
-    return tqdm(total=total, desc=what, unit=unit, delay=PROGRESS_AFTER, leave=False)
+class _progress:
+    """A progress bar made only once a prediction has run for :data:`PROGRESS_AFTER` seconds. (tqdm's own
+    ``delay`` still builds its notebook widget at once: a cell that makes thousands of quick predictions
+    would flood the notebook with widgets nobody sees.)"""
+
+    def __init__(self, total: int, what: str, unit: str):
+        self.total, self.what, self.unit = total, what, unit
+        self.start, self.done, self.bar = time.monotonic(), 0, None
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is None:
+            if time.monotonic() - self.start < PROGRESS_AFTER:
+                return
+            self.bar = tqdm(total=self.total, desc=self.what, unit=self.unit, initial=self.done - n, leave=False)
+        self.bar.update(n)
+
+    def __enter__(self) -> "_progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def walk_memory(schedule: Schedule, topology: Topology) -> float:
