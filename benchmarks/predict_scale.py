@@ -100,7 +100,7 @@ def main(argv=None) -> int:
                             None if method == "compact" else args.explicit_limit)
                 rows.append({"algorithm": algorithm, "ranks": nranks, "method": method, **row})
                 print(f"  {algorithm:<13}{nranks:>7}  {method:<9}{describe(row)}", flush=True)
-            pair = [r for r in rows[-2:] if "predicted_s" in r]
+            pair = [r for r in rows[-2:] if "predicted_s" in r and (r["algorithm"], r["ranks"]) == (algorithm, nranks)]
             if len(pair) == 2:
                 print(f"  {'':<13}{'':>7}  compact / explicit prediction: "
                       f"{pair[0]['predicted_s'] / pair[1]['predicted_s']:.12f}")
