@@ -13,8 +13,8 @@ commands are safe to repeat. Extra arguments go to the tool underneath:
     python3 dev.py lab --no-browser      # arguments for jupyter lab
 
 `dev.py test` without arguments runs the suite in two parts: first everything but the tests marked
-`quiet` on several workers at once (pytest-xdist, one file per worker at a time, one worker more
-than the cores), then the `quiet` tests alone, whose numbers are timings (emulated links, deadlines,
+`quiet` on several workers at once (pytest-xdist, one file per worker at a time, one worker per
+core), then the `quiet` tests alone, whose numbers are timings (emulated links, deadlines,
 shaped links) that another worker's load would disturb. It fails if either part fails; both run.
 """
 from __future__ import annotations
@@ -80,10 +80,10 @@ def run(cmd: list[str]) -> None:
 
 
 def workers() -> int:
-    """How many pytest workers the first part of the suite gets: one more than the cores, 3 to 5 (much of the
-    suite waits on ranks, kernels and browsers: on 2 cores two workers kept about one core busy)."""
+    """How many pytest workers the first part of the suite gets: one per core, 2 to 4. (Three on 2 cores was
+    tried: lab 05's simulated nodes and a %%px deadline test then failed under the load.)"""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
-    return max(3, min(5, cores + 1))
+    return max(2, min(4, cores))
 
 
 def test_in_two_parts(python: str) -> int:

@@ -151,6 +151,7 @@ def _run_notebook(cells: list[str], timeout: int = 120):
     return said
 
 
+@pytest.mark.quiet  # deadlines of 3 and 8 s, and every rank's output read back: run alone
 @pytest.mark.timeout(300)
 def test_deadlines_in_cells_and_a_replay_that_keeps_its_targets():
     """A collective one rank skips ends in a clear error within ringlab's deadline, the ranks live on and are
