@@ -134,12 +134,8 @@ def exercise_lab(tmp_path, request):
     yield from _serve(tmp_path)
 
 
-LABS = [p.stem for p in notebooks.sources()]
-EARLIER, LATER = LABS[:5], LABS[5:]  # labs 05 on run in test_browser_later_labs.py: on another pytest-xdist worker
-
-
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("exercise_lab", EARLIER, indirect=True)
+@pytest.mark.parametrize("exercise_lab", [p.stem for p in notebooks.sources()], indirect=True)
 def test_each_exercise_notebook_runs_all_in_a_real_browser(exercise_lab, request):
     """Run All on the notebook as shipped: it gets to the end, no cell's output is an error, no widget
     says "Error displaying widget", and a screenshot is kept under build/screenshots/."""

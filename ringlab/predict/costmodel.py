@@ -161,7 +161,9 @@ class _progress:
         if self.bar is None:
             if time.monotonic() - self.start < PROGRESS_AFTER:
                 return
-            self.bar = tqdm(total=self.total, desc=self.what, unit=self.unit, initial=self.done - n, leave=False)
+            # left in place when done: in a notebook a bar that closes leaves a view of a widget that is gone,
+            # which the saved notebook, reopened, shows as an error
+            self.bar = tqdm(total=self.total, desc=self.what, unit=self.unit, initial=self.done - n, leave=True)
         self.bar.update(n)
 
     def __enter__(self) -> "_progress":
