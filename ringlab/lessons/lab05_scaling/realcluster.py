@@ -26,8 +26,8 @@ from ...algorithms import build
 from ...predict.costmodel import predict
 from ...schedule import bus_factor
 from ...topology.graph import Link, Topology
+from .simnodes import ALGORITHMS, checked_and_timed
 
-ALGORITHMS = ("ring", "hierarchical")
 TCP_SHARE = 1448 / 1514  # TCP payload per Ethernet frame at MTU 1500 (timestamps on): what the shaped bytes carry
 RESULTS = Path(__file__).resolve().parents[3] / "results" / "cluster_allreduce.md"
 LABEL = "measured on kernel-shaped links between namespaces on one machine, not a real network"
@@ -84,7 +84,6 @@ def measure(sizes: list[int], repeats: int = 5, comm=None, timeout: float = 120)
     Allreduce, the median of ``repeats`` (slowest rank's time)."""
     from mpi4py import MPI
 
-    from ...mpi import collectives
     from ...mpi.nodes import node_ids, ranks_per_node
 
     comm = comm or MPI.COMM_WORLD
@@ -94,23 +93,7 @@ def measure(sizes: list[int], repeats: int = 5, comm=None, timeout: float = 120)
     links = {"between_nodes_Bps": big / _one_way(comm, 0, other, big, 3),
              "in_node_Bps": (big / _one_way(comm, 0, 1, big, 3)) if per_node > 1 else None,
              "latency_s": _one_way(comm, 0, other, 8, 20) / 2}
-    rows = []
-    for nbytes in sizes:
-        x = np.random.default_rng(comm.Get_rank()).standard_normal(max(nbytes // 8, 1))
-        want = np.empty_like(x)
-        comm.Allreduce(x, want)
-        for algorithm in ALGORITHMS:
-            if not np.allclose(collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), want):
-                raise AssertionError(f"rank {comm.Get_rank()}: {algorithm} differs from MPI's Allreduce")
-            times = []
-            for _ in range(repeats):
-                comm.Barrier()
-                start = MPI.Wtime()
-                collectives.allreduce(x, algorithm, comm=comm, timeout=timeout)
-                times.append(comm.allreduce(MPI.Wtime() - start, op=MPI.MAX))
-            seconds = float(np.median(times))
-            rows.append({"algorithm": algorithm, "bytes": x.nbytes, "time_s": seconds,
-                         "busbw_Bps": x.nbytes / seconds * bus_factor("allreduce", n)})
+    rows = checked_and_timed(sizes, repeats, comm, timeout, "across the nodes ")
     return {"nodes": max(ids) + 1, "per_node": per_node, "ranks": n, "links": links, "measured": rows}
 
 

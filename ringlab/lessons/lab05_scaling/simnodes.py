@@ -32,29 +32,32 @@ def measure_on_simulated_nodes(sizes: list[int], per_node: int, link_gbps: float
     slowest rank's time, from a barrier). Rows ``algorithm, bytes, time_s, busbw_Bps``, on every rank."""
     from mpi4py import MPI
 
-    from ...mpi import collectives
     from ...mpi.nodes import simulated_nodes
 
     comm = comm or MPI.COMM_WORLD
-    n, rows = comm.Get_size(), []
     with simulated_nodes(per_node, link_gbps):
-        for nbytes in sizes:
-            x = np.random.default_rng(comm.Get_rank()).standard_normal(max(nbytes // 8, 1))
-            want = np.empty_like(x)
-            comm.Allreduce(x, want)
-            for algorithm in ALGORITHMS:
-                if not np.allclose(collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), want):
-                    raise AssertionError(f"rank {comm.Get_rank()}: {algorithm} on simulated nodes differs from "
-                                         "MPI's Allreduce")
-                times = []
-                for _ in range(repeats):
-                    comm.Barrier()
-                    start = MPI.Wtime()
-                    collectives.allreduce(x, algorithm, comm=comm, timeout=timeout)
-                    times.append(comm.allreduce(MPI.Wtime() - start, op=MPI.MAX))
-                seconds = float(np.median(times))
-                rows.append({"algorithm": algorithm, "bytes": x.nbytes, "time_s": seconds,
-                             "busbw_Bps": x.nbytes / seconds * bus_factor("allreduce", n)})
+        return checked_and_timed(sizes, repeats, comm, timeout, "on simulated nodes ")
+
+
+def checked_and_timed(sizes: list[int], repeats: int, comm, timeout: float, where: str = "") -> list[dict]:
+    """Call on every rank: each of :data:`ALGORITHMS` at each size (bytes of float64 per rank), checked
+    against MPI's Allreduce (an AssertionError naming the rank if not), then the median of ``repeats``
+    timed calls, each from a barrier, the slowest rank's time. Rows ``algorithm, bytes, time_s, busbw_Bps``."""
+    from ...measure.timing import time_collective
+    from ...mpi import collectives
+
+    n, rows = comm.Get_size(), []
+    for nbytes in sizes:
+        x = np.random.default_rng(comm.Get_rank()).standard_normal(max(nbytes // 8, 1))
+        want = np.empty_like(x)
+        comm.Allreduce(x, want)
+        for algorithm in ALGORITHMS:
+            if not np.allclose(collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), want):
+                raise AssertionError(f"rank {comm.Get_rank()}: {algorithm} {where}differs from MPI's Allreduce")
+            seconds = time_collective(lambda: collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), comm,
+                                      warmup=0, iters=repeats)
+            rows.append({"algorithm": algorithm, "bytes": x.nbytes, "time_s": seconds,
+                         "busbw_Bps": x.nbytes / seconds * bus_factor("allreduce", n)})
     return rows
 
 
