@@ -67,3 +67,19 @@ def test_side_by_side_sets_the_simulated_nodes_beside_the_h100_prediction_and_th
     hier = {r["bytes"]: r["busbw_Bps"] for r in next(v for k, v in h100.items() if k.startswith("hierarchical"))}
     assert rows[2]["speedup"] == pytest.approx(hier[rows[2]["bytes"]] / flat[rows[2]["bytes"]])
     assert rows[3]["bytes"] == rows[2]["bytes"] and rows[3]["speedup"] > 1  # NCCL's choice beats the forced ring
+
+
+def test_measure_here_runs_one_job_and_returns_rank_zeros_checked_rows():
+    rows = simnodes.measure_here([1 << 12], per_node=2, link_gbps=0.05, nranks=4, repeats=2, timeout=180)
+    assert [(r["algorithm"], r["bytes"]) for r in rows] == [(a, 1 << 12) for a in simnodes.ALGORITHMS]
+    assert all(r["time_s"] > 0 for r in rows)
+
+
+def test_measure_here_names_a_failed_job_and_bad_input():
+    with pytest.raises(ValueError, match="simulated nodes of 3"):
+        simnodes.measure_here([1 << 12], per_node=3, link_gbps=1.0, nranks=4)
+    with pytest.raises(ValueError, match="link_gbps"):
+        simnodes.measure_here([1 << 12], per_node=2, link_gbps=0.0, nranks=4)
+    # a link so slow that one step needs longer than the call's deadline: the ranks' StepTimeout reaches the caller
+    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit status.*past the step's deadline"):
+        simnodes.measure_here([1 << 26], per_node=2, link_gbps=1e-4, nranks=4, repeats=1, timeout=120)

@@ -437,7 +437,16 @@ class MPICluster:
     def __enter__(self) -> "MPICluster":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, etype, value, tb) -> None:
+        if etype is not None and self.profile_dir is not None:  # said before stop() removes what the ranks wrote
+            said = self.rank_errors()
+            gone = [] if said or self.client is None else self.gone()
+            if said:
+                print("ringlab: the MPI job was aborted; what the ranks raised:\n" + "\n".join(said), file=sys.stderr)
+            elif gone:
+                print(f"ringlab: rank{'s' * (len(gone) != 1)} {', '.join(map(str, gone))} stopped without an error "
+                      "of their own (a crash, out of memory, or lost by ipyparallel), and the MPI job went with them",
+                      file=sys.stderr)
         self.stop()
 
 

@@ -39,6 +39,37 @@ def measure_on_simulated_nodes(sizes: list[int], per_node: int, link_gbps: float
         return checked_and_timed(sizes, repeats, comm, timeout, "on simulated nodes ")
 
 
+def measure_here(sizes: list[int], per_node: int, link_gbps: float, nranks: int = 4, repeats: int = 5,
+                 timeout: float = 600) -> list[dict]:
+    """:func:`measure_on_simulated_nodes` on ``nranks`` ranks of this machine, as one MPI job (mpiexec) that
+    is ended after ``timeout`` seconds: rank 0's rows. A RuntimeError with what the ranks printed if the
+    job fails (a rank whose result differs from MPI's, or a step past its deadline, ends every rank)."""
+    import json
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from ...mpi.launch import run_mpi
+
+    if per_node < 1 or nranks % per_node or nranks // per_node < 2:
+        raise ValueError(f"{nranks} ranks do not make 2 or more simulated nodes of {per_node}")
+    if not link_gbps > 0:
+        raise ValueError(f"link_gbps must be a bandwidth in GB/s > 0, got {link_gbps!r}")
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "rows.json"
+        arguments = json.dumps({"sizes": list(map(int, sizes)), "per_node": per_node, "link_gbps": float(link_gbps),
+                                "repeats": repeats, "out": str(out)})
+        try:
+            done = run_mpi(nranks, ["-m", __name__, arguments], timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the measurement on {nranks} ranks in simulated nodes took longer than {timeout:g} s "
+                               "and was ended; try fewer sizes, a faster link or a longer timeout") from None
+        if done.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the measurement on {nranks} ranks in simulated nodes failed (exit status "
+                               f"{done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+        return json.loads(out.read_text())
+
+
 def checked_and_timed(sizes: list[int], repeats: int, comm, timeout: float, where: str = "") -> list[dict]:
     """Call on every rank: each of :data:`ALGORITHMS` at each size (bytes of float64 per rank), checked
     against MPI's Allreduce (an AssertionError naming the rank if not), then the median of ``repeats``
@@ -154,3 +185,22 @@ def side_by_side(measured: list[dict], predicted: list[dict], link_gbps: float, 
                     "source": "published nccl-tests: NCCL's own choice over NCCL_ALGO=Ring (A02/A03)",
                     "bytes": nbytes, "speedup": value})
     return out
+
+
+def _main(arguments: str) -> None:
+    """The MPI job :func:`measure_here` starts: every rank measures, rank 0 writes the rows."""
+    import json
+
+    from mpi4py import MPI
+
+    asked = json.loads(arguments)
+    rows = measure_on_simulated_nodes(asked["sizes"], asked["per_node"], asked["link_gbps"], repeats=asked["repeats"])
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        with open(asked["out"], "w") as fh:
+            json.dump(rows, fh)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _main(sys.argv[1])
