@@ -8,7 +8,8 @@ import pytest
 from gpusim_support import SCRIPTS, run_gpusim, run_python
 
 pytestmark = pytest.mark.gpusim
-TRANSPORTS = {"host": {}, "cuda-aware": {"cuda_aware": True}, "ipc": {}}
+TRANSPORTS = {"host": {}, "cuda-aware": {"cuda_aware": True}, "ipc": {}, "auto": {}}
+CHOSEN = {"auto": "ipc"}  # what auto picks for ranks of one node (the rest are used as asked)
 
 
 def bench(nranks, args, tmp_path, **env):
@@ -31,6 +32,14 @@ def test_bench_gpu_checks_every_result_and_labels_host_rows(transport, nranks, t
     assert {r["memory"] for r in rows if r["algorithm"] == "mpi"} == {"host"}  # MPI on a host copy, and says so
     assert all(0 < r["time_s"] < 60 for r in rows)
     assert "mpi is MPI on a host copy" in printed and "    host " in printed and "  device " in printed
+    # how each row's bytes went, as chosen, not as asked; one timing method for all; the rank per GPU said
+    assert {r["transport"] for r in rows if r["algorithm"] != "mpi"} == {CHOSEN.get(transport, transport)}
+    assert {r["transport"] for r in rows if r["algorithm"] == "mpi"} == {"mpi on a host copy"}
+    assert result["timing"] == "back to back" and "back to back" in printed
+    assert result["ranks_per_gpu"] >= 1
+    provenance = result["machine"]
+    assert provenance["ringlab"]["version"] and len(provenance["ringlab"]["commit"] or "x" * 40) == 40
+    assert provenance["cuda_runtime"] == "12.8" and "nccl" in provenance
 
 
 @pytest.mark.parametrize("collective, algorithms", [("reduce", "tree,chain,mpi"), ("broadcast", "chain,tree,mpi"),

@@ -180,3 +180,17 @@ def test_gpus_behind_nvswitches_are_linked_to_each_other():
     links = switch_links([18, 18, 18, 18])  # an HGX H100 board: every GPU's 18 links go to the switches
     assert links.tolist() == [[0 if i == j else 18 for j in range(4)] for i in range(4)]
     assert switch_links([12, 0, 12]).tolist() == [[0, 0, 12], [0, 0, 0], [12, 0, 0]]  # GPU 1 has none
+
+
+def test_every_result_names_the_code_that_measured_it(monkeypatch, tmp_path):
+    from ringlab.measure.machine import describe_machine, ringlab_source
+
+    head = subprocess.run(["git", "-C", str(Path(__file__).parents[1]), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    source = describe_machine()["ringlab"]
+    assert source["version"] == rl.__version__
+    if head.returncode == 0:  # a checkout: its commit, and whether files differ from it
+        assert source["commit"] == head.stdout.strip() and isinstance(source["dirty"], bool)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git at all: a copy says its commit through RINGLAB_COMMIT
+    monkeypatch.setenv("RINGLAB_COMMIT", "0123abc")
+    assert ringlab_source() == {"version": rl.__version__, "commit": "0123abc", "dirty": None}

@@ -134,7 +134,8 @@ class _Implementations:
         if self.collective not in calls:
             raise ValueError(f"torch: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
         work = torch.from_dlpack(self.x).clone()  # in place on a working copy (the first call is checked)
-        return _returning(lambda: calls[self.collective](work), work)
+        source = torch.from_dlpack(self.x)
+        return _returning(lambda: calls[self.collective](work), work, reset=lambda: work.copy_(source))
 
     def make(self, name: str):
         if name == "mpi-ring":  # MPI's own call, run while MPICH is forced to its ring (see _forced)
@@ -160,12 +161,32 @@ def _nccl_here(comm):
     return nccl, ""
 
 
-def _returning(call, out):
-    """A timed function that runs ``call()`` and returns ``out``, the buffer it writes into."""
+def _returning(call, out, reset=None):
+    """A timed function that runs ``call()`` and returns ``out``, the buffer it writes into; ``reset()``
+    (an in-place collective's) puts its pristine input back before the check after the timed loop."""
     def run():
         call()
         return out
+    run.reset = reset
     return run
+
+
+def _transport_used(name: str, x, comm, requested: str) -> str:
+    """How ``name``'s bytes actually travelled: the transport ringlab's executor chose for ``requested``, MPI on
+    host memory (a host copy of GPU data under --gpu), or the library's own (nccl, torch's backend)."""
+    from ..mpi.devices import is_device_array
+
+    if name.startswith("mpi"):
+        return "mpi on a host copy" if is_device_array(x) else "mpi"
+    if name == "nccl":
+        return "nccl"
+    if name == "torch":
+        import torch.distributed as dist
+
+        return f"torch ({dist.get_backend()})"
+    from ..mpi.transports import choose
+
+    return choose(x, comm, requested)
 
 
 def _defined(collective: str, rank: int, root: int, n: int, count: int) -> slice | None:
@@ -290,11 +311,19 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
             raise ValueError("--gpu: cupy cannot see a GPU here")
         bind_device(comm)
     show = rank == 0
+    ranks_per_gpu = None
+    if gpu:
+        from ..mpi.devices import gpu_count
+        from ..mpi.launch import ranks_on_node
+
+        ranks_per_gpu = -(-ranks_on_node(comm) // gpu_count())
+    back_to_back = gpu  # on GPUs every implementation is timed as nccl-tests times NCCL; on CPUs, call by call
     bar = _progress(len(sizes) * len(algorithms)) if show else None
     if show:
         where = f"GPU, transport {transport}" if gpu else "CPU, numpy over MPI"
-        print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, median of {iters} after "
-              f"{warmup} warm-up; busbw = algbw x {BUS_FACTORS[collective]}", file=out)
+        timing = (f"mean of {iters} calls back to back" if back_to_back else f"median of {iters} calls")
+        print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, {timing} after "
+              f"{warmup} warm-up, checked before and after; busbw = algbw x {BUS_FACTORS[collective]}", file=out)
         from ..mpi.launch import cores, ranks_on_node
 
         local = ranks_on_node(comm)
@@ -313,11 +342,12 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
         if gpu:
             from ..mpi.devices import gpu_count, sharing
 
-            shared = sharing(-(-local // gpu_count()))
+            shared = sharing(ranks_per_gpu)
             if shared:
-                print(f"# {shared}", file=out)
-            print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: CUDA "
-                  "events around each call (nccl: calls back to back, as nccl-tests times them)", file=out)
+                print(f"# {shared}; so busbw here is no link's bandwidth (ranks_per_gpu in the JSON)", file=out)
+            print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: every "
+                  "implementation as nccl-tests times NCCL, CUDA events around calls launched back to back (the mpi "
+                  "row: the host clock); the JSON's transport says how each row's bytes went", file=out)
         there = f" {'emulated busbw':>15}" if emulation is not None else ""
         print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'memory':>7} {'time (us)':>11} "
               f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}{there}", file=out, flush=True)
@@ -341,16 +371,20 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
                 fn = implementations.make(name)
                 with _forced(name, comm):
                     got = fn()
-                    wrong = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
-                    wrong = comm.allreduce(wrong)
+                    before = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
                     on_device = xp is not np and not name.startswith("mpi")
                     seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if on_device else None,
-                                              back_to_back=name == "nccl")
+                                              back_to_back=back_to_back)
+                    if getattr(fn, "reset", None) is not None:
+                        fn.reset()
+                    got = fn()  # checked again after the timed loop, as nccl-tests checks: reuse must not break it
+                    after = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
+                    wrong = comm.allreduce(max(before, after))  # elements wrong on each rank, before or after
                 size = count * dtype.itemsize
                 algbw, busbw = bandwidths(collective, size, seconds, n)
                 row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
                        "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong,
-                       "memory": "device" if on_device else "host"}
+                       "memory": "device" if on_device else "host", "transport": _transport_used(name, x, comm, transport)}
                 if emulation is not None:  # the same run in the emulated machine's units, where it crossed its links
                     crossed = name not in OTHERS
                     row.update(emulated=crossed, machine_time_s=emulation.machine_seconds(seconds) if crossed else None,
@@ -371,6 +405,8 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
         command = [*command[:2], "-n", str(n), *command[2:]]
     result = {"kind": "ringlab-bench", "schema": SCHEMA, "collective": collective, "ranks": n, "dtype": dtype_name,
               "root": root, "gpu": gpu, "transport": transport, "iters": iters, "warmup": warmup,
+              "timing": "back to back" if back_to_back else "median per call", "ranks_per_gpu": ranks_per_gpu,
+              "transports_used": sorted({r["transport"] for r in rows}),
               "machine": describe_machine(command), "rows": rows, "mean_busbw_Bps": means,
               "emulation": None if emulation is None else {"spec": emulation.spec, "label": emulation.label,
                                                            "scale": emulation.scale}}

@@ -54,6 +54,67 @@ def _version(package: str) -> str | None:
         return None
 
 
+def ringlab_source() -> dict:
+    """This ringlab's version and, when it runs from a git checkout, its commit (with ``dirty`` when
+    files differ from it; a copy without git may name its commit in ``RINGLAB_COMMIT``): a result says
+    which code measured it, installed or not."""
+    import subprocess
+    from pathlib import Path
+
+    from .. import __version__
+
+    info = {"version": _version("ringlab") or __version__, "commit": None, "dirty": None}
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode == 0:
+            info["commit"] = commit.stdout.strip()
+            status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10)
+            info["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if info["commit"] is None and os.environ.get("RINGLAB_COMMIT"):  # a copy without git says where it came from
+        info["commit"] = os.environ["RINGLAB_COMMIT"].strip()
+    return info
+
+
+def cuda_versions() -> dict:
+    """The CUDA runtime cupy uses, the newest CUDA the driver takes, and NCCL's version (as cupy and then
+    torch report them), each as text like "13.0" / "2.27.7", None where unknown."""
+    def cuda(number: int) -> str:  # CUDA writes 13000 for 13.0
+        return f"{number // 1000}.{number % 1000 // 10}"
+
+    def nccl_text(number: int) -> str:  # NCCL >= 2.9 writes 22707 for 2.27.7
+        return f"{number // 10000}.{number % 10000 // 100}.{number % 100}" if number >= 10000 else \
+            f"{number // 1000}.{number % 1000 // 100}.{number % 100}"
+
+    info = {"cuda_runtime": None, "cuda_driver": None, "nccl": None}
+    from ..mpi.devices import cupy_module
+
+    cp = cupy_module()
+    if cp is not None:
+        for key, read in (("cuda_runtime", lambda: cp.cuda.runtime.runtimeGetVersion()),
+                          ("cuda_driver", lambda: cp.cuda.runtime.driverGetVersion())):
+            try:
+                info[key] = cuda(int(read()))
+            except Exception:
+                pass
+        try:
+            from cupy.cuda import nccl
+            info["nccl"] = nccl_text(int(nccl.get_version()))
+        except Exception:
+            pass
+    if info["nccl"] is None and "torch" in sys.modules:  # only when already imported: torch takes seconds
+        try:
+            version = sys.modules["torch"].cuda.nccl.version()
+            info["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else nccl_text(int(version))
+        except Exception:
+            pass
+    return info
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
@@ -66,7 +127,8 @@ def cpu_model() -> str:
 
 
 def describe_machine(command: list[str] | None = None) -> dict:
-    """CPU, GPUs, driver, MPI library, package versions, the command and the date (UTC)."""
+    """CPU, GPUs (names and bus ids), driver, CUDA runtime, NCCL, MPI library, package versions, ringlab's
+    version and commit, the command and the date (UTC)."""
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(command if command is not None else sys.argv),
@@ -76,6 +138,7 @@ def describe_machine(command: list[str] | None = None) -> dict:
         "python": platform.python_version(),
         "versions": {p: _version(p) for p in ("ringlab", "numpy", "mpi4py", "mpich", "cupy", "cupy-cuda12x",
                                                "cupy-cuda13x", "torch")},
+        "ringlab": ringlab_source(),
         "mpi": None,
         "gpus": [],
         "driver": None,
@@ -98,6 +161,7 @@ def describe_machine(command: list[str] | None = None) -> dict:
             info["gpus"] = [{"name": cp.cuda.runtime.getDeviceProperties(i)["name"].decode()}
                             for i in range(cp.cuda.runtime.getDeviceCount())]
     if info["gpus"]:
+        info.update(cuda_versions())
         from ..mpi.devices import mps_running
         info["mps"] = mps_running()  # ranks sharing a GPU take turns without it: their timings differ
     return info

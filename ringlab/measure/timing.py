@@ -6,8 +6,9 @@ Three clocks, one per kind of work:
 - GPU buffers moved by host-driven code (ringlab's executor, which waits on MPI itself): CUDA
   events recorded on the stream before and after each call, from a barrier, so the time is the
   stream's, kernels included;
-- GPU collectives launched asynchronously (NCCL): as nccl-tests times them, ``iters`` calls
-  launched back to back after a barrier, one synchronisation at the end, the mean per call.
+- back to back (``ringlab bench --gpu`` times every implementation so, NCCL included): as nccl-tests
+  times NCCL, ``iters`` calls launched in a row after a barrier, CUDA events recorded before the
+  first and after the last (the host clock for host buffers), the mean per call.
 
 Warm-up work is never counted: the device is synchronised after it, before the first barrier
 (and events are recorded on the stream after it).
@@ -36,8 +37,8 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
 
     ``buffer`` is a GPU array the calls work on: the device is synchronised after the warm-up, and
     each call is timed by CUDA events on the current stream (recorded before and after it, the end
-    one waited for) or, back to back, by the host clock up to one synchronisation of the stream
-    after the last call. Call on every rank; all get the same number.
+    one waited for) or, back to back, by events before the first call and after the last. Call on
+    every rank; all get the same number.
     """
     from mpi4py import MPI
 
@@ -48,12 +49,20 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
         cp.cuda.Device().synchronize()  # the warm-up's work is done before the first timed call starts
     if back_to_back:
         comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            run()
-        if cp is not None:
-            cp.cuda.get_current_stream().synchronize()
-        mine = np.array([(time.perf_counter() - start) / iters])
+        if cp is not None:  # the stream's time from before the first call to after the last
+            stream = cp.cuda.get_current_stream()
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            for _ in range(iters):
+                run()
+            end.record(stream)
+            end.synchronize()
+            mine = np.array([cp.cuda.get_elapsed_time(start, end) / 1e3 / iters])
+        else:
+            start = time.perf_counter()
+            for _ in range(iters):
+                run()
+            mine = np.array([(time.perf_counter() - start) / iters])
         slowest = np.empty_like(mine)
         comm.Allreduce(mine, slowest, op=MPI.MAX)
         return float(slowest[0])

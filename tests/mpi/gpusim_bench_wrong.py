@@ -47,10 +47,26 @@ def off_by_one(self, name):
     return wrong
 
 
+def wrong_once_reused(self, name):
+    """Right on its first call, wrong on every later one: only the check after the timed loop sees it."""
+    run, calls = real(self, name), [0]
+
+    def reused():
+        out = run()
+        calls[0] += 1
+        if calls[0] > 1:
+            out[5:8] -= 1
+        return out
+    return reused
+
+
 bench._Implementations.ringlab = off_by_one
 result = bench.run("allreduce", ["ring", "mpi"], [4096], iters=1, warmup=0, gpu=True, out=io.StringIO())
+bench._Implementations.ringlab = wrong_once_reused
+after = bench.run("allreduce", ["ring", "mpi"], [4096], iters=3, warmup=1, gpu=True, out=io.StringIO())
 if rank == 0:
     wrong = {r["algorithm"]: r["wrong"] for r in result["rows"]}
     assert wrong == {"ring": 2, "mpi": 0}, result["rows"]  # one element on each of the 2 ranks
     assert {r["algorithm"]: r["memory"] for r in result["rows"]} == {"ring": "device", "mpi": "host"}
+    assert {r["algorithm"]: r["wrong"] for r in after["rows"]} == {"ring": 6, "mpi": 0}, after["rows"]
     print("ok: wrong elements counted; ringlab out of place into one output")

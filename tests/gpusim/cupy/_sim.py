@@ -50,6 +50,7 @@ import machines
 _LOCK = threading.RLock()
 _COUNTER = itertools.count(1)
 GARBAGE = 0xFF
+CUDA_VERSION = 12080  # what the stand-in says its runtime and driver are (CUDA writes 12.8 as 12080)
 
 # CUDA runtime error codes used here (cudaError_t)
 cudaSuccess = 0

@@ -10,6 +10,14 @@ cudaIpcMemLazyEnablePeerAccess = 1
 cudaMemcpyDefault = 4
 
 
+def runtimeGetVersion() -> int:
+    return _sim.CUDA_VERSION
+
+
+def driverGetVersion() -> int:
+    return _sim.CUDA_VERSION
+
+
 def getDeviceCount() -> int:
     return _sim.device_count()
 
