@@ -191,6 +191,8 @@ def test_every_result_names_the_code_that_measured_it(monkeypatch, tmp_path):
     assert source["version"] == rl.__version__
     if head.returncode == 0:  # a checkout: its commit, and whether files differ from it
         assert source["commit"] == head.stdout.strip() and isinstance(source["dirty"], bool)
-    monkeypatch.setenv("PATH", str(tmp_path))  # no git at all: a copy says its commit through RINGLAB_COMMIT
-    monkeypatch.setenv("RINGLAB_COMMIT", "0123abc")
+    monkeypatch.setenv("RINGLAB_COMMIT", "0123abc")  # a copy says its commit, whatever git there says
     assert ringlab_source() == {"version": rl.__version__, "commit": "0123abc", "dirty": None}
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git at all
+    monkeypatch.delenv("RINGLAB_COMMIT")
+    assert ringlab_source() == {"version": rl.__version__, "commit": None, "dirty": None}

@@ -56,8 +56,8 @@ def _version(package: str) -> str | None:
 
 def ringlab_source() -> dict:
     """This ringlab's version and, when it runs from a git checkout, its commit (with ``dirty`` when
-    files differ from it; a copy without git may name its commit in ``RINGLAB_COMMIT``): a result says
-    which code measured it, installed or not."""
+    files differ from it); ``RINGLAB_COMMIT`` names the commit of a copy whose own git is missing or
+    stale (a tree sent to another machine), and wins. A result says which code measured it, installed or not."""
     import subprocess
     from pathlib import Path
 
@@ -75,8 +75,8 @@ def ringlab_source() -> dict:
             info["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         pass
-    if info["commit"] is None and os.environ.get("RINGLAB_COMMIT"):  # a copy without git says where it came from
-        info["commit"] = os.environ["RINGLAB_COMMIT"].strip()
+    if os.environ.get("RINGLAB_COMMIT", "").strip():  # a copy says where it came from (its own git may be stale)
+        info.update(commit=os.environ["RINGLAB_COMMIT"].strip(), dirty=None)
     return info
 
 
