@@ -3,6 +3,7 @@
 
     python3 dev.py lab     # set everything up, then open the labs in JupyterLab
     python3 dev.py test    # set everything up, then run every test (notebooks included)
+    python3 dev.py gpu     # on a machine with an NVIDIA GPU: add cupy, NCCL and NVML for its driver
 
 Everything goes into ./.venv (made on first use): ringlab itself, editable, with the extras
 named in pyproject.toml (MPI from the `mpich` wheel, so no system MPI is needed). Running a
@@ -29,9 +30,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-EXTRAS = "mpi,lab,test,train,gpu-check"  # not `gpu`: that is for machines with an NVIDIA GPU
+EXTRAS = "mpi,lab,test,train,gpu-check"  # not a GPU extra: `dev.py gpu` adds the one for this machine's driver
 TORCH = "torch==2.13.0"  # pinned: the CPU build; an open range pulls gigabytes of CUDA packages
 STAMP = VENV / ".ringlab-installed"
+GPU_STAMP = VENV / ".ringlab-gpu"  # the GPU extra `dev.py gpu` installed: it replaces gpu-check from then on
+CUPY_WHEELS = {"gpu-cuda12": "cupy-cuda12x", "gpu-cuda13": "cupy-cuda13x"}
+NCCL_WHEELS = {"gpu-cuda12": "nvidia-nccl-cu12", "gpu-cuda13": "nvidia-nccl-cu13"}
+
+
+def extras() -> str:
+    """The extras to install: the GPU one that `dev.py gpu` chose, in place of gpu-check (the CUDA 12 wheels,
+    which would clash with another major's cupy)."""
+    if GPU_STAMP.exists():
+        return EXTRAS.replace("gpu-check", GPU_STAMP.read_text().strip())
+    return EXTRAS
 
 
 def venv_bin(name: str) -> Path:
@@ -44,7 +56,7 @@ def venv_bin(name: str) -> Path:
 def wanted_stamp() -> str:
     """What the install depends on: the package metadata, the extras and the Python version."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
-    digest.update(f"{EXTRAS} {TORCH} {sys.version_info[:2]}".encode())
+    digest.update(f"{extras()} {TORCH} {sys.version_info[:2]}".encode())
     return digest.hexdigest()
 
 
@@ -63,13 +75,43 @@ def ensure_env() -> None:
     stamp = wanted_stamp()
     if STAMP.exists() and STAMP.read_text() == stamp:
         return
-    print(f"[dev] installing ringlab[{EXTRAS}] into {VENV} (first run: a few minutes)", flush=True)
+    print(f"[dev] installing ringlab[{extras()}] into {VENV} (first run: a few minutes)", flush=True)
     run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", TORCH])
     run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-         "-e", f"{ROOT}[{EXTRAS}]"])
+         "-e", f"{ROOT}[{extras()}]"])
     # saved notebooks keep their widgets (JupyterLab's saveState), so a reopened lab shows them
     run([str(python), "-m", "ringlab.lab", "settings"])
     STAMP.write_text(stamp)
+
+
+def driver_cuda_major() -> int | None:
+    """The CUDA major version this machine's NVIDIA driver takes, from `nvidia-smi` ("CUDA Version: 13.0")."""
+    import re
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    text = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
+    found = re.search(r"CUDA Version:\s*(\d+)\.", text)
+    return int(found.group(1)) if found else None
+
+
+def install_gpu(major: int | None) -> None:
+    """Install ringlab's GPU extra for a CUDA ``major`` driver into .venv, removing the other major's cupy and
+    NCCL first (two cupy wheels in one environment break each other)."""
+    if major is None:
+        sys.exit("[dev] no NVIDIA driver here (nvidia-smi is missing or prints no CUDA version): "
+                 "the labs run on numpy buffers without one")
+    if major < 12:
+        sys.exit(f"[dev] this driver takes CUDA {major}; ringlab's GPU packages need a driver for CUDA 12 or 13")
+    extra = "gpu-cuda13" if major >= 13 else "gpu-cuda12"
+    python = str(venv_bin("python"))
+    others = [wheel for wheels in (CUPY_WHEELS, NCCL_WHEELS) for name, wheel in wheels.items() if name != extra]
+    print(f"[dev] CUDA {major} driver: installing ringlab[{extra}]", flush=True)
+    run([python, "-m", "pip", "uninstall", "-y", "-q", *others])
+    run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", f"{ROOT}[{extra}]"])
+    GPU_STAMP.write_text(extra)
+    STAMP.write_text(wanted_stamp())
 
 
 def run(cmd: list[str]) -> None:
@@ -100,10 +142,13 @@ def test_in_two_parts(python: str) -> int:
 
 
 def main(argv: list[str]) -> None:
-    if not argv or argv[0] not in ("lab", "test", "setup"):
+    if not argv or argv[0] not in ("lab", "test", "setup", "gpu"):
         sys.exit(__doc__)
     command, rest = argv[0], argv[1:]
     ensure_env()
+    if command == "gpu":
+        install_gpu(int(rest[0]) if rest else driver_cuda_major())  # `dev.py gpu 13` for another driver than this one
+        return
     env_bin = str(venv_bin("python").parent)
     os.environ["PATH"] = env_bin + os.pathsep + os.environ.get("PATH", "")  # mpiexec of the mpich wheel
     os.environ["VIRTUAL_ENV"] = str(VENV)

@@ -29,6 +29,7 @@ from .predict import NcclPrediction, Prediction, predict, predict_nccl
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
                        make_schedule)
 from .simulate import ScheduleError, Simulation, check, provenance_str, simulate, traffic
+from .mpi.devices import bind_device
 from .mpi.emulate import SPEC_PARSER as _SPEC_PARSER, emulate
 
 _SPEC_PARSER.append(topology.from_spec)  # emulated machines are named like topologies (mpi does not import them)
@@ -40,7 +41,7 @@ __all__ = [
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
     "provenance_str", "allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "execute",
     "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "predict_nccl",
-    "NcclPrediction", "emulate", "__version__",
+    "NcclPrediction", "emulate", "bind_device", "__version__",
 ]
 
 _ON_FIRST_USE = ("train", "viz", "measure", "lab", "lessons")

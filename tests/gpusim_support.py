@@ -40,6 +40,19 @@ def run_gpusim(nranks: int, args: list[str], timeout: float = 240, **env_options
     return run_mpi(nranks, args, timeout=timeout, env=gpusim_env(**env_options), cwd=SCRIPTS)
 
 
+def run_gpusim_own_gpu(nranks: int, args: list[str], first: int = 0, timeout: float = 240,
+                       **env_options) -> subprocess.CompletedProcess:
+    """Like :func:`run_gpusim`, with each rank shown only its own GPU, ``first + rank``, in
+    ``CUDA_VISIBLE_DEVICES`` before its process starts (as Slurm and many launchers do)."""
+    from ringlab.mpi.launch import find_mpiexec, local_env
+
+    env = {**os.environ, **local_env(nranks=nranks), **gpusim_env(**env_options)}
+    command = [find_mpiexec(), "-n", str(nranks), "sh", "-c",
+               f'CUDA_VISIBLE_DEVICES=$((PMI_RANK + {int(first)})) exec "$0" -m ringlab.mpi.runner "$@"',
+               sys.executable, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=SCRIPTS)
+
+
 def run_python(code_or_args: list[str], timeout: float = 120, **env_options) -> subprocess.CompletedProcess:
     """One Python process (no mpiexec) with the stand-in, started in tests/mpi (as the jobs' scripts
     are), so that ``python -c`` does not import the checkout's ringlab from the working directory."""

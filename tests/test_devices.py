@@ -59,3 +59,76 @@ def test_mps_is_found_by_its_control_pipe_and_changes_what_sharing_a_gpu_means(t
     with socket.socket(socket.AF_UNIX) as listening:  # newer daemons listen on a socket of that name
         listening.bind(str(tmp_path / "control"))
         assert devices.mps_running()
+
+
+def _fake_nvidia_smi(folder, version: str):
+    """An nvidia-smi on PATH that prints the header line a driver of CUDA ``version`` prints."""
+    tool = folder / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\necho '| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: {version} |'\n")
+    tool.chmod(0o755)
+    return str(folder)
+
+
+def test_one_install_command_per_cuda_major_of_the_driver(monkeypatch, tmp_path):
+    import os
+
+    assert devices.gpu_extra(12) == "gpu-cuda12" and devices.gpu_extra(13) == "gpu-cuda13"
+    assert devices.gpu_extra(11) is None and devices.gpu_extra(None) is None
+    assert "pip install -e '.[gpu-cuda13]'" in devices.install_advice(13)
+    assert "pip install -e '.[gpu-cuda12]'" in devices.install_advice(12)
+    assert "older than ringlab's GPU packages need" in devices.install_advice(11)
+    # the driver's CUDA version read from nvidia-smi (NVML, tried first, has no driver here)
+    monkeypatch.setenv("PATH", _fake_nvidia_smi(tmp_path, "13.0") + os.pathsep + os.environ["PATH"])
+    assert devices.driver_cuda_major() == 13
+    assert "gpu-cuda13" in devices.install_advice()
+
+
+def test_pyproject_has_a_gpu_extra_per_cuda_major_with_the_toolkit_wheels():
+    import tomllib
+    from pathlib import Path
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("cupy-cuda12x[ctk]") for r in extras["gpu-cuda12"])
+    assert any(r.startswith("nvidia-nccl-cu12") for r in extras["gpu-cuda12"])
+    assert any(r.startswith("cupy-cuda13x[ctk]") for r in extras["gpu-cuda13"])
+    assert any(r.startswith("nvidia-nccl-cu13") for r in extras["gpu-cuda13"])
+
+
+def test_dev_py_gpu_picks_the_extra_from_the_driver_and_refuses_without_one(monkeypatch, tmp_path):
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("dev", Path(__file__).parents[1] / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    monkeypatch.setenv("PATH", _fake_nvidia_smi(tmp_path, "12.8") + os.pathsep + os.environ["PATH"])
+    assert dev.driver_cuda_major() == 12
+    with pytest.raises(SystemExit, match="no NVIDIA driver here"):
+        dev.install_gpu(None)
+    with pytest.raises(SystemExit, match="need a driver for CUDA 12 or 13"):
+        dev.install_gpu(11)
+    ran = []
+    monkeypatch.setattr(dev, "run", ran.append)
+    monkeypatch.setattr(dev, "VENV", tmp_path / "venv")
+    monkeypatch.setattr(dev, "GPU_STAMP", tmp_path / "gpu-stamp")
+    monkeypatch.setattr(dev, "STAMP", tmp_path / "stamp")
+    dev.install_gpu(13)
+    assert ran[0][-3:] == ["-q", "cupy-cuda12x", "nvidia-nccl-cu12"]  # the other major's wheels go first
+    assert ran[1][-1].endswith("[gpu-cuda13]") and (tmp_path / "gpu-stamp").read_text() == "gpu-cuda13"
+    assert "gpu-cuda13" in dev.extras() and "gpu-check" not in dev.extras()  # later installs keep it
+
+
+def test_the_doctor_names_the_install_command_where_a_driver_has_no_cupy(monkeypatch, tmp_path):
+    import os
+
+    from ringlab.measure.doctor import report
+
+    if devices.cupy_module() is not None:
+        pytest.skip("this machine has a usable GPU")
+    sign = tmp_path / "nvidiactl"
+    sign.write_text("")
+    monkeypatch.setattr(devices, "DRIVER_SIGNS", (str(sign),))
+    monkeypatch.setenv("PATH", _fake_nvidia_smi(tmp_path, "13.0") + os.pathsep + os.environ["PATH"])
+    line = next(line for line in report() if line.startswith("GPUs:"))
+    assert "numpy buffers" in line and "pip install -e '.[gpu-cuda13]'" in line

@@ -4,9 +4,11 @@ The stand-in (tests/gpusim) queues device work on streams and lands it only when
 synchronised, so a missing synchronisation gives a wrong answer here. Figures it produces are
 CPU time and are never shown as GPU measurements; these tests check results and structure.
 """
+import json
+
 import pytest
 
-from gpusim_support import SCRIPTS, run_gpusim, run_python
+from gpusim_support import SCRIPTS, run_gpusim, run_gpusim_own_gpu, run_python
 
 pytestmark = pytest.mark.gpusim
 
@@ -37,7 +39,7 @@ def test_ranks_sharing_one_gpu(transport):
 
 def test_ipc_where_each_rank_sees_only_its_own_gpu():
     """CUDA opens IPC handles of GPUs a process cannot see; NVML (which sees them all) vouches for peer access."""
-    done = run_gpusim(3, [str(SCRIPTS / "gpusim_collectives.py"), "auto", "quick", "own-gpu"])
+    done = run_gpusim_own_gpu(3, [str(SCRIPTS / "gpusim_collectives.py"), "auto", "quick", "own-gpu"])
     assert "via ipc (auto asked)" in ok(done, "ok 3 ranks") and "1 GPU(s) visible" in done.stdout
 
 
@@ -110,3 +112,61 @@ def test_on_simulated_nodes_each_transfer_takes_the_path_of_its_pair(transport):
         assert {via for *_, via in pairs} == {"ipc", "host"}, algorithm  # both paths were used
     # each rank mapped the memory of the other rank of its node, and nobody else's
     assert seen["mapped"] == [[1], [0], [3], [2]]
+
+
+# --- each rank on its own GPU (rl.bind_device): the job's runner binds every rank before user code ---------------
+
+def _bound(done) -> list[dict]:
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("[")))
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_every_rank_is_on_its_own_gpu_before_its_first_line(nranks):
+    rows = _bound(run_gpusim(nranks, [str(SCRIPTS / "gpusim_bind.py")], timeout=120))
+    assert [r["device"] for r in rows] == list(range(nranks))  # a plain cp.asarray lands on the rank's GPU
+    assert len({r["bus"] for r in rows}) == nranks  # distinct physical GPUs, not GPU 0 every time
+    assert all(r["again"] == r["device"] == r["again_other_comm"] for r in rows)  # idempotent
+    # a collective on another GPU's array: the result is on that GPU, and the caller's GPU is current again
+    assert all(r["current_after"] == [0, 0] for r in rows)
+    assert all(r["total_device"] == (r["rank"] + 1) % 8 for r in rows)
+    assert all(r["total"] == [nranks * k for k in range(4)] for r in rows)
+    assert all(r["per_gpu"] == 1 and r["nccl_refused"].startswith("cupy cannot load libnccl") for r in rows)
+
+
+def test_one_visible_gpu_per_rank_is_a_gpu_each_and_not_sharing():
+    """As Slurm and many launchers start ranks: CUDA_VISIBLE_DEVICES set per rank, so each sees one GPU as device 0."""
+    done = run_gpusim_own_gpu(3, [str(SCRIPTS / "gpusim_bind.py")], first=2, timeout=120)
+    rows = _bound(done)
+    assert [r["visible"] for r in rows] == ["2", "3", "4"] and all(r["device"] == 0 for r in rows)
+    assert len({r["bus"] for r in rows}) == 3 and all(r["per_gpu"] == 1 for r in rows)
+    # NCCL is not refused for sharing a GPU (only for the stand-in's missing libnccl)
+    assert all(r["nccl_refused"].startswith("cupy cannot load libnccl") for r in rows)
+    assert "share" not in done.stderr
+
+
+def test_more_ranks_than_gpus_share_them_and_say_so_once():
+    done = run_gpusim(4, [str(SCRIPTS / "gpusim_bind.py")], machine="rtx2080ti-2", timeout=120)
+    rows = _bound(done)
+    assert [r["device"] for r in rows] == [0, 1, 0, 1] and all(r["per_gpu"] == 2 for r in rows)
+    assert done.stderr.count("4 ranks share 2 GPU(s) on this node, up to 2 on one") == 1
+    assert all("2 ranks share one" in r["nccl_refused"] for r in rows)
+
+
+def test_an_exclusive_gpu_shared_by_ranks_is_one_clear_error_on_every_rank():
+    done = run_gpusim(4, [str(SCRIPTS / "gpusim_bind.py")], machine="rtx2080ti-2", timeout=120,
+                      RINGLAB_GPUSIM_COMPUTE_MODE="3")
+    assert done.returncode != 0 and "EXCLUSIVE_PROCESS compute mode" in done.stderr
+    assert "nvidia-smi -c DEFAULT" in done.stderr
+    alone = _bound(run_gpusim(2, [str(SCRIPTS / "gpusim_bind.py")], machine="rtx2080ti-2", timeout=120,
+                              RINGLAB_GPUSIM_COMPUTE_MODE="3"))  # a GPU each: exclusive mode is no problem
+    assert [r["device"] for r in alone] == [0, 1]
+
+
+def test_mig_instances_never_take_the_ipc_path(monkeypatch):
+    from ringlab.mpi.ipc import on_mig
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f1c2a9e-5b7d-5c3e-9a1b-0c2d3e4f5a6b")
+    assert on_mig()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert not on_mig()

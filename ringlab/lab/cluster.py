@@ -171,6 +171,8 @@ def _abort_on_exception(errors: str, grace: float = GRACE_S, deadline: float | N
     shell.events.register("post_run_cell", mark_done)
     from ringlab.mpi import private  # ringlab's own communicator, made now that every rank is here, so that a
     private.state(MPI.COMM_WORLD).comm("MPICluster", 120)  # rank missing from the first collective is named
+    from ringlab.mpi.devices import bind_device
+    bind_device(MPI.COMM_WORLD)  # each rank on its own GPU (where there are GPUs) before any cell runs
     kernel = shell.kernel
     plain_apply = kernel.do_apply
 

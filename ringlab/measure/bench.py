@@ -147,17 +147,20 @@ class _Implementations:
 
 def _nccl_here(comm):
     """(cupy's nccl module, '') where NCCL can run on this rank, else (None, why not)."""
-    from ..mpi.devices import cupy_module, gpu_count, local_comm
+    from ..mpi.devices import cupy_module, ranks_per_gpu
 
     if cupy_module() is None:
         return None, "cupy sees no GPU"
-    if gpu_count() < 2 or local_comm(comm).Get_size() > gpu_count():
-        return None, ("NCCL needs one GPU per rank, with two GPUs or more (it refuses two ranks of one "
-                      "communicator on the same GPU)")
+    shared = ranks_per_gpu(comm)  # from the bus ids of the ranks' GPUs: one visible GPU per rank is a GPU each
+    if shared > 1:
+        return None, (f"NCCL needs one GPU per rank, and here up to {shared} ranks share one (it refuses two ranks of "
+                      "one communicator on the same GPU)")
     from cupy.cuda import nccl
 
     if not getattr(nccl, "available", False) or not hasattr(nccl, "get_unique_id"):
-        return None, "cupy cannot load libnccl (pip install 'ringlab[gpu]' brings nvidia-nccl-cu12)"
+        from ..mpi.devices import install_advice
+
+        return None, f"cupy cannot load libnccl (the GPU packages for this driver bring it: {install_advice()})"
     return nccl, ""
 
 
@@ -313,10 +316,9 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
     show = rank == 0
     ranks_per_gpu = None
     if gpu:
-        from ..mpi.devices import gpu_count
-        from ..mpi.launch import ranks_on_node
+        from ..mpi.devices import ranks_per_gpu as sharing_of
 
-        ranks_per_gpu = -(-ranks_on_node(comm) // gpu_count())
+        ranks_per_gpu = sharing_of(comm)  # from the GPUs the ranks were bound to (one visible GPU each counts)
     back_to_back = gpu  # on GPUs every implementation is timed as nccl-tests times NCCL; on CPUs, call by call
     bar = _progress(len(sizes) * len(algorithms)) if show else None
     if show:
@@ -340,7 +342,7 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
             print("# mpi-ring: MPICH's own ring allreduce, forced while it is timed (MPIR_CVAR_ALLREDUCE_INTRA_"
                   "ALGORITHM=ring, MPIR_CVAR_DEVICE_COLLECTIVES=none), checked to take effect", file=out)
         if gpu:
-            from ..mpi.devices import gpu_count, sharing
+            from ..mpi.devices import sharing
 
             shared = sharing(ranks_per_gpu)
             if shared:

@@ -45,7 +45,19 @@ def report() -> list[str]:
     cp = cupy_module()
     gpus = gpu_count()
     if cp is None:
-        lines.append("GPUs: none usable here (cupy not installed or no device): every lab runs on numpy buffers")
+        import os
+
+        from ..mpi.devices import DRIVER_SIGNS, cupy_problem, install_advice
+
+        problem = cupy_problem()
+        if problem:
+            lines.append(f"GPUs: cupy is installed but cannot use the GPU ({problem}); every lab runs on numpy "
+                         f"buffers until that is fixed: {install_advice()}")
+        elif any(os.path.exists(sign) for sign in DRIVER_SIGNS):
+            lines.append(f"GPUs: an NVIDIA driver is here but no usable cupy, so every lab runs on numpy buffers; "
+                         f"to use the GPUs: {install_advice()}")
+        else:
+            lines.append("GPUs: none usable here (no NVIDIA driver): every lab runs on numpy buffers")
     else:
         names = ", ".join(g.get("name", "?") for g in info["gpus"]) or f"{gpus} device(s)"
         lines.append(f"GPUs: {gpus} ({names}); driver {info['driver'] or 'unknown'}; cupy {cp.__version__}")

@@ -214,7 +214,16 @@ def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, i
     return fastpath.remember(state, key, fastpath.Call(state, schedule, plan, text, comm, x.dtype.itemsize))
 
 
-def _run(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
+def _run(kind: str | None, x, *args, **kwargs):
+    """:func:`_run_checked`, leaving the caller's current GPU current when it returns (or raises)."""
+    device = getattr(x, "device", None) if is_device_array(x) else None
+    if device is None or not hasattr(device, "__enter__"):
+        return _run_checked(kind, x, *args, **kwargs)
+    with device:  # cupy's Device makes x's GPU current and restores the caller's on exit
+        return _run_checked(kind, x, *args, **kwargs)
+
+
+def _run_checked(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
          trace: bool, timeout, what: str, out=None):
     """On ringlab's private duplicate of ``comm``: find what is wrong on this rank, agree with the others
     (so that a mistake anywhere raises the same ValueError everywhere), then execute."""

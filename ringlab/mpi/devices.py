@@ -12,9 +12,32 @@ import functools
 import numpy as np
 
 
+DRIVER_SIGNS = ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/dxg")  # NVIDIA's driver (/dev/dxg: WSL)
+
+
+def _no_driver_for_the_cupy_wheel() -> bool:
+    """The real cupy wheel is installed but no NVIDIA driver is: it could only say "no GPU", after a second
+    of importing. (A cupy without the wheel's ``cupy_backends`` beside it, such as a stand-in, is asked.)"""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    try:
+        cupy, backends = importlib.util.find_spec("cupy"), importlib.util.find_spec("cupy_backends")
+    except (ImportError, ValueError):
+        return False
+    if cupy is None or backends is None or not cupy.origin or not backends.origin:
+        return False
+    if Path(cupy.origin).parents[1] != Path(backends.origin).parents[1]:
+        return False
+    return not any(os.path.exists(sign) for sign in DRIVER_SIGNS)
+
+
 @functools.lru_cache(maxsize=None)
 def cupy_module():
     """The cupy module when it imports and sees at least one GPU, else None."""
+    if _no_driver_for_the_cupy_wheel():
+        return None
     try:
         import cupy
         if cupy.cuda.runtime.getDeviceCount() < 1:
@@ -22,6 +45,70 @@ def cupy_module():
         return cupy
     except Exception:  # not installed, no driver, no device: all mean "no GPU here"
         return None
+
+
+def driver_cuda_major() -> int | None:
+    """The newest CUDA major version the NVIDIA driver here takes (13 for a driver that says "CUDA Version:
+    13.0"), from NVML, else ``nvidia-smi``; None without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlSystemGetCudaDriverVersion()) // 1000
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        text = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"CUDA Version:\s*(\d+)\.", text)
+    return int(found.group(1)) if found else None
+
+
+def gpu_extra(major: int | None) -> str | None:
+    """ringlab's extra for a driver of CUDA ``major`` (gpu-cuda12 or gpu-cuda13), None where none fits."""
+    if major is None or major < 12:
+        return None
+    return "gpu-cuda13" if major >= 13 else "gpu-cuda12"
+
+
+def install_advice(major: int | None = None) -> str:
+    """The one command that installs the GPU packages for this machine's driver (``major`` if given)."""
+    major = driver_cuda_major() if major is None else major
+    extra = gpu_extra(major)
+    if extra is None:
+        return ("no NVIDIA driver found (nvidia-smi): install one first" if major is None else
+                f"this driver takes CUDA {major}, older than ringlab's GPU packages need (CUDA 12 or 13): update it")
+    return (f"python3 dev.py gpu (in a checkout; it runs pip install -e '.[{extra}]' for the CUDA {major} driver "
+            f"here, after removing another CUDA major's cupy)")
+
+
+def cupy_problem() -> str | None:
+    """Why cupy cannot be used although it is installed, in its own words (a missing CUDA library, a driver
+    too old for it, ...); None when it works, is not installed, or there is simply no GPU or driver."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None or _no_driver_for_the_cupy_wheel():
+        return None
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:
+        text = f"{type(err).__name__}: {err}"
+        if "no CUDA-capable device" in text or "cudaErrorNoDevice" in text:
+            return None
+        return text
+    return None
 
 
 def gpu_count() -> int:
@@ -60,17 +147,84 @@ def local_comm(comm):
     return found
 
 
+COMPUTE_MODES = {0: "DEFAULT", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}  # cudaComputeMode
+_BOUND: dict = {}  # this process's binding, made once: {"device", "ranks_per_gpu"}
+
+
 def bind_device(comm=None) -> int | None:
-    """Make this rank use GPU ``local_rank % gpu_count()``; return its index, or None without GPUs."""
+    """Bind this rank to its GPU and return the GPU's index (None without GPUs): local rank modulo
+    the GPUs this process sees, where the local rank is its place among the ranks of ``comm`` (default
+    COMM_WORLD) on its node. Call on every rank (the first call is collective); later calls make the
+    same GPU current again and return it, so it is safe to call anywhere (it is idempotent).
+
+    - One visible GPU per rank (``CUDA_VISIBLE_DEVICES`` set per rank, as Slurm and many launchers
+      do): every rank takes its device 0, which is its own GPU.
+    - More ranks than GPUs on a node: the ranks share them, and rank 0 of the node says so once (on
+      stderr): timings then include taking turns on the GPU; :func:`ranks_per_gpu` says how many share.
+    - A GPU in EXCLUSIVE_PROCESS compute mode shared by several ranks, or in PROHIBITED mode: a
+      ValueError naming the GPU and the mode, on every rank, instead of a CUDA error in the first call.
+
+    ``ringlab``'s own launchers, ``ringlab bench --gpu`` and the ``%%px`` cluster (MPICluster) bind
+    every rank at start-up, before any user code, so that a learner's own ``cp.asarray`` lands on the
+    rank's GPU and not on GPU 0.
+    """
     cp = cupy_module()
     if cp is None:
         return None
+    if "device" in _BOUND:
+        cp.cuda.Device(_BOUND["device"]).use()
+        return _BOUND["device"]
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
-    device = local_comm(comm).Get_rank() % gpu_count()
+    local = local_comm(comm)
+    device = local.Get_rank() % gpu_count()
+    runtime = cp.cuda.runtime
+    mode = int(runtime.getDeviceProperties(device).get("computeMode", 0))
+    mine = (runtime.deviceGetPCIBusId(device), mode)
+    gpus = local.allgather(mine)  # the physical GPU (bus id) and mode of every rank of this node
+    sharing = sum(bus == mine[0] for bus, _ in gpus)
+    problem = None
+    if mode == 2:
+        problem = f"rank {comm.Get_rank()}: GPU {device} ({mine[0]}) is in PROHIBITED compute mode: no process may use it"
+    elif mode == 3 and sharing > 1:
+        problem = (f"rank {comm.Get_rank()}: GPU {device} ({mine[0]}) is in EXCLUSIVE_PROCESS compute mode, which "
+                   f"lets one process use it, and {sharing} ranks of this node would share it: start at most one "
+                   "rank per GPU, or set the mode to DEFAULT (nvidia-smi -c DEFAULT, as root)")
+    problems = [text for text in comm.allgather(problem) if text]  # every rank raises the same error, or none does
+    if problems:
+        raise ValueError("; ".join(problems))
     cp.cuda.Device(device).use()
+    per_gpu = max(sum(bus == other for other, _ in gpus) for bus, _ in gpus)
+    _BOUND.update(device=device, ranks_per_gpu=per_gpu)
+    if per_gpu > 1 and local.Get_rank() == 0:
+        import sys
+
+        print(f"ringlab: {local.Get_size()} ranks share {len({bus for bus, _ in gpus})} GPU(s) on this node, up to "
+              f"{per_gpu} on one: they take turns on it (or share it through MPS), and their timings say so",
+              file=sys.stderr)
     return device
+
+
+def ranks_per_gpu(comm=None) -> int | None:
+    """How many ranks of this node use the busiest GPU (1: a GPU each), found by :func:`bind_device`
+    (which this calls); None without GPUs."""
+    if bind_device(comm) is None:
+        return None
+    return _BOUND["ranks_per_gpu"]
+
+
+def keeps_current_device(function):
+    """Decorate a collective whose first argument is the rank's array: it may make that array's GPU current
+    while it works, and the caller's current GPU is current again when it returns (or raises)."""
+    @functools.wraps(function)
+    def wrapper(x, *args, **kwargs):
+        device = getattr(x, "device", None) if is_device_array(x) else None
+        if device is None or not hasattr(device, "__enter__"):
+            return function(x, *args, **kwargs)
+        with device:  # cupy's Device restores the previous one on exit
+            return function(x, *args, **kwargs)
+    return wrapper
 
 
 def wait_for_gpu(x) -> None:

@@ -15,6 +15,14 @@ from .devices import cupy_module, local_comm
 from .executor import TAG_LIMIT, RankPlan, overlaps
 from .ops import Ops, _land
 
+def on_mig() -> bool:
+    """Whether this process's GPU is a MIG instance (``CUDA_VISIBLE_DEVICES`` names ``MIG-...``): CUDA IPC
+    does not join MIG instances (they share one bus id and cannot map each other's memory)."""
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip().startswith("MIG-")
+
+
 def ipc_possible(comm) -> bool:
     """Every rank's GPU can read the GPU of every other rank of its node (the same GPU, or peer
     access between them), and the ranks of a node share memory, so CUDA IPC can join them.
@@ -23,7 +31,7 @@ def ipc_possible(comm) -> bool:
 
     CUDA opens IPC handles of GPUs the process cannot see, so ranks that each see only their own
     GPU (``CUDA_VISIBLE_DEVICES`` per rank) may use ipc too: for a GPU hidden from CUDA, NVML,
-    which sees every GPU, says whether the two can read each other."""
+    which sees every GPU, says whether the two can read each other. Never on MIG instances (:func:`on_mig`)."""
     from mpi4py import MPI
 
     from .nodes import node_ids
@@ -32,7 +40,7 @@ def ipc_possible(comm) -> bool:
     ids, me = node_ids(comm), comm.Get_rank()
     sharing = set(local_comm(comm).allgather(me))  # the ranks MPI says share memory with this one
     mine = [r for r, node in enumerate(ids) if node == ids[me]]
-    usable = cp is not None and set(mine) <= sharing
+    usable = cp is not None and set(mine) <= sharing and not on_mig()
     if not comm.allreduce(usable, op=MPI.LAND):
         return False
     runtime = cp.cuda.runtime

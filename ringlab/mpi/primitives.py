@@ -25,9 +25,10 @@ from ..schedule import check_root
 from . import private
 from .collectives import _agree, _execute, _fields, _problems, _world, resolve
 from .deadlines import DEFAULT, seconds
-from .devices import array_module, bind_device, is_device_array, wait_for_gpu
+from .devices import array_module, bind_device, is_device_array, keeps_current_device, wait_for_gpu
 
 
+@keeps_current_device
 def gather(x, root: int = 0, algorithm="direct", comm=None, transport: str = "auto", *, agree: bool = True,
            trace: bool = False, timeout=DEFAULT):
     """Every rank's block ``x`` (same shape and dtype everywhere) onto ``root``: the root gets an array
@@ -47,6 +48,7 @@ def gather(x, root: int = 0, algorithm="direct", comm=None, transport: str = "au
                       hand_back)
 
 
+@keeps_current_device
 def scatter(x, root: int = 0, algorithm="direct", comm=None, transport: str = "auto", *, agree: bool = True,
             trace: bool = False, timeout=DEFAULT):
     """Block r of root's ``x`` (first axis of length n) to rank r, which gets an array of shape
@@ -67,6 +69,7 @@ def scatter(x, root: int = 0, algorithm="direct", comm=None, transport: str = "a
                       hand_back)
 
 
+@keeps_current_device
 def alltoall(x, algorithm="pairwise", comm=None, transport: str = "auto", *, agree: bool = True,
              trace: bool = False, timeout=DEFAULT):
     """Block d of ``x`` (first axis of length n) to rank d; every rank gets an array shaped like ``x``

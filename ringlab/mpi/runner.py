@@ -1,5 +1,6 @@
 """``python -m ringlab.mpi.runner ARGS``: mpi4py's runner (``python -m mpi4py ARGS``: an exception on one rank
-aborts the job), with ringlab's private communicator for COMM_WORLD made first, while every rank is there.
+aborts the job), with ringlab's private communicator for COMM_WORLD made first, while every rank is there,
+and, where there are GPUs, every rank bound to its own (:func:`ringlab.mpi.devices.bind_device`).
 
 The jobs ringlab starts (``-n``, :func:`ringlab.mpi.launch.run_mpi`) run through it, so that even the first
 ringlab call of a job names a rank that never comes; by hand, ``mpiexec -n 4 python -m mpi4py script.py``
@@ -20,6 +21,8 @@ def main() -> None:
     except ValueError:  # a bad RINGLAB_TIMEOUT: ringlab's calls in the job say so, on every rank
         limit = DEFAULT_SECONDS
     state(MPI.COMM_WORLD).comm("ringlab's start of the job", limit)
+    from .devices import bind_device
+    bind_device(MPI.COMM_WORLD)  # with GPUs, each rank on its own before the script runs (no-op without)
     run()
 
 

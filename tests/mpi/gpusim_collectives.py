@@ -3,14 +3,14 @@
 Run under mpiexec with the cupy stand-in first on the Python path (tests/gpusim_support.py). Each
 rank builds every rank's input from a seed, so the expected result is computed with numpy alone.
 Prints 'ok N ranks via T' on rank 0. Flags after the transport: ``quick`` runs a smaller set
-(the mutation test); ``own-gpu`` shows each rank only its own GPU (CUDA_VISIBLE_DEVICES=rank).
+(the mutation test); ``own-gpu``: each rank was shown only its own GPU (CUDA_VISIBLE_DEVICES=rank).
 """
 import ctypes
 import os
 import sys
 
-if "own-gpu" in sys.argv[2:]:  # before cupy is imported, as a launcher would set it
-    os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["PMI_RANK"]
+if "own-gpu" in sys.argv[2:]:  # the launcher showed each rank only its own GPU before it started
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == os.environ["PMI_RANK"], "start it with run_gpusim_own_gpu"
 
 import cupy as cp
 import numpy as np

@@ -94,6 +94,12 @@ def check_device(device_id: int) -> int:
     return device_id
 
 
+def compute_mode() -> int:
+    """Every GPU's cudaComputeMode: RINGLAB_GPUSIM_COMPUTE_MODE (0 DEFAULT, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS),
+    as ``nvidia-smi -c`` sets it on a real machine; default 0."""
+    return int(os.environ.get("RINGLAB_GPUSIM_COMPUTE_MODE", "0"))
+
+
 def current_device() -> int:
     return getattr(_THREAD, "device", 0)
 

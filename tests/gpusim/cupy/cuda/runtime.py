@@ -57,7 +57,7 @@ def getDeviceProperties(device: int) -> dict:
     gpu = _gpu(device)
     bus = deviceGetPCIBusId(device).split(":")
     return {"name": gpu.name.encode(), "pciDomainID": int(bus[0], 16), "pciBusID": int(bus[1], 16),
-            "pciDeviceID": int(bus[2].split(".")[0], 16)}
+            "pciDeviceID": int(bus[2].split(".")[0], 16), "computeMode": _sim.compute_mode()}
 
 
 def deviceCanAccessPeer(device: int, peerDevice: int) -> int:
