@@ -51,13 +51,21 @@ def test_mps_is_found_by_its_control_pipe_and_changes_what_sharing_a_gpu_means(t
     assert not devices.mps_running()
     (tmp_path / "control").unlink()
     os.mkfifo(tmp_path / "control")
-    assert devices.mps_running()
-    assert devices.sharing(3).startswith(f"3 ranks share each GPU through MPS (control pipe in {tmp_path})")
+    assert not devices.mps_running()  # a pipe left behind by a daemon that has gone: nobody reads it
+    daemon = os.open(tmp_path / "control", os.O_RDONLY | os.O_NONBLOCK)  # the daemon reads its pipe
+    try:
+        assert devices.mps_running()
+        assert devices.sharing(3).startswith(f"3 ranks share each GPU through MPS (control pipe in {tmp_path})")
+    finally:
+        os.close(daemon)
+    assert not devices.mps_running()
     (tmp_path / "control").unlink()
     import socket
 
     with socket.socket(socket.AF_UNIX) as listening:  # newer daemons listen on a socket of that name
         listening.bind(str(tmp_path / "control"))
+        assert not devices.mps_running()  # bound, nobody accepting: a daemon that has gone
+        listening.listen()
         assert devices.mps_running()
 
 

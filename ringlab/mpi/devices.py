@@ -251,16 +251,36 @@ def mps_pipe() -> str:
 
 
 def mps_running() -> bool:
-    """Whether an MPS control daemon listens in :func:`mps_pipe` (its ``control`` pipe or socket exists),
-    so CUDA processes started now share each GPU through MPS instead of taking turns in time slices."""
+    """Whether an MPS control daemon listens in :func:`mps_pipe`, so CUDA processes started now share each
+    GPU through MPS instead of taking turns in time slices: its ``control`` pipe has a reader (or its
+    ``control`` socket accepts a connection). A pipe or socket left behind by a daemon that has gone says no."""
+    import errno
     import os
+    import socket
     import stat
 
+    control = os.path.join(mps_pipe(), "control")
     try:
-        mode = os.stat(os.path.join(mps_pipe(), "control")).st_mode
-        return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        mode = os.stat(control).st_mode
     except OSError:
         return False
+    if stat.S_ISFIFO(mode):
+        try:  # opening a pipe's writing end without waiting fails with ENXIO when nobody reads it
+            os.close(os.open(control, os.O_WRONLY | os.O_NONBLOCK))
+            return True
+        except OSError as err:
+            return err.errno != errno.ENXIO and err.errno != errno.ENOENT
+    if stat.S_ISSOCK(mode):
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(1.0)
+            try:
+                probe.connect(control)
+                return True
+            except (ConnectionRefusedError, FileNotFoundError):
+                return False
+            except OSError:  # no permission to ask, say: the daemon is there
+                return True
+    return False
 
 
 def sharing(ranks_per_gpu: int) -> str | None:
