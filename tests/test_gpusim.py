@@ -170,3 +170,12 @@ def test_mig_instances_never_take_the_ipc_path(monkeypatch):
     assert on_mig()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert not on_mig()
+
+
+@pytest.mark.parametrize("nranks", [3, 8])
+def test_ipc_maps_only_the_peers_a_schedule_reads(nranks):
+    """A GPU has peer access to 8 others at most: a ring on 16 GPUs must not map all 15."""
+    done = run_gpusim(nranks, [str(SCRIPTS / "gpusim_ipc_peers.py")], timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    mapped = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("[")))
+    assert mapped == [[(r - 1) % nranks] for r in range(nranks)]  # each rank reads its left neighbour only

@@ -84,8 +84,8 @@ def _nvml_p2p_read(bus_a: str, bus_b: str) -> bool:
 
 
 class IpcBuffer:
-    """A device work buffer whose CUDA IPC handle every peer has opened: ``work`` here,
-    ``peers[rank]`` the same buffer of each other rank, mapped into this process."""
+    """A device work buffer whose CUDA IPC handle every rank of its node holds: ``work`` here, and
+    ``peer(rank)`` the same buffer of another rank, mapped into this process the first time it is read."""
 
     def __init__(self, cp, comm, count: int, dtype, node_of=None):
         self.cp, self.dtype, self.count = cp, np.dtype(dtype), max(count, 1)
@@ -97,16 +97,28 @@ class IpcBuffer:
         handle = cp.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
         offset = self.work.data.ptr - self.memory.ptr
         everyone = comm.allgather((handle, offset))
+        me = comm.Get_rank()
+        # every handle of this node is kept, but a peer's buffer is mapped only when a step first reads it: a
+        # ring reads one neighbour, and a GPU can have peer access to 8 others at most
+        self.handles = {rank: theirs for rank, theirs in enumerate(everyone) if rank != me and node_of[rank] == node_of[me]}
         self.peers, self.opened = {}, []
-        device = cp.cuda.Device().id
-        for rank, (peer_handle, peer_offset) in enumerate(everyone):
-            if rank == comm.Get_rank() or node_of[rank] != node_of[comm.Get_rank()]:
-                continue
-            ptr = cp.cuda.runtime.ipcOpenMemHandle(peer_handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess)
-            self.opened.append(ptr)
-            owned = cp.cuda.UnownedMemory(ptr, peer_offset + self.work.nbytes, owner=self, device_id=device)
-            self.peers[rank] = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(owned, peer_offset))
+        self.device = cp.cuda.Device().id
         self.scratch = None
+
+    def peer(self, rank: int):
+        """Rank ``rank``'s buffer, mapped into this process on first use (a ValueError for a rank of another node)."""
+        found = self.peers.get(rank)
+        if found is None:
+            if rank not in self.handles:
+                raise ValueError(f"CUDA IPC reaches the ranks of this node only; rank {rank} is on another")
+            peer_handle, peer_offset = self.handles[rank]
+            runtime = self.cp.cuda.runtime
+            ptr = runtime.ipcOpenMemHandle(peer_handle, runtime.cudaIpcMemLazyEnablePeerAccess)
+            self.opened.append(ptr)
+            owned = self.cp.cuda.UnownedMemory(ptr, peer_offset + self.work.nbytes, owner=self, device_id=self.device)
+            found = self.peers[rank] = self.cp.ndarray((self.count,), self.dtype,
+                                                       self.cp.cuda.MemoryPointer(owned, peer_offset))
+        return found
 
     def scratch_for(self, nelems: int):
         if self.scratch is None or self.scratch.size < nelems:
@@ -125,6 +137,7 @@ class IpcBuffer:
         self.opened = []
         comm.Barrier()
         self.work = self.scratch = self.memory = None
+        self.handles = {}
 
 
 def ipc_buffers(comm) -> dict:
@@ -200,7 +213,7 @@ class IpcOps(Ops):
         return ready, told
 
     def land(self, buf, m):
-        peer = self.shared.peers[m.peer][m.lo:m.hi]
+        peer = self.shared.peer(m.peer)[m.lo:m.hi]
         if self.direct:
             _land(self.cp, buf[m.lo:m.hi], peer, m.op)
         else:
