@@ -179,3 +179,18 @@ def test_ipc_maps_only_the_peers_a_schedule_reads(nranks):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     mapped = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("[")))
     assert mapped == [[(r - 1) % nranks] for r in range(nranks)]  # each rank reads its left neighbour only
+
+
+# --- a rank per GPU on boxes of 2, 4 and 8 GPUs --------------------------------------------------------------
+
+BOXES = [("rtx2080ti-2", 2, "host"), ("v100-dgxstation-4", 4, "ipc"), ("h100-hgx-8", 8, "ipc")]  # auto's choice
+
+
+@pytest.mark.parametrize("machine, gpus, chosen", BOXES)
+def test_a_rank_per_gpu_on_boxes_of_two_four_and_eight(machine, gpus, chosen):
+    """Every rank on its own GPU of the box, and every collective right through what auto picks there
+    (no P2P on the 2080 Ti box: staged through the host; NVLink peers elsewhere: ipc)."""
+    rows = _bound(run_gpusim(gpus, [str(SCRIPTS / "gpusim_bind.py")], machine=machine, timeout=240))
+    assert [r["device"] for r in rows] == list(range(gpus)) and len({r["bus"] for r in rows}) == gpus
+    done = run_gpusim(gpus, [str(SCRIPTS / "gpusim_collectives.py"), "auto", "quick"], machine=machine, timeout=400)
+    assert f"via {chosen} (auto asked)" in ok(done, f"ok {gpus} ranks")

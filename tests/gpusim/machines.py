@@ -75,7 +75,18 @@ def _rtx2080ti() -> Machine:
                    "550.90.07", gpus, _square(2, SINGLE, 0), _square(2, False, False), _square(2, "PIX", "X"))
 
 
-MACHINES = {m.name: m for m in (_h100(), _rtx4090(), _rtx2080ti())}
+def _v100_station() -> Machine:
+    # B02: NVIDIA DGX Station, 4x Tesla V100, every pair joined by NVLink 2 (P2P connectivity all 1; about
+    # 97 GB/s both ways between any two, so two links a pair: NV2). One Xeon, PCIe Gen3 x16 (the V100's
+    # link): assumed, as are the bus ids and the host bridge between them. NVLink is in `topo` only: the
+    # NVML stand-in models NVLink through NVSwitches, so it answers NotSupported for these direct links.
+    gpus = tuple(Gpu("Tesla V100-DGXS-32GB", f"00000000:{b}:00.0", (3, 16), (3, 16), 0, 2, 5)
+                 for b in ("07", "08", "0E", "0F"))
+    return Machine("v100-dgxstation-4", "B02_ugache_dgxstation_v100x4_p2p.json", "550.90.07", gpus,
+                   _square(4, HOSTBRIDGE, 0), _square(4, True, False), _square(4, "NV2", "X"))
+
+
+MACHINES = {m.name: m for m in (_h100(), _rtx4090(), _rtx2080ti(), _v100_station())}
 DEFAULT = "h100-hgx-8"
 
 
