@@ -126,6 +126,11 @@ def choose(x, comm, requested: str = "auto") -> str:
 def _choose_for_device(comm, requested: str) -> str:
     several = max(node_ids(comm)) > 0
     network = "cuda-aware" if mpi_is_cuda_aware() else "host"
+    if network == "cuda-aware" and os.environ.get("RINGLAB_CUDA_AWARE") == "1" and _query_cuda_support() is False:
+        _notice(comm, "RINGLAB_CUDA_AWARE=1, but the MPI library says it cannot read GPU memory "
+                      "(MPIX_GPU_query_support / MPIX_Query_cuda_support): if it really cannot, MPI will crash "
+                      "(a segmentation fault) on the first GPU buffer; unset RINGLAB_CUDA_AWARE to stage through "
+                      "host memory instead")
     if requested == "auto":
         if ipc_possible(comm):
             return f"ipc+{network}" if several else "ipc"
