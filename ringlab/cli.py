@@ -100,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpu", action="store_true", help="cupy buffers, one GPU per rank (shared if fewer)")
     bench.add_argument("--transport", default="auto", help="with --gpu: auto, host, cuda-aware, ipc")
     bench.add_argument("--json", metavar="FILE", help="write the results and the machine's description")
+    bench.add_argument("--inplace", action="store_true",
+                       help="also time each implementation in place (its result overwriting its input), beside the "
+                            "out-of-place figures, as nccl-tests prints both (torch and NCCL: out of place only)")
     bench.add_argument("--emulate", metavar="SPEC",
                        help="run ringlab's algorithms on an emulated machine's links: a preset name (ringlab predict "
                             "--help lists them) or uniform:GBPS:US, optionally @SCALE (how many times slower); e.g. "
@@ -285,7 +288,7 @@ def _bench(args, argv) -> int:
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     run(args.collective, algorithms, sizes, args.datatype, args.iters,
         args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv],
-        emulate=args.emulate)
+        emulate=args.emulate, inplace=args.inplace)
     return 0
 
 

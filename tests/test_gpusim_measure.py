@@ -23,11 +23,11 @@ def bench(nranks, args, tmp_path, **env):
 @pytest.mark.parametrize("nranks", [2, 3])
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 def test_bench_gpu_checks_every_result_and_labels_host_rows(transport, nranks, tmp_path):
-    result, printed = bench(nranks, ["-a", "ring,naive,mpi", "--transport", transport], tmp_path,
+    result, printed = bench(nranks, ["-a", "ring,naive,mpi", "--transport", transport, "--inplace"], tmp_path,
                             **TRANSPORTS[transport])
     rows = result["rows"]
     assert result["gpu"] is True and {r["algorithm"] for r in rows} == {"ring", "naive", "mpi"}
-    assert all(r["wrong"] == 0 for r in rows)
+    assert all(r["wrong"] == 0 and r["inplace_wrong"] == 0 and r["inplace_time_s"] > 0 for r in rows)
     assert {r["memory"] for r in rows if r["algorithm"] != "mpi"} == {"device"}
     assert {r["memory"] for r in rows if r["algorithm"] == "mpi"} == {"host"}  # MPI on a host copy, and says so
     assert all(0 < r["time_s"] < 60 for r in rows)

@@ -57,10 +57,10 @@ SCHEMA = {
 
 
 @pytest.mark.parametrize("collective, algorithms, extra", [
-    ("allreduce", "ring,rhd,ps,mpi", []),
+    ("allreduce", "ring,rhd,ps,mpi", ["--inplace"]),
     ("reduce", "tree,chain,mpi", ["--root", "1"]),
-    ("broadcast", "chain,tree,mpi", ["--root", "1", "-d", "int32"]),
-    ("reduce_scatter", "ring,mpi", ["-d", "float64"]),
+    ("broadcast", "chain,tree,mpi", ["--root", "1", "-d", "int32", "--inplace"]),
+    ("reduce_scatter", "ring,mpi", ["-d", "float64", "--inplace"]),
     ("allgather", "ring,mpi", ["-d", "int64"]),
 ])
 def test_bench_on_two_and_three_ranks_checks_its_own_results(tmp_path, collective, algorithms, extra):
@@ -81,6 +81,16 @@ def test_bench_on_two_and_three_ranks_checks_its_own_results(tmp_path, collectiv
                   "allgather": (nranks - 1) / nranks}.get(collective, 1.0)
         assert all(r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * factor) for r in result["rows"])
         assert "# mean busbw (GB/s): " in done.stdout
+        if "--inplace" in extra:  # in place beside out of place, checked the same way (MPI: MPI_IN_PLACE allreduce)
+            for r in result["rows"]:
+                if r["algorithm"] != "mpi" or collective == "allreduce":
+                    assert r["inplace_time_s"] > 0 and r["inplace_wrong"] == 0
+                    assert r["inplace_busbw_Bps"] == pytest.approx(r["bytes"] / r["inplace_time_s"] * factor)
+                else:
+                    assert r["inplace_time_s"] is None
+            assert "in place (us)" in done.stdout
+        else:
+            assert all("inplace_time_s" not in r for r in result["rows"])
 
 
 def test_bench_rejects_bad_input():

@@ -61,8 +61,20 @@ class _Implementations:
         self.collective, self.comm, self.x, self.root, self.transport = collective, comm, x, root, transport
         self.n = comm.Get_size()
 
-    def ringlab(self, name: str):
+    def ringlab(self, name: str, in_place: bool = False):
         c, x = self.collective, self.x
+        if in_place:  # on a working copy, which every call overwrites (reset to the input before a check)
+            work = x.copy()
+            options = {"comm": self.comm, "transport": self.transport, "agree": False, "in_place": True}
+            calls = {"allreduce": lambda: allreduce(work, name, **options),
+                     "reduce": lambda: reduce(work, self.root, name, **options),
+                     "broadcast": lambda: broadcast(work, self.root, name, **options)}
+            if c in calls:
+                call = calls[c]
+            else:
+                schedule = build(name if "." in name else f"{c}.{name}", self.n)
+                call = lambda: execute(schedule, work, **options)  # noqa: E731
+            return _returning(call, work, reset=lambda: work.__setitem__(Ellipsis, x))
         out = x.copy()  # allocated once: every call writes the result here
         options = {"comm": self.comm, "transport": self.transport, "agree": False, "out": out}
         if c == "allreduce":
@@ -74,11 +86,17 @@ class _Implementations:
         schedule = build(name if "." in name else f"{c}.{name}", self.n)
         return _returning(lambda: execute(schedule, x, **options), out)
 
-    def mpi(self):
+    def mpi(self, in_place: bool = False):
         from mpi4py import MPI
 
         comm, x, n, rank, root = self.comm, self.x, self.n, self.comm.Get_rank(), self.root
         host = x if isinstance(x, np.ndarray) else x.get()
+        if in_place:  # MPI_IN_PLACE, on a working copy (allreduce: the one MPI call every rank makes alike)
+            if self.collective != "allreduce":
+                return None
+            work = host.copy()
+            return _returning(lambda: comm.Allreduce(MPI.IN_PLACE, work), work,
+                              reset=lambda: work.__setitem__(Ellipsis, host))
         out = np.empty_like(host)
         block = len(host) // n
         mine = slice(rank * block, (rank + 1) * block)  # this rank's block of reduce_scatter and allgather
@@ -137,12 +155,14 @@ class _Implementations:
         source = torch.from_dlpack(self.x)
         return _returning(lambda: calls[self.collective](work), work, reset=lambda: work.copy_(source))
 
-    def make(self, name: str):
+    def make(self, name: str, in_place: bool = False):
+        """The timed callable for ``name``, out of place, or in place (None where that has no in-place form
+        here: torch's collectives, which always work in place, NCCL, and MPI's other than allreduce)."""
         if name == "mpi-ring":  # MPI's own call, run while MPICH is forced to its ring (see _forced)
-            return self.mpi()
+            return self.mpi(in_place)
         if name in ("mpi", "nccl", "torch"):
-            return getattr(self, name)()
-        return self.ringlab(name)
+            return self.mpi(True) if in_place and name == "mpi" else None if in_place else getattr(self, name)()
+        return self.ringlab(name, in_place)
 
 
 def _nccl_here(comm):
@@ -279,9 +299,12 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
 
 def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: str = "float32", iters: int = 20,
         warmup: int = 5, root: int = 0, gpu: bool = False, transport: str = "auto", json_path: str | None = None,
-        command: list[str] | None = None, out=sys.stdout, emulate: str | None = None) -> dict | None:
+        command: list[str] | None = None, out=sys.stdout, emulate: str | None = None,
+        inplace: bool = False) -> dict | None:
     """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results. With
-    ``emulate`` (a SPEC, see ``ringlab.mpi.emulate``) ringlab's algorithms run on that machine's links."""
+    ``emulate`` (a SPEC, see ``ringlab.mpi.emulate``) ringlab's algorithms run on that machine's links;
+    with ``inplace`` each implementation is also timed in place (the result overwriting the input), in
+    the row's ``inplace_*`` columns, as nccl-tests prints both (None where it has no in-place form here)."""
     from mpi4py import MPI
 
     from ..mpi import emulate as emulated
@@ -297,11 +320,11 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
         raise ValueError(next(p for p in comm.allgather(problem) if p))
     with emulated.emulate(emulate) if emulate else nullcontext():
         return _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path,
-                    command, out, comm, emulated.current())
+                    command, out, comm, emulated.current(), inplace)
 
 
 def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path, command, out,
-         comm, emulation):
+         comm, emulation, inplace=False):
     from .machine import SCHEMA, describe_machine, save_json
 
     rank, n = comm.Get_rank(), comm.Get_size()
@@ -351,6 +374,8 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
                   "implementation as nccl-tests times NCCL, CUDA events around calls launched back to back (the mpi "
                   "row: the host clock); the JSON's transport says how each row's bytes went", file=out)
         there = f" {'emulated busbw':>15}" if emulation is not None else ""
+        if inplace:
+            there += f" {'in place (us)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}"
         print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'memory':>7} {'time (us)':>11} "
               f"{'algbw (GB/s)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}{there}", file=out, flush=True)
     rows = []
@@ -370,23 +395,36 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
             implementations = _Implementations(collective, comm, x, root, transport)
             defined = _defined(collective, rank, root, n, count)
             for name in algorithms:
-                fn = implementations.make(name)
-                with _forced(name, comm):
-                    got = fn()
-                    before = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
-                    on_device = xp is not np and not name.startswith("mpi")
-                    seconds = time_collective(fn, comm, warmup=warmup, iters=iters, buffer=x if on_device else None,
-                                              back_to_back=back_to_back)
-                    if getattr(fn, "reset", None) is not None:
-                        fn.reset()
-                    got = fn()  # checked again after the timed loop, as nccl-tests checks: reuse must not break it
-                    after = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
-                    wrong = comm.allreduce(max(before, after))  # elements wrong on each rank, before or after
+                on_device = xp is not np and not name.startswith("mpi")
+
+                def checked_time(fn):
+                    """(seconds, elements wrong on any rank): checked on its first call and again after the timed
+                    loop, as nccl-tests checks (reuse must not break it)."""
+                    with _forced(name, comm):
+                        got = fn()
+                        before = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
+                        seconds = time_collective(fn, comm, warmup=warmup, iters=iters,
+                                                  buffer=x if on_device else None, back_to_back=back_to_back)
+                        if getattr(fn, "reset", None) is not None:
+                            fn.reset()
+                        got = fn()
+                        after = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
+                    return seconds, comm.allreduce(max(before, after))
+
+                seconds, wrong = checked_time(implementations.make(name))
                 size = count * dtype.itemsize
                 algbw, busbw = bandwidths(collective, size, seconds, n)
                 row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
                        "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong,
                        "memory": "device" if on_device else "host", "transport": _transport_used(name, x, comm, transport)}
+                in_place = implementations.make(name, in_place=True) if inplace else None
+                if in_place is not None:  # beside the out-of-place figures, as nccl-tests prints them
+                    seconds, wrong = checked_time(in_place)
+                    algbw, busbw = bandwidths(collective, size, seconds, n)
+                    row.update(inplace_time_s=seconds, inplace_algbw_Bps=algbw, inplace_busbw_Bps=busbw,
+                               inplace_wrong=wrong)
+                elif inplace:
+                    row.update(inplace_time_s=None, inplace_algbw_Bps=None, inplace_busbw_Bps=None, inplace_wrong=None)
                 if emulation is not None:  # the same run in the emulated machine's units, where it crossed its links
                     crossed = name not in OTHERS
                     row.update(emulated=crossed, machine_time_s=emulation.machine_seconds(seconds) if crossed else None,
@@ -463,6 +501,9 @@ def _print_row(row: dict, out, bar) -> None:
             f"{row['wrong']:>7}")
     if "emulated" in row:  # the busbw on the emulated machine (time here / scale), or why there is none
         line += f" {row['machine_busbw_Bps'] / 1e9:>15.3f}" if row["emulated"] else f" {'not emulated':>15}"
+    if "inplace_time_s" in row:
+        line += (f" {row['inplace_time_s'] * 1e6:>13.1f} {row['inplace_busbw_Bps'] / 1e9:>13.3f} {row['inplace_wrong']:>7}"
+                 if row["inplace_time_s"] is not None else f" {'(none)':>13} {'':>13} {'':>7}")
     if bar is not None:
         bar.write(line, file=out)
         bar.update(1)
