@@ -140,3 +140,26 @@ def test_the_doctor_names_the_install_command_where_a_driver_has_no_cupy(monkeyp
     monkeypatch.setenv("PATH", _fake_nvidia_smi(tmp_path, "13.0") + os.pathsep + os.environ["PATH"])
     line = next(line for line in report() if line.startswith("GPUs:"))
     assert "numpy buffers" in line and "pip install -e '.[gpu-cuda13]'" in line
+
+
+def test_host_buffers_for_a_gpu_are_made_on_its_numa_nodes_cpus(monkeypatch, tmp_path):
+    """local_cpulist in sysfs says which CPUs are near a PCI device; the measurement runs there, then returns."""
+    import os
+
+    from ringlab.measure import bandwidth
+
+    folder = tmp_path / "0000:19:00.0"
+    folder.mkdir()
+    (folder / "local_cpulist").write_text("0-3,8,10-11\n")
+    assert bandwidth.local_cpus("00000000:19:00.0", root=str(tmp_path)) == {0, 1, 2, 3, 8, 10, 11}
+    assert bandwidth.local_cpus("0000:3b:00.0", root=str(tmp_path)) is None  # Linux does not say: None
+    assert bandwidth._cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
+    before = os.sched_getaffinity(0)
+    near = {min(before)}
+    monkeypatch.setattr(bandwidth, "local_cpus", lambda bus: near)
+    with bandwidth.placed_near("0000:19:00.0") as cpus:
+        assert cpus == near and os.sched_getaffinity(0) == near
+    assert os.sched_getaffinity(0) == before
+    monkeypatch.setattr(bandwidth, "local_cpus", lambda bus: {max(before) + 1000})  # CPUs this process may not use
+    with bandwidth.placed_near("0000:19:00.0") as cpus:
+        assert cpus is None and os.sched_getaffinity(0) == before

@@ -86,6 +86,12 @@ def test_bandwidth_gpu_report_end_to_end(machine, gpus, tmp_path):
     assert {(r["what"], r["pinned"]) for r in gpu["host_device"]} == {
         (w, p) for w in ("host->device", "device->host", "both ways at once") for p in (True, False)}
     assert all(r["Bps"] > 0 and r["peak_Bps"] > 0 for r in gpu["host_device"])  # peaks from the stand-in's NVML
+    # every GPU measured, not only rank 0's, each with the spread of its repeats
+    assert [g["gpu"] for g in gpu["per_gpu"]] == list(range(gpus)) and len({g["bus"] for g in gpu["per_gpu"]}) == gpus
+    assert all(len(g["host_device"]) == 6 for g in gpu["per_gpu"])
+    assert all(r["spread_Bps"][0] <= r["Bps"] * 1.0001 and r["Bps"] <= r["spread_Bps"][1] * 1.0001
+               for g in gpu["per_gpu"] for r in g["host_device"])
+    assert gpu["per_gpu"][0]["host_device"] == gpu["host_device"]  # rank 0's GPU, as before
     matrix = gpu["p2p"]["peer_access_on"]
     assert len(matrix) == gpus and all(matrix[a][b] > 0 for a in range(gpus) for b in range(gpus) if a != b)
     possible = gpu["p2p"]["peer_access_possible"]

@@ -13,7 +13,10 @@ GPUs are done.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -100,14 +103,56 @@ def cpu_report(comm, sizes: list[int], out) -> dict:
     return {"memcpy_Bps": rate, "pingpong": rows}
 
 
-def _median_event_seconds(cp, run, repeats: int = REPEATS, streams=()) -> float:
-    """Median seconds of ``run()`` between CUDA events, after one warm-up that they leave out (the
-    device is synchronised after it).
+def local_cpus(bus_id: str, root: str = "/sys/bus/pci/devices") -> set[int] | None:
+    """The CPUs Linux lists as local to the PCI device ``bus_id`` (its NUMA node's), from ``local_cpulist``
+    in sysfs; None where Linux does not say."""
+    try:
+        domain, rest = bus_id.strip().lower().split(":", 1)
+        text = Path(root, f"{int(domain, 16):04x}:{rest}", "local_cpulist").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    cpus: set[int] = set()
+    for part in filter(None, text.split(",")):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus or None
 
-    The events are on the current stream, or on the first of ``streams`` when ``run()`` queues its
-    work on several: the others join the first before the end event (an event recorded on each,
-    waited for by the first, as CUDA's samples time concurrent copies), so the time spans the work
-    of every stream."""
+
+@contextlib.contextmanager
+def placed_near(bus_id: str | None):
+    """Within the block this thread runs on the CPUs local to that GPU (where this process may run there),
+    so host buffers made in it sit in the GPU's NUMA node; yields those CPUs (None: left as it was)."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    near = local_cpus(bus_id) if bus_id and mine is not None else None
+    usable = (near & mine) if near else None
+    if not usable:
+        yield None
+        return
+    os.sched_setaffinity(0, usable)
+    try:
+        yield usable
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def _cpu_list(cpus: set[int] | None) -> str | None:
+    """'0-15,32-47' for a set of CPUs (None stays None)."""
+    if not cpus:
+        return None
+    runs, ordered = [], sorted(cpus)
+    start = prev = ordered[0]
+    for cpu in ordered[1:] + [None]:
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        runs.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(runs)
+
+
+def _event_seconds(cp, run, repeats: int = REPEATS, streams=()) -> list[float]:
+    """Every repeat's seconds, as :func:`_median_event_seconds` times them."""
     first, *others = list(streams) or [cp.cuda.get_current_stream()]
     run()
     cp.cuda.Device().synchronize()
@@ -121,7 +166,52 @@ def _median_event_seconds(cp, run, repeats: int = REPEATS, streams=()) -> float:
         end.record(first)
         end.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-    return float(np.median(times))
+    return times
+
+
+def _median_event_seconds(cp, run, repeats: int = REPEATS, streams=()) -> float:
+    """Median seconds of ``run()`` between CUDA events, after one warm-up that they leave out (the
+    device is synchronised after it).
+
+    The events are on the current stream, or on the first of ``streams`` when ``run()`` queues its
+    work on several: the others join the first before the end event (an event recorded on each,
+    waited for by the first, as CUDA's samples time concurrent copies), so the time spans the work
+    of every stream."""
+    return float(np.median(_event_seconds(cp, run, repeats, streams)))
+
+
+def _host_device_rows(cp, nbytes: int, pcie_peak: float | None) -> list[dict]:
+    """Host<->device rates of the current GPU, pinned and pageable, one way and both ways at once: rows of
+    ``what``, ``pinned``, ``Bps`` (the median of the repeats), ``spread_Bps`` ([slowest, fastest]) and
+    ``peak_Bps``."""
+    import cupyx
+
+    device = cp.empty(nbytes, dtype=cp.uint8)
+    stream = cp.cuda.get_current_stream()  # the copies' stream, which the events time
+    rows = []
+
+    def host_buffer(pinned: bool):
+        return cupyx.empty_pinned(nbytes, np.uint8) if pinned else np.empty(nbytes, np.uint8)
+
+    def rates(moved: int, times: list[float]) -> tuple[float, list[float]]:
+        return moved / float(np.median(times)), [moved / max(times), moved / min(times)]
+
+    for pinned in (True, False):
+        host = host_buffer(pinned)
+        h2d = rates(nbytes, _event_seconds(cp, lambda: device.set(host, stream=stream)))
+        d2h = rates(nbytes, _event_seconds(cp, lambda: device.get(stream=stream, out=host, blocking=False)))
+        other = cp.empty_like(device)
+        back = host_buffer(pinned)
+        s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+
+        def both():  # one copy each way, each on its own non-blocking stream
+            other.set(host, stream=s1)
+            device.get(stream=s2, out=back, blocking=False)
+        both_ways = rates(2 * nbytes, _event_seconds(cp, both, streams=(s1, s2)))
+        for what, (rate, spread) in (("host->device", h2d), ("device->host", d2h), ("both ways at once", both_ways)):
+            peak = None if pcie_peak is None else (2 * pcie_peak if what.startswith("both") else pcie_peak)
+            rows.append({"what": what, "pinned": pinned, "Bps": rate, "spread_Bps": spread, "peak_Bps": peak})
+    return rows
 
 
 def gpu_report(out, nbytes: int = 256 << 20) -> dict:
@@ -145,32 +235,30 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
         print(f"# PCIe link of gpu{me}: gen {gen} x{width} at most (gen {now[0]} x{now[1]} when NVML looked)", file=out)
     print(f"# measured here on {count} GPU(s); peaks: PCIe from NVML's generation and width, NVLink from link counts",
           file=out)
-    result = {"gpus": count, "facts": facts, "host_device": [], "p2p": {}}
-    device = cp.empty(nbytes, dtype=cp.uint8)
-    stream = cp.cuda.get_current_stream()  # the copies' stream, which the events time
-
-    def host_buffer(pinned: bool):
-        return cupyx.empty_pinned(nbytes, np.uint8) if pinned else np.empty(nbytes, np.uint8)
-
-    for pinned in (True, False):
-        host = host_buffer(pinned)
-        h2d = nbytes / _median_event_seconds(cp, lambda: device.set(host, stream=stream))
-        d2h = nbytes / _median_event_seconds(cp, lambda: device.get(stream=stream, out=host, blocking=False))
-        other = cp.empty_like(device)
-        back = host_buffer(pinned)
-        s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
-
-        def both():  # one copy each way, each on its own non-blocking stream
-            other.set(host, stream=s1)
-            device.get(stream=s2, out=back, blocking=False)
-        both_ways = 2 * nbytes / _median_event_seconds(cp, both, streams=(s1, s2))
-        for what, rate in (("host->device", h2d), ("device->host", d2h), ("both ways at once", both_ways)):
-            peak = None if pcie_peak is None else (2 * pcie_peak if what.startswith("both") else pcie_peak)
-            row = {"what": what, "pinned": pinned, "Bps": rate, "peak_Bps": peak}
-            result["host_device"].append(row)
+    result = {"gpus": count, "facts": facts, "host_device": [], "per_gpu": [], "p2p": {}}
+    for gpu in range(count):  # each GPU from CPUs of its own NUMA node, as a rank bound to it should run
+        bus = cp.cuda.runtime.deviceGetPCIBusId(gpu)
+        peak = pcie_peak
+        if gpu != me and len(facts.get("gpus", [])) > gpu:
+            from ..topology.presets import ENCODING, pcie_bandwidth
+            gen, width = facts["gpus"][gpu]["pcie_max"]
+            peak = pcie_bandwidth(min(gen, max(ENCODING)), width)
+        with cp.cuda.Device(gpu), placed_near(bus) as cpus:
+            rows = _host_device_rows(cp, nbytes, peak)
+        result["per_gpu"].append({"gpu": gpu, "bus": bus, "cpus": _cpu_list(cpus), "host_device": rows})
+        if gpu == me:
+            result["host_device"] = rows
+        where = f" (from CPUs {_cpu_list(cpus)}, its NUMA node's)" if cpus else " (CPUs as the process had them)"
+        if count > 1 or cpus:
+            print(f"# gpu{gpu} {bus}{where}", file=out)
+        for row in rows:
+            rate, (low, high), peak = row["Bps"], row["spread_Bps"], row["peak_Bps"]
             ratio = f"{rate / peak:.2f}" if peak else "-"
-            print(f"  {what:<18} {'pinned' if pinned else 'pageable':<9} {rate / 1e9:8.2f} GB/s  peak "
-                  f"{peak / 1e9 if peak else float('nan'):8.2f} GB/s  ratio {ratio}", file=out)
+            print(f"  {row['what']:<18} {'pinned' if row['pinned'] else 'pageable':<9} {rate / 1e9:8.2f} GB/s  peak "
+                  f"{peak / 1e9 if peak else float('nan'):8.2f} GB/s  ratio {ratio}  (repeats {low / 1e9:.2f}-"
+                  f"{high / 1e9:.2f})", file=out)
+    device = cp.empty(nbytes, dtype=cp.uint8)
+    stream = cp.cuda.get_current_stream()
     copy = cp.empty_like(device)
     d2d = nbytes / _median_event_seconds(cp, lambda: copy.__setitem__(Ellipsis, device))
     result["device_copy_Bps"] = d2d
