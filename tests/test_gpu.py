@@ -63,3 +63,23 @@ def test_gpu_training_matches_ddp(transport, overlap, nranks):
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"ok {nranks} ranks" in done.stdout
     print(done.stdout)
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+def test_gpu_ranks_are_bound_before_their_first_line(nranks):
+    """The job's runner binds every rank (local rank modulo the GPUs here); a collective on an array leaves the
+    caller's GPU current; sharing is counted from the GPUs' bus ids, and NCCL is refused only for sharing."""
+    import json
+
+    from ringlab.mpi.devices import gpu_count
+
+    done = run_mpi(nranks, [str(HERE / "gpusim_bind.py")], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("[")))
+    gpus = gpu_count()
+    assert [r["device"] for r in rows] == [rank % gpus for rank in range(nranks)]
+    assert all(r["current_after"] == [0, 0] and r["total"] == [nranks * k for k in range(4)] for r in rows)
+    shared = -(-nranks // gpus)
+    assert all(r["per_gpu"] == shared for r in rows)
+    assert all(("share one" in r["nccl_refused"]) == (shared > 1) for r in rows)
+    assert (f"{nranks} ranks share {gpus} GPU(s)" in done.stderr) == (shared > 1)

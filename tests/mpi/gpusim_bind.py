@@ -1,4 +1,4 @@
-"""Where the ranks' GPUs are (cupy stand-in): the job's runner has bound every rank before this script runs.
+"""Where the ranks' GPUs are (the cupy stand-in, or real GPUs): the job's runner has bound every rank before this script runs.
 
 Rank 0 prints a JSON list, a row per rank: its device, the bus id of the GPU a plain ``cp.asarray`` lands on, what a
 second ``rl.bind_device()`` returns, how many ranks share the busiest GPU, and why NCCL would not run.
