@@ -195,6 +195,7 @@ def test_gpus_behind_nvswitches_are_linked_to_each_other():
 def test_every_result_names_the_code_that_measured_it(monkeypatch, tmp_path):
     from ringlab.measure.machine import describe_machine, ringlab_source
 
+    monkeypatch.delenv("RINGLAB_COMMIT", raising=False)  # what a copy sent elsewhere sets (see below)
     head = subprocess.run(["git", "-C", str(Path(__file__).parents[1]), "rev-parse", "HEAD"], capture_output=True,
                           text=True)
     source = describe_machine()["ringlab"]
