@@ -110,3 +110,9 @@ def test_gpu_clocks_count_the_queued_work_and_not_the_warm_up():
     done = run_python([str(SCRIPTS / "gpusim_timing.py")], machine="rtx2080ti-2", timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok:")
+
+
+def test_gpu_clocks_start_every_rank_together_after_the_warm_up():
+    done = run_gpusim(2, [str(SCRIPTS / "gpusim_timing_ranks.py")], timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "ok" in done.stdout

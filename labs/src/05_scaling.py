@@ -22,8 +22,8 @@ from ringlab.lessons.lab05_scaling.predictions import (against_published, check_
                                                        hierarchical_against_flat, machines_at, published_sweeps,
                                                        rings_on, trees_against_ring, with_ranks)
 from ringlab.lessons.lab05_scaling.realcluster import here_or_recorded, table as cluster_table
-from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, nvlink_to_nic, predicted_on_simulated,
-                                                    side_by_side)
+from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, measure_here, nvlink_to_nic,
+                                                    predicted_on_simulated, side_by_side)
 from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
 from ringlab.measure import published
 from ringlab.measure.bench import in_machine_units
@@ -315,7 +315,8 @@ print(describe_hierarchy(hierarchy, 1 << 28))
 #
 # You have one machine, but ringlab can treat groups of ranks as nodes and slow the link between
 # them: `RINGLAB_RANKS_PER_NODE=2` and `RINGLAB_NODE_LINK_GBPS=B` in a job's environment, or
-# `ringlab.mpi.nodes.simulated_nodes(2, B)` in code. Below, 4 ranks become 2 simulated nodes of 2.
+# `ringlab.mpi.nodes.simulated_nodes(2, B)` in code. Below, one MPI job of 4 ranks (`measure_here`:
+# `measure_on_simulated_nodes` on every rank) becomes 2 simulated nodes of 2.
 # Inside a node the ranks talk through shared memory at the bandwidth you fitted above; between the
 # nodes every message waits as long as its bytes take on a link 9 times slower, the ratio of an H100's
 # NVLink to its 400 Gbit/s network card (public figures). These are **simulated nodes**: what is
@@ -325,11 +326,7 @@ print(describe_hierarchy(hierarchy, 1 << 28))
 # %%
 per_node, link_gbps = 2, float(fitted.bandwidth / nvlink_to_nic() / 1e9)
 node_sizes = [1 << k for k in range(16, 23, 2)]  # 64 KiB .. 4 MiB per rank
-with MPICluster(4) as ranks:
-    ranks.view.execute("from ringlab.lessons.lab05_scaling.simnodes import measure_on_simulated_nodes\n"
-                       f"on_nodes = measure_on_simulated_nodes({node_sizes}, {per_node}, {link_gbps!r}, repeats=3)",
-                       block=True)
-    on_nodes = ranks.pull_rank0("on_nodes")
+on_nodes = measure_here(node_sizes, per_node, link_gbps, nranks=4, repeats=3)  # one MPI job of 4 ranks
 model = predicted_on_simulated(node_sizes, 4, per_node, fitted.alpha, fitted.bandwidth, link_gbps * 1e9)
 busbw_plot([dict(r, algorithm=f"{r['algorithm']}: measured here") for r in on_nodes] +
            [dict(r, algorithm=f"{r['algorithm']}: predicted") for r in model],
