@@ -162,7 +162,7 @@ class _Implementations:
             return self.mpi(in_place)
         if name in ("mpi", "nccl", "torch"):
             return self.mpi(True) if in_place and name == "mpi" else None if in_place else getattr(self, name)()
-        return self.ringlab(name, in_place)
+        return self.ringlab(name, in_place=True) if in_place else self.ringlab(name)
 
 
 def _nccl_here(comm):

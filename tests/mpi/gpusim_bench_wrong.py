@@ -37,8 +37,8 @@ assert isinstance(mpi_result, np.ndarray) and (mpi_result == comm.Get_size()).al
 real = bench._Implementations.ringlab
 
 
-def off_by_one(self, name):
-    run = real(self, name)
+def off_by_one(self, name, **options):
+    run = real(self, name, **options)
 
     def wrong():
         out = run()
@@ -47,9 +47,9 @@ def off_by_one(self, name):
     return wrong
 
 
-def wrong_once_reused(self, name):
+def wrong_once_reused(self, name, **options):
     """Right on its first call, wrong on every later one: only the check after the timed loop sees it."""
-    run, calls = real(self, name), [0]
+    run, calls = real(self, name, **options), [0]
 
     def reused():
         out = run()
