@@ -23,12 +23,12 @@ def _no_driver_for_the_cupy_wheel() -> bool:
     from pathlib import Path
 
     try:
-        cupy, backends = importlib.util.find_spec("cupy"), importlib.util.find_spec("cupy_backends")
+        found, backends = importlib.util.find_spec("cupy"), importlib.util.find_spec("cupy_backends")
     except (ImportError, ValueError):
         return False
-    if cupy is None or backends is None or not cupy.origin or not backends.origin:
+    if found is None or backends is None or not found.origin or not backends.origin:
         return False
-    if Path(cupy.origin).parents[1] != Path(backends.origin).parents[1]:
+    if Path(found.origin).parents[1] != Path(backends.origin).parents[1]:
         return False
     return not any(os.path.exists(sign) for sign in DRIVER_SIGNS)
 
