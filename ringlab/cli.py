@@ -93,7 +93,11 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("-e", "--maxbytes", type=_size, default="32M", help="largest size (default 32M)")
     bench.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this (default 2)")
     bench.add_argument("-i", "--stepbytes", type=_size, help="or add this many bytes")
-    bench.add_argument("-d", "--datatype", default="float32", help="float16, float32 (default), float64, int32, int64")
+    bench.add_argument("-d", "--datatype", default="float32",
+                       help="float16, bfloat16, float32 (default), float64, int32, int64")
+    bench.add_argument("-o", "--op", default="sum",
+                       help="the reduction of allreduce, reduce and reduce_scatter: sum (default), prod, max, min, avg "
+                            "(NCCL's operators; MPI has no avg: its row is MPI's sum divided by the ranks)")
     bench.add_argument("--iters", type=int, default=20, help="timed iterations per size, at least 1 (default 20)")
     bench.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations first (default 5)")
     bench.add_argument("--root", type=int, default=0, help="root of reduce and broadcast (default 0)")
@@ -284,11 +288,11 @@ def _bench(args, argv) -> int:
     if args.nranks is not None and not in_mpi_job():  # every mistake said once, here, before a job starts
         check_nranks(args.nranks)
         check_arguments(args.collective, algorithms, args.datatype, args.iters, args.warmup, args.root, args.nranks,
-                        args.json, sizes=sizes, gpu=args.gpu, emulate=args.emulate)
+                        args.json, sizes=sizes, gpu=args.gpu, emulate=args.emulate, op=args.op)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     run(args.collective, algorithms, sizes, args.datatype, args.iters,
         args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv],
-        emulate=args.emulate, inplace=args.inplace)
+        emulate=args.emulate, inplace=args.inplace, op=args.op)
     return 0
 
 

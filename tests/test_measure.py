@@ -93,7 +93,38 @@ def test_bench_on_two_and_three_ranks_checks_its_own_results(tmp_path, collectiv
             assert all("inplace_time_s" not in r for r in result["rows"])
 
 
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_bench_reduces_by_every_op_and_in_bfloat16_checked_against_mpi(tmp_path, nranks):
+    """nccl-tests' -o and -d bfloat16: every op's rows checked against MPI's own op (avg: MPI's sum / n),
+    bfloat16 against MPI's float32 reduction of the same values, MPI's bfloat16 row left out and said so."""
+    runs = [("allreduce", "ring,rhd,mpi", op, "float32") for op in ("prod", "max", "min", "avg")]
+    runs += [("allreduce", "ring,naive,mpi", "avg", "int32"), ("reduce", "tree,mpi", "max", "int64"),
+             ("reduce_scatter", "ring,mpi", "min", "float64"), ("allreduce", "ring,naive,mpi", "sum", "bfloat16")]
+    for collective, algorithms, op, dtype in runs:
+        out = tmp_path / f"{collective}-{op}-{dtype}.json"
+        done = ringlab("bench", "-n", str(nranks), "-c", collective, "-a", algorithms, "-o", op, "-d", dtype,
+                       "-b", "64", "-e", "64K", "-f", "32", "--iters", "2", "-w", "1", "--json", str(out),
+                       *(["--root", "1"] if collective == "reduce" else []), *(["--inplace"] if op == "prod" else []))
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(out.read_text())
+        assert result["op"] == op and {r["op"] for r in result["rows"]} == {op}, (collective, op)
+        assert all(r["wrong"] == 0 and r.get("inplace_wrong") in (0, None) for r in result["rows"]), (collective, op)
+        assert f"{dtype}, op {op}," in done.stdout
+        timed = {r["algorithm"] for r in result["rows"]}
+        if dtype == "bfloat16":
+            assert timed == {"ring", "naive"} and "mpi" in result["left_out"]
+            assert "left out: mpi: MPI has no bfloat16 type" in done.stdout
+        else:
+            assert timed == set(algorithms.split(",")) and result["left_out"] == {}
+
+
 def test_bench_rejects_bad_input():
+    done = ringlab("bench", "-n", "2", "-c", "broadcast", "-a", "chain", "-o", "max")
+    assert done.returncode == 2 and "op='max' reduces, and broadcast reduces nothing" in done.stderr
+    done = ringlab("bench", "-n", "2", "-o", "mean")
+    assert done.returncode == 2 and "op must be one of sum, prod, max, min, avg" in done.stderr
+    done = ringlab("bench", "-n", "2", "-a", "mpi", "-d", "bfloat16")
+    assert done.returncode == 2 and "nothing left to time: mpi: MPI has no bfloat16 type" in done.stderr
     done = ringlab("bench", "-n", "2", "-c", "alltoall")
     assert done.returncode == 2 and "collective must be one of reduce, broadcast, allreduce" in done.stderr
     done = ringlab("bench", "-n", "2", "-a", "gossip")

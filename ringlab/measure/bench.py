@@ -28,8 +28,29 @@ from .timing import bandwidths, time_collective
 # the collectives a sweep can check against MPI's own call (gather, scatter and alltoall are not wired up yet)
 BENCHED = tuple(c for c in COLLECTIVES if c not in ("gather", "scatter", "alltoall"))
 
-DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "int32": np.int32,
-          "int64": np.int64}
+DTYPES = {"float16": np.float16, "bfloat16": "bfloat16", "float32": np.float32, "float64": np.float64,
+          "int32": np.int32, "int64": np.int64}
+
+
+def _dtype(name: str) -> np.dtype:
+    """The numpy dtype of a bench type name (bfloat16: ml_dtypes')."""
+    if name == "bfloat16":
+        from ..mpi.reduction import bfloat16
+
+        found = bfloat16()
+        if found is None:
+            raise ValueError("bfloat16 needs the ml_dtypes package (pip install ml_dtypes)")
+        return found
+    return np.dtype(DTYPES[name])
+
+
+def unavailable(name: str, dtype_name: str, op: str, gpu: bool) -> str | None:
+    """Why implementation ``name`` cannot run this type or op here (None: it can)."""
+    if name.startswith("mpi") and dtype_name == "bfloat16":
+        return "MPI has no bfloat16 type (the results are still checked against MPI's float32 reduction)"
+    if name == "torch" and op == "avg" and not gpu:
+        return "torch's gloo backend has no AVG"
+    return None
 
 
 def sweep(begin: int, end: int, factor: int | None = None, increment: int | None = None) -> list[int]:
@@ -57,15 +78,17 @@ def in_mpi_job() -> bool:
 class _Implementations:
     """The callables being timed for one collective, one buffer: each returns this rank's result."""
 
-    def __init__(self, collective: str, comm, x, root: int, transport: str):
+    def __init__(self, collective: str, comm, x, root: int, transport: str, op: str = "sum"):
         self.collective, self.comm, self.x, self.root, self.transport = collective, comm, x, root, transport
-        self.n = comm.Get_size()
+        self.n, self.op = comm.Get_size(), op
+        self.reduces = collective in ("allreduce", "reduce", "reduce_scatter")
 
     def ringlab(self, name: str, in_place: bool = False):
         c, x = self.collective, self.x
+        reducing = {"op": self.op} if self.reduces else {}
         if in_place:  # on a working copy, which every call overwrites (reset to the input before a check)
             work = x.copy()
-            options = {"comm": self.comm, "transport": self.transport, "agree": False, "in_place": True}
+            options = {"comm": self.comm, "transport": self.transport, "agree": False, "in_place": True, **reducing}
             calls = {"allreduce": lambda: allreduce(work, name, **options),
                      "reduce": lambda: reduce(work, self.root, name, **options),
                      "broadcast": lambda: broadcast(work, self.root, name, **options)}
@@ -76,7 +99,7 @@ class _Implementations:
                 call = lambda: execute(schedule, work, **options)  # noqa: E731
             return _returning(call, work, reset=lambda: work.__setitem__(Ellipsis, x))
         out = x.copy()  # allocated once: every call writes the result here
-        options = {"comm": self.comm, "transport": self.transport, "agree": False, "out": out}
+        options = {"comm": self.comm, "transport": self.transport, "agree": False, "out": out, **reducing}
         if c == "allreduce":
             return _returning(lambda: allreduce(x, name, **options), out)
         if c == "reduce":
@@ -89,25 +112,45 @@ class _Implementations:
     def mpi(self, in_place: bool = False):
         from mpi4py import MPI
 
+        from ..mpi.reduction import MPI_OPS
+
         comm, x, n, rank, root = self.comm, self.x, self.n, self.comm.Get_rank(), self.root
         host = x if isinstance(x, np.ndarray) else x.get()
+        op = getattr(MPI, MPI_OPS[self.op])  # avg: MPI has none; its SUM, then divided by n in the timed call
         if in_place:  # MPI_IN_PLACE, on a working copy (allreduce: the one MPI call every rank makes alike)
             if self.collective != "allreduce":
                 return None
             work = host.copy()
-            return _returning(lambda: comm.Allreduce(MPI.IN_PLACE, work), work,
+            return _returning(self._averaged(lambda: comm.Allreduce(MPI.IN_PLACE, work, op=op), work), work,
                               reset=lambda: work.__setitem__(Ellipsis, host))
         out = np.empty_like(host)
         block = len(host) // n
         mine = slice(rank * block, (rank + 1) * block)  # this rank's block of reduce_scatter and allgather
         if self.collective == "broadcast":
             out[...] = host  # the root's buffer; the others' are overwritten
-        calls = {"allreduce": lambda: comm.Allreduce(host, out),
-                 "reduce": lambda: comm.Reduce(host, out, root=root),
+        calls = {"allreduce": lambda: comm.Allreduce(host, out, op=op),
+                 "reduce": lambda: comm.Reduce(host, out, op=op, root=root),
                  "broadcast": lambda: comm.Bcast(out, root=root),
-                 "reduce_scatter": lambda: comm.Reduce_scatter_block(host, out[mine], op=MPI.SUM),
+                 "reduce_scatter": lambda: comm.Reduce_scatter_block(host, out[mine], op=op),
                  "allgather": lambda: comm.Allgather(host[mine], out)}
-        return _returning(calls[self.collective], out)
+        target = out[mine] if self.collective == "reduce_scatter" else out
+        if self.collective == "reduce" and rank != root:
+            return _returning(calls["reduce"], out)
+        return _returning(self._averaged(calls[self.collective], target) if self.reduces else calls[self.collective],
+                          out)
+
+    def _averaged(self, call, target):
+        """``call`` followed, for op avg, by the division of its sum by the number of ranks (MPI has no average)."""
+        if self.op != "avg":
+            return call
+        from ..mpi.reduction import reduction
+
+        finish = reduction("avg", target.dtype).finish
+
+        def averaged():
+            call()
+            finish(np, target.reshape(-1), self.n)
+        return averaged
 
     def nccl(self):
         nccl, why = _nccl_here(self.comm)
@@ -125,15 +168,16 @@ class _Implementations:
             uid = self.comm.bcast(nccl.get_unique_id() if self.comm.Get_rank() == 0 else None, root=0)
             kept["nccl"] = nccl.NcclCommunicator(self.n, uid, self.comm.Get_rank())
         x, nc, stream, root = self.x, kept["nccl"], cp.cuda.get_current_stream().ptr, self.root
-        types = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
-                 np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int32): nccl.NCCL_INT32,
-                 np.dtype(np.int64): nccl.NCCL_INT64}
-        kind, out = types[x.dtype], cp.empty_like(x)
+        types = {"float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64, "float16": nccl.NCCL_FLOAT16,
+                 "bfloat16": nccl.NCCL_BFLOAT16, "int32": nccl.NCCL_INT32, "int64": nccl.NCCL_INT64}
+        ops = {"sum": nccl.NCCL_SUM, "prod": nccl.NCCL_PROD, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN,
+               "avg": nccl.NCCL_AVG}
+        kind, op, out = types[x.dtype.name], ops[self.op], cp.empty_like(x)
         if self.collective == "broadcast":
             out[...] = x
-        calls = {"allreduce": lambda: nc.allReduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, stream),
+        calls = {"allreduce": lambda: nc.allReduce(x.data.ptr, out.data.ptr, x.size, kind, op, stream),
                  "broadcast": lambda: nc.broadcast(x.data.ptr, out.data.ptr, x.size, kind, root, stream),
-                 "reduce": lambda: nc.reduce(x.data.ptr, out.data.ptr, x.size, kind, nccl.NCCL_SUM, root, stream)}
+                 "reduce": lambda: nc.reduce(x.data.ptr, out.data.ptr, x.size, kind, op, root, stream)}
         if self.collective not in calls:
             raise ValueError(f"nccl: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
         return _returning(calls[self.collective], out)
@@ -146,13 +190,15 @@ class _Implementations:
         import torch.distributed as dist
 
         root = self.root
-        calls = {"allreduce": dist.all_reduce,
+        op = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
+              "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}[self.op]
+        calls = {"allreduce": lambda t: dist.all_reduce(t, op=op),
                  "broadcast": lambda t: dist.broadcast(t, src=root),
-                 "reduce": lambda t: dist.reduce(t, dst=root)}
+                 "reduce": lambda t: dist.reduce(t, dst=root, op=op)}
         if self.collective not in calls:
             raise ValueError(f"torch: {self.collective} is not wired up here; use allreduce, reduce or broadcast")
-        work = torch.from_dlpack(self.x).clone()  # in place on a working copy (the first call is checked)
-        source = torch.from_dlpack(self.x)
+        source = _as_torch(self.x)
+        work = source.clone()  # in place on a working copy (the first call is checked)
         return _returning(lambda: calls[self.collective](work), work, reset=lambda: work.copy_(source))
 
     def make(self, name: str, in_place: bool = False):
@@ -163,6 +209,15 @@ class _Implementations:
         if name in ("mpi", "nccl", "torch"):
             return self.mpi(True) if in_place and name == "mpi" else None if in_place else getattr(self, name)()
         return self.ringlab(name, in_place=True) if in_place else self.ringlab(name)
+
+
+def _as_torch(x):
+    """A torch tensor sharing ``x``'s memory (bfloat16, which DLPack cannot carry from numpy, as its 16-bit words)."""
+    import torch
+
+    if x.dtype.name == "bfloat16":
+        return torch.from_dlpack(x.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_dlpack(x)
 
 
 def _nccl_here(comm):
@@ -223,16 +278,24 @@ def _defined(collective: str, rank: int, root: int, n: int, count: int) -> slice
 
 
 def _wrong(got, want, dtype, n: int) -> int:
-    got = np.asarray(got.get() if hasattr(got, "get") and not isinstance(got, np.ndarray) else got)
-    got = np.asarray(got.numpy() if hasattr(got, "numpy") else got)
+    got = np.asarray(_as_host(got))
     if np.issubdtype(dtype, np.integer):
         return int(np.count_nonzero(got != want))
-    tolerance = 4 * n * n * np.finfo(dtype).eps
+    tolerance = 4 * n * n * _eps(dtype)
     wrong = 0
     for lo in range(0, got.size, CHECK_ELEMENTS):  # in blocks: float64 copies of a whole buffer would triple it
         a, b = got[lo:lo + CHECK_ELEMENTS], want[lo:lo + CHECK_ELEMENTS]
         wrong += int(np.count_nonzero(np.abs(a.astype(np.float64) - b.astype(np.float64)) > tolerance))
     return wrong
+
+
+def _eps(dtype) -> float:
+    """The spacing of ``dtype``'s numbers at 1 (bfloat16's from ml_dtypes, which numpy's finfo does not know)."""
+    if dtype.name == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).eps)
+    return float(np.finfo(dtype).eps)
 
 
 OTHERS = ("mpi", "mpi-ring", "nccl", "torch")  # what ringlab is timed against (mpi-ring: MPICH's ring, forced)
@@ -258,7 +321,7 @@ def memory_problem(sizes: list[int], ranks_here: int, available: int | None) -> 
 
 def check_arguments(collective: str, algorithms: list[str], dtype_name: str, iters: int, warmup: int, root: int,
                     nranks: int, json_path: str | None = None, sizes: list[int] | None = None,
-                    gpu: bool = False, emulate: str | None = None) -> None:
+                    gpu: bool = False, emulate: str | None = None, op: str = "sum") -> None:
     """A ValueError naming the first argument of a sweep that cannot work, before anything runs (the sizes
     too, against this machine's memory, when given and not on GPUs)."""
     if collective not in BENCHED:
@@ -272,6 +335,15 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
             raise ValueError(f"no {collective} implementation {name!r}; choose from {', '.join(known + list(OTHERS))}")
     if dtype_name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype_name!r}")
+    from ..mpi.reduction import problems
+
+    wrong = problems(op, _dtype(dtype_name), collective)
+    if wrong:
+        raise ValueError(wrong[0])
+    left = [name for name in algorithms if not unavailable(name, dtype_name, op, gpu)]
+    if not left:
+        raise ValueError("nothing left to time: " + "; ".join(f"{name}: {unavailable(name, dtype_name, op, gpu)}"
+                                                               for name in algorithms))
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be at least 1 (the median of no timings is no number), got {iters!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -300,11 +372,14 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
 def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: str = "float32", iters: int = 20,
         warmup: int = 5, root: int = 0, gpu: bool = False, transport: str = "auto", json_path: str | None = None,
         command: list[str] | None = None, out=sys.stdout, emulate: str | None = None,
-        inplace: bool = False) -> dict | None:
+        inplace: bool = False, op: str = "sum") -> dict | None:
     """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results. With
     ``emulate`` (a SPEC, see ``ringlab.mpi.emulate``) ringlab's algorithms run on that machine's links;
     with ``inplace`` each implementation is also timed in place (the result overwriting the input), in
-    the row's ``inplace_*`` columns, as nccl-tests prints both (None where it has no in-place form here)."""
+    the row's ``inplace_*`` columns, as nccl-tests prints both (None where it has no in-place form here).
+    ``op`` is the reduction (sum, prod, max, min, avg: nccl-tests' ``-o``) of the collectives that reduce;
+    an implementation that has no such op or type here (MPI and bfloat16; gloo and avg) is left out, and
+    the header says why."""
     from mpi4py import MPI
 
     from ..mpi import emulate as emulated
@@ -314,21 +389,25 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     check_arguments(collective, algorithms, dtype_name, iters, warmup, root, n, json_path if rank == 0 else None,
-                    emulate=emulate)
+                    emulate=emulate, gpu=gpu, op=op)
     problem = None if gpu else memory_problem(sizes, ranks_on_node(comm), available_memory())
     if any(comm.allgather(problem)):  # every rank refuses, the same way, before anything is allocated
         raise ValueError(next(p for p in comm.allgather(problem) if p))
     with emulated.emulate(emulate) if emulate else nullcontext():
         return _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path,
-                    command, out, comm, emulated.current(), inplace)
+                    command, out, comm, emulated.current(), inplace, op)
 
 
 def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path, command, out,
-         comm, emulation, inplace=False):
+         comm, emulation, inplace=False, op="sum"):
     from .machine import SCHEMA, describe_machine, save_json
 
     rank, n = comm.Get_rank(), comm.Get_size()
-    dtype = np.dtype(DTYPES[dtype_name])
+    dtype = _dtype(dtype_name)
+    left_out = {name: unavailable(name, dtype_name, op, gpu) for name in algorithms}
+    algorithms = [name for name in algorithms if not left_out[name]]
+    left_out = {name: why for name, why in left_out.items() if why}
+    reduces = collective in ("allreduce", "reduce", "reduce_scatter")
     xp = np
     if gpu:
         from ..mpi.devices import bind_device, cupy_module
@@ -347,8 +426,14 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
     if show:
         where = f"GPU, transport {transport}" if gpu else "CPU, numpy over MPI"
         timing = (f"mean of {iters} calls back to back" if back_to_back else f"median of {iters} calls")
-        print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}, {timing} after "
+        reducing = f", op {op}" if reduces else ""
+        print(f"# ringlab bench: {collective} on {n} ranks ({where}), {dtype_name}{reducing}, {timing} after "
               f"{warmup} warm-up, checked before and after; busbw = algbw x {BUS_FACTORS[collective]}", file=out)
+        for name, why in left_out.items():
+            print(f"# left out: {name}: {why}", file=out)
+        if reduces and op == "avg" and any(name.startswith("mpi") for name in algorithms):
+            print("# mpi with op avg: MPI has no average; its row times MPI's sum and the division by the number of "
+                  "ranks", file=out)
         from ..mpi.launch import cores, ranks_on_node
 
         local = ranks_on_node(comm)
@@ -388,11 +473,13 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
             if count == 0:
                 continue
             rng = np.random.default_rng(rank * 7919 + count)
-            host = (rng.integers(-100, 100, count) if dtype.kind == "i" else rng.uniform(-1, 1, count)).astype(dtype)
+            low, high = (-3, 4) if op == "prod" else (-100, 100)  # products of n such integers fit the type
+            host = (rng.integers(low, high, count) if dtype.kind == "i" else rng.uniform(-1, 1, count)).astype(dtype)
             x = xp.asarray(host)
-            reference = _Implementations(collective, comm, host.astype(np.float32) if dtype == np.float16 else host,
-                                         root, "auto").mpi()().copy()
-            implementations = _Implementations(collective, comm, x, root, transport)
+            wide = dtype.kind == "f" and dtype.itemsize == 2 or dtype.name == "bfloat16"  # MPI reduces them in float32
+            reference = _Implementations(collective, comm, host.astype(np.float32) if wide else host,
+                                         root, "auto", op).mpi()().copy()
+            implementations = _Implementations(collective, comm, x, root, transport, op)
             defined = _defined(collective, rank, root, n, count)
             for name in algorithms:
                 on_device = xp is not np and not name.startswith("mpi")
@@ -414,7 +501,8 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
                 seconds, wrong = checked_time(implementations.make(name))
                 size = count * dtype.itemsize
                 algbw, busbw = bandwidths(collective, size, seconds, n)
-                row = {"bytes": size, "count": count, "dtype": dtype_name, "algorithm": name, "time_s": seconds,
+                row = {"bytes": size, "count": count, "dtype": dtype_name, "op": op if reduces else None,
+                       "algorithm": name, "time_s": seconds,
                        "algbw_Bps": algbw, "busbw_Bps": busbw, "wrong": wrong,
                        "memory": "device" if on_device else "host", "transport": _transport_used(name, x, comm, transport)}
                 in_place = implementations.make(name, in_place=True) if inplace else None
@@ -444,6 +532,7 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
     if command and not {"-n", "--nranks"} & set(command):  # the job ringlab started runs without -n: say it
         command = [*command[:2], "-n", str(n), *command[2:]]
     result = {"kind": "ringlab-bench", "schema": SCHEMA, "collective": collective, "ranks": n, "dtype": dtype_name,
+              "op": op if reduces else None, "left_out": left_out,
               "root": root, "gpu": gpu, "transport": transport, "iters": iters, "warmup": warmup,
               "timing": "back to back" if back_to_back else "median per call", "ranks_per_gpu": ranks_per_gpu,
               "transports_used": sorted({r["transport"] for r in rows}),
@@ -478,7 +567,13 @@ def _forced(name: str, comm):
 
 
 def _as_host(got):
-    if hasattr(got, "numpy") and not isinstance(got, np.ndarray):
+    if hasattr(got, "numpy") and not isinstance(got, np.ndarray):  # a torch tensor
+        import torch
+
+        if got.dtype == torch.bfloat16:  # numpy cannot take it: its words, read as ml_dtypes' bfloat16
+            from ..mpi.reduction import bfloat16
+
+            return got.view(torch.int16).cpu().numpy().view(bfloat16())
         return got.cpu().numpy()
     if hasattr(got, "get") and not isinstance(got, np.ndarray):
         return got.get()

@@ -29,6 +29,8 @@ from .deadlines import DEFAULT, seconds, usable
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
 from . import emulate, fastpath, nodes, private
 from .executor import Recorder, Trace, compile_plan, run_plan
+from .reduction import is_bfloat16, is_number_type, reduction, wire_dtype
+from . import reduction as reductions
 from .transports import choose, make_ops
 
 
@@ -100,14 +102,14 @@ def _not_an_array(x) -> str | None:
         return ("x is a masked array: a collective would add its hidden values too; pass x.filled(0) (masked "
                 "values as 0) or np.asarray(x) if the mask does not matter")
     dtype = getattr(x, "dtype", None)
-    if not hasattr(x, "shape") or not isinstance(dtype, np.dtype) or dtype.kind not in "biufc":
+    if not hasattr(x, "shape") or not is_number_type(dtype):
         return f"x must be a numeric numpy or cupy array, got {type(x).__name__}"
     return None
 
 
-def _problems(x, kind: str | None, in_place: bool, timeout, out=None) -> list[str]:
+def _problems(x, kind: str | None, in_place: bool, timeout, out=None, op: str = "sum") -> list[str]:
     """What is wrong with this rank's arguments, found before any rank waits for another."""
-    problems = []
+    problems = reductions.problems(op, getattr(x, "dtype", None), kind)
     if out is not None:
         problems += _out_problems(x, out, in_place)
     wrong = _not_an_array(x)
@@ -171,21 +173,25 @@ def _disagreement(comm, what: str, text: str) -> None:
             raise ValueError(f"{what}: the ranks disagree ({detail})")
 
 
-def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, options: dict, problems: list) -> dict:
+def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, options: dict, problems: list,
+            op: str = "sum") -> dict:
     label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
     fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
               "transport": transport, "in_place": in_place, **options, "emulation": emulate.describe(),
               "problems": problems}
+    if op != "sum":  # only then: a sum's fields stay as they were
+        fields["op"] = op
     if isinstance(algorithm, Schedule):
         fields["schedule"] = algorithm.fingerprint()
     return fields
 
 
 def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout,
-               what: str):
+               what: str, op: str = "sum"):
     """The remembered :class:`~ringlab.mpi.fastpath.Call` for these arguments (made on first use), or
-    None when they take the general path: not numpy, a transport other than host, or a problem."""
-    if type(x) is not np.ndarray or transport not in ("auto", "host") or not usable(timeout):
+    None when they take the general path: not numpy, bfloat16 (which MPI cannot read: the general
+    path sends its raw words), a transport other than host, or a problem."""
+    if type(x) is not np.ndarray or transport not in ("auto", "host") or not usable(timeout) or is_bfloat16(x.dtype):
         return None
     if os.environ.get(nodes.LINK) or emulate.current():  # slowed or emulated links are the general path's
         return None
@@ -195,23 +201,26 @@ def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, i
     flags = x.flags
     key = (what, kind, algorithm if isinstance(algorithm, str) else id(algorithm), x.shape, x.dtype,
            flags.c_contiguous, flags.writeable, in_place, out is None, transport,
-           tuple(options.items()) if options else ())
+           tuple(options.items()) if options else (), op)
     calls = fastpath.calls(state)
     call = calls.get(key)
     if call is not None and (isinstance(algorithm, str) or call.schedule is algorithm):
         calls.move_to_end(key)
         return call
-    if _problems(x, kind, in_place, timeout, out):
+    if _problems(x, kind, in_place, timeout, out, op):
         return None
     try:
         schedule = resolve(kind, algorithm, comm.Get_size(), **options)
     except ValueError:
         return None
-    text = json.dumps(_fields(kind, x, algorithm, schedule, transport, in_place, options, []), sort_keys=True,
+    if reductions.problems(op, x.dtype, schedule.collective.kind):
+        return None
+    text = json.dumps(_fields(kind, x, algorithm, schedule, transport, in_place, options, [], op), sort_keys=True,
                       default=str)
     count = max(x.size, 0)
     plan = compile_plan(schedule, comm.Get_rank(), count, x.dtype.itemsize, False, pieces=True)
-    return fastpath.remember(state, key, fastpath.Call(state, schedule, plan, text, comm, x.dtype.itemsize))
+    ufunc = getattr(np, reduction(op, x.dtype).ufunc)
+    return fastpath.remember(state, key, fastpath.Call(state, schedule, plan, text, comm, x.dtype.itemsize, ufunc))
 
 
 def _run(kind: str | None, x, *args, **kwargs):
@@ -224,7 +233,7 @@ def _run(kind: str | None, x, *args, **kwargs):
 
 
 def _run_checked(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
-         trace: bool, timeout, what: str, out=None):
+         trace: bool, timeout, what: str, out=None, op: str = "sum"):
     """On ringlab's private duplicate of ``comm``: find what is wrong on this rank, agree with the others
     (so that a mistake anywhere raises the same ValueError everywhere), then execute."""
     with private.entered(_world(comm), what, timeout) as state:
@@ -241,44 +250,65 @@ def _run_checked(kind: str | None, x, algorithm, comm, transport: str, options: 
             except ValueError as err:
                 options, problems, bad_root = dict(options, root=repr(options["root"])), problems + [str(err)], True
         if not trace and not problems:
-            call = _fast_call(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what)
+            call = _fast_call(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what, op)
             if call is not None:
                 if agree and not call.agrees(what, limit):
                     _disagreement(comm, what, call.text)
-                return call.run(x, out, in_place, limit)
-        problems = _problems(x, kind, in_place, timeout, out) + problems
+                return _finished(call.run(x, out, in_place, limit), op, call.schedule, comm)
+        problems = _problems(x, kind, in_place, timeout, out, op) + problems
         schedule = None
         if not bad_root:
             try:
                 schedule = resolve(kind, algorithm, comm.Get_size(), **options)
             except ValueError as err:
                 problems.append(str(err))
+            else:
+                if kind is None and is_number_type(getattr(x, "dtype", None)):  # a schedule's own collective
+                    problems += reductions.problems(op, x.dtype, schedule.collective.kind)
         try:
             if emulate.current() is not None:
                 emulate.current().resolve(comm.Get_size())
         except ValueError as err:
             problems.append(str(err))
         if agree:
-            _agree(state, what, _fields(kind, x, algorithm, schedule, transport, in_place, options, problems), timeout)
+            _agree(state, what, _fields(kind, x, algorithm, schedule, transport, in_place, options, problems, op),
+                   timeout)
         if problems:
             raise ValueError(f"{what}: {'; '.join(problems)}")
-        return _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=limit, out=out)
+        result = _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=limit, out=out, op=op)
+        _finished(result[0] if trace else result, op, schedule, comm)
+        return result
+
+
+def _finished(result, op: str, schedule: Schedule, comm):
+    """``result`` with ``avg`` completed (the sum divided by the number of ranks) where the collective
+    defines the result: every rank, except the non-roots of a reduce, which hold partial sums."""
+    if op == "avg":
+        collective = schedule.collective
+        if collective.kind != "reduce" or comm.Get_rank() == collective.root:
+            reduction("avg", result.dtype).finish(array_module(result), result.reshape(-1), comm.Get_size())
+            if is_device_array(result):  # as every collective: the result is in memory when the call returns
+                wait_for_gpu(result)
+    return result
 
 
 def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False, agree: bool = True,
-            trace: bool = False, timeout=DEFAULT, out=None):
+            trace: bool = False, timeout=DEFAULT, out=None, op: str = "sum"):
     """Run ``schedule`` (a Schedule, checked first, or a registered name such as ``"allreduce.ring"``)
     on this rank's array ``x``; return the array this rank ends with.
 
     The input is left untouched unless ``in_place=True``; ``out=`` (an array like ``x``) receives
     the result instead of a new array, so that nothing is allocated per call. With ``trace=True`` return
-    ``(array, trace)``: rank 0's trace holds every rank's transfers, the others their own.
+    ``(array, trace)``: rank 0's trace holds every rank's transfers, the others their own. ``op``:
+    how a schedule that reduces combines data, one of ``sum`` (default), ``prod``, ``max``, ``min``,
+    ``avg`` (NCCL's operators; ``avg`` is the sum divided by the number of ranks).
     """
     return _run(None, x, schedule, comm, transport, {}, in_place=in_place, agree=agree, trace=trace,
-                timeout=timeout, what="rl.execute", out=out)
+                timeout=timeout, what="rl.execute", out=out, op=op)
 
 
-def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, trace: bool, timeout, out=None):
+def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, trace: bool, timeout, out=None,
+             op: str = "sum"):
     """Run a checked schedule on arguments every rank agreed on."""
     if is_device_array(x):  # work on the GPU that holds x; a rank's own GPU for anything else
         device = getattr(x, "device", None)
@@ -290,12 +320,15 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
     else:
         out = x if in_place else xp.array(x, order="C", copy=True)
     flat = out.reshape(-1)
+    combine = reduction(op, flat.dtype)
+    if is_bfloat16(flat.dtype):  # MPI cannot read bfloat16: its words travel as they are, reduced as bfloat16
+        flat = flat.view(wire_dtype(flat.dtype))
     count, itemsize = flat.size, flat.dtype.itemsize
     peer_memory = name.startswith("ipc")  # ipc, or ipc inside nodes and MPI between them
     staged = peer_memory or (name == "host" and xp is not np)
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=not peer_memory)
     recorder = _recorder(comm, flat, itemsize) if trace else None
-    ops = nodes.slowed(make_ops(name, xp, plan, flat.dtype, comm, count), comm, itemsize)
+    ops = nodes.slowed(make_ops(name, xp, plan, flat.dtype, comm, count, combine), comm, itemsize)
     ops = emulate.paced(ops, schedule, count, itemsize, comm, name)
     bounds = chunk_bounds(count, schedule.nchunks)
     run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
@@ -328,8 +361,9 @@ def _recorder(comm, flat, itemsize: int) -> Recorder:
 def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
               agree: bool = True, trace: bool = False, timeout=DEFAULT, root: int | None = None,
               servers: int | None = None, segments: int | None = None, rings: int | None = None, orders=None,
-              local: int | None = None, out=None):
-    """Sum ``x`` over all ranks; every rank gets the sum (a new array of the same type and shape).
+              local: int | None = None, out=None, op: str = "sum"):
+    """Sum ``x`` over all ranks (or reduce it by ``op``); every rank gets the result (a new array of the
+    same type and shape).
 
     ``algorithm``: ``"ring"`` (default), ``"naive"`` (through ``root``), ``"ps"`` (``servers``
     shards), ``"tree"``, ``"rhd"``, ``"dbtree"`` (NCCL's double binary tree, pipelined in
@@ -337,7 +371,10 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
     of the ranks per ring), ``"hierarchical"`` (``local`` ranks per node; by default the nodes of
     ``comm``, found by :func:`ringlab.mpi.nodes.ranks_per_node`: hosts, or ``RINGLAB_RANKS_PER_NODE``
     for simulated nodes), a full name, or a Schedule. Options left None take the builder's default.
-    ``out=`` (an array like ``x``) receives the sum instead of a new array.
+    ``out=`` (an array like ``x``) receives the sum instead of a new array. ``op``: NCCL's reductions,
+    ``"sum"`` (default), ``"prod"``, ``"max"``, ``"min"`` or ``"avg"`` (the sum divided by the number of
+    ranks: floats divided, integers rounded toward zero as NCCL does). ``x`` may be bfloat16 (an
+    ``ml_dtypes.bfloat16`` array), reduced in bfloat16 as NCCL reduces it.
     """
     if local is None and algorithm in ("hierarchical", "allreduce.hierarchical"):
         local = "nodes"  # the nodes, found from the ranks on ringlab's own communicator
@@ -349,20 +386,21 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
         from ..algorithms.channels import frozen_orders
         options["orders"] = frozen_orders(orders)
     return _run("allreduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
-                timeout=timeout, what="rl.allreduce", out=out)
+                timeout=timeout, what="rl.allreduce", out=out, op=op)
 
 
 def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto", *, in_place: bool = False,
            agree: bool = True, trace: bool = False, timeout=DEFAULT, segments: int | None = None,
-           out=None):
-    """Sum ``x`` over all ranks onto ``root``; the root gets the sum, every other rank None.
+           out=None, op: str = "sum"):
+    """Sum ``x`` over all ranks onto ``root`` (or reduce it by ``op``: ``"prod"``, ``"max"``, ``"min"``,
+    ``"avg"``, as :func:`allreduce`); the root gets the result, every other rank None.
 
     ``algorithm``: ``"tree"`` (default), ``"direct"``, ``"chain"`` (``segments``), a full name,
     or a Schedule. With ``in_place=True`` (or ``out=``) the other ranks' arrays hold partial sums afterwards.
     """
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
     result = _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
-                  timeout=timeout, what="rl.reduce", out=out)
+                  timeout=timeout, what="rl.reduce", out=out, op=op)
     out, table = result if trace else (result, None)
     out = out if _world(comm).Get_rank() == root else None
     return (out, table) if trace else out

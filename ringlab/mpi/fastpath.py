@@ -145,10 +145,11 @@ def agreed(private, mine: np.ndarray, what: str, timeout: float | None) -> bool:
     return same
 
 
-def _landing(op: str, target, arrived) -> tuple:
-    """How a receive lands, as (function, arguments): added into the buffer (a positional ``out``, the
-    cheapest call numpy has) for a reduce, copied for a copy; the same as the transports' ``_land``."""
-    return (np.add, (target, arrived, target)) if op == REDUCE else (np.copyto, (target, arrived))
+def _landing(op: str, target, arrived, ufunc=np.add) -> tuple:
+    """How a receive lands, as (function, arguments): combined into the buffer by ``ufunc`` (np.add
+    unless the call asked for another op; a positional ``out``, the cheapest call numpy has) for a
+    reduce, copied for a copy; the same as the transports' ``_land``."""
+    return (ufunc, (target, arrived, target)) if op == REDUCE else (np.copyto, (target, arrived))
 
 
 class BoundPlan:
@@ -156,7 +157,7 @@ class BoundPlan:
     step's messages send from, receive into and land, cut once; with ``persistent``, MPI persistent
     requests on them, made once and started each call."""
 
-    def __init__(self, plan, flat, scratch, comm, persistent: bool):
+    def __init__(self, plan, flat, scratch, comm, persistent: bool, ufunc=np.add):
         from mpi4py import MPI
 
         self.plan, self.flat, self.comm, self.persistent = plan, flat, comm, persistent
@@ -166,7 +167,7 @@ class BoundPlan:
             tag = step.index % TAG_LIMIT
             into = [flat[m.lo:m.hi] if m.slot < 0 else scratch[m.slot:m.slot + m.size] for m in step.recvs]
             # (function, arguments), called in place: np.add(target, arrived, target) or np.copyto(target, arrived)
-            lands = [_landing(m.op, flat[m.lo:m.hi], scratch[m.slot:m.slot + m.size]) if m.slot >= 0 else None
+            lands = [_landing(m.op, flat[m.lo:m.hi], scratch[m.slot:m.slot + m.size], ufunc) if m.slot >= 0 else None
                      for m in step.recvs]
             froms = [flat[m.lo:m.hi] for m in step.sends]
             recv_args = [(v, m.peer, tag) for v, m in zip(into, step.recvs)]
@@ -269,8 +270,9 @@ def _raw(buf: np.ndarray) -> np.ndarray:
 class Call:
     """What one signature of call compiles to on this rank (see the module's docstring)."""
 
-    def __init__(self, private, schedule, plan, text: str, comm, itemsize: int):
+    def __init__(self, private, schedule, plan, text: str, comm, itemsize: int, ufunc=np.add):
         self.private, self.schedule, self.plan, self.text, self.comm = private, schedule, plan, text, comm
+        self.ufunc = ufunc  # how receives that reduce land (np.add, np.multiply, np.maximum, np.minimum)
         self.digest, self.itemsize = digest(text), itemsize
         self.bound: OrderedDict[tuple, BoundPlan] = OrderedDict()  # (address, bytes) of a caller's buffer -> plan
         self.last = None  # (weak reference to the caller's buffer of the last call, its plan)
@@ -304,7 +306,7 @@ class Call:
                     if self.last is not None and self.last[1] is dropped:
                         self.last = None
                 bound = self.bound[key] = BoundPlan(self.plan, _raw(buf.reshape(-1)), self._scratch(buf.dtype),
-                                                    self.comm, persistent=True)
+                                                    self.comm, persistent=True, ufunc=self.ufunc)
             else:
                 self.bound.move_to_end(key)
             self.last = (weakref.ref(buf), bound)  # a weak reference: the caller's array may still go
@@ -321,7 +323,8 @@ class Call:
 
     def _once(self, buf) -> "BoundPlan":
         """A plan bound to ``buf`` for this call only, on scratch that is not kept."""
-        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False)
+        return BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype, keep=False), self.comm, persistent=False,
+                         ufunc=self.ufunc)
 
     def _run(self, bound, buf, timeout):
         try:
@@ -337,7 +340,8 @@ class Call:
         at a later call, the caller has let go of it, and that call reuses it instead of allocating."""
         self._drop_spare()
         buf = x.copy()
-        bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True)
+        bound = BoundPlan(self.plan, buf.reshape(-1), self._scratch(buf.dtype), self.comm, persistent=True,
+                          ufunc=self.ufunc)
         # Now: this frame's name (1), the views' bases, getrefcount's argument (1). Later, with nobody
         # else holding it: the spare tuple (1) instead of this frame's name, the same views, the argument.
         free = sys.getrefcount(buf)  # on a line of its own: inside the tuple's display, buf is on the stack too

@@ -12,6 +12,7 @@ import numpy as np
 from ..schedule import REDUCE
 from .devices import pinned_empty
 from .executor import TAG_LIMIT, RankPlan
+from .reduction import SUM, Reduction
 
 KEEP_BYTES = 64 << 20  # numpy scratch up to this size is kept between calls; larger is allocated per call
 
@@ -41,10 +42,14 @@ def reusable(xp, nelems: int, dtype, purpose: str = "scratch", pool: dict | None
     return have
 
 
-def _land(xp, target, arrived, op: str) -> None:
-    """Add ``arrived`` into ``target`` in place (``"reduce"``), or replace ``target`` with it (``"copy"``)."""
+def _land(xp, target, arrived, op: str, reduction: Reduction = SUM) -> None:
+    """Combine ``arrived`` into ``target`` in place by ``reduction`` (``"reduce"``: a sum unless the call
+    asked for another op), or replace ``target`` with it (``"copy"``)."""
     if op == REDUCE:
-        xp.add(target, arrived, out=target)
+        if reduction is SUM:
+            xp.add(target, arrived, out=target)
+        else:
+            reduction.land(xp, target, arrived)
     else:
         target[...] = arrived
 
@@ -61,6 +66,7 @@ class Ops:
     name = "host"
     nap = 0.0  # seconds a waiting rank sleeps between looks at a request (0: MPI's own waiting)
     deadline = None  # time.monotonic() by which the current step must be done (set by the executor)
+    reduction = SUM  # how a receive that reduces lands (set by make_ops for another op or for bfloat16)
 
     def begin(self, flat):
         """The buffer the steps work on (the caller's, unless the transport keeps its own)."""
@@ -128,7 +134,7 @@ class DirectOps(Ops):
 
     def land(self, buf, m):
         if m.slot >= 0:
-            _land(self.xp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
+            _land(self.xp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op, self.reduction)
 
     def end(self, flat, buf):
         self.before_step()
@@ -159,7 +165,7 @@ class StagedOps(Ops):
     def land(self, buf, m):
         arrived = self.arrived[m.slot:m.slot + m.size]
         arrived.set(self.recv_host[m.slot:m.slot + m.size])
-        _land(self.cp, buf[m.lo:m.hi], arrived, m.op)
+        _land(self.cp, buf[m.lo:m.hi], arrived, m.op, self.reduction)
 
     def end(self, flat, buf):
         self.before_step()

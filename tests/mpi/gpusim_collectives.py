@@ -141,6 +141,26 @@ for dtype in (np.float32, np.int64, np.float64):
         assert rl.allreduce(x, "rhd", transport=transport, in_place=True, timeout=TIMEOUT) is x
         same(x, want, f"in place {dtype.__name__} {count}")
 
+# NCCL's other reductions, on the GPU as on the host; and bfloat16, in values whose sums bfloat16 holds exactly
+REFERENCE = {"prod": np.prod, "max": np.max, "min": np.min, "avg": lambda a, axis: np.sum(a, axis=axis) / n}
+for op, reference in REFERENCE.items():
+    everyone = [e % 7 - 3 for e in inputs(1001, 5)] if op == "prod" else inputs(1001, 5)
+    want = reference(np.stack(everyone), axis=0)
+    for algorithm in ("ring", "rhd") if quick else ("ring", "rhd", "naive", "tree"):
+        same(rl.allreduce(cp.asarray(everyone[rank]), algorithm, op=op, transport=transport, timeout=TIMEOUT),
+             want, f"allreduce {algorithm} op={op}")
+    got = rl.reduce(cp.asarray(everyone[rank]), n - 1, op=op, transport=transport, timeout=TIMEOUT)
+    if rank == n - 1:
+        same(got, want, f"reduce op={op}")
+bf16 = rl.mpi.reduction.bfloat16()
+for op in ("sum", "max", "min"):
+    everyone = [(e % 61 - 30).astype(bf16) for e in inputs(4099, 8)]
+    want = {"sum": np.sum, "max": np.max, "min": np.min}[op](np.stack(everyone).astype(np.float32), axis=0).astype(bf16)
+    for algorithm in ("ring", "naive"):
+        got = rl.allreduce(cp.asarray(everyone[rank]), algorithm, op=op, transport=transport, timeout=TIMEOUT)
+        assert got.dtype == bf16, got.dtype
+        same(got, want, f"bfloat16 {algorithm} op={op}")
+
 # a trace on device arrays
 out, trace = rl.allreduce(cp.ones(1000), "ring", transport=transport, trace=True, timeout=TIMEOUT)
 same(out, np.full(1000, float(n)), "traced ring")
