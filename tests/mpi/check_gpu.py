@@ -42,6 +42,25 @@ for name in sorted(rl.ALGORITHMS):
             assert isinstance(got, cp.ndarray), type(got)
             assert np.array_equal(got.get(), want), f"rank {rank}: {name} count={count} root={root} via {used}"
             checked += 1
+# NCCL's other ops, against MPI's own (avg: MPI's sum / n); bfloat16 (cupy 14 with ml_dtypes) in sums bfloat16 holds exactly
+MPI_OPS = {"prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN, "avg": MPI.SUM}
+for op, mpi_op in MPI_OPS.items():
+    rng = np.random.default_rng(17 + rank)
+    host = (rng.integers(-3, 4, 100_003) if op == "prod" else rng.integers(-1000, 1000, 100_003)).astype(np.float64)
+    want = np.empty_like(host)
+    comm.Allreduce(host, want, op=mpi_op)
+    want = want / n if op == "avg" else want
+    for algorithm in ("ring", "rhd", "naive"):
+        got = rl.allreduce(cp.asarray(host), algorithm, op=op, transport=transport, timeout=60)
+        assert np.array_equal(got.get(), want), f"rank {rank}: {algorithm} op={op} via {used}"
+        checked += 1
+bf16 = rl.mpi.reduction.bfloat16()
+host = np.random.default_rng(23 + rank).integers(-30, 31, 100_003).astype(bf16)
+want = np.empty(host.size, np.float32)
+comm.Allreduce(host.astype(np.float32), want)
+got = rl.allreduce(cp.asarray(host), "ring", transport=transport, timeout=60)
+assert got.dtype == bf16 and np.array_equal(got.get().astype(np.float32), want), f"rank {rank}: bfloat16 via {used}"
+checked += 1
 out, trace = rl.allreduce(cp.ones(1000), "ring", transport=transport, trace=True, timeout=60)
 assert float(out[0].get()) == n
 if rank == 0:
