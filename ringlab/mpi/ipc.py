@@ -125,19 +125,24 @@ class IpcBuffer:
             self.scratch = self.cp.empty(max(nelems, 1), dtype=self.dtype)
         return self.scratch
 
-    def release(self, comm) -> None:
-        """Give everything back, in the only safe order (collective over ``comm``): nobody reads a
-        peer any more (barrier), everyone unmaps the peers' buffers, and only once all have
-        (barrier) does each free its own, which others had mapped. Every call that used the buffer
-        has synchronised its stream before returning, so no kernel still reads a peer."""
+    def unmap(self, comm) -> None:
+        """Stop sharing this buffer, keeping this rank's own memory (collective over ``comm``): nobody
+        reads a peer any more (barrier), everyone unmaps the peers' buffers, and all have (barrier), so
+        that each rank's memory, which the others had mapped, may be freed from then on. Every call that
+        used the buffer has synchronised its stream before returning, so no kernel still reads a peer."""
         comm.Barrier()
-        self.peers = {}
+        self.peers, self.handles = {}, {}
         for ptr in self.opened:
             self.cp.cuda.runtime.ipcCloseMemHandle(ptr)
         self.opened = []
         comm.Barrier()
-        self.work = self.scratch = self.memory = None
-        self.handles = {}
+        self.work = self.scratch = None
+
+    def release(self, comm) -> None:
+        """Give everything back, in the only safe order (collective over ``comm``): :meth:`unmap`, then free
+        this rank's own memory."""
+        self.unmap(comm)
+        self.memory = None
 
 
 def ipc_buffers(comm) -> dict:
@@ -145,28 +150,46 @@ def ipc_buffers(comm) -> dict:
     return private.state(comm).cache.setdefault("ipc", {})
 
 
+def retired_ipc_memory(comm) -> list:
+    """The device memory of the IpcBuffers ``comm`` outgrew: unmapped by every peer, kept until
+    ``rl.release_buffers()`` or the communicator's end frees it (see :func:`ipc_buffer`)."""
+    return private.state(comm).cache.setdefault("ipc-retired", [])
+
+
 def ipc_buffer(cp, comm, count: int, dtype, node_of=None) -> IpcBuffer:
-    """The IpcBuffer of (communicator, GPU, dtype), grown (collectively: every rank asks for the same
-    count) when a call needs more than it holds. Handles are exchanged once per buffer, and opened
-    only between ranks of one node (``node_of``: the node of every rank; None: all on one)."""
+    """The IpcBuffer of (communicator, GPU, dtype), grown when a call needs more than it holds (collectively:
+    every rank asks for the same count, so all grow together). Handles are exchanged once per buffer, and
+    opened only between ranks of one node (``node_of``: the node of every rank; None: all on one).
+
+    Growing frees nothing: cudaFree waits for all the device's work, which would stall the user's other
+    streams (compute overlapped with this communication). The outgrown buffer is unmapped by its peers
+    and its memory retired (:func:`retired_ipc_memory`) until ``rl.release_buffers()`` or the
+    communicator's end. The trade-off is memory: the first buffer has the size asked for, and a buffer
+    grows to the next power of two of the count asked, so it grows O(log) times and what it retired
+    adds up to less than the current buffer (each power of two at least doubles the one before: a
+    geometric series), at most twice one buffer's memory in all."""
     kept = ipc_buffers(comm)
     key = (cp.cuda.Device().id, np.dtype(dtype).str)
     have = kept.get(key)
     if have is not None and have.count >= count:
         return have
     if have is not None:
-        have.release(comm)
+        have.unmap(comm)
+        retired_ipc_memory(comm).append(have.memory)
+        count = 1 << (count - 1).bit_length()
     kept[key] = IpcBuffer(cp, comm, count, dtype, node_of)
     return kept[key]
 
 
 def release_ipc(state) -> None:
-    """Release the IPC buffers of one communicator's state (collective over its private duplicate)."""
+    """Release the IPC buffers of one communicator's state (collective over its private duplicate), and
+    free the memory of those it outgrew (which every peer unmapped when it was retired)."""
     kept = state.cache.get("ipc", {})
     if kept:
         comm = state.comm("rl.release_buffers", None)
         for key in sorted(kept):
             kept.pop(key).release(comm)
+    state.cache.pop("ipc-retired", None)
 
 
 _SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"
@@ -215,7 +238,7 @@ class IpcOps(Ops):
     def land(self, buf, m):
         peer = self.shared.peer(m.peer)[m.lo:m.hi]
         if self.direct:
-            _land(self.cp, buf[m.lo:m.hi], peer, m.op)
+            _land(self.cp, buf[m.lo:m.hi], peer, m.op, self.reduction)
         else:
             self.scratch[m.slot:m.slot + m.size] = peer
 
@@ -227,7 +250,7 @@ class IpcOps(Ops):
             wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
         if not self.direct:
             for m in step.recvs:
-                _land(self.cp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op)
+                _land(self.cp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op, self.reduction)
         for request in done:
             request.Wait()
 
@@ -284,7 +307,7 @@ class NodeOps(Ops):
         if not self.direct:
             for m in step.recvs:  # in plan order, as the schedule lands them
                 if m.peer in self.node:
-                    _land(self.cp, buf[m.lo:m.hi], self.ipc.scratch[m.slot:m.slot + m.size], m.op)
+                    _land(self.cp, buf[m.lo:m.hi], self.ipc.scratch[m.slot:m.slot + m.size], m.op, self.reduction)
                 else:
                     self.between.land(buf, m)
         for request in done:

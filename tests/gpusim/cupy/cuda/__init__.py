@@ -1,5 +1,7 @@
-"""cupy.cuda for the stand-in: Device, Stream, Event, memory and pinned memory (see cupy/_sim.py)."""
+"""cupy.cuda for the stand-in: Device, Stream, Event, memory, pinned memory and their pools (see cupy/_sim.py)."""
 from __future__ import annotations
+
+import weakref
 
 from .. import _sim
 from . import nccl, runtime  # noqa: F401  (cupy.cuda.runtime and cupy.cuda.nccl are attributes in cupy too)
@@ -131,8 +133,8 @@ class Memory:
     def __init__(self, size: int):
         self.size = int(size)
         self.device_id = _sim.current_device()
-        self._region = _sim.Region(self.size)
-        self.ptr = self._region.ptr
+        self._region = _sim.Region(self.size) if self.size > 0 else None  # as cupy: no cudaMalloc for 0 bytes
+        self.ptr = self._region.ptr if self._region is not None else 0
 
     @property
     def device(self):
@@ -171,8 +173,136 @@ class MemoryPointer:
         return MemoryPointer(self.mem, self.ptr - self.mem.ptr + int(offset))
 
 
-PinnedMemoryPointer = _sim.PinnedMemoryPointer
+PinnedMemory, PinnedMemoryPointer = _sim.PinnedMemory, _sim.PinnedMemoryPointer
+
+
+# --- memory pools: as cupy's, a dropped block is kept for the next allocation of its size ------------
+
+_UNIT = 512  # cupy's pools round every request up to a multiple of this
+
+
+def _rounded(size: int) -> int:
+    return -(-int(size) // _UNIT) * _UNIT
+
+
+class _PooledMemory:
+    """A block lent by a MemoryPool (cupy's memory.PooledMemory): when nothing refers to it, the block
+    goes back to the pool, overwritten with garbage as freed memory is here; nothing is freed."""
+
+    def __init__(self, block: Memory, pool: "MemoryPool"):
+        self._block, self._pool = block, weakref.ref(pool)
+        self.ptr, self.size, self.device_id = block.ptr, block.size, block.device_id
+
+    @property
+    def device(self):
+        return Device(self.device_id)
+
+    def __del__(self):
+        pool = self._pool()
+        if pool is not None:
+            pool._give_back(self._block)
+
+
+class MemoryPool:
+    """Device memory pool (``cupy.get_default_memory_pool()``, which ``alloc`` and so every new array uses):
+    a dropped array's block is kept for the next allocation of its rounded size, on its device, so neither
+    cudaMalloc nor cudaFree is called, until ``free_all_blocks``. As in cupy, every method acts on the
+    current device's blocks. (cupy also splits a bigger free block for a smaller request; the stand-in
+    reuses a block for its own size only.)"""
+
+    def __init__(self, allocator=None):
+        self._free: dict[int, dict[int, list[Memory]]] = {}  # device -> rounded size -> free blocks
+        self._used: dict[int, int] = {}                      # device -> bytes lent out
+
+    def malloc(self, size: int) -> MemoryPointer:
+        if size == 0:
+            return MemoryPointer(Memory(0), 0)
+        size, device = _rounded(size), _sim.current_device()
+        with _sim._LOCK:
+            free = self._free.get(device, {}).get(size)
+            block = free.pop() if free else None
+        block = Memory(size) if block is None else block
+        with _sim._LOCK:
+            self._used[device] = self._used.get(device, 0) + size
+        return MemoryPointer(_PooledMemory(block, self), 0)
+
+    def _give_back(self, block: Memory) -> None:
+        block._region.bytes[:] = _sim.GARBAGE
+        with _sim._LOCK:
+            self._free.setdefault(block.device_id, {}).setdefault(block.size, []).append(block)
+            self._used[block.device_id] -= block.size
+
+    def free_all_blocks(self, stream=None) -> None:
+        """Free (cudaFree) the current device's free blocks."""
+        with _sim._LOCK:
+            blocks = self._free.pop(_sim.current_device(), {})
+        blocks.clear()
+
+    def n_free_blocks(self) -> int:
+        return sum(len(blocks) for blocks in self._free.get(_sim.current_device(), {}).values())
+
+    def used_bytes(self) -> int:
+        return self._used.get(_sim.current_device(), 0)
+
+    def free_bytes(self) -> int:
+        return sum(size * len(blocks) for size, blocks in self._free.get(_sim.current_device(), {}).items())
+
+    def total_bytes(self) -> int:
+        return self.used_bytes() + self.free_bytes()
+
+
+class _PooledPinnedMemory:
+    """A pinned block lent by a PinnedMemoryPool (cupy's PooledPinnedMemory): back to the pool when
+    nothing refers to it."""
+
+    def __init__(self, block: PinnedMemory, pool: "PinnedMemoryPool"):
+        self._block, self._pool = block, weakref.ref(pool)
+        self.fd, self.size = block.fd, block.size
+
+    def __del__(self):
+        pool = self._pool()
+        if pool is not None:
+            pool._give_back(self._block)
+
+
+class PinnedMemoryPool:
+    """Pinned host memory pool (``cupy.get_default_pinned_memory_pool()``, which ``alloc_pinned_memory``
+    uses): as cupy's, a dropped block is kept for the next request of its rounded size until ``free_all_blocks``."""
+
+    def __init__(self, allocator=None):
+        self._free: dict[int, list[PinnedMemory]] = {}  # rounded size -> free blocks
+
+    def malloc(self, size: int) -> PinnedMemoryPointer:
+        if size == 0:
+            return PinnedMemoryPointer(PinnedMemory(0), 0)
+        size = _rounded(size)
+        with _sim._LOCK:
+            free = self._free.get(size)
+            block = free.pop() if free else None
+        block = PinnedMemory(size) if block is None else block
+        return PinnedMemoryPointer(_PooledPinnedMemory(block, self), 0)
+
+    def _give_back(self, block: PinnedMemory) -> None:
+        with _sim._LOCK:
+            self._free.setdefault(block.size, []).append(block)
+
+    def free_all_blocks(self) -> None:
+        """Free (cudaFreeHost) every free block."""
+        with _sim._LOCK:
+            self._free.clear()
+
+    def n_free_blocks(self) -> int:
+        return sum(len(blocks) for blocks in self._free.values())
+
+
+_default_memory_pool, _default_pinned_memory_pool = MemoryPool(), PinnedMemoryPool()
+
+
+def alloc(size: int) -> MemoryPointer:
+    """Device memory from the default memory pool (cupy's default allocator)."""
+    return _default_memory_pool.malloc(size)
 
 
 def alloc_pinned_memory(size: int) -> PinnedMemoryPointer:
-    return PinnedMemoryPointer(size)
+    """Pinned host memory from the default pinned memory pool (cupy's default pinned allocator)."""
+    return _default_pinned_memory_pool.malloc(size)

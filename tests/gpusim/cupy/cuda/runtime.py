@@ -86,12 +86,17 @@ def deviceSynchronize() -> None:
 
 def memcpyPeer(dst: int, dstDevice: int, src: int, srcDevice: int, size: int) -> None:
     """After all work queued on both devices, and before any queued later (as cudaMemcpyPeer); the
-    host does not wait for it: it lands when either device is synchronised."""
-    _sim.synchronize_device(_sim.check_device(srcDevice))
-    _sim.synchronize_device(_sim.check_device(dstDevice))
+    host waits for none of it: the copy, and the work it comes after, land when either device is
+    synchronised."""
+    devices = {_sim.check_device(srcDevice), _sim.check_device(dstDevice)}
+    with _sim._LOCK:
+        before = [(stream, stream.ops[-1]) for stream in list(_sim._STREAMS)
+                  if stream.device_id in devices and stream.ops]
     pause = _sim.work_delay()
 
     def copy():
+        for stream, last in before:
+            stream.drain(last)
         pause()
         ctypes.memmove(dst, src, size)
     copy_op = _sim.null_stream(dstDevice).enqueue(copy)
