@@ -21,7 +21,8 @@ SCRIPTS = TESTS / "mpi"
 def gpusim_env(machine: str | None = None, cuda_aware: bool | None = None, ringlab_from: str | None = None,
                **extra: str) -> dict:
     """Environment variables that put the stand-in first: ``machine`` from tests/gpusim/machines.py,
-    ``cuda_aware`` to tell ringlab the MPI library takes device buffers (RINGLAB_CUDA_AWARE),
+    ``cuda_aware`` to tell ringlab the MPI library takes device buffers (``RINGLAB_CUDA_AWARE=force``: MPICH
+    says it cannot read GPU memory, which the stand-in's device memory, host memory, does not need),
     ``ringlab_from`` a folder whose ``ringlab`` package is imported instead of this checkout's."""
     first = [ringlab_from] if ringlab_from else []
     path = os.pathsep.join(first + [str(GPUSIM)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
@@ -29,7 +30,7 @@ def gpusim_env(machine: str | None = None, cuda_aware: bool | None = None, ringl
     if machine is not None:
         env["RINGLAB_GPUSIM_MACHINE"] = machine
     if cuda_aware is not None:
-        env["RINGLAB_CUDA_AWARE"] = "1" if cuda_aware else "0"
+        env["RINGLAB_CUDA_AWARE"] = "force" if cuda_aware else "0"
     return env
 
 

@@ -33,10 +33,65 @@ def test_the_mpi_library_itself_is_asked_whether_it_is_cuda_aware(monkeypatch):
     # the mpich wheel answers (MPIX_Query_cuda_support): not found would mean the lookup is broken,
     # and every GPU run would quietly fall back to staging through the host
     assert _query_cuda_support() is False
-    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "1")
-    assert mpi_is_cuda_aware() is True
+    monkeypatch.delenv("RINGLAB_CUDA_AWARE", raising=False)
+    assert mpi_is_cuda_aware() is False
     monkeypatch.setenv("RINGLAB_CUDA_AWARE", "0")
     assert mpi_is_cuda_aware() is False
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "force")  # the user knows better than the query
+    assert mpi_is_cuda_aware() is True
+
+
+CLAIMED = ["RINGLAB_CUDA_AWARE=1", "the library itself says it cannot", "segmentation fault",
+           "Unset RINGLAB_CUDA_AWARE to stage GPU buffers through host memory", "RINGLAB_CUDA_AWARE=force"]
+
+
+class _Ranks:
+    """A communicator of this rank (0) and others whose answers to an allgather are given."""
+
+    def __init__(self, others):
+        self.others = others
+
+    def allgather(self, mine):
+        return [mine, *self.others]
+
+    def Get_size(self):
+        return 1 + len(self.others)
+
+    def Get_rank(self):
+        return 0
+
+
+def said(transports) -> str:
+    """What ``ringlab doctor`` says about CUDA-aware MPI."""
+    return next(line for line in transports.describe() if line.startswith("cuda-aware:"))
+
+
+def test_cuda_aware_claimed_against_the_mpi_librarys_answer_is_an_error_on_every_rank(monkeypatch):
+    """RINGLAB_CUDA_AWARE=1 where MPI itself says no would segfault on the first GPU buffer: it is one
+    ValueError, naming the setting, MPI's answer and both ways out, on every rank (the choice is
+    collective, so a rank without the setting raises it too); force takes the cuda-aware path."""
+    from ringlab.mpi import transports
+
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "1")
+    with pytest.raises(ValueError) as refused:
+        transports.mpi_is_cuda_aware()
+    assert all(part in str(refused.value) for part in CLAIMED), refused.value
+    assert said(transports).startswith("cuda-aware: refused: RINGLAB_CUDA_AWARE=1")
+    with pytest.raises(ValueError) as everywhere:
+        transports._network_path(_Ranks([None, str(refused.value)]))
+    assert str(everywhere.value) == f"{refused.value} (on ranks 0, 2 of 3)"
+    monkeypatch.delenv("RINGLAB_CUDA_AWARE")  # this rank is fine; rank 2 is not: the same error here
+    with pytest.raises(ValueError) as here:
+        transports._network_path(_Ranks([None, str(refused.value)]))
+    assert str(here.value) == f"{refused.value} (on rank 2 of 3)"
+    assert transports._network_path(_Ranks([None, None])) == "host"
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "force")
+    assert transports._network_path(_Ranks([None, None])) == "cuda-aware"
+    assert said(transports) == "cuda-aware: yes (RINGLAB_CUDA_AWARE=force; the MPI library says it cannot)"
+    # the MPI library cannot say: =1 is trusted, as before
+    monkeypatch.setattr(transports, "_query_cuda_support", lambda: None)
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", "1")
+    assert transports.mpi_is_cuda_aware() is True and transports._network_path(_Ranks([None])) == "cuda-aware"
 
 
 def test_mps_is_found_by_its_control_pipe_and_changes_what_sharing_a_gpu_means(tmp_path, monkeypatch):

@@ -28,10 +28,20 @@ def test_every_collective_and_algorithm_on_device_arrays(transport, nranks):
     __cuda_array_interface__) and ipc (peers' memory mapped over shared memory), each on its own GPU."""
     done = run_gpusim(nranks, [str(SCRIPTS / "gpusim_collectives.py"), transport], **TRANSPORTS[transport])
     assert f"via {transport} ({transport} asked)" in ok(done, f"ok {nranks} ranks")
-    # claimed CUDA-aware (RINGLAB_CUDA_AWARE=1) while MPICH says it is not: said once, before the first GPU buffer
-    # (on a real GPU that MPI would crash; on the stand-in device memory is host memory, so it works)
-    warned = "RINGLAB_CUDA_AWARE=1, but the MPI library says it cannot read GPU memory"
+    # CUDA-aware forced (RINGLAB_CUDA_AWARE=force) while MPICH says it is not: said once, before the first GPU
+    # buffer (on a real GPU that MPI would crash; on the stand-in device memory is host memory, so it works)
+    warned = "RINGLAB_CUDA_AWARE=force: GPU buffers go to MPI as they are, although the MPI library says"
     assert done.stderr.count(warned) == (transport == "cuda-aware")
+
+
+def test_cuda_aware_claimed_where_mpi_says_no_is_one_error_on_every_rank():
+    """RINGLAB_CUDA_AWARE=1 with MPICH, which says it cannot read GPU memory: on a GPU it would segfault on
+    the first buffer; here every rank raises the same ValueError before any transfer, also when only one
+    rank has the setting, and force then takes the cuda-aware path."""
+    done = run_gpusim(3, [str(SCRIPTS / "gpusim_misuse.py"), "cuda-aware-claimed"], timeout=120)
+    said = ok(done, "ok cuda-aware-claimed")
+    assert "RINGLAB_CUDA_AWARE=force if you know this MPI is CUDA-aware" in said and "(on rank 2 of 3)" in said
+    assert done.stderr.count("RINGLAB_CUDA_AWARE=force: GPU buffers go to MPI as they are") == 1
 
 
 @pytest.mark.parametrize("transport", ["host", "ipc"])
@@ -198,3 +208,54 @@ def test_a_rank_per_gpu_on_boxes_of_two_four_and_eight(machine, gpus, chosen):
     assert [r["device"] for r in rows] == list(range(gpus)) and len({r["bus"] for r in rows}) == gpus
     done = run_gpusim(gpus, [str(SCRIPTS / "gpusim_collectives.py"), "auto", "quick"], machine=machine, timeout=400)
     assert f"via {chosen} (auto asked)" in ok(done, f"ok {gpus} ranks")
+
+
+# --- what ringlab holds on a GPU, and when it lets go ----------------------------------------------------------
+
+def test_the_standin_pools_dropped_blocks_as_cupy_does():
+    """A dropped array's block stays in the default pool (no cudaFree) until free_all_blocks; pinned memory too."""
+    done = run_python(["-c", """
+import cupy as cp, cupyx, numpy as np
+from cupy import _sim
+pool, pinned = cp.get_default_memory_pool(), cp.get_default_pinned_memory_pool()
+a, b = cp.ones(1000), cp.zeros(10)
+cp.cuda.Device().synchronize()  # the stand-in's queued fills hold their arrays until they run
+assert (pool.used_bytes(), pool.total_bytes()) == (8192 + 512, 8192 + 512)
+del a
+assert (pool.used_bytes(), pool.total_bytes(), pool.n_free_blocks(), len(_sim.FREES)) == (512, 8704, 1, 0)
+c = cp.empty(1000)  # the same block again: no cudaMalloc
+assert (pool.total_bytes(), pool.n_free_blocks()) == (8704, 0) and np.isnan(c.get()).all()  # freed bytes are garbage
+del c
+pool.free_all_blocks()
+assert (pool.used_bytes(), pool.total_bytes(), len(_sim.FREES)) == (512, 512, 1) and b.get().sum() == 0
+host = cupyx.empty_pinned(100, np.float64)
+del host
+assert pinned.n_free_blocks() == 1
+pinned.free_all_blocks()
+assert pinned.n_free_blocks() == 0
+print("ok pools")
+"""])
+    assert done.returncode == 0 and "ok pools" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_ipc_buffer_growth_frees_no_device_memory(nranks):
+    """cudaFree waits for all the device's work, a user's compute stream included: growing the IPC buffer
+    must not call it. Outgrown buffers are unmapped and kept, less in all than the current one (powers of
+    two), until rl.release_buffers() frees them with the current one."""
+    for r in _bound(run_gpusim(nranks, [str(SCRIPTS / "gpusim_ipc_growth.py")], timeout=180)):
+        assert r["frees"] == 0, r
+        assert r["capacity"] == 32768 and r["retired"] == [1000, 2048, 4096, 8192], r
+        assert sum(r["retired"]) < r["capacity"]
+        assert r["mapped"] == r["opened"] >= 1, r  # the outgrown buffers' peers were unmapped as they grew
+        assert r["held_after_release"] == 0 and r["mapped_after_release"] == 0, r
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_release_buffers_empties_the_pools_but_for_the_users_arrays(nranks):
+    """ringlab's scratch and pinned staging buffers, once dropped, stay cached in cupy's pools unless
+    rl.release_buffers() frees the pools' unused blocks; the user's live array is kept, intact."""
+    for r in _bound(run_gpusim(nranks, [str(SCRIPTS / "gpusim_release_pools.py")], timeout=180)):
+        assert r["before"]["total"] > r["total"], r
+        assert r["total"] == r["used"] == -(-r["keep_bytes"] // 512) * 512, r  # the user's array, nothing else
+        assert r["pinned_free_blocks"] == 0 and r["keep_intact"], r

@@ -50,6 +50,15 @@ def test_bench_gpu_other_collectives(collective, algorithms, tmp_path):
     assert result["rows"] and all(r["wrong"] == 0 for r in result["rows"])
 
 
+@pytest.mark.parametrize("op, dtype", [("avg", "bfloat16"), ("max", "float32"), ("prod", "int32")])
+def test_bench_gpu_reduces_by_every_op_and_in_bfloat16(op, dtype, tmp_path):
+    result, printed = bench(3, ["-a", "ring,naive,mpi", "-o", op, "-d", dtype, "--transport", "ipc"], tmp_path)
+    rows = result["rows"]
+    assert rows and all(r["wrong"] == 0 and r["op"] == op for r in rows)
+    assert {r["algorithm"] for r in rows} == ({"ring", "naive"} if dtype == "bfloat16" else {"ring", "naive", "mpi"})
+    assert {r["transport"] for r in rows if r["algorithm"] != "mpi"} == {"ipc"}
+
+
 def test_bench_counts_a_wrong_gpu_result_and_times_out_of_place_work(tmp_path):
     """The check compares the device result with MPI's: an algorithm that returns a wrong buffer is
     counted; ringlab's calls write one preallocated output, never the input, and return it."""
@@ -110,6 +119,15 @@ def test_gpu_clocks_count_the_queued_work_and_not_the_warm_up():
     done = run_python([str(SCRIPTS / "gpusim_timing.py")], machine="rtx2080ti-2", timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok:")
+
+
+def test_pageable_copies_both_ways_at_once_are_asked_for_by_two_threads():
+    """A pageable copy holds the thread that asks for it (the stand-in: 1 MiB at 25 MB/s, 42 ms), so
+    both ways at once from one thread is one copy after the other; from two threads the copies overlap
+    and the rate is about twice one way's."""
+    done = run_python([str(SCRIPTS / "gpusim_both_ways.py")], timeout=120, RINGLAB_GPUSIM_PAGEABLE_BPS="2.5e7")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("ok:"), done.stdout
 
 
 def test_gpu_clocks_start_every_rank_together_after_the_warm_up():

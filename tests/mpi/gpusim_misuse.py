@@ -39,6 +39,28 @@ elif case == "out-elsewhere":  # out= on another GPU than x
     with cp.cuda.Device((cp.cuda.Device().id + 1) % cp.cuda.runtime.getDeviceCount()):
         out = cp.empty(10)
     message = expect(ValueError, "must share a GPU", lambda: rl.allreduce(x, out=out, timeout=30))
+elif case == "cuda-aware-claimed":  # RINGLAB_CUDA_AWARE=1 where MPICH says no: one error everywhere, no transfer
+    import os
+
+    from ringlab.mpi import collectives
+
+    made, make_ops = [], collectives.make_ops
+
+    def counted(transport, *args, **kwargs):  # a transport's Ops, which would hand the buffers to MPI
+        made.append(transport)
+        return make_ops(transport, *args, **kwargs)
+    collectives.make_ops = counted
+    os.environ.pop("RINGLAB_CUDA_AWARE", None)
+    if rank == n - 1:  # one rank alone claims it: the others, which would not, raise it too
+        os.environ["RINGLAB_CUDA_AWARE"] = "1"
+    x = cp.ones(10)
+    for transport in ("auto", "cuda-aware", "host", "ipc"):
+        message = expect(ValueError, "RINGLAB_CUDA_AWARE=1 says the MPI library reads GPU memory",
+                         lambda: rl.allreduce(x, transport=transport, timeout=30))
+    assert not made, f"rank {rank}: {made} made before the refusal"
+    os.environ["RINGLAB_CUDA_AWARE"] = "force"  # the way out for an MPI whose query is wrong
+    assert float(rl.allreduce(cp.ones(3), transport="cuda-aware", timeout=30)[0]) == n
+    assert made == ["cuda-aware"], made
 else:
     raise SystemExit(f"unknown case {case}")
 seen = comm.gather(message, root=0)

@@ -87,9 +87,10 @@ elapsed_calls.clear()
 with open(os.devnull, "w") as out:
     report = gpu_report(out, nbytes)
 os.environ["RINGLAB_GPUSIM_WORK_SECONDS"] = "0"
-# host<->device (pinned, pageable: each way and both at once), the device copy and the 8-byte
-# latency: 8 figures, each the median of REPEATS pairs of events
-assert len(elapsed_calls) >= 8 * REPEATS, len(elapsed_calls)
+# host<->device from pinned memory (each way and both at once), the device copy and the 8-byte latency:
+# 5 figures, each the median of REPEATS pairs of events (pageable copies are timed by the host, as
+# bandwidthTest times them; both ways at once by two threads: see gpusim_both_ways.py)
+assert len(elapsed_calls) >= 5 * REPEATS, len(elapsed_calls)
 limit = nbytes / 0.02 * 1.05
 # both ways at once is two copies, 20 ms each; the stand-in runs streams one after the other, so
 # a clock that counts both (the second stream joined before the end event) sees 40 ms: the rate of

@@ -7,9 +7,9 @@ in short, device arrays live in shared memory, work queued on a stream lands onl
 stream is synchronised, so a missing synchronisation reads stale data and a test fails.
 
 Arrays hand their memory to MPI through ``__cuda_array_interface__``, as cupy's do: with
-``RINGLAB_CUDA_AWARE=1`` the mpich wheel, which is not CUDA-aware, then reads them as host
-memory, which is what they are here. There is no buffer protocol and no implicit conversion
-to numpy, as in cupy: ``.get()`` it is.
+``RINGLAB_CUDA_AWARE=force`` the mpich wheel, which is not CUDA-aware (and says so, so ``=1`` is
+refused), then reads them as host memory, which is what they are here. There is no buffer
+protocol and no implicit conversion to numpy, as in cupy: ``.get()`` it is.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class _Flags:
     def __init__(self, array):
         self.c_contiguous = array._host_layout().flags.c_contiguous
         self.f_contiguous = array._host_layout().flags.f_contiguous
-        self.owndata = array.data.ptr == array.data.mem.ptr and isinstance(array.data.mem, cuda.Memory)
+        self.owndata = array.data.ptr == array.data.mem.ptr and isinstance(array.data.mem, (cuda.Memory,
+                                                                                           cuda._PooledMemory))
 
 
 class ndarray:
@@ -38,7 +39,7 @@ class ndarray:
         self.shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         self.dtype = np.dtype(dtype)
         if memptr is None:
-            memptr = cuda.MemoryPointer(cuda.Memory(self.nbytes), 0)
+            memptr = cuda.alloc(self.nbytes)  # from the default memory pool, as cupy's arrays
         self.data = memptr
         self.strides = tuple(strides) if strides is not None else tuple(
             np.empty(0, self.dtype).itemsize * int(np.prod(self.shape[i + 1:], dtype=np.int64))
@@ -101,7 +102,9 @@ class ndarray:
     def view(self, dtype=None):
         if dtype is None or np.dtype(dtype) == self.dtype:
             return ndarray(self.shape, self.dtype, self.data, self.strides)
-        raise NotImplementedError("the stand-in views arrays as their own dtype only")
+        if np.dtype(dtype).itemsize == self.itemsize:  # the same bytes, read as another type of that size
+            return ndarray(self.shape, dtype, self.data, self.strides)
+        raise NotImplementedError("the stand-in views arrays as a dtype of the same size only")
 
     # --- host <-> device: queued on a stream ------------------------------------------------------
     def set(self, arr, stream=None):
@@ -110,7 +113,10 @@ class ndarray:
         if arr.size != self.size or arr.dtype != self.dtype and arr.size:
             raise ValueError(f"Shape mismatch or dtype mismatch: {arr.shape} {arr.dtype} into "
                              f"{self.shape} {self.dtype}")
-        source = arr if _sim.is_pinned(arr) else arr.copy()
+        pinned = _sim.is_pinned(arr)
+        source = arr if pinned else arr.copy()
+        if not pinned:
+            _sim.hold_for_pageable("host->device", arr.nbytes)
         stream = _sim.current_stream() if stream is None else stream
         written = _sim.find_region(self.data.ptr, _sim._OWNED)
         if written is not None:
@@ -138,6 +144,8 @@ class ndarray:
             pause()
             np.copyto(out, self._host_layout())
         stream.enqueue(copy)
+        if not _sim.is_pinned(out):
+            _sim.hold_for_pageable("device->host", out.nbytes)
         if blocking:
             stream.synchronize()
         return out
@@ -271,6 +279,9 @@ def _ufunc(name):
 
 add, subtract, multiply, true_divide, equal = (_ufunc(n) for n in ("add", "subtract", "multiply", "true_divide",
                                                                        "equal"))
+# the reductions NCCL offers (prod, max, min) and what avg's integer division toward zero needs
+maximum, minimum, floor_divide, not_equal, less, logical_and = (
+    _ufunc(n) for n in ("maximum", "minimum", "floor_divide", "not_equal", "less", "logical_and"))
 divide = true_divide
 
 
@@ -322,6 +333,16 @@ def array(obj, dtype=None, copy=True, order="K", subok=False, ndmin=0, blocking=
     if isinstance(obj, ndarray):
         return obj.astype(dtype or obj.dtype, copy=True) if copy else asarray(obj, dtype)
     return asarray(obj, dtype)
+
+
+def get_default_memory_pool():
+    """The memory pool every new device array takes its block from."""
+    return cuda._default_memory_pool
+
+
+def get_default_pinned_memory_pool():
+    """The pool pinned host memory (``cupyx.empty_pinned``) comes from."""
+    return cuda._default_pinned_memory_pool
 
 
 def get_array_module(*args):

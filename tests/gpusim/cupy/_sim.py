@@ -16,7 +16,16 @@ What it emulates, and how:
   stream's implicit ordering with blocking streams is not modelled (which is stricter).
 - **Pinned host memory** is read when a queued copy runs, not when it is queued (as a DMA
   engine does), so reusing a pinned buffer before the copy has run is caught; pageable memory is
-  copied at the call, as CUDA stages it.
+  copied at the call, as CUDA stages it. With ``RINGLAB_GPUSIM_PAGEABLE_BPS`` set, a copy to or
+  from pageable memory also holds the thread that asks for it for its bytes over that rate, as
+  CUDA's staging does, sleeping, so that other threads run meanwhile (cupy releases the GIL around
+  cudaMemcpyAsync): two such copies overlap only when two threads ask (``HOLDS`` records each).
+- **Memory pools**, as cupy's: every new array takes a block of the default device memory pool,
+  and pinned memory comes from the default pinned pool; a dropped block goes back to its pool,
+  not to CUDA, until the pool's ``free_all_blocks``. Only a ``cupy.cuda.Memory`` of its own (and
+  ``free_all_blocks``) calls cudaFree, which on a real GPU waits for all the device's work, every
+  stream's: each one is recorded in :data:`FREES`, so a test can say a path never synchronises
+  the device that way (the stand-in records it and does not wait: it is stricter).
 - **Devices** come from a table of a real machine (``machines.py``: GPUs, PCI bus ids, which
   pairs can reach each other) and ``CUDA_VISIBLE_DEVICES`` masks and renumbers them. Each thread
   starts on device 0, as CUDA's runtime does. A kernel on an array of another device is a
@@ -218,6 +227,7 @@ class Region:
     def free(self) -> None:
         """cudaFree: the bytes become garbage (an IPC peer still reading them sees it), the file goes."""
         if self.owner and _OWNED.pop(self.ptr, None) is not None:
+            FREES.append((self.device_id, self.size))
             self.bytes[:] = GARBAGE
             try:
                 os.unlink(self.path)
@@ -226,6 +236,7 @@ class Region:
 
 
 _OWNED: dict[int, Region] = {}
+FREES: list[tuple[int, int]] = []  # (device, bytes) of each cudaFree in this process: on a GPU, each waits for the device
 _OPENED: dict[int, Region] = {}  # IPC mappings, by the pointer ipcOpenMemHandle returned
 
 
@@ -267,14 +278,32 @@ def is_pinned(array: np.ndarray) -> bool:
     return any(lo <= address < hi for lo, hi in list(_PINNED.items()))
 
 
-class PinnedMemoryPointer(mmap.mmap):
-    """Page-locked host memory (cupy.cuda.alloc_pinned_memory): a buffer numpy can wrap."""
+class PinnedMemory:
+    """Page-locked host memory (cudaHostAlloc): a memory file that each pointer to it maps; closed
+    (cudaFreeHost) when nothing refers to it."""
 
-    def __new__(cls, size: int):
-        self = super().__new__(cls, -1, max(int(size), 1))
+    def __init__(self, size: int):
         self.size = int(size)
+        self.fd = os.memfd_create(f"{_PREFIX}pinned")
+        os.ftruncate(self.fd, max(self.size, 1))
+
+    def __del__(self):
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            os.close(fd)
+
+
+class PinnedMemoryPointer(mmap.mmap):
+    """A pointer to pinned memory (cupy.cuda.PinnedMemoryPointer): a buffer numpy can wrap, which
+    keeps ``mem`` (a pool's block, or PinnedMemory) alive as long as it is."""
+
+    def __new__(cls, mem, offset: int = 0):
+        if offset:
+            raise NotImplementedError("the stand-in points at the start of pinned memory only")
+        self = super().__new__(cls, mem.fd, max(mem.size, 1))
+        self.mem = mem
         self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self))
-        _PINNED[self.ptr] = self.ptr + max(int(size), 1)
+        _PINNED[self.ptr] = self.ptr + max(mem.size, 1)
         weakref.finalize(self, _PINNED.pop, self.ptr, None)
         return self
 
@@ -355,6 +384,19 @@ def synchronize_device(device_id: int) -> None:
 
 def now() -> float:
     return time.perf_counter()
+
+
+HOLDS: list[tuple[int, str, float, float]] = []  # (thread, what, start, end) of each pageable copy's hold
+
+
+def hold_for_pageable(what: str, nbytes: int) -> None:
+    """With ``RINGLAB_GPUSIM_PAGEABLE_BPS``: hold this thread for ``nbytes`` over that rate, as CUDA's copy
+    through its pinned staging buffer does with a pageable buffer, and record it in ``HOLDS``."""
+    rate = float(os.environ.get("RINGLAB_GPUSIM_PAGEABLE_BPS", 0))
+    if rate:
+        start = now()
+        time.sleep(nbytes / rate)
+        HOLDS.append((threading.get_ident(), what, start, now()))
 
 
 def work_delay():
