@@ -1,23 +1,29 @@
 """Emulated machines held to the cost model: measured on emulated links, predicted for the same links.
 
-    python benchmarks/emulated_vs_model.py                      # uniform:0.2:500@10, 2, 4 and 8 ranks
+    python benchmarks/emulated_vs_model.py                      # uniform:0.2:500@20, 2, 4 and 8 ranks
     python benchmarks/emulated_vs_model.py --link uniform:0.1:100 --ranks 2,4 --json out.json
 
 Under ``rl.emulate`` every message of ringlab's collectives is held back by the links it crosses
 (``ringlab.mpi.emulate``); the data really moves and is really reduced, on this machine's cores. This
 script measures, on ``--link`` (a uniform machine: every pair of ranks linked alike), the ring and naive
 allreduce, the chain broadcast with segments and the tree reduce at 1 and 4 MiB on 2, 4 and 8 ranks,
-a sweep of the ring to fit alpha and bandwidth from, and the chain's time over segment counts; then a
-ring sweep on an emulated 8x H100 board (``--preset``, slowed by its @SCALE). It prints every measured
-time beside ``rl.predict``'s for the same links, and these goals, met or NOT met:
+the ring at 16 MiB on each rank count, a sweep of the ring to fit alpha and bandwidth from, and the
+chain's time over segment counts; then a ring sweep on an emulated 8x H100 board (``--preset``, slowed
+by its @SCALE). It prints every measured time beside ``rl.predict``'s for the same links, and these
+goals, met or NOT met:
 
 - measured within 20% of the prediction, every algorithm, rank count and size >= 1 MiB;
-- the ring's busbw at 2, 4 and 8 ranks within 15% of each other (busbw does not fall with n);
+- the ring's busbw at 2, 4 and 8 ranks within 15% of each other (busbw does not fall with n), at 16
+  MiB, where the link's bandwidth sets the time: at 4 MiB the link's own latency, paid on 2(n-1)
+  steps, already lowers the 8-rank busbw 13% below the 2-rank one in the prediction itself;
 - the alpha-beta fit of the measured ring sweep recovers the link's latency and bandwidth within 15%;
 - the chain's measured best segment count is the predicted one, or its neighbour on the grid.
 
 Ratios are of numbers measured in this run; a machine busy with other work moves them, which is why
-they are printed here rather than asserted by a test. The preset's published sweep is shown beside
+they are printed here rather than asserted by a test. The default link is slowed 20 times so that this
+machine's own cost of a step (Python, MPI, waking a sleeping rank, the CPU's reduction: about 0.7 ms a
+step with 4 ranks on 2 cores) is well under a tenth of the link's 10 ms latency; slowed 10 times, that
+cost alone put the fitted alpha 15% above the link's. The preset's published sweep is shown beside
 the emulated one as what NCCL reached on the real machine (with NVLS, which no emulated ring can use).
 """
 from __future__ import annotations
@@ -38,6 +44,7 @@ ALGORITHMS = [("allreduce.ring", {}), ("allreduce.naive", {}), ("broadcast.chain
 FIT_SIZES = [64 << 10, 256 << 10, 1 * MiB, 4 * MiB]
 SEGMENTS = [1, 2, 4, 8, 16, 32, 64]
 CHAIN = (4, 4 * MiB)  # ranks, bytes of the segment sweep
+BUSBW_SIZE = 16 * MiB  # the ring's busbw across rank counts, where bandwidth, not latency, sets the time
 PRESET_SIZES = [4 * MiB, 16 * MiB]
 GOALS = {"prediction": 0.20, "busbw": 0.15, "fit": 0.15}
 
@@ -93,6 +100,8 @@ def worker(config: dict, out: str) -> None:
     for name, options in ALGORITHMS:
         for nbytes in SIZES:
             run(config["link"], name, options, nbytes, "prediction")
+    if config.get("busbw"):
+        run(config["link"], "allreduce.ring", {}, BUSBW_SIZE, "busbw")
     if n == 4:
         for nbytes in FIT_SIZES:
             run(config["link"], "allreduce.ring", {}, nbytes, "fit")
@@ -128,13 +137,14 @@ def goals(rows: list[dict], link: str) -> list[dict]:
     out.append({"goal": "measured within 20% of predicted, >= 1 MiB", "worst": f"{worst['ratio']:.2f} "
                 f"({worst['algorithm']}, {worst['ranks']} ranks, {worst['bytes'] // MiB} MiB)",
                 "met": bool(all(abs(r["ratio"] - 1) <= GOALS["prediction"] for r in compared))})
-    ring = [r for r in compared if r["algorithm"] == "allreduce.ring" and r["bytes"] == max(SIZES)]
+    ring = [r for r in rows if r["purpose"] == "busbw"]
     if len(ring) > 1:
         busbw = {r["ranks"]: r["bytes"] / r["seconds"] * bus_factor("allreduce", r["ranks"]) for r in ring}
         spread = max(busbw.values()) / min(busbw.values()) - 1
-        out.append({"goal": "ring busbw within 15% across rank counts", "worst": "; ".join(
-            f"{n} ranks {b / 1e6:.1f} MB/s" for n, b in sorted(busbw.items())) + f" (spread {spread:.0%})",
-            "met": bool(spread <= GOALS["busbw"])})
+        model = [r["bytes"] / r["predicted"] * bus_factor("allreduce", r["ranks"]) for r in ring]
+        out.append({"goal": f"ring busbw within 15% across rank counts ({BUSBW_SIZE // MiB} MiB)", "worst": "; ".join(
+            f"{n} ranks {b / 1e6:.1f} MB/s" for n, b in sorted(busbw.items())) + f" (spread {spread:.0%}; "
+            f"predicted {max(model) / min(model) - 1:.0%})", "met": bool(spread <= GOALS["busbw"])})
     swept = [r for r in rows if r["purpose"] == "fit"]
     if swept:
         topology, scale = rl.topology.from_spec(link, 4)
@@ -180,8 +190,8 @@ def _published_sweeps() -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--link", default="uniform:0.2:500@10",
-                        help="the uniform machine, @ how many times slower (default uniform:0.2:500@10)")
+    parser.add_argument("--link", default="uniform:0.2:500@20",
+                        help="the uniform machine, @ how many times slower (default uniform:0.2:500@20)")
     parser.add_argument("--ranks", default="2,4,8", help="rank counts (default 2,4,8)")
     parser.add_argument("--preset", default="hgx-h100-8@5000", help="a preset@SCALE run at 8 ranks ('' for none)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per point (default 5)")
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
 
     rl.topology.from_spec(args.link, 2)
     ranks = [int(n) for n in args.ranks.split(",") if n]
-    config = {"link": args.link, "preset": args.preset, "repeats": args.repeats}
+    config = {"link": args.link, "preset": args.preset, "repeats": args.repeats, "busbw": len(ranks) > 1}
     rows = []
     for n in ranks:
         with tempfile.TemporaryDirectory() as folder:
