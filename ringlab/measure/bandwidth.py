@@ -259,7 +259,8 @@ def _host_device_rows(cp, nbytes: int, pcie_peak: float | None) -> list[dict]:
             # threads do: cupy's set and get reach cudaMemcpyAsync through MemoryPointer.copy_from_host_async
             # / copy_to_host_async (cupy/cuda/memory.pyx), and runtime.memcpyAsync
             # (cupy_backends/cuda/api/runtime.pyx) calls it inside `with nogil:`, so one thread's copy leaves
-            # the GIL to the other (an H200, 256 MiB: 23-25 GB/s both ways at once, about twice one way).
+            # the GIL to the other (measured on an H200, 256 MiB: 19.4 and 24.9 GB/s both ways at once against 10.4-15.2
+            # one way; results/2026-11-27_nvidia-h200 and -mps).
             def to_device():
                 other.set(host, stream=s1)
                 s1.synchronize()
