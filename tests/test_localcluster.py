@@ -37,8 +37,12 @@ HOSTFILE = LAYOUT.hostfile
 
 
 def cluster(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`ringlab cluster ARGS --name test`, from the repository root; the job's output captured."""
+    """`ringlab cluster ARGS --name test`, from the repository root; the job's output captured. A `run` gets
+    ringlab's own --timeout a little inside the test's, so that a job that hangs is ended with all it started
+    on the nodes (and scancelled) and the tests after it find the cluster clean."""
     verb, rest = args[0], list(args[1:])
+    if verb == "run" and "--timeout" not in rest:
+        rest = ["--timeout", f"{timeout - 30:g}", *rest]
     return subprocess.run([sys.executable, "-m", "ringlab", "cluster", verb, "--name", NAME, *rest], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -363,6 +367,19 @@ def test_with_cleanup_left_to_the_ranks_each_survivor_names_what_it_waits_for(up
         said = (rf"ringlab: rank {rank}: (step \d+ \(\S+\) did not finish within 5 s: still waiting to receive chunk "
                 rf"\d+ from rank \d|rl.allreduce: ranks? [\d, ]+ did not call it within 5 s)")
         assert re.search(said, done.stdout), done.stdout
+    assert job_processes(up) == []
+
+
+def test_under_srun_a_rank_that_leaves_with_an_error_ends_the_job_on_every_node(up):
+    """One rank leaves with status 3 without MPI_Abort while the others sleep: srun ends them (only with
+    --kill-on-bad-exit, which `cluster run` passes) well before the run's own 120 s timeout. (MPICH's mpiexec
+    waits for the sleepers here; ringlab's collectives give up on a lost peer by their own deadlines.)"""
+    start = time.monotonic()
+    done = cluster("run", "-n", "4", "--nodes", "2", "--launcher", "srun", "--timeout", "120", "--",
+                   "python", "-m", "mpi4py", "tests/mpi/cluster_bad_exit.py")
+    assert done.returncode not in (0, 124), done.stdout + done.stderr
+    assert "rank 3 on node2: leaving with status 3" in done.stdout
+    assert time.monotonic() - start < 60, done.stdout + done.stderr
     assert job_processes(up) == []
 
 
