@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 import ringlab as rl
-from ringlab.mpi.emulate import emulation, link_timings
+from ringlab.mpi.emulate import emulation, link_timings, message_times
 from ringlab.mpi.launch import run_mpi
 
 pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
 
-SCRIPT = Path(__file__).parent / "mpi" / "emulated.py"
+HERE = Path(__file__).parent / "mpi"
+SCRIPT = HERE / "emulated.py"
 
 
 def test_a_spec_names_a_preset_or_a_uniform_machine_and_a_scale():
@@ -108,3 +109,33 @@ def test_bench_emulate_records_the_machine_and_both_units(tmp_path):
     assert all(r["emulated"] and r["machine_time_s"] == r["time_s"] / 2 and r["wrong"] == 0 for r in ring)
     assert all(not r["emulated"] and r["machine_time_s"] is None for r in result["rows"] if r["algorithm"] == "mpi")
     assert "emulated uniform:0.2:500, 2x slower: each message" in done.stdout and "not emulated" in done.stdout
+
+
+def test_messages_sent_at_once_share_the_links_they_cross():
+    """Three pushes into rank 0 share its one link in; answers out of it share its link out; a pair alone
+    pays latency plus its own bytes."""
+    class Comm:
+        def Get_size(self):
+            return 4
+
+    links = rl.topology.uniform(4, bandwidth=1e9, latency=10e-6)
+    assert message_times([(1, 0, 1000)], Comm()) is None  # no emulation: the raw machine
+    with rl.emulate(links, scale=2.0):
+        pushes = message_times([(w, 0, 1_000_000) for w in (1, 2, 3)], Comm())
+        alone = message_times([(1, 2, 1_000_000)], Comm())
+    assert pushes == pytest.approx({(w, 0): 2.0 * (10e-6 + 3e6 / 1e9) for w in (1, 2, 3)})
+    assert alone == pytest.approx({(1, 2): 2.0 * (10e-6 + 1e6 / 1e9)})
+
+
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_a_parameter_server_on_emulated_links_waits_for_its_one_link_and_computes_the_same(tmp_path, nranks):
+    """W workers' pushes share the server's link in, its answers its link out: a synchronous step takes at
+    least 2 (latency + W x 20 ms) on links where one push alone takes 1 ms + 20 ms; the weights are the raw
+    run's, bit for bit."""
+    out = tmp_path / "ps.json"
+    done = run_mpi(nranks, [str(HERE / "ps_emulated.py"), str(out), "6"], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    assert seen["equal"] and seen["async_finite"]
+    floor = seen["steps"] * 2 * (1e-3 + seen["workers"] * 0.02)
+    assert seen["seconds"] >= 0.95 * floor, seen

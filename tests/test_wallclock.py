@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.lessons.lab04_parameter_servers.serverload import describe_server_load  # noqa: E402
+from ringlab.lessons.lab04_parameter_servers.serverload import describe_server_load, server_bottleneck_lesson  # noqa: E402,E501
 from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race, time_to  # noqa: E402
 from ringlab.mpi.launch import run_mpi  # noqa: E402
 from ringlab.train.straggler import Straggler  # noqa: E402
-from ringlab.viz.training import loss_against_time_plot, server_load_plot  # noqa: E402
+from ringlab.viz.training import emulated_load_plot, loss_against_time_plot, server_load_plot  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "mpi" / "lab04_race.py"
 
@@ -137,3 +137,60 @@ def test_the_figures_show_the_runs_and_the_load():
     assert list(shown["server receives"].y) == [1, 2, 4] and list(shown["a ring rank sends (and receives)"].y) == [
         0, 1, 1.5]
     assert list(shown["server busy (median of steps)"].y) == [1, 2, 4]
+
+
+def emulated_row(workers, ps, ring, ps_predicted=None, ring_predicted=None):
+    return {"workers": workers, "gradient_bytes": 288800, "steps": 10, "machine": "emulated uniform:0.02:500",
+            "ps_seconds": ps, "ps_predicted": ps if ps_predicted is None else ps_predicted,
+            "ring_seconds": ring, "ring_predicted": ring if ring_predicted is None or ring is None else ring_predicted}
+
+
+def test_the_emulated_servers_bottleneck_is_worded_from_the_rows():
+    rows = [emulated_row(1, 0.030, None), emulated_row(2, 0.060, 0.016), emulated_row(3, 0.090, 0.021),
+            emulated_row(4, 0.120, 0.025)]
+    finding = server_bottleneck_lesson(rows)
+    assert "waited 30.0 ms a step for the server with 1 worker and 120.0 ms with 4 (4.0x for 4x the workers)" in finding.text
+    assert "about in proportion to the workers" in finding.text
+    assert "took 16.0 ms with 2 and 25.0 ms with 4" in finding.text and "4.8x the ring's" in finding.text
+    assert finding.conclusions == ("the server's step grows with the workers on the emulated machine",
+                                   "the server is the bottleneck on the emulated machine",
+                                   "the server's steps match the prediction on the emulated machine")
+    assert finding.observations == ()
+    # a ring slowed by the CPU past its prediction is said so, and a server no slower than it is no bottleneck
+    rows = [emulated_row(1, 0.030, None), emulated_row(2, 0.040, 0.040, ring_predicted=0.016),
+            emulated_row(4, 0.050, 0.050, ps_predicted=0.120, ring_predicted=0.025)]
+    finding = server_bottleneck_lesson(rows)
+    assert "The ring took 2.0x its prediction at 4 workers" in finding.text
+    assert finding.observations == ("the ring took well over its prediction here",)
+    assert finding.conclusions == ("the server's step does not grow with the workers on the emulated machine",
+                                   "the server is not clearly the bottleneck on the emulated machine",
+                                   "the server's steps miss the prediction on the emulated machine")
+    with pytest.raises(ValueError, match="1, 2 and more workers"):
+        server_bottleneck_lesson(rows[:2])
+
+
+def test_the_emulated_load_figure_shows_measured_beside_predicted():
+    rows = [emulated_row(1, 0.030, None), emulated_row(2, 0.060, 0.016, ring_predicted=0.015),
+            emulated_row(4, 0.120, 0.025, ring_predicted=0.024)]
+    shown = {t.name: t for t in emulated_load_plot(rows).data}
+    assert list(shown["one server: measured"].y) == pytest.approx([30, 60, 120])
+    assert list(shown["ring allreduce: measured"].x) == [2, 4]
+    assert list(shown["ring allreduce: predicted"].y) == pytest.approx([15, 24])
+    with pytest.raises(ValueError, match="no rows"):
+        emulated_load_plot([])
+
+
+def test_the_emulated_load_refuses_bad_input_before_any_message():
+    from ringlab.lessons.lab04_parameter_servers.serverload import measure_emulated_load
+
+    class Comm:  # what every rank of a 5-rank job would see; nothing is sent before the checks
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 5
+
+    with pytest.raises(ValueError, match="names no machine"):
+        measure_emulated_load(machine="nowhere-8", comm=Comm())
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+        measure_emulated_load(steps=0, comm=Comm())

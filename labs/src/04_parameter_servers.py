@@ -4,7 +4,8 @@
 # **What you'll do:** count what a single parameter server and a sharded one carry, then train a
 # small model on five MPI ranks (one server, four workers) synchronously and asynchronously, with
 # one worker slowed down, and look at who waits and how stale the gradients get. Then race the two
-# servers and a ring allreduce against the clock, and measure the server's load as workers join.
+# servers and a ring allreduce against the clock, and measure the server's load as workers join, on
+# this machine and on an emulated network where the server's one link is the bottleneck.
 #
 # **What you'll learn:** why one server is a bottleneck that grows with the number of workers, how
 # sharding divides it, and what asynchronous training trades for not waiting.
@@ -14,13 +15,14 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lessons.lab04_parameter_servers.serverload import check_server_load, describe_server_load
+from ringlab.lessons.lab04_parameter_servers.serverload import (check_server_load, describe_server_load,
+                                                                 server_bottleneck_lesson)
 from ringlab.lessons.lab04_parameter_servers.staleness import describe_staleness, describe_waiting
 from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race
 from ringlab.measure.tables import table
 from ringlab.mpi.launch import cores
 from ringlab.viz import staleness_order_plot, staleness_plot, use_renderer
-from ringlab.viz.training import loss_against_time_plot, server_load_plot
+from ringlab.viz.training import emulated_load_plot, loss_against_time_plot, server_load_plot
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -167,11 +169,37 @@ load = measure_server_load(steps=20, hidden=256)  # rank 0 returns the rows, the
 
 # %%
 load = ranks.pull_rank0("load")
-ranks.stop()
 server_load_plot(load)
 
 # %%
 print(describe_server_load(load, nranks=ranks.n, cores=cores()))
+
+# %% [markdown]
+# ## The server's link as the bottleneck, on an emulated network
+#
+# Ranks that share a few cores and talk through memory, as on a laptop, time mostly the CPU (the
+# sentences above say whether yours shared cores): that cannot show the lesson of the table at the top,
+# that the server's *link* carries every worker's gradient. So run the same synchronous server on an emulated network
+# (`serverload.EMULATED`, `uniform:0.02:500`: every rank on its own 20 MB/s port to a switch, 500 us a
+# message). Every push and every answer really moves and is really added, but its sender holds it back
+# for as long as its links need, and pushes that arrive together share the server's one port. Beside it,
+# a ring allreduce of the same gradients among the same workers on the same network, and the cost
+# model's prediction of both for that network. What is measured is real code on links of known speed,
+# not your network.
+
+# %%
+# %%px
+from ringlab.lessons.lab04_parameter_servers.serverload import measure_emulated_load
+
+emulated = measure_emulated_load()  # 1, 2, 3, 4 workers on the emulated network; rank 0 returns the rows
+
+# %%
+emulated = ranks.pull_rank0("emulated")
+ranks.stop()
+emulated_load_plot(emulated)
+
+# %%
+server_bottleneck_lesson(emulated)  # the sentences are computed from the rows above
 
 # %% [markdown]
 # ## Summary
@@ -189,6 +217,8 @@ print(describe_server_load(load, nranks=ranks.n, cores=cores()))
 #   stale weights.
 # - A server receives and sends one gradient per worker every step, so its bytes and its busy time
 #   grow with the workers; a ring rank's bytes, 2(n-1)/n K, stay under 2K.
+# - On a network where every rank has one port, the server's port carries all 2·W·K of a step: its
+#   step grows with the workers and soon takes longer than a ring allreduce of the same gradients.
 #
 # ## Exercises
 #

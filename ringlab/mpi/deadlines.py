@@ -123,9 +123,16 @@ def wait_all(requests, deadline: float | None, message) -> None:
             os.sched_yield()
 
 
-def probe(comm, source: int, tag: int, deadline: float | None, message, status=None) -> None:
+def probe(comm, source: int, tag: int, deadline: float | None, message, status=None, nap: float = 0.0) -> None:
     """Wait until a message from ``source`` with ``tag`` has arrived on ``comm`` (without receiving it), as
-    :func:`wait` waits for a request: past ``deadline`` a StepTimeout(``message()``)."""
+    :func:`wait` waits for a request: past ``deadline`` a StepTimeout(``message()``); with ``nap``, sleeping
+    that long between looks."""
+    if nap:
+        while not comm.Iprobe(source=source, tag=tag, status=status):
+            if deadline is not None and time.monotonic() > deadline:
+                raise StepTimeout(message())
+            time.sleep(nap)
+        return
     if deadline is None:
         comm.Probe(source=source, tag=tag, status=status)
         return

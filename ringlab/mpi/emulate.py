@@ -146,28 +146,59 @@ def link_timings(schedule, count: int, itemsize: int, topology, scale: float) ->
         _TIMINGS.move_to_end(key)
         return _TIMINGS[key]
     chunk_bytes = np.diff(chunk_bounds(count, schedule.nchunks)) * itemsize
-    out = []
-    for step in schedule.steps:
-        sizes = chunk_bytes[step.chunk]
-        moving = sizes > 0
-        if not moving.any():
-            out.append({})
-            continue
-        n = topology.nranks
-        pair, which = np.unique(step.src[moving] * n + step.dst[moving], return_inverse=True)
-        pair_bytes = np.bincount(which, weights=sizes[moving])
-        hops, channels = topology.routes(pair // n, pair % n)
-        load = topology.channel_load(np.bincount(channels, weights=pair_bytes[hops],
-                                                 minlength=len(topology.channel_rate)))
-        busy = np.zeros(len(pair))
-        np.maximum.at(busy, hops, load[channels] / topology.channel_rate[channels])
-        latency = np.bincount(hops, weights=topology.channel_latency[channels], minlength=len(pair))
-        out.append({(int(p // n), int(p % n)): (float(latency[i]) * scale, float(busy[i]) * scale)
-                    for i, p in enumerate(pair)})
+    out = [_concurrent(step.src, step.dst, chunk_bytes[step.chunk], topology, scale) for step in schedule.steps]
     _TIMINGS[key] = out
     if len(_TIMINGS) > _CACHE_SIZE:
         _TIMINGS.popitem(last=False)
     return out
+
+
+def _concurrent(src, dst, sizes, topology, scale: float) -> dict:
+    """``{(src, dst): (latency, busy)}`` for messages sent at once (``sizes`` bytes each): the route's latency,
+    and the time the busiest link on the route needs for everything that crosses it, both times ``scale``."""
+    src, dst, sizes = np.asarray(src), np.asarray(dst), np.asarray(sizes, dtype=float)
+    moving = sizes > 0
+    if not moving.any():
+        return {}
+    n = topology.nranks
+    pair, which = np.unique(src[moving] * n + dst[moving], return_inverse=True)
+    pair_bytes = np.bincount(which, weights=sizes[moving])
+    hops, channels = topology.routes(pair // n, pair % n)
+    load = topology.channel_load(np.bincount(channels, weights=pair_bytes[hops], minlength=len(topology.channel_rate)))
+    busy = np.zeros(len(pair))
+    np.maximum.at(busy, hops, load[channels] / topology.channel_rate[channels])
+    latency = np.bincount(hops, weights=topology.channel_latency[channels], minlength=len(pair))
+    return {(int(p // n), int(p % n)): (float(latency[i]) * scale, float(busy[i]) * scale) for i, p in enumerate(pair)}
+
+
+def message_times(messages, comm) -> dict | None:
+    """For point-to-point messages sent at once on ``comm``, ``messages`` ``[(src, dst, nbytes), ...]`` in its
+    ranks: ``{(src, dst): seconds}``, each one's route latency plus its busiest link's time for all that
+    crosses that link (messages that share a link share its rate), in this machine's seconds (times the
+    scale); None when no emulation is in force. For code that sends its own messages (a parameter server):
+    the sender holds each message back that long, as ringlab's collectives do."""
+    now = current()
+    if now is None:
+        return None
+    key = (now, comm.Get_size(), tuple(tuple(int(v) for v in m) for m in messages))
+    if key not in _MESSAGES:
+        topology = now.resolve(comm.Get_size())
+        src, dst, sizes = (np.array([m[i] for m in key[2]]) for i in range(3))
+        _MESSAGES[key] = {pair: latency + busy for pair, (latency, busy)
+                          in _concurrent(src, dst, sizes, topology, now.scale).items()}
+        if len(_MESSAGES) > _CACHE_SIZE:
+            _MESSAGES.popitem(last=False)
+    _MESSAGES.move_to_end(key)
+    return _MESSAGES[key]
+
+
+_MESSAGES: OrderedDict = OrderedDict()
+
+
+def hold_back(seconds: float | None, since: float) -> None:
+    """Sleep until ``since + seconds`` (time.monotonic's clock); nothing when ``seconds`` is None."""
+    if seconds is not None:
+        _sleep_until(since + seconds)
 
 
 def paced(ops, schedule, count: int, itemsize: int, comm, transport: str):

@@ -19,6 +19,12 @@ also measures how long it is busy on each step (sync) or update (async): receivi
 it in, updating and answering, but not waiting for a push to arrive. With ``history=True`` a server
 keeps a copy of its shard after every update, with the seconds since the start.
 
+On an emulated machine (``rl.emulate`` or ``RINGLAB_EMULATE``), every push and every answer is held back
+by its sender for the time its links need, with the messages of one round sharing the links they cross:
+all workers' pushes to a server share its one link in (on ``uniform`` links, W pushes of K bytes take
+W K / bandwidth), and its answers share its link out; every rank waits by sleeping. Async servers are
+paced as if every worker pushed at once (the most they can meet): a simplification, said here.
+
 The server works on a communicator of its own (a duplicate of ``comm``, freed by :meth:`ParameterServer.close`
 or with ``comm``), so no message of the user's, or of another ringlab object, meets its messages. The
 ranks check that they agree on the model and the options before anything else, and on the number of
@@ -34,6 +40,7 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from ..mpi import emulate as emulation
 from ..mpi import private
 from ..mpi.deadlines import DEFAULT, deadline, probe, seconds, usable, wait
 from ..schedule import chunk_bounds
@@ -95,13 +102,13 @@ class ParameterServer:
         """Wait for ``request`` within the deadline; past it, a StepTimeout saying whom this rank waited for."""
         limit = seconds(self.timeout)
         wait(request, deadline(limit), lambda: f"rank {self.rank}: ParameterServer: waited more than {limit:g} s "
-                                               f"for {whom}")
+                                               f"for {whom}", nap=_nap())
 
     def _probe(self, source, tag: int, whom: str, status=None) -> None:
         """Wait, within the deadline, until a message from ``source`` with ``tag`` is there (not receiving it)."""
         limit = seconds(self.timeout)
         probe(self.comm, source, tag, deadline(limit),
-              lambda: f"rank {self.rank}: ParameterServer: waited more than {limit:g} s for {whom}", status)
+              lambda: f"rank {self.rank}: ParameterServer: waited more than {limit:g} s for {whom}", status, _nap())
 
     def _bcast(self, buf, root: int, what: str) -> None:
         self._waited(self.comm.Ibcast(buf, root=root), f"{what} from rank {root} (a rank that never came?)")
@@ -116,6 +123,21 @@ class ParameterServer:
 
     def _shard(self, s: int) -> slice:
         return slice(int(self.bounds[s]), int(self.bounds[s + 1]))
+
+    def _held(self, messages) -> dict | None:
+        """Seconds each message of ``[(src, dst, nbytes)]``, sent at once, is held back on an emulated machine
+        (None: the raw machine)."""
+        return emulation.message_times(messages, self.comm)
+
+    def _answer(self, mine: np.ndarray, workers) -> list:
+        """Send ``mine`` to every worker, each when its emulated link would have delivered it (at once on the
+        raw machine); ``[(worker, request)]``."""
+        held = self._held([(self.rank, w, mine.nbytes) for w in workers])
+        since, out = time.monotonic(), []
+        for w in sorted(workers, key=lambda w: _due(held, self.rank, w) or 0.0):
+            emulation.hold_back(_due(held, self.rank, w), since)
+            out.append((w, self.comm.Isend(mine, dest=w, tag=PULL)))
+        return out
 
     def run(self, steps: int, batch, loss_fn) -> dict:
         """Train for ``steps`` steps; ``batch(worker, step) -> (inputs, targets)``. Call on every rank.
@@ -167,8 +189,8 @@ class ParameterServer:
                     self.staleness.append((w - self.servers, 0))
                 began = time.perf_counter()
                 mine -= self.lr * total / self.workers
-                requests = [self.comm.Isend(mine, dest=w, tag=PULL) for w in workers]
-                for w, r in zip(workers, requests):
+                requests = self._answer(mine, workers)
+                for w, r in requests:
                     self._waited(r, f"worker {w - self.servers} (rank {w}) to take the parameters of step {step}")
                 busy[-1] += time.perf_counter() - began
                 self.sent_bytes += mine.nbytes * len(requests)
@@ -195,6 +217,8 @@ class ParameterServer:
             self.staleness.append((w - self.servers, int(version - header[0])))
             version += 1
             answer = (np.array([version, 0], dtype=np.int64), mine.copy())  # a snapshot: mine moves on
+            held = self._held([(self.rank, v, mine.nbytes) for v in workers])  # as if it answered them all
+            emulation.hold_back(_due(held, self.rank, w), time.monotonic())
             replies.append((answer, [self.comm.Isend(answer[0], dest=w, tag=HEADER),
                                      self.comm.Isend(answer[1], dest=w, tag=PULL)]))
             self.sent_bytes += answer[0].nbytes + answer[1].nbytes
@@ -227,7 +251,12 @@ class ParameterServer:
             losses.append(loss.item())
             began = time.perf_counter()
             pushes = []  # non-blocking, so no worker and server ever wait on each other in a cycle
-            for s in range(self.servers):
+            everyone = range(self.servers, self.comm.Get_size())  # on an emulated machine all push at once
+            held = self._held([(v, s, self.flat[self._shard(s)].nbytes) for v in everyone
+                               for s in range(self.servers)])
+            since = time.monotonic()
+            for s in sorted(range(self.servers), key=lambda s: _due(held, self.rank, s) or 0.0):
+                emulation.hold_back(_due(held, self.rank, s), since)
                 messages = [(np.ascontiguousarray(grad[self._shard(s)]), PUSH)]
                 if self.mode == "async":  # the version it computed on goes first
                     messages.insert(0, (np.array([versions[s], 0], dtype=np.int64), HEADER))
@@ -251,3 +280,14 @@ class ParameterServer:
                 self._waited(self.comm.Isend(done, dest=s, tag=HEADER), f"server {s} to hear this worker is done")
                 self.sent_bytes += done.nbytes
         return {"role": "worker", "losses": losses, "compute_seconds": compute, "wait_seconds": waiting}
+
+
+def _due(held: dict | None, src: int, dst: int) -> float | None:
+    """How long the message ``src`` -> ``dst`` is held back (None: not at all: the raw machine, or no bytes)."""
+    return None if held is None else held.get((src, dst))
+
+
+def _nap() -> float:
+    """On an emulated machine ranks wait by sleeping (so that the ranks sharing a core measure the links, not
+    the CPU); on the raw machine they poll, as ringlab's collectives do."""
+    return emulation.NAP if emulation.current() is not None else 0.0

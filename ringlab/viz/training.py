@@ -65,6 +65,27 @@ def loss_against_time_plot(runs: dict, target: float | None = None) -> go.Figure
     return fig
 
 
+def emulated_load_plot(rows: list[dict]) -> go.Figure:
+    """A worker's communication per step against the number of workers, from
+    :func:`ringlab.lessons.lab04_parameter_servers.serverload.measure_emulated_load`'s rows: under one server and
+    under a ring allreduce, each measured on the emulated machine (solid) beside the cost model's prediction
+    for that machine (dotted)."""
+    if not rows:
+        raise ValueError("no rows to plot: measure_emulated_load returned none")
+    workers = [row["workers"] for row in rows]
+    ring = [row for row in rows if row["ring_seconds"] is not None]
+    fig = go.Figure()
+    for name, key, shown, dash in (("one server", "ps", rows, None), ("ring allreduce", "ring", ring, None)):
+        fig.add_scatter(x=[r["workers"] for r in shown], y=[r[f"{key}_seconds"] * 1e3 for r in shown],
+                        name=f"{name}: measured", mode="lines+markers", line=dict(dash=dash))
+        fig.add_scatter(x=[r["workers"] for r in shown], y=[r[f"{key}_predicted"] * 1e3 for r in shown],
+                        name=f"{name}: predicted", mode="lines+markers", line=dict(dash="dot"))
+    fig.update_xaxes(title_text="workers", tickvals=workers)
+    fig.update_yaxes(title_text="a worker's communication per step (ms)", rangemode="tozero")
+    fig.update_layout(title=f"one server against a ring, on the {rows[0]['machine']} (measured here, and predicted)")
+    return fig
+
+
 def server_load_plot(rows: list[dict]) -> go.Figure:
     """Two panels against the number of workers, from :func:`ringlab.lessons.lab04_parameter_servers.serverload.measure_server_load`'s
     rows: bytes per step in units of K (the server's, counted from its messages, beside a ring rank's,

@@ -33,6 +33,13 @@ def lab03():
     return sweep_lesson(result, emulated, cores()) if comm.Get_rank() == 0 else None
 
 
+def lab04_server():
+    from ringlab.lessons.lab04_parameter_servers.serverload import measure_emulated_load, server_bottleneck_lesson
+
+    rows = measure_emulated_load(comm=comm)
+    return server_bottleneck_lesson(rows) if comm.Get_rank() == 0 else None
+
+
 def lab05():
     from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
     from ringlab.measure.bench import in_machine_units, run
@@ -64,7 +71,8 @@ def lab08_experts():
     return imbalance_lesson(rows) if comm.Get_rank() == 0 else None
 
 
-LESSONS = {"02": lab02, "03": lab03, "05": lab05, "08-sharding": lab08_sharding, "08-mesh": lab08_mesh,
+LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "08-sharding": lab08_sharding,
+           "08-mesh": lab08_mesh,
            "08-experts": lab08_experts}
 
 for _ in range(runs):

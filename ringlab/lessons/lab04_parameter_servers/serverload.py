@@ -6,6 +6,7 @@ import numpy as np
 
 from ...algorithms import build
 from ...lab.exercises import compare, exercise
+from ...lab.findings import Finding
 from ...measure.units import format_bytes
 from ...simulate import traffic
 from .wallclock import barrier
@@ -87,6 +88,142 @@ def describe_server_load(rows: list[dict], nranks: int | None = None, cores: int
         lines.append(f"The {nranks} ranks shared {cores} cores, so the server's busy time also holds moments when "
                      "a worker it was sending to had no core to receive on.")
     return "\n".join(lines)
+
+
+EMULATED = "uniform:0.02:500"  # 20 MB/s and 500 us a message: the 256-unit MLP's push (289 kB) takes ~15 ms
+
+
+def measure_emulated_load(machine: str = EMULATED, steps: int = 10, hidden: int = 256, per_worker: int = 32,
+                          comm=None) -> list[dict] | None:
+    """On every rank of ``comm`` (default COMM_WORLD): the synchronous server of :func:`measure_server_load` with
+    1, 2, ... ``size - 1`` workers in turn, on the emulated machine ``machine`` (a SPEC, as ``rl.emulate``
+    takes: every message held back by the links it crosses), and beside it a ring allreduce of the same
+    gradients among the same workers on the same machine. Rank 0 returns one row per worker count, the
+    others None.
+
+    A row: ``workers``; ``gradient_bytes`` (K); ``ps_seconds``, a worker's communication per step (from its
+    push to the new parameters: the mean over the steps, the median over the workers), measured;
+    ``ring_seconds``, one ``rl.allreduce`` of K bytes among the workers (the median of ``steps`` calls; None
+    with one worker), measured; ``ps_predicted`` and ``ring_predicted``, ``rl.predict`` of ``allreduce.ps``
+    (one server) and ``allreduce.ring`` on the same machine, in this machine's seconds (times its scale);
+    ``machine``, the emulation's label.
+    """
+    import time
+
+    import torch
+    from mpi4py import MPI
+
+    from ...mpi.emulate import emulate
+    from ...mpi.collectives import allreduce
+    from ...predict.costmodel import predict
+    from ...topology.spec import from_spec
+    from ...train import ParameterServer
+    from ...train.task import batches, make_data, make_model
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size < 2:
+        raise ValueError("measure_emulated_load needs at least 2 ranks: a server and a worker")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
+    from_spec(machine)  # a bad SPEC is one clear error on every rank, before any work
+    x, y, _, _ = make_data()
+    rows = []
+    for workers in range(1, size):
+        group = comm.Split(0 if rank <= workers else MPI.UNDEFINED)
+        if group == MPI.COMM_NULL:  # sits this one out, sleeping
+            barrier(comm, idle=True)
+            continue
+        model = make_model(hidden=hidden)
+        with emulate(machine) as emulation:
+            server = ParameterServer(model, servers=1, mode="sync", lr=0.05, comm=group)
+            record = server.run(steps, batches(x, y, workers, per_worker), torch.nn.CrossEntropyLoss())
+            server.close()
+        K = sum(p.numel() * p.element_size() for p in model.parameters())
+        ring = group.Split(0 if group.Get_rank() >= 1 else MPI.UNDEFINED)
+        ring_seconds = None
+        if ring != MPI.COMM_NULL:
+            if workers > 1:
+                buf, times = np.ones(K // 4, dtype=np.float32), []
+                with emulate(machine):
+                    allreduce(buf, "ring", comm=ring)  # warm-up
+                    for _ in range(steps):
+                        ring.Barrier()
+                        began = time.perf_counter()
+                        allreduce(buf, "ring", comm=ring)
+                        times.append(time.perf_counter() - began)
+                ring_seconds = float(np.median(times))
+            ring.Free()
+        waits = group.gather(record["wait_seconds"] / steps if record["role"] == "worker" else None, root=0)
+        rings = group.gather(ring_seconds, root=0)
+        group.Free()
+        barrier(comm, idle=False)
+        if rank == 0:
+            scale = emulation.scale
+            ps_machine, _ = from_spec(machine, workers + 1)
+            row = {"workers": workers, "gradient_bytes": K, "steps": steps, "machine": emulation.label,
+                   "ps_seconds": float(np.median([w for w in waits if w is not None])),
+                   "ps_predicted": predict(build("allreduce.ps", workers + 1, servers=1), K, ps_machine).seconds
+                   * scale, "ring_seconds": None, "ring_predicted": None}
+            if workers > 1:
+                ring_machine, _ = from_spec(machine, workers)
+                row["ring_seconds"] = float(np.median([r for r in rings if r is not None]))
+                row["ring_predicted"] = predict(build("allreduce.ring", workers), K, ring_machine).seconds * scale
+            rows.append(row)
+    return rows if rank == 0 else None
+
+
+BOTTLENECK = 1.5     # the server's step at least this many times the ring's: "the bottleneck"
+NEAR_PREDICTION = 1.5  # measured within this factor of predicted: "matches the prediction"
+
+
+def server_bottleneck_lesson(rows: list[dict]) -> Finding:
+    """What :func:`measure_emulated_load`'s rows say: how a worker's communication grew with the workers under
+    one server and under a ring allreduce on the emulated machine, and against the cost model."""
+    if len(rows) < 3 or any(row["ring_seconds"] is None for row in rows[1:]):
+        raise ValueError("need rows for 1, 2 and more workers (3 ranks or more) to compare the server with a ring")
+    first, low, last = rows[0], rows[1], rows[-1]
+    ms = 1e3
+    workers = last["workers"] / first["workers"]
+    grew = last["ps_seconds"] / first["ps_seconds"]
+    pace = ("about in proportion to the workers" if 0.7 * workers <= grew <= 1.3 * workers else
+            "more than in proportion to the workers" if grew > workers else
+            "less than in proportion to the workers" if grew > 1.15 else "hardly at all")
+    said = [f"Measured on the {last['machine']} (every message held back by the links it crosses): a worker "
+            f"waited {first['ps_seconds'] * ms:.1f} ms a step for the server with {_workers(first['workers'])} and "
+            f"{last['ps_seconds'] * ms:.1f} ms with {last['workers']} ({grew:.1f}x for {workers:g}x the workers): its "
+            f"time grew {pace}. The cost model predicts {first['ps_predicted'] * ms:.1f} and "
+            f"{last['ps_predicted'] * ms:.1f} ms: every push comes in over the server's one link and every answer "
+            "goes out over it, 2 W K in all."]
+    server_2_to_n = last["ps_seconds"] / low["ps_seconds"]
+    ring_2_to_n = last["ring_seconds"] / low["ring_seconds"]
+    said.append(f"A ring allreduce of the same K over the same workers took {low['ring_seconds'] * ms:.1f} ms with "
+                f"{low['workers']} and {last['ring_seconds'] * ms:.1f} ms with {last['workers']} ({ring_2_to_n:.1f}x, "
+                f"where the server's step grew {server_2_to_n:.1f}x; predicted {low['ring_predicted'] * ms:.1f} and "
+                f"{last['ring_predicted'] * ms:.1f} ms): each rank sends and receives 2(n-1)/n K over its own link, "
+                "never more than 2 K.")
+    over = last["ring_seconds"] / last["ring_predicted"]
+    observations = []
+    if over >= NEAR_PREDICTION:
+        said.append(f"The ring took {over:.1f}x its prediction at {last['workers']} workers: the links account for "
+                    f"{last['ring_predicted'] * ms:.1f} ms, and this machine's CPU (Python's steps, ranks sharing "
+                    "cores) for the rest.")
+        observations.append("the ring took well over its prediction here")
+    ratio = last["ps_seconds"] / last["ring_seconds"]
+    if ratio >= BOTTLENECK:
+        said.append(f"With {_workers(last['workers'])} the server's step took {ratio:.1f}x the ring's: the server's "
+                    "link is the bottleneck, and every worker added makes it worse.")
+    else:
+        said.append(f"With {_workers(last['workers'])} the server's step took {ratio:.1f}x the ring's: not yet "
+                    f"{BOTTLENECK:g}x, so no clear bottleneck at this count.")
+    near = all(1 / NEAR_PREDICTION <= row["ps_seconds"] / row["ps_predicted"] <= NEAR_PREDICTION for row in rows)
+    conclusions = ("the server's step grows with the workers on the emulated machine" if grew >= 0.5 * workers else
+                   "the server's step does not grow with the workers on the emulated machine",
+                   "the server is the bottleneck on the emulated machine" if ratio >= BOTTLENECK else
+                   "the server is not clearly the bottleneck on the emulated machine",
+                   "the server's steps match the prediction on the emulated machine" if near else
+                   "the server's steps miss the prediction on the emulated machine")
+    return Finding(" ".join(said), conclusions, tuple(observations))
 
 
 def _workers(n: int) -> str:
