@@ -10,6 +10,7 @@ import numpy as np
 
 from ...measure.units import format_bytes
 from ...lab.exercises import exercise
+from ...lab.findings import Finding
 
 CLEAR_DIFFERENCE = 0.05  # step times within 5% count as "no clear difference" on a shared, noisy machine
 
@@ -112,7 +113,7 @@ def describe_overlap(rows: list[dict], cores: int) -> str:
     off = [row for row in rows if not row["overlap"]]
     if not off or not any(row["overlap"] for row in rows):
         raise ValueError("need rows measured with overlap off and on")
-    best_off, best_on = min(off, key=lambda r: r["step_s"]), best_overlapping(rows)
+    best_off, best_on, gain, noise = _gain(rows)
     lines = [_machine_sentence(rows[0], cores)]
     for said, best in (("Without overlap the fastest setting was", best_off),
                        ("With overlap the fastest" + (" that has something to overlap" if best_on["buckets"] > 1 else
@@ -120,18 +121,15 @@ def describe_overlap(rows: list[dict], cores: int) -> str:
         lines.append(f"{said} {_setting(best)}: a step took {best['step_s'] * 1e3:.3g} ms, "
                      f"{best['waited_s'] * 1e3:.3g} ms of it in step() waiting for communication "
                      f"({best['waited_s'] / best['step_s']:.0%}).")
-    noise = CLEAR_DIFFERENCE
     single = [row for row in rows if row["buckets"] == 1]
     if {row["overlap"] for row in single} == {False, True}:
         one_off, one_on = (next(r for r in single if r["overlap"] == o) for o in (False, True))
         apart = abs(one_on["step_s"] / one_off["step_s"] - 1)
-        noise = max(noise, apart)
         lines.append(f"With one bucket overlap has nothing to overlap (the allreduce can only start when backward "
                      f"ends), and the step took {one_on['step_s'] * 1e3:.3g} ms with it against "
                      f"{one_off['step_s'] * 1e3:.3g} ms without: {apart:.0%} apart"
                      + (f", which is noise here (the machine's other work), so only a larger difference counts."
                         if apart > CLEAR_DIFFERENCE else f", within the {CLEAR_DIFFERENCE:.0%} counted as noise."))
-    gain = 1 - best_on["step_s"] / best_off["step_s"]
     saved = (best_off["step_s"] - best_on["step_s"]) * 1e3
     if gain > noise:
         lines.append(f"Overlap hid communication here: that step was {gain:.0%} shorter than the fastest without "
@@ -145,6 +143,34 @@ def describe_overlap(rows: list[dict], cores: int) -> str:
     same = _same_setting(off, best_on)
     lines.append(_why(best_on, same, 1 - best_on["step_s"] / same["step_s"], noise, cores))
     return "\n".join(lines)
+
+
+def _gain(rows: list[dict]) -> tuple[dict, dict, float, float]:
+    """(fastest row without overlap, :func:`best_overlapping`, the share of its step overlap saved, the noise):
+    the noise is the larger of :data:`CLEAR_DIFFERENCE` and how far apart one bucket's steps with and without
+    overlap were (overlap has nothing to overlap there, so that gap is the machine's own)."""
+    off = [row for row in rows if not row["overlap"]]
+    best_off, best_on = min(off, key=lambda r: r["step_s"]), best_overlapping(rows)
+    noise = CLEAR_DIFFERENCE
+    single = [row for row in rows if row["buckets"] == 1]
+    if {row["overlap"] for row in single} == {False, True}:
+        one_off, one_on = (next(r for r in single if r["overlap"] == o) for o in (False, True))
+        noise = max(noise, abs(one_on["step_s"] / one_off["step_s"] - 1))
+    return best_off, best_on, 1 - best_on["step_s"] / best_off["step_s"], noise
+
+
+def overlap_lesson(raw: list[dict], emulated: list[dict], cores: int, machine: str) -> Finding:
+    """Overlap on this machine (``raw``, :func:`describe_overlap`'s rows) and on the emulated ``machine``
+    (the same sweep run under ``rl.emulate``): whether it hid communication on each, worded from the rows."""
+    said = [f"On this machine: {describe_overlap(raw, cores)}",
+            f"On the emulated {machine} (every allreduce's messages held back by the links they cross; the "
+            f"backward pass is this machine's own): {describe_overlap(emulated, cores)}"]
+    conclusions, observations = [], []
+    for rows, where, out in ((emulated, "on the emulated machine", conclusions), (raw, "on this machine", observations)):
+        _, _, gain, noise = _gain(rows)
+        out.append(f"overlap hid communication {where}" if gain > noise else
+                   f"overlap did not clearly hide communication {where}")
+    return Finding("\n\n".join(said), tuple(conclusions), tuple(observations))
 
 
 def best_overlapping(rows: list[dict]) -> dict:
