@@ -5,7 +5,7 @@ import pytest
 from ringlab.lab.exercises import NotDoneYet
 from ringlab.lessons.lab06_training.overlap import check_step_time
 from ringlab.lessons.lab06_training.overlap import (_step_time, best_overlapping, describe_overlap, describe_prediction,
-                                                    predict_sweep, timeline_traces)
+                                                    overlap_lesson, predict_sweep, timeline_traces)
 from ringlab.predict.fitting import Fit, fit
 
 MB = 5 << 20
@@ -149,3 +149,20 @@ def test_the_step_time_check_accepts_the_model_and_rejects_wrong_ones():
     assert check_step_time(no_tail, strict=False) is _step_time  # the lab runs on with the reference
     with pytest.raises(NotDoneYet):
         check_step_time(lambda *args: None, strict=True)
+
+
+def test_the_overlap_lesson_concludes_from_the_emulated_sweep_and_observes_this_machine():
+    hid = sweep({1: (101, 30, 40, 30), 2: (82, 12, 41, 33), 4: (90, 14, 41, 36)})
+    competed = sweep({1: (120, 30, 40, 30), 2: (118, 33, 52, 45), 4: (125, 36, 55, 50)})
+    finding = overlap_lesson(competed, hid, cores=2)
+    raw_text, emulated_text = finding.text.split("\n\n")
+    assert raw_text == "On this machine: " + describe_overlap(competed, 2)
+    assert emulated_text.startswith("On the emulated uniform:0.05:200 (every allreduce's messages held back by the "
+                                    "links they cross; the backward pass is this machine's own): 2 ranks on 2 cores")
+    assert "Overlap hid communication here: that step was 18% shorter" in emulated_text
+    assert finding.conclusions == ("overlap hid communication on the emulated machine",)
+    assert finding.observations == ("overlap did not clearly hide communication on this machine",)
+    finding = overlap_lesson(hid, competed, cores=2, machine="uniform:1:50")
+    assert "On the emulated uniform:1:50" in finding.text
+    assert finding.conclusions == ("overlap did not clearly hide communication on the emulated machine",)
+    assert finding.observations == ("overlap hid communication on this machine",)

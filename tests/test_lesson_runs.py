@@ -24,6 +24,7 @@ LESSONS = {
                       "the server's steps match the prediction on the emulated machine"}),
     "05": (4, {"busbw climbs with size on the emulated machine", "busbw flattens at large sizes on the emulated machine",
                "the fit recovers the emulated links' bandwidth"}),
+    "06-overlap": (2, {"overlap hid communication on the emulated machine"}),
     "08-sharding": (4, {"each stage holds less than the one before", "stage 3 sends 1.5x what data parallelism sends",
                         "stages 1 and 2 take about as long on the emulated machine",
                         "stage 3 is the slowest on the emulated machine"}),

@@ -44,9 +44,9 @@ def bucket_sizes(model) -> list[int]:
     return sorted({1, *(m * layer for m in (1, 2, 4) if m * layer < total), total})
 
 
-def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None) -> dict | None:
+def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None, per_rank: int = PER_RANK) -> dict | None:
     """Train :func:`make_wide_model` at every bucket size of ``sizes``, overlap off and then on, ``warmup`` +
-    ``steps`` steps each (PER_RANK samples a rank, plain SGD), on every rank of ``comm`` (default COMM_WORLD).
+    ``steps`` steps each (``per_rank`` samples a rank, plain SGD), on every rank of ``comm`` (default COMM_WORLD).
 
     Every step starts from a barrier and is traced; the settings take turns, one step each (starting each round
     with the next one), so that a load on the machine that comes and goes falls on all of them alike.
@@ -60,6 +60,8 @@ def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    if isinstance(per_rank, bool) or not isinstance(per_rank, int) or per_rank < 1:
+        raise ValueError(f"per_rank must be a whole number of samples >= 1, got {per_rank!r}")
     if not sizes or min(sizes) < 1:
         raise ValueError(f"need bucket sizes of 1 byte or more, got {sizes!r}")
     import torch
@@ -72,7 +74,7 @@ def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None
     rank, size = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(1)  # one core's worth of compute a rank, whatever torch would take
     x, y, _, _ = make_data()
-    batch = batches(x, y, size, PER_RANK)
+    batch = batches(x, y, size, per_rank)
     loss_fn = torch.nn.CrossEntropyLoss()
     settings = [(bucket_bytes, overlap) for overlap in (False, True) for bucket_bytes in sizes]
     runs = []

@@ -50,6 +50,16 @@ def lab05():
     return sizes_lesson(result["rows"], in_machine_units(emulated), comm.Get_size()) if comm.Get_rank() == 0 else None
 
 
+def lab06_overlap():
+    from ringlab.lessons.lab06_training.overlap import measure_emulated_overlap, overlap_lesson
+    from ringlab.mpi.launch import cores
+    from ringlab.train.overlap import bucket_sizes, make_wide_model, measure_overlap
+
+    raw = measure_overlap(bucket_sizes(make_wide_model()), steps=12, comm=comm)
+    emulated = measure_emulated_overlap(comm=comm)
+    return overlap_lesson(raw["rows"], emulated["rows"], cores()) if comm.Get_rank() == 0 else None
+
+
 def lab08_sharding():
     from ringlab.lessons.lab08_beyond_data_parallelism.sharding import measure_sharding, sharding_lesson
 
@@ -71,7 +81,8 @@ def lab08_experts():
     return imbalance_lesson(rows) if comm.Get_rank() == 0 else None
 
 
-LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "08-sharding": lab08_sharding,
+LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "06-overlap": lab06_overlap,
+           "08-sharding": lab08_sharding,
            "08-mesh": lab08_mesh,
            "08-experts": lab08_experts}
 

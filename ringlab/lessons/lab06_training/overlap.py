@@ -12,6 +12,12 @@ from ...measure.units import format_bytes
 from ...lab.exercises import exercise
 from ...lab.findings import Finding
 
+# the emulated machine of the overlap lesson: links slow enough (50 MB/s, 200 us a message) that averaging the
+# wide model's 5.3 MB of gradients (about 110 ms) takes longer than a backward pass of 1024 samples a rank (60-70 ms
+# on one core here), so that overlap has plenty to hide
+MACHINE = "uniform:0.05:200"
+EMULATED_PER_RANK = 1024
+
 CLEAR_DIFFERENCE = 0.05  # step times within 5% count as "no clear difference" on a shared, noisy machine
 
 OVERLAP_COLUMNS = {"bucket_bytes (B)": "bucket_bytes", "buckets": "buckets", "overlap": "overlap",
@@ -159,7 +165,21 @@ def _gain(rows: list[dict]) -> tuple[dict, dict, float, float]:
     return best_off, best_on, 1 - best_on["step_s"] / best_off["step_s"], noise
 
 
-def overlap_lesson(raw: list[dict], emulated: list[dict], cores: int, machine: str) -> Finding:
+def measure_emulated_overlap(machine: str = MACHINE, per_rank: int = EMULATED_PER_RANK, steps: int = 8,
+                             comm=None) -> dict | None:
+    """The sweep of :func:`ringlab.train.overlap.measure_overlap` on the emulated ``machine`` (every allreduce's
+    messages held back by its links, ``rl.emulate``), with ``per_rank`` samples a rank so that a backward pass
+    is long enough to hide a good part of the communication, at three bucket sizes: one layer, two layers, the whole model.
+    Call on every rank; rank 0 gets ``measure_overlap``'s result, the others None."""
+    from ...mpi.emulate import emulate
+    from ...train.overlap import bucket_sizes, make_wide_model, measure_overlap
+
+    sizes = bucket_sizes(make_wide_model())
+    with emulate(machine):
+        return measure_overlap([sizes[1], sizes[2], sizes[-1]], steps=steps, per_rank=per_rank, comm=comm)
+
+
+def overlap_lesson(raw: list[dict], emulated: list[dict], cores: int, machine: str = MACHINE) -> Finding:
     """Overlap on this machine (``raw``, :func:`describe_overlap`'s rows) and on the emulated ``machine``
     (the same sweep run under ``rl.emulate``): whether it hid communication on each, worded from the rows."""
     said = [f"On this machine: {describe_overlap(raw, cores)}",
