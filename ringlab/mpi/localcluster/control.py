@@ -158,9 +158,9 @@ def job_command(layout: Layout, nranks: int, argv: list[str], nodes: int | None 
         if not layout.slurm:
             raise ClusterError(f"cluster {layout.name!r} has no Slurm: bring it up with --slurm, or use mpiexec")
         even = [f"--ntasks-per-node={per_node}"] if nranks % nodes == 0 else []
-        # --kill-on-bad-exit: a rank that ends with an error ends the job, as mpiexec does; without it srun waits
-        # for the other ranks, which wait on the dead one (MPI_Abort is no help where Slurm 22.05's PMI-2 cannot
-        # parse its message, which has happened here)
+        # --kill-on-bad-exit: a rank that ends with an error ends the job (mpiexec does so only for a rank a signal
+        # killed). Without it srun waits for the other ranks, which wait on the dead one; MPI_Abort is no help
+        # where Slurm 22.05's PMI-2 cannot parse its message, which has happened here.
         return ["srun", "-N", str(nodes), "-n", str(nranks), *even, "--distribution=block", "--mpi=pmi2",
                 "--kill-on-bad-exit=1", *argv]
     if launcher != "mpiexec":
