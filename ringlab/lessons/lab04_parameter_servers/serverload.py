@@ -23,13 +23,9 @@ def measure_server_load(steps: int = 20, hidden: int = 256, per_worker: int = 32
     ``ring_bytes``, what a rank of a ring allreduce of K bytes over the same workers sends (and
     receives) per step, 2(w-1)/w K, counted from the schedule.
     """
-    import torch
     from mpi4py import MPI
 
-    from ...algorithms import build
-    from ...simulate import traffic
-    from ...train import ParameterServer
-    from ...train.task import batches, make_data, make_model
+    from ...train.task import make_data
 
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -37,18 +33,10 @@ def measure_server_load(steps: int = 20, hidden: int = 256, per_worker: int = 32
         raise ValueError("measure_server_load needs at least 2 ranks: a server and a worker")
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    x, y, _, _ = make_data()
+    data = make_data()
     rows = []
-    for workers in range(1, size):
-        group = comm.Split(0 if rank <= workers else MPI.UNDEFINED)
-        if group == MPI.COMM_NULL:  # sits this one out, sleeping
-            barrier(comm, idle=True)
-            continue
-        model = make_model(hidden=hidden)
-        record = ParameterServer(model, servers=1, mode="sync", lr=0.05, comm=group).run(
-            steps, batches(x, y, workers, per_worker), torch.nn.CrossEntropyLoss())
-        group.Free()
-        barrier(comm, idle=False)
+    for workers, group in _server_groups(comm):
+        model, record = _train(group, workers, steps, hidden, per_worker, data)
         if rank == 0:
             nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
             ring = traffic(build("allreduce.ring", workers), nbytes)["sent"][0] if workers > 1 else 0
@@ -56,6 +44,39 @@ def measure_server_load(steps: int = 20, hidden: int = 256, per_worker: int = 32
                          "received": record["received_bytes"] / steps, "sent": record["sent_bytes"] / steps,
                          "busy_seconds": float(np.median(record["busy_seconds"])), "ring_bytes": ring})
     return rows if rank == 0 else None
+
+
+def _server_groups(comm):
+    """For 1, 2, ... ``size - 1`` workers in turn: ``(workers, group)`` on the ranks that take part (rank 0, the
+    server, and ranks 1..workers), while the others sit out asleep; after each, the group is freed and every
+    rank of ``comm`` meets in a barrier."""
+    from mpi4py import MPI
+
+    for workers in range(1, comm.Get_size()):
+        group = comm.Split(0 if comm.Get_rank() <= workers else MPI.UNDEFINED)
+        if group == MPI.COMM_NULL:  # sits this one out, sleeping
+            barrier(comm, idle=True)
+            continue
+        yield workers, group
+        group.Free()
+        barrier(comm, idle=False)
+
+
+def _train(group, workers: int, steps: int, hidden: int, per_worker: int, data) -> tuple:
+    """A synchronous server on ``group``'s rank 0 training the MLP of ``hidden`` units for ``steps`` steps of
+    ``per_worker`` samples a worker: ``(model, this rank's record)``."""
+    import torch
+
+    from ...train import ParameterServer
+    from ...train.task import batches, make_model
+
+    x, y, _, _ = data
+    model = make_model(hidden=hidden)
+    server = ParameterServer(model, servers=1, mode="sync", lr=0.05, comm=group)
+    try:
+        return model, server.run(steps, batches(x, y, workers, per_worker), torch.nn.CrossEntropyLoss())
+    finally:
+        server.close()
 
 
 def describe_server_load(rows: list[dict], nranks: int | None = None, cores: int | None = None) -> str:
@@ -110,15 +131,13 @@ def measure_emulated_load(machine: str = EMULATED, steps: int = 10, hidden: int 
     """
     import time
 
-    import torch
     from mpi4py import MPI
 
-    from ...mpi.emulate import emulate
     from ...mpi.collectives import allreduce
+    from ...mpi.emulate import emulate
     from ...predict.costmodel import predict
     from ...topology.spec import from_spec
-    from ...train import ParameterServer
-    from ...train.task import batches, make_data, make_model
+    from ...train.task import make_data
 
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -127,18 +146,11 @@ def measure_emulated_load(machine: str = EMULATED, steps: int = 10, hidden: int 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
     from_spec(machine)  # a bad SPEC is one clear error on every rank, before any work
-    x, y, _, _ = make_data()
+    data = make_data()
     rows = []
-    for workers in range(1, size):
-        group = comm.Split(0 if rank <= workers else MPI.UNDEFINED)
-        if group == MPI.COMM_NULL:  # sits this one out, sleeping
-            barrier(comm, idle=True)
-            continue
-        model = make_model(hidden=hidden)
+    for workers, group in _server_groups(comm):
         with emulate(machine) as emulation:
-            server = ParameterServer(model, servers=1, mode="sync", lr=0.05, comm=group)
-            record = server.run(steps, batches(x, y, workers, per_worker), torch.nn.CrossEntropyLoss())
-            server.close()
+            model, record = _train(group, workers, steps, hidden, per_worker, data)
         K = sum(p.numel() * p.element_size() for p in model.parameters())
         ring = group.Split(0 if group.Get_rank() >= 1 else MPI.UNDEFINED)
         ring_seconds = None
@@ -156,8 +168,6 @@ def measure_emulated_load(machine: str = EMULATED, steps: int = 10, hidden: int 
             ring.Free()
         waits = group.gather(record["wait_seconds"] / steps if record["role"] == "worker" else None, root=0)
         rings = group.gather(ring_seconds, root=0)
-        group.Free()
-        barrier(comm, idle=False)
         if rank == 0:
             scale = emulation.scale
             ps_machine, _ = from_spec(machine, workers + 1)
