@@ -75,9 +75,9 @@ def emulated_load_plot(rows: list[dict]) -> go.Figure:
     workers = [row["workers"] for row in rows]
     ring = [row for row in rows if row["ring_seconds"] is not None]
     fig = go.Figure()
-    for name, key, shown, dash in (("one server", "ps", rows, None), ("ring allreduce", "ring", ring, None)):
+    for name, key, shown in (("one server", "ps", rows), ("ring allreduce", "ring", ring)):
         fig.add_scatter(x=[r["workers"] for r in shown], y=[r[f"{key}_seconds"] * 1e3 for r in shown],
-                        name=f"{name}: measured", mode="lines+markers", line=dict(dash=dash))
+                        name=f"{name}: measured", mode="lines+markers")
         fig.add_scatter(x=[r["workers"] for r in shown], y=[r[f"{key}_predicted"] * 1e3 for r in shown],
                         name=f"{name}: predicted", mode="lines+markers", line=dict(dash="dot"))
     fig.update_xaxes(title_text="workers", tickvals=workers)
