@@ -67,6 +67,12 @@ def test_a_stuck_step_times_out_naming_step_and_peer(tmp_path):
     assert seen[0] == ("rank 0: step 0 (reduce-scatter) did not finish within 1 s: "
                        "still waiting to receive chunk 2 from rank 2")
     assert time.monotonic() - start < 30
+    # rank 0 waited for rank 2; rank 1 got past step 0 (its send to rank 2 was small enough to leave without
+    # rank 2) and waited for rank 0 in step 1. Each tells the others that it gave up, except the peer it was
+    # waiting for (still in the call, and maybe dead: MPICH's UCX transport crashes a send to a dead process)
+    assert (tmp_path / "said.peers-0").read_text() == "2"
+    assert (tmp_path / "said.peers-1").read_text() == "0"
+    assert (tmp_path / "said.notices").read_text() == "1"
 
 
 def test_a_missing_rank_times_out_in_the_argument_check(tmp_path):
@@ -228,3 +234,26 @@ def test_a_step_that_sends_what_it_receives_into_posts_every_receive_at_once():
                             name="swap")
     step = compile_plan(swap, 0, count, 4).steps[0]
     assert step.sends_before_landing and step.window == 0
+
+
+def test_a_timed_out_step_names_every_peer_whose_message_had_not_finished():
+    """What set_aside spares from its notices: the peers of the step whose requests had not finished
+    (a receive not yet posted, None, is not one of them)."""
+    from types import SimpleNamespace
+
+    from ringlab.mpi.executor import Message, unfinished
+
+    class Request:
+        def __init__(self, done: bool):
+            self.done = done
+
+        def Test(self) -> bool:
+            return self.done
+
+    def message(peer: int) -> Message:
+        return Message(peer=peer, lo=0, hi=1, first=0, last=0, op="copy")
+
+    step = SimpleNamespace(recvs=[message(1), message(2), message(3)], sends=[message(4), message(1)])
+    assert unfinished(step, [Request(True), Request(False), None], [Request(False), Request(True)]) == (2, 4)
+    assert unfinished(step, [Request(True)] * 3, [Request(True)] * 2) == ()
+    assert rl.StepTimeout("late").peers == ()

@@ -369,10 +369,21 @@ def test_a_rank_killed_on_one_node_ends_the_job_saying_which_and_leaves_nothing(
 
 def test_with_cleanup_left_to_the_ranks_each_survivor_names_what_it_waits_for(up, tmp_path):
     """Without mpiexec's cleanup the other node's ranks keep to their own deadlines and say what they waited for.
-    (Telling the other ranks that they gave up may then end them with signal 11: MPICH's UCX transport, which
-    has no fault tolerance, crashes a send to a process that has died; ringlab writes the reason first.)"""
-    done, seconds = kill_rank_on_node2(tmp_path, f"mpiexec -disable-auto-cleanup -f {HOSTFILE} -ppn 2 -n 4 "
-                                                 f"python -m mpi4py tests/mpi/cluster_killed.py {tmp_path}")
+    (A rank that gives up sends no notice to the peers it was waiting for, the dead one among them: MPICH's UCX
+    transport, which has no fault tolerance, ends a process that starts a send to a peer it saw die with signal
+    11. A rank that was not waiting for the dead one may still end so after its notices; it writes the reason
+    first.)"""
+    for attempt in range(3):
+        folder = tmp_path / f"try-{attempt}"
+        folder.mkdir()
+        done, seconds = kill_rank_on_node2(folder, f"mpiexec -disable-auto-cleanup -f {HOSTFILE} -ppn 2 -n 4 "
+                                                   f"python -m mpi4py tests/mpi/cluster_killed.py {folder}")
+        if seconds > 4 or "ringlab:" in done.stdout:
+            break
+        # Ended at once, before any rank's 5 s deadline: hydra's own proxy failed on the death (about one job
+        # in ten here: "unable to forward PMI response to MPI process", or no word at all), not ringlab
+        warnings.warn(f"hydra ended the job {seconds:.2f} s after the kill, before any deadline; ran it again: "
+                      f"{done.stdout[-600:]!r}")
     assert done.returncode != 0 and seconds < 60
     for rank in (0, 1):  # the other node's ranks: each its own deadline, naming the step and peer, or who is missing
         said = (rf"ringlab: rank {rank}: (step \d+ \(\S+\) did not finish within 5 s: still waiting to receive chunk "

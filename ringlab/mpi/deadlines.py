@@ -21,7 +21,15 @@ OFF = ("none", "off")
 
 
 class StepTimeout(TimeoutError):
-    """A step did not finish within ``timeout``: names the step and the peer this rank waits for."""
+    """A step did not finish within ``timeout``: names the step and the peer this rank waits for.
+
+    ``peers``: the ranks whose messages of that step had not finished (those still owed to this rank, or
+    not yet taken from it), when the step's executor could tell; empty otherwise. They are still inside
+    the same call (none can finish it without those messages), and one of them may have died."""
+
+    def __init__(self, message: str = "", peers=()):
+        super().__init__(message)
+        self.peers = tuple(peers)
 
 
 def default_seconds(environ=None, name: str = ENV, fallback: float = DEFAULT_SECONDS) -> float | None:

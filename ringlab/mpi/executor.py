@@ -172,7 +172,8 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
     and sends, each receive is waited for and landed by ``ops.land``, the sends are waited for
     (first, when something lands where the step also sends from), and ``ops.after_step`` ends
     the step. With ``timeout`` a step that does not finish in time raises StepTimeout, naming the
-    step and the peer this rank still waits for.
+    step and the peer this rank still waits for (its ``peers``: every peer whose message of the step
+    had not finished).
     """
     buf = ops.begin(flat)
     for step in plan.steps:
@@ -193,22 +194,34 @@ def run_plan(plan: RankPlan, flat, ops, comm, *, timeout: float | None = None, r
         ops.before_step()
         posted = recorder.clock() if recorder else 0.0
         recvs, sends = ops.post(comm, buf, step)
-        if step.sends_before_landing:
-            finish_sends(sends, posted)
-        for i, m in enumerate(step.recvs):
-            ops.before_wait(step, m)
-            wait_for(recvs[i], f"to receive chunk {m.first} from rank {m.peer}")
-            ops.land(buf, m)
-            if recorder:
-                recorder.record(step.index, m, "recv", posted, recorder.clock(), bounds, ops.route(m))
-            later = i + step.window
-            if step.window and later < len(step.recvs):  # its slot is free again: take the next message
-                ops.reuse()
-                recvs[later] = ops.post_recv(comm, buf, step, step.recvs[later])
-        if not step.sends_before_landing:
-            finish_sends(sends, posted)
-        ops.after_step(comm, buf, step, wait_for)
+        try:
+            if step.sends_before_landing:
+                finish_sends(sends, posted)
+            for i, m in enumerate(step.recvs):
+                ops.before_wait(step, m)
+                wait_for(recvs[i], f"to receive chunk {m.first} from rank {m.peer}")
+                ops.land(buf, m)
+                if recorder:
+                    recorder.record(step.index, m, "recv", posted, recorder.clock(), bounds, ops.route(m))
+                later = i + step.window
+                if step.window and later < len(step.recvs):  # its slot is free again: take the next message
+                    ops.reuse()
+                    recvs[later] = ops.post_recv(comm, buf, step, step.recvs[later])
+            if not step.sends_before_landing:
+                finish_sends(sends, posted)
+            ops.after_step(comm, buf, step, wait_for)
+        except StepTimeout as err:
+            err.peers = err.peers or unfinished(step, recvs, sends)
+            raise
     ops.end(flat, buf)
+
+
+def unfinished(step, recvs, sends) -> tuple[int, ...]:
+    """The peers of ``step`` whose messages (``recvs`` and ``sends``: the step's requests, in the order of
+    its messages; None for a receive not yet posted) have not finished."""
+    peers = {m.peer for m, r in zip(step.recvs, recvs) if r is not None and not r.Test()}
+    peers.update(m.peer for m, r in zip(step.sends, sends) if r is not None and not r.Test())
+    return tuple(sorted(peers))
 
 
 TRACE_DTYPE = np.dtype([("rank", "i4"), ("step", "i4"), ("peer", "i4"), ("chunk", "i4"), ("nbytes", "i8"),

@@ -36,8 +36,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .deadlines import wait, wait_all
-from .executor import AGREE_TAG, TAG_LIMIT
+from .deadlines import StepTimeout, wait, wait_all
+from .executor import AGREE_TAG, TAG_LIMIT, unfinished
 from ..schedule import REDUCE
 from .ops import KEEP_BYTES, reusable
 from .private import OutOfStep
@@ -194,35 +194,39 @@ class BoundPlan:
                              for i, (v, p, t) in enumerate(recv_args)]
                             + [comm.Isend(v, dest=p, tag=t) for v, p, t in send_args])
             deadline = None if timeout is None else time.monotonic() + timeout
-            if not landing:  # nothing to land, or one receive to land when all is done
-                if timeout is None:
-                    self.waitall(requests)
-                else:
-                    wait_all(requests, deadline, lambda: self._late(step, timeout, self._still(step, requests)))
-                for land in lands:
+            try:
+                if not landing:  # nothing to land, or one receive to land when all is done
+                    if timeout is None:
+                        self.waitall(requests)
+                    else:
+                        wait_all(requests, deadline, lambda: self._late(step, timeout, self._still(step, requests)))
+                    for land in lands:
+                        if land is not None:
+                            land[0](*land[1])
+                    continue
+                sends = requests[nrecv:]
+                if step.sends_before_landing:
+                    self._finish_sends(step, sends, deadline, timeout)
+                for i, (m, land) in enumerate(zip(step.recvs, lands)):
+                    if deadline is None:
+                        requests[i].Wait()
+                    else:
+                        wait(requests[i], deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
+                                                                                          f"from rank {m.peer}"))
                     if land is not None:
                         land[0](*land[1])
-                continue
-            sends = requests[nrecv:]
-            if step.sends_before_landing:
-                self._finish_sends(step, sends, deadline, timeout)
-            for i, (m, land) in enumerate(zip(step.recvs, lands)):
-                if deadline is None:
-                    requests[i].Wait()
-                else:
-                    wait(requests[i], deadline, lambda m=m: self._late(step, timeout, f"to receive chunk {m.first} "
-                                                                                      f"from rank {m.peer}"))
-                if land is not None:
-                    land[0](*land[1])
-                if window and i + window < nrecv:  # its slot is free again: take the next message
-                    later = i + window
-                    if self.persistent:
-                        requests[later].Start()
-                    else:
-                        v, p, t = recv_args[later]
-                        requests[later] = comm.Irecv(v, source=p, tag=t)
-            if not step.sends_before_landing:
-                self._finish_sends(step, sends, deadline, timeout)
+                    if window and i + window < nrecv:  # its slot is free again: take the next message
+                        later = i + window
+                        if self.persistent:
+                            requests[later].Start()
+                        else:
+                            v, p, t = recv_args[later]
+                            requests[later] = comm.Irecv(v, source=p, tag=t)
+                if not step.sends_before_landing:
+                    self._finish_sends(step, sends, deadline, timeout)
+            except StepTimeout as err:  # which peers it still waited for: set_aside tells them nothing
+                err.peers = err.peers or unfinished(step, requests[:nrecv], requests[nrecv:])
+                raise
 
     def _finish_sends(self, step, sends, deadline, timeout) -> None:
         if deadline is None:

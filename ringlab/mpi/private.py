@@ -17,9 +17,11 @@ up also leaves a notice ("gave up on call k") on the old duplicate for the other
 arrives late finds it when its arguments are compared, and joins the fresh duplicate too (where the
 call numbers then say who is out of step) instead of waiting for ranks that have gone. (A rank
 already past that comparison keeps to its own deadline and names what it waited for.) A rank whose
-deadline passed writes what it waited for to stderr before it sends those notices: a peer whose
-process has died cannot be told, and MPICH's UCX transport may then end the sender with signal 11
-(it has no fault tolerance), so the reason is on screen whatever happens next.
+deadline passed in a step writes what it waited for to stderr, then sends those notices to every rank
+but the peers it was still waiting for: those are inside the same call and cannot finish it, so a
+notice would go unread, and one of them may be dead: MPICH's UCX transport (it has no fault tolerance)
+ends a process that starts a send to a peer it has seen die with signal 11. A notice to a dead rank
+that this rank was not waiting for may still do that, which is why the reason is written first.
 """
 from __future__ import annotations
 
@@ -129,10 +131,14 @@ class Private:
                 pass
         self.cache.clear()
 
-    def set_aside(self, notify: bool = True) -> None:
+    def set_aside(self, notify: bool = True, spare=()) -> None:
         """After a call that failed part-way: forget this duplicate's state and start the next call on a
         fresh duplicate. The old one is kept (messages may still be in flight on it) and freed with this
-        state; with ``notify`` the other ranks find a notice on it that this rank gave up on this call."""
+        state; with ``notify`` the other ranks find a notice on it that this rank gave up on this call,
+        except the ranks in ``spare``: the peers this rank was still waiting for when its deadline passed.
+        Those cannot finish the call without this rank's messages, so they give up on it by their own
+        deadlines and never look for a notice; and one of them may have died, and MPICH's UCX transport
+        crashes the process that starts a send to a peer it has seen die."""
         self.forget()
         dup, self._dup = self._dup, None
         if dup is None:
@@ -142,7 +148,7 @@ class Private:
             note = np.array([self.calls], np.int64)
             self._notes.append(note)  # kept until dup is freed
             sends = [dup.Isend(note, dest=rank, tag=NOTICE_TAG) for rank in range(dup.Get_size())
-                     if rank != dup.Get_rank()]
+                     if rank != dup.Get_rank() and rank not in spare]
             until = time.monotonic() + NOTICE_SECONDS  # on its way now: this rank may make no MPI call for a while,
             while not all(r.Test() for r in sends) and time.monotonic() < until:  # and a send moves only when it does
                 time.sleep(0)
@@ -240,9 +246,11 @@ class entered:
     def __exit__(self, kind, error, traceback) -> None:
         try:
             if kind is not None and not issubclass(kind, (ValueError, OutOfStep)):
+                spare = ()
                 if issubclass(kind, StepTimeout):  # said before the notices, which a dead peer's transport may crash
                     print(f"ringlab: {error}", file=sys.stderr, flush=True)
-                self.private.set_aside()
+                    spare = error.peers
+                self.private.set_aside(spare=spare)
         finally:
             self.private.lock.release()
 

@@ -264,7 +264,8 @@ class DistributedOptimizer:
             raise RuntimeError(f"DistributedOptimizer: the ranks are at different steps ({steps}): a rank stepped "
                                "more or fewer times than the others, or an earlier step failed on some ranks only")
         except StepTimeout as err:
-            raise StepTimeout(f"DistributedOptimizer, step {self.steps}, bucket {bucket.index}: {err}") from None
+            raise StepTimeout(f"DistributedOptimizer, step {self.steps}, bucket {bucket.index}: {err}",
+                              err.peers) from None
         if self._tracer is not None:
             bucket.ended = self._tracer.clock()
 

@@ -1,4 +1,5 @@
 """Failure cases, one per mode (argv[1]); each rank prints what it saw. Run under mpiexec."""
+import os
 import sys
 import time
 
@@ -49,6 +50,19 @@ elif mode in ("stuck", "absent", "first"):  # rank 2 never joins: a timeout name
             if rank == 0:  # to a file: what a rank prints just before an abort may never reach mpiexec
                 with open(sys.argv[2], "w") as fh:
                     fh.write(f"rank {rank}: {err}\n")
-    if rank == 0:  # only rank 0 ends the job, after it has written
+            with open(f"{sys.argv[2]}.peers-{rank}", "w") as fh:  # the peers it was still waiting for
+                fh.write(" ".join(map(str, err.peers)))
+    elif mode == "stuck":  # the notices that the ranks which gave up left for rank 2 on ringlab's duplicate
+        time.sleep(4)
+        from ringlab.mpi.executor import NOTICE_TAG
+        dup = rl.mpi.private.state(comm)._dup
+        found = [source for source in (0, 1)  # (MPICH: a first Iprobe may only move messages along)
+                 if dup.Iprobe(source, NOTICE_TAG) or dup.Iprobe(source, NOTICE_TAG)]
+        with open(f"{sys.argv[2]}.notices", "w") as fh:
+            fh.write(" ".join(map(str, found)))
+    if rank == 0:  # only rank 0 ends the job, after it has written (and rank 2 has looked)
+        end = time.monotonic() + 30
+        while mode == "stuck" and not os.path.exists(f"{sys.argv[2]}.notices") and time.monotonic() < end:
+            time.sleep(0.1)
         comm.Abort(3)
     time.sleep(60)
