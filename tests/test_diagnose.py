@@ -75,12 +75,46 @@ def test_a_slowed_rank_is_named_from_a_real_trace_and_a_plain_one_is_not():
     assert diagnose.describe_straggler(traces["as it is"]).startswith("No rank stands out")
 
 
+def test_a_bad_emulated_machine_is_refused_before_any_job_starts():
+    with pytest.raises(ValueError, match="a uniform machine is uniform:GBPS:US"):
+        diagnose.straggler_traces(machine="uniform:fast")
+
+
 def test_the_straggler_sentence_follows_the_model_both_ways():
     text = diagnose.describe_straggler(diagnose.model_trace(4, slow_rank=2, pause=0.02, transfer=1e-4))
     assert text.startswith("Rank 2 is the straggler: it spent 120.0 ms between its steps")
     assert "rank 3, which receives from rank 2, waited longest" in text
     assert "Time in receives: rank 3 120.6 ms, rank 0 100.6 ms, rank 1 80.6 ms; rank 2 itself 0.6 ms" in text
     assert diagnose.describe_straggler(diagnose.model_trace(4)).startswith("No rank stands out")
+
+
+def test_the_straggler_lesson_words_what_the_traces_show_beside_both_models():
+    """On lockstep traces whose steps take exactly the links' predicted time, every conclusion holds; a call
+    slower than the links allow, or a straggler slower than its pauses, is said to be so."""
+    import ringlab as rl
+    from ringlab.algorithms import build
+
+    links, _ = rl.topology.from_spec(diagnose.STRAGGLER_MACHINE, 4)
+    step = rl.predict(build("allreduce.ring", 4), 1 << 18, links, itemsize=4).seconds / 6
+    assert step == pytest.approx(1e-3 + (1 << 16) / 1e7)  # a message: 1 ms and 64 KiB at 10 MB/s
+
+    def traces(transfer: float, pause: float) -> dict:
+        return {"as it is": diagnose.model_trace(4, transfer=transfer, nbytes=1 << 18),
+                "slowed": diagnose.model_trace(4, 2, pause, transfer, nbytes=1 << 18)}
+
+    found = diagnose.straggler_lesson(traces(1e-4, 0.02), traces(step, 0.02))
+    assert found.conclusions == ("the straggler is named on the emulated machine",
+                                 "the call is link-bound on the emulated machine",
+                                 "the straggler sets the pace on the emulated machine, as the lockstep model predicts")
+    assert found.observations == ("the straggler is named on this machine",)
+    assert f"the call took {6 * step * 1e3:.1f} ms, against {6 * step * 1e3:.1f} ms predicted for its 6 steps" in str(found)
+    assert "Measured: 165.3 ms (1.00x the model): the straggler set the pace" in str(found)
+    slow = diagnose.straggler_lesson(traces(1e-4, 0.0), traces(2 * step, 0.04))
+    assert slow.conclusions == ("the straggler is named on the emulated machine",
+                                "the call is not link-bound on the emulated machine",
+                                "the straggler's pace differs from the lockstep model on the emulated machine")
+    assert slow.observations == ("the straggler is not named on this machine",)
+    assert "(2.00x; the rest is this machine's CPU: reductions and Python)" in str(slow)
 
 
 def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():

@@ -18,9 +18,10 @@
 import ringlab as rl
 from ringlab.lessons.lab07_hangs_and_crawls.checklist import (describe_p2p, html_table, nccl_settings, p2p_rows,
                                                               rank_links)
-from ringlab.lessons.lab07_hangs_and_crawls.diagnose import (ABSENT, check_culprit, check_straggler, describe_straggler,
-                                                             describe_timeouts, predicted_timeouts, run_on_ranks,
-                                                             step_gaps, straggler_traces)
+from ringlab.lessons.lab07_hangs_and_crawls.diagnose import (ABSENT, STRAGGLER_MACHINE, check_culprit, check_straggler,
+                                                             describe_straggler, describe_timeouts, predicted_timeouts,
+                                                             run_on_ranks, step_gaps, straggler_lesson,
+                                                             straggler_traces)
 from ringlab.measure import published
 from ringlab.measure.tables import table
 from ringlab.viz import busbw_plot, timeline, use_renderer
@@ -159,9 +160,28 @@ for name, trace in traces.items():
     print(f"{name}: {describe_straggler(trace)}")
 
 # %% [markdown]
-# The ranks that wait longest are the ones *after* the straggler; the straggler itself hardly waits at
-# all. A profile of a slow job in PyTorch looks the same: the fast ranks' NCCL kernels are the long
-# ones, and the rank with the shortest collective time is the one to look at.
+# The sentences above name the rank that spent the most time between its steps, and the ones that waited
+# longest in their receives: read which is which. A profile of a slow job in PyTorch looks the same: the
+# fast ranks' NCCL kernels are the long ones, and the rank with the shortest collective time is the one to
+# look at.
+#
+# ### The same straggler on an emulated network
+#
+# On this machine a step's transfers are copies through shared memory, timed by four ranks sharing its
+# cores. On a cluster they are set by the links. The next job runs the same two traced calls on an
+# emulated network (`STRAGGLER_MACHINE`, `uniform:0.01:1000`: every rank on its own 10 MB/s port, 1 ms
+# a message, so that a step's 64 KiB chunk takes about 7.6 ms of link time): every message is held back
+# for as long as its link needs, while the data really moves and is really reduced
+# (`straggler_traces(..., machine=)`, `rl.emulate`, met in lab 02). Beside it: `rl.predict`'s time for the call
+# on those links, and the lockstep model's for the call with the straggler (every step waits for the
+# slowest rank: the links' time plus one pause a step).
+
+# %%
+emulated = straggler_traces(nranks=4, slow_rank=2, pause=0.02, machine=STRAGGLER_MACHINE)  # measured, on emulated links
+timeline(emulated["slowed"], title=f"measured on emulated links ({STRAGGLER_MACHINE}): rank 2 pausing 20 ms a step")
+
+# %%
+straggler_lesson(traces, emulated, slow_rank=2, pause=0.02)  # the sentences are computed from both machines' traces
 #
 # ## Exercise 2: find the straggler
 #

@@ -60,6 +60,14 @@ def lab06_overlap():
     return overlap_lesson(raw["rows"], emulated["rows"], cores()) if comm.Get_rank() == 0 else None
 
 
+def lab07_straggler():
+    from ringlab.lessons.lab07_hangs_and_crawls.diagnose import STRAGGLER_MACHINE, measure_straggler, straggler_lesson
+
+    raw = measure_straggler(comm)
+    emulated = measure_straggler(comm, machine=STRAGGLER_MACHINE)
+    return straggler_lesson(raw, emulated) if comm.Get_rank() == 0 else None
+
+
 def lab08_sharding():
     from ringlab.lessons.lab08_beyond_data_parallelism.sharding import measure_sharding, sharding_lesson
 
@@ -82,6 +90,7 @@ def lab08_experts():
 
 
 LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "06-overlap": lab06_overlap,
+           "07-straggler": lab07_straggler,
            "08-sharding": lab08_sharding,
            "08-mesh": lab08_mesh,
            "08-experts": lab08_experts}

@@ -3,8 +3,10 @@
 - :func:`run_on_ranks` runs one of the lab's mistakes (:data:`MISTAKES`) as a real MPI job and returns
   what each rank's ringlab said; :func:`predicted_timeouts` works out the same StepTimeout messages from
   the schedule alone, and :func:`describe_timeouts` reads back who waited for whom;
-- :func:`straggler_traces` records a traced ring allreduce with and without one rank :func:`slowed`;
-  :func:`describe_straggler` says from a Trace which rank the others waited for, and how long;
+- :func:`straggler_traces` records a traced ring allreduce with and without one rank :func:`slowed`, on
+  this machine or on an emulated one (:func:`measure_straggler` does it inside a running job);
+  :func:`describe_straggler` says from a Trace which rank the others waited for, and how long, and
+  :func:`straggler_lesson` what both machines showed, beside the cost model and the lockstep model;
   :func:`model_trace` builds such a Trace from a lockstep model (the exercises' cases);
 - :func:`check_culprit`, :func:`check_straggler`: the lab's exercises.
 
@@ -19,12 +21,13 @@ import re
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 
 from ...lab.exercises import exercise
+from ...lab.findings import Finding
 from ...lab.words import and_join
 
 # What each of the lab's mistakes does on its ranks: (what the text says, ranks it needs)
@@ -36,6 +39,11 @@ MISTAKES = {
 ABSENT = 2           # the rank that never comes in "skip" and "skip-unchecked"
 TIMEOUT_S = 1.0      # the lab's StepTimeout: a step that waits longer raises
 ELEMENTS = 30        # the mistakes' buffers: small, so every message is sent eagerly
+# The straggler's emulated machine: 10 MB/s links with 1 ms latency, where a step of the traced ring (a 64 KiB
+# chunk) takes about 7.6 ms of link time, well above what 4 ranks on 2 cores add to it
+STRAGGLER_MACHINE = "uniform:0.01:1000"
+PACE_TOLERANCE = 0.25   # the slowed call within 25% of the lockstep model counts as paced by the straggler
+LINK_TOLERANCE = 1.5    # the call without a straggler within 1.5x of the links' predicted time counts as link-bound
 
 
 def _not_done(text: str):
@@ -232,17 +240,24 @@ def slowed(seconds: float):
 
 
 def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, elements: int = 1 << 16,
-                     timeout: float = 60) -> dict[str, object]:
+                     timeout: float = 60, machine: str | None = None) -> dict[str, object]:
     """A ring allreduce traced on ``nranks`` real MPI ranks, first as it is, then with ``slow_rank`` pausing
-    ``pause`` seconds before each step: {"as it is": Trace, "slowed": Trace} (rank 0's, with every rank's rows)."""
+    ``pause`` seconds before each step: {"as it is": Trace, "slowed": Trace} (rank 0's, with every rank's rows).
+    With ``machine`` (an emulation SPEC such as :data:`STRAGGLER_MACHINE`) both run on that emulated machine's
+    links (``rl.emulate``): every message is held back by the links it crosses."""
     from ...algorithms import build
     from ...mpi.executor import Trace
     from ...mpi.launch import run_mpi
 
     if not 0 <= slow_rank < nranks:
         raise ValueError(f"the slow rank must be one of 0..{nranks - 1}, got {slow_rank}")
+    if machine is not None:
+        from ... import topology
+
+        topology.from_spec(machine, nranks)  # a bad SPEC is said here, not by every rank of the job
     with tempfile.TemporaryDirectory(prefix="ringlab-diagnose-") as folder:
-        args = ["-m", "ringlab.lessons.lab07_hangs_and_crawls.diagnose", "straggler", folder, str(slow_rank), repr(pause), str(elements)]
+        args = ["-m", "ringlab.lessons.lab07_hangs_and_crawls.diagnose", "straggler", folder, str(slow_rank),
+                repr(pause), str(elements), machine or ""]
         done = run_mpi(nranks, args, timeout=timeout)
         path = Path(folder, "traces.pickle")
         if not path.exists():
@@ -252,18 +267,27 @@ def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, e
     return {name: Trace(rows, schedule, clock, itemsize) for name, (rows, clock, itemsize) in saved.items()}
 
 
-def _trace_on_rank(folder: str, slow_rank: int, pause: float, elements: int) -> None:
+def measure_straggler(comm=None, slow_rank: int = 2, pause: float = 0.02, elements: int = 1 << 16,
+                      machine: str | None = None) -> dict | None:
+    """On every rank of ``comm`` (default: MPI's world) at once: :func:`straggler_traces`'s two traced ring
+    allreduces, in this job. Rank 0 gets {"as it is": Trace, "slowed": Trace}; the other ranks None."""
     import ringlab as rl
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD if comm is None else comm
     x = np.ones(elements, np.float32)
-    rl.allreduce(x, "ring")  # warm-up: plans compiled, buffers made
-    _, plain = rl.allreduce(x, "ring", trace=True, timeout=30)
-    with slowed(pause if comm.Get_rank() == slow_rank else 0.0):
-        _, late = rl.allreduce(x, "ring", trace=True, timeout=30)
-    if comm.Get_rank() == 0:
-        saved = {name: (t.records.tolist(), t.clock, t.itemsize) for name, t in (("as it is", plain), ("slowed", late))}
+    with rl.emulate(machine) if machine else nullcontext():
+        rl.allreduce(x, "ring", comm=comm)  # warm-up: plans compiled, buffers made
+        _, plain = rl.allreduce(x, "ring", comm=comm, trace=True, timeout=30)
+        with slowed(pause if comm.Get_rank() == slow_rank else 0.0):
+            _, late = rl.allreduce(x, "ring", comm=comm, trace=True, timeout=30)
+    return {"as it is": plain, "slowed": late} if comm.Get_rank() == 0 else None
+
+
+def _trace_on_rank(folder: str, slow_rank: int, pause: float, elements: int, machine: str) -> None:
+    traces = measure_straggler(None, slow_rank, pause, elements, machine or None)
+    if traces is not None:
+        saved = {name: (t.records.tolist(), t.clock, t.itemsize) for name, t in traces.items()}
         Path(folder, "traces.pickle").write_bytes(pickle.dumps(saved))  # a Schedule does not pickle: rows only
 
 
@@ -322,6 +346,53 @@ def describe_straggler(trace, stands_out: float = 3.0) -> str:
             f"transfer, against {second * 1e3:.2f} ms at most for any other rank. Time in receives: {waited}; rank "
             f"{top} itself {waits[top] * 1e3:.1f} ms. The call took {total * 1e3:.1f} ms; {why}."
             + _blocked_sends(trace, top))
+
+
+def straggler_lesson(raw: dict, emulated: dict, slow_rank: int = 2, pause: float = 0.02,
+                     machine: str = STRAGGLER_MACHINE) -> Finding:
+    """The straggler as this machine showed it (``raw``: :func:`straggler_traces`'s two traces) and on the
+    emulated ``machine`` (``emulated``: the same two, run with ``machine=``), beside the cost model's time for
+    the call and the lockstep model's (:func:`model_trace`) for the call with ``slow_rank`` pausing ``pause``
+    before each step: what each showed, worded from the traces."""
+    from ... import topology
+    from ...predict import predict
+
+    plain, late = emulated["as it is"], emulated["slowed"]
+    schedule, nranks = plain.schedule, plain.schedule.nranks
+    nbytes = sum(dict(zip(plain.records["chunk"].tolist(), plain.records["nbytes"].tolist())).values())  # the buffer
+    links, _ = topology.from_spec(machine, nranks)
+    predicted = predict(schedule, nbytes, links, itemsize=plain.itemsize).seconds
+    steps = len(schedule.steps)
+    lockstep = float(model_trace(nranks, slow_rank, pause, predicted / steps, nbytes=nbytes).records["end"].max())
+    took = {name: float(trace.records["end"].max()) for name, trace in emulated.items()}
+    ms = lambda s: f"{s * 1e3:.1f} ms"  # noqa: E731
+    named = {where: _straggler(traces["slowed"]) == slow_rank and describe_straggler(traces["slowed"]).startswith(
+        f"Rank {slow_rank} is the straggler") for where, traces in (("raw", raw), ("emulated", emulated))}
+    link_bound = took["as it is"] <= LINK_TOLERANCE * predicted
+    paced = abs(took["slowed"] / lockstep - 1) <= PACE_TOLERANCE
+    said = [f"On this machine, with rank {slow_rank} pausing {ms(pause)} before each step: "
+            f"{describe_straggler(raw['slowed'])}",
+            f"On the emulated {machine} (every message held back by its link), as it is: the call took "
+            f"{ms(took['as it is'])}, against {ms(predicted)} predicted for its {steps} steps on those links by "
+            f"rl.predict ({took['as it is'] / predicted:.2f}x"
+            + ("; the rest is this machine's CPU: reductions and Python)." if took["as it is"] > predicted else ")."),
+            f"With rank {slow_rank} pausing: {describe_straggler(late)}",
+            f"The lockstep model (each step waits for its slowest rank) predicts {ms(lockstep)} for that call: "
+            f"{ms(predicted)} of links plus {steps} pauses of {ms(pause)}. Measured: {ms(took['slowed'])} "
+            f"({took['slowed'] / lockstep:.2f}x the model): "
+            + (f"the straggler set the pace, adding its pause to every step of every rank."
+               if paced else f"further from the model than {PACE_TOLERANCE:.0%}, so the pace was not the "
+                             "straggler's alone here.")]
+    conclusions = [
+        "the straggler is named on the emulated machine" if named["emulated"] else
+        "the straggler is not named on the emulated machine",
+        "the call is link-bound on the emulated machine" if link_bound else
+        "the call is not link-bound on the emulated machine",
+        "the straggler sets the pace on the emulated machine, as the lockstep model predicts" if paced else
+        "the straggler's pace differs from the lockstep model on the emulated machine"]
+    observations = ["the straggler is named on this machine" if named["raw"] else
+                    "the straggler is not named on this machine"]
+    return Finding("\n\n".join(said), tuple(conclusions), tuple(observations))
 
 
 def _blocked_sends(trace, straggler: int) -> str:
@@ -387,8 +458,8 @@ def check_straggler(straggler):
 if __name__ == "__main__":  # one rank of a job that run_on_ranks or straggler_traces started
     if len(sys.argv) >= 3 and sys.argv[1] in MISTAKES:
         _on_rank(sys.argv[1], sys.argv[2])
-    elif len(sys.argv) == 6 and sys.argv[1] == "straggler":
-        _trace_on_rank(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
+    elif len(sys.argv) == 7 and sys.argv[1] == "straggler":
+        _trace_on_rank(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     else:
         sys.exit("usage: python -m mpi4py -m ringlab.lessons.lab07_hangs_and_crawls.diagnose MODE FOLDER (MODE: "
-                 + ", ".join(MISTAKES) + ") | straggler FOLDER SLOW_RANK PAUSE ELEMENTS")
+                 + ", ".join(MISTAKES) + ") | straggler FOLDER SLOW_RANK PAUSE ELEMENTS MACHINE (MACHINE: an emulation SPEC, or '' for none)")
