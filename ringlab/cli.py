@@ -109,8 +109,10 @@ def parser() -> argparse.ArgumentParser:
                             "out-of-place figures, as nccl-tests prints both (torch and NCCL: out of place only)")
     bench.add_argument("--emulate", metavar="SPEC",
                        help="run ringlab's algorithms on an emulated machine's links: a preset name (ringlab predict "
-                            "--help lists them) or uniform:GBPS:US, optionally @SCALE (how many times slower); e.g. "
-                            "uniform:0.1:100 or hgx-h100-8@1000. MPI's own collective (mpi) is not emulated")
+                            "--help lists them), uniform:GBPS:US, or nodes:RANKS:GBPS:US (nodes of RANKS ranks, free "
+                            "inside, a port of GBPS a rank between them), optionally @SCALE (how many times slower); "
+                            "e.g. uniform:0.1:100, nodes:2:0.5:20 or hgx-h100-8@1000. MPI's own collective (mpi) is "
+                            "not emulated")
     bandwidth = commands.add_parser(
         "bandwidth", help="measure link bandwidth and latency, next to each link's theoretical peak",
         description="Measured here. Without GPUs: the memory copy rate, and MPI ping-pong between two ranks "

@@ -25,8 +25,37 @@ def test_a_spec_names_a_preset_or_a_uniform_machine_and_a_scale():
     assert emulation(rl.topology.uniform(3, 1e9, 1e-6), scale=2).resolve(3).nranks == 3
 
 
+def test_simulated_nodes_are_free_inside_and_a_port_per_rank_between_them():
+    """nodes:RANKS:GBPS:US, what RINGLAB_NODE_LINK_GBPS emulates: a message inside a node costs nothing, one
+    between nodes its latency and its bytes at the port's rate, shared by the step's messages on that port."""
+    topology, _ = rl.topology.from_spec("nodes:2:0.5:10", 4)
+    ring = link_timings(rl.build("allreduce.ring", 4), 1_000_000 // 4, 4, topology, 1.0)
+    assert ring[0][(0, 1)] == (0.0, 0.0) and ring[0][(2, 3)] == (0.0, 0.0)  # inside a node
+    assert ring[0][(1, 2)] == pytest.approx((10e-6, 250_000 / 0.5e9))  # a chunk across
+    naive = link_timings(rl.build("allreduce.naive", 4), 1_000_000 // 4, 4, topology, 1.0)
+    assert naive[0][(3, 0)] == pytest.approx((10e-6, 2 * 1_000_000 / 0.5e9))  # ranks 2 and 3 share rank 0's port
+    assert naive[0][(1, 0)] == (0.0, 0.0)
+    assert emulation("nodes:2:0.5:10@4").label == "emulated nodes:2:0.5:10, 4x slower"
+
+
+def test_a_slowed_link_between_simulated_nodes_is_that_emulated_machine(monkeypatch):
+    from ringlab.mpi import emulate
+
+    monkeypatch.setenv("RINGLAB_RANKS_PER_NODE", "2")
+    monkeypatch.setenv("RINGLAB_NODE_LINK_GBPS", "0.02")
+    now = emulate.current()
+    assert now.spec == "nodes:2:0.02:0" and now.resolve(4).name == "nodes of 2 ranks, 0.02 GB/s, 0 us between them"
+    assert now.label == "simulated nodes joined by slowed links (RINGLAB_NODE_LINK_GBPS=0.02)"
+    with pytest.raises(ValueError, match="use one of them"), rl.emulate("uniform:1:1"):
+        emulate.current()
+    monkeypatch.setenv("RINGLAB_EMULATE", "uniform:1:1")
+    with pytest.raises(ValueError, match="RINGLAB_NODE_LINK_GBPS slows the links between simulated nodes"):
+        emulate.current()
+
+
 @pytest.mark.parametrize("spec,said", [
     ("dgx3", "'dgx3' names no machine: a preset name"), ("uniform:1", "a uniform machine is uniform:GBPS:US"),
+    ("nodes:2:1", "simulated nodes are nodes:RANKS:GBPS:US"), ("nodes:0:1:0", "RANKS must be a whole number >= 1"),
     ("uniform:x:1", "GBPS must be a number, got 'x'"), ("uniform:0:1", "GBPS must be > 0"),
     ("hgx-h100-8@0", "SCALE must be > 0"), ("hgx-h100-8@nan", "SCALE must be finite"), ("", "an emulated machine is")])
 def test_a_bad_spec_says_what_is_wrong_and_what_a_spec_looks_like(spec, said):

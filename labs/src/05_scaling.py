@@ -318,8 +318,9 @@ print(describe_hierarchy(hierarchy, 1 << 28))
 # `ringlab.mpi.nodes.simulated_nodes(2, B)` in code. Below, one MPI job of 4 ranks (`measure_here`:
 # `measure_on_simulated_nodes` on every rank) becomes 2 simulated nodes of 2.
 # Inside a node the ranks talk through shared memory at the bandwidth you fitted above; between the
-# nodes every message waits as long as its bytes take on a link 9 times slower, the ratio of an H100's
-# NVLink to its 400 Gbit/s network card (public figures). These are **simulated nodes**: what is
+# nodes every message is held back as long as its bytes take on a link 9 times slower, the ratio of an
+# H100's NVLink to its 400 Gbit/s network card (public figures): the emulated machine `nodes:2:B:0`, one
+# such port per rank, shared by the messages of a step that cross it. These are **simulated nodes**: what is
 # measured is this machine with that delay added, not a network. Each result is checked against MPI's
 # `Allreduce` before it is timed; the cost model predicts the same setup from your fitted alpha and B.
 

@@ -17,7 +17,6 @@ aborts the whole job instead of leaving the others waiting.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
@@ -193,7 +192,7 @@ def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, i
     path sends its raw words), a transport other than host, or a problem."""
     if type(x) is not np.ndarray or transport not in ("auto", "host") or not usable(timeout) or is_bfloat16(x.dtype):
         return None
-    if os.environ.get(nodes.LINK) or emulate.current():  # slowed or emulated links are the general path's
+    if emulate.current():  # emulated links (slowed links between simulated nodes among them) are the general path's
         return None
     if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
@@ -328,8 +327,8 @@ def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, tra
     staged = peer_memory or (name == "host" and xp is not np)
     plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=not peer_memory)
     recorder = _recorder(comm, flat, itemsize) if trace else None
-    ops = nodes.slowed(make_ops(name, xp, plan, flat.dtype, comm, count, combine), comm, itemsize)
-    ops = emulate.paced(ops, schedule, count, itemsize, comm, name)
+    ops = emulate.paced(make_ops(name, xp, plan, flat.dtype, comm, count, combine), schedule, count, itemsize, comm,
+                        name)
     bounds = chunk_bounds(count, schedule.nchunks)
     run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
     if not trace:

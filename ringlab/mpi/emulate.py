@@ -14,10 +14,13 @@ emulated time is multiplied by it), so that fast links can be emulated by a slow
 measured here, divided by ``scale``, is in the emulated machine's units. Python's sleep is good to
 about 0.1 ms: keep ``latency x scale`` above that.
 
-SPEC is a preset name (``"hgx-h100-8"``) or ``"uniform:GBPS:US"`` (every pair of ranks linked alike:
-bandwidth in GB/s, latency in microseconds), optionally followed by ``"@SCALE"``. How a SPEC becomes a
-topology is ``ringlab.topology.from_spec`` (ringlab's package wires it in: this module reads only the
-links it is given).
+SPEC is a preset name (``"hgx-h100-8"``), ``"uniform:GBPS:US"`` (every pair of ranks linked alike:
+bandwidth in GB/s, latency in microseconds) or ``"nodes:RANKS:GBPS:US"`` (nodes of RANKS ranks, free
+inside, GBPS per rank between them), optionally followed by ``"@SCALE"``. How a SPEC becomes a topology
+is ``ringlab.topology.from_spec`` (ringlab's package wires it in: this module reads only the links it
+is given). ``RINGLAB_NODE_LINK_GBPS=B`` with ``RINGLAB_RANKS_PER_NODE=L`` (slowed links between
+simulated nodes, :mod:`ringlab.mpi.nodes`) is the emulated machine ``nodes:L:B:0``: messages inside a
+node go at this machine's own speed, and a trace marks the others "(slowed)".
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ class Emulation:
     topology: object | None
     scale: float = 1.0
     spec: str | None = None
+    name: str | None = None  # what the machine is called in messages and labels, when not its spec or topology
+    mark: str = ""           # how a trace marks a message held back (16 characters hold it), when not the label
 
     def resolve(self, nranks: int):
         """The topology for a job of ``nranks`` ranks, or a ValueError saying why there is none."""
@@ -58,6 +63,8 @@ class Emulation:
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         name = self.spec.split("@")[0] if self.spec else self.topology.name
         slower = "" if self.scale == 1 else f", {self.scale:g}x slower"
         return f"emulated {name}{slower}"
@@ -110,10 +117,25 @@ _FROM_ENV: dict[str, Emulation] = {}
 
 
 def current() -> Emulation | None:
-    """The emulation in force: the innermost ``emulate`` block, else ``RINGLAB_EMULATE``, else None."""
+    """The emulation in force: the innermost ``emulate`` block, else ``RINGLAB_EMULATE``, else the slowed link
+    between simulated nodes that ``RINGLAB_NODE_LINK_GBPS`` asks for (``nodes:RANKS:GBPS:0``), else None.
+    Asking for both a machine and a slowed link between simulated nodes is a ValueError."""
+    from . import nodes
+
+    rate = nodes.simulated_link()  # a bad value is a ValueError here
+    if rate is not None and (_ACTIVE or os.environ.get(SPEC_ENV, "").strip()):
+        raise ValueError(f"{nodes.LINK} slows the links between simulated nodes of this machine, and an emulated "
+                         f"machine ({SPEC_ENV} or rl.emulate) has links of its own: use one of them (the emulated "
+                         "machine nodes:RANKS:GBPS:US is what the first one is)")
     if _ACTIVE:
         return _ACTIVE[-1]
     spec = os.environ.get(SPEC_ENV, "").strip()
+    if rate is not None:
+        spec = f"nodes:{nodes.simulated()}:{rate / 1e9!r}:0"
+        if spec not in _FROM_ENV:
+            _FROM_ENV[spec] = Emulation(None, 1.0, spec, name=f"simulated nodes joined by slowed links "
+                                                              f"({nodes.LINK}={rate / 1e9:g})", mark="slowed")
+        return _FROM_ENV[spec]
     if not spec:
         return None
     if spec not in _FROM_ENV:
@@ -210,7 +232,14 @@ def paced(ops, schedule, count: int, itemsize: int, comm, transport: str):
         raise ValueError("emulated links carry MPI messages: use transport='host' or 'cuda-aware', not "
                          f"{transport!r} (CUDA IPC reads peer memory directly)")
     topology = now.resolve(comm.Get_size())
-    return PacedOps(ops, link_timings(schedule, count, itemsize, topology, now.scale), comm.Get_rank(), now)
+    return PacedOps(ops, link_timings(schedule, count, itemsize, topology, now.scale), comm.Get_rank(), now,
+                    _free(topology, comm.Get_rank(), comm.Get_size()))
+
+
+def _free(topology, rank: int, size: int) -> frozenset:
+    """The ranks ``rank`` reaches over links that cost nothing (inside a node of ``joined_nodes``)."""
+    return frozenset(peer for peer in range(size) if peer != rank and all(
+        topology.channel_rate[c] == np.inf and topology.channel_latency[c] == 0 for c in topology.route(rank, peer)))
 
 
 class PacedOps:
@@ -224,8 +253,9 @@ class PacedOps:
 
     nap = NAP
 
-    def __init__(self, ops, timings: list[dict], rank: int, emulation: Emulation):
+    def __init__(self, ops, timings: list[dict], rank: int, emulation: Emulation, free=frozenset()):
         self.ops, self.timings, self.rank, self.emulation = ops, timings, rank, emulation
+        self.free = free  # the peers this rank reaches over links that cost nothing: not held back, not labelled
         self.started = 0.0
 
     @property
@@ -244,7 +274,7 @@ class PacedOps:
             from .deadlines import StepTimeout
 
             raise StepTimeout(f"rank {self.rank}: step {step.index} on {self.emulation.label} needs "
-                              f"{moment - self.started:.1f} s, past this call's deadline: give a longer timeout= (or "
+                              f"{moment - self.started:.1f} s, past the step's deadline: give a longer timeout= (or "
                               "RINGLAB_TIMEOUT), or a faster machine or smaller scale")
         _sleep_until(moment)
 
@@ -274,7 +304,9 @@ class PacedOps:
         self._sleep_until(self.started + latency + busy, step)
 
     def route(self, m) -> str:
-        return f"{self.ops.route(m)} ({self.emulation.label})"
+        if m.peer in self.free:
+            return self.ops.route(m)
+        return f"{self.ops.route(m)} ({self.emulation.mark or self.emulation.label})"
 
     def __getattr__(self, name):  # everything else is the transport's own
         return getattr(self.ops, name)

@@ -6,9 +6,12 @@ and the "network" between them is the same shared memory), so that "2 nodes x 2 
 tried on one machine, clearly labelled as such.
 
 ``RINGLAB_NODE_LINK_GBPS=B`` (with simulated nodes only) makes the link between simulated nodes
-slow, as a network card is next to NVLink: every message to a rank of another node waits as long
-as its bytes take at B GB/s before it leaves (:class:`SlowLink`). What is measured then is this
-machine with that delay added, and is labelled so.
+slow, as a network card is next to NVLink: it is the emulated machine ``nodes:L:B:0``
+(:mod:`ringlab.mpi.emulate`, :func:`ringlab.topology.joined_nodes`), in which every rank has its own
+port of B GB/s between nodes and messages inside a node cost nothing more than this machine's own
+copies. Every message to a rank of another node is held back as long as its bytes take on those
+ports, shared with the step's other messages. What is measured then is this machine with that delay
+added, and is labelled so.
 
 ``rl.allreduce(x, "hierarchical")`` takes its ranks per node from :func:`ranks_per_node` unless
 ``local=`` is given.
@@ -18,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import time
 
 import numpy as np
 
@@ -152,46 +154,3 @@ def describe(comm, timeout="default") -> str:
              else "nodes as MPI's shared-memory split finds them")
     sizes = sorted({ids.count(node) for node in range(count)})
     return f"{count} node{'s' * (count != 1)}, {'/'.join(map(str, sizes))} ranks per node; {where}"
-
-
-def slowed(ops, comm, itemsize: int):
-    """``ops`` behind a :class:`SlowLink` when ``RINGLAB_NODE_LINK_GBPS`` is set, else ``ops`` itself."""
-    rate = simulated_link()
-    if rate is None:
-        return ops
-    ids = node_ids(comm)
-    elsewhere = {r for r, node in enumerate(ids) if node != ids[comm.Get_rank()]}
-    return SlowLink(ops, elsewhere, rate, itemsize)
-
-
-class SlowLink:
-    """A transport's Ops whose messages to ranks of other nodes leave no faster than ``rate`` bytes/s:
-    the link is busy until each message's bytes have had their time, and a step's sends wait for it
-    (one link per rank, as every GPU of an HGX node has its own network card)."""
-
-    def __init__(self, ops, elsewhere: set[int], rate: float, itemsize: int):
-        self.ops, self.elsewhere, self.rate, self.itemsize = ops, elsewhere, rate, itemsize
-        self.free_at = 0.0  # when this rank's link has sent everything given to it so far
-        self.deadline = None  # the step's, set by the executor: the link's delay keeps to it
-
-    def post(self, comm, buf, step):
-        nbytes = sum(m.size for m in step.sends if m.peer in self.elsewhere) * self.itemsize
-        if nbytes:
-            self.free_at = max(self.free_at, time.perf_counter()) + nbytes / self.rate
-            delay = max(0.0, self.free_at - time.perf_counter())
-            if self.deadline is not None and time.monotonic() + delay > self.deadline:
-                from .deadlines import StepTimeout
-
-                raise StepTimeout(
-                    f"rank {comm.Get_rank()}: step {step.index}: the slowed link between simulated nodes "
-                    f"({LINK}={self.rate / 1e9:g}) needs {delay:.3g} s for this step's {nbytes} bytes, past the "
-                    "step's deadline: raise the rate, send less, or give a longer timeout")
-            time.sleep(delay)
-        return self.ops.post(comm, buf, step)
-
-    def route(self, m) -> str:
-        via = self.ops.route(m)
-        return f"{via} (slowed)" if m.peer in self.elsewhere else via
-
-    def __getattr__(self, name):  # everything else is the transport's own
-        return getattr(self.ops, name)

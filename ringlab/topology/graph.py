@@ -211,6 +211,20 @@ def uniform(nranks: int, bandwidth: float, latency: float, reduce_rate: float = 
                           source="a model: figures as given")
 
 
+def joined_nodes(nranks: int, per_node: int, bandwidth: float, latency: float = 0.0,
+                 name: str | None = None) -> Topology:
+    """Nodes of ``per_node`` consecutive ranks. Inside a node the ranks are joined by links that cost
+    nothing (emulated, they run at the speed of the machine underneath); between nodes every rank has
+    its own port of ``bandwidth`` each way into a non-blocking switch, ``latency`` a message: one network
+    card per GPU, as on an HGX node. What ``RINGLAB_NODE_LINK_GBPS`` emulates between simulated nodes."""
+    _positive(nranks=nranks, per_node=per_node, bandwidth=bandwidth)
+    ranks = tuple(f"rank{i}" for i in range(nranks))
+    inside = tuple(Link(r, f"node{i // per_node}", float("inf"), 0.0, "shared memory") for i, r in enumerate(ranks))
+    ports = tuple(Link(r, "switch", bandwidth, latency / 2, "port") for r in ranks)
+    return Topology(name or f"nodes of {per_node} ranks, {bandwidth / GB:g} GB/s between them", ranks,
+                    inside + ports, source="a model: figures as given")
+
+
 def ring(nranks: int, bandwidth: float, latency: float, reduce_rate: float = float("inf"),
          name: str | None = None) -> Topology:
     """Rank i linked to rank i+1 (mod n) only, each link ``bandwidth`` per direction."""

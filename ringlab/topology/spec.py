@@ -1,17 +1,20 @@
 """Machines named in one string, for ``RINGLAB_EMULATE``, ``ringlab bench --emulate`` and ``rl.emulate``.
 
-A SPEC is a preset name (``hgx-h100-8``, see :func:`~ringlab.topology.preset_names`) or
+A SPEC is a preset name (``hgx-h100-8``, see :func:`~ringlab.topology.preset_names`),
 ``uniform:GBPS:US`` (every pair of ranks linked alike: GB/s each way per rank, microseconds a message,
-taken as written), optionally followed by ``@SCALE`` (how many times slower than that machine to run).
+taken as written) or ``nodes:RANKS:GBPS:US`` (nodes of RANKS consecutive ranks, free inside a node, and
+GBPS each way per rank between nodes, US microseconds a message: :func:`~ringlab.topology.joined_nodes`),
+optionally followed by ``@SCALE`` (how many times slower than that machine to run).
 """
 from __future__ import annotations
 
 import math
 
-from .graph import GB, Topology, uniform
+from .graph import GB, Topology, joined_nodes, uniform
 from .presets import preset, preset_names
 
-FORMS = "a preset name (e.g. hgx-h100-8), or uniform:GBPS:US (e.g. uniform:1:50), optionally followed by @SCALE"
+FORMS = ("a preset name (e.g. hgx-h100-8), uniform:GBPS:US (e.g. uniform:1:50) or nodes:RANKS:GBPS:US (e.g. "
+         "nodes:2:1:50), optionally followed by @SCALE")
 
 
 def from_spec(spec: str, nranks: int | None = None) -> tuple[Topology | None, float]:
@@ -33,6 +36,17 @@ def from_spec(spec: str, nranks: int | None = None) -> tuple[Topology | None, fl
         if nranks is None:
             return None, scale
         return uniform(nranks, bandwidth=gbps * GB, latency=us * 1e-6, name=f"uniform {gbps:g} GB/s, {us:g} us"), scale
+    if machine.startswith("nodes:"):
+        parts = machine.split(":")
+        if len(parts) != 4:
+            raise ValueError(f"{spec!r}: simulated nodes are nodes:RANKS:GBPS:US, e.g. nodes:2:1:50")
+        per, gbps, us = _number(parts[1], "RANKS", spec), _number(parts[2], "GBPS", spec), _number(parts[3], "US", spec)
+        if per < 1 or per != int(per) or gbps <= 0 or us < 0:
+            raise ValueError(f"{spec!r}: RANKS must be a whole number >= 1, GBPS > 0 and US >= 0")
+        if nranks is None:
+            return None, scale
+        return joined_nodes(nranks, int(per), bandwidth=gbps * GB, latency=us * 1e-6,
+                            name=f"nodes of {int(per)} ranks, {gbps:g} GB/s, {us:g} us between them"), scale
     if machine not in preset_names():
         raise ValueError(f"{spec!r} names no machine: {FORMS}; the presets are {', '.join(preset_names())}")
     return preset(machine), scale
