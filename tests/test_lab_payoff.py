@@ -124,3 +124,56 @@ def test_published_pairs_the_model_accounts_for_or_not():
     for bad in ({3: 2.0}, {1: 1.0, 2: 1.5}):
         with pytest.raises(ValueError, match="need speed-ups at two GPU counts of 2 or more"):
             describe_published(bad)
+
+
+# --- the same on an emulated network: predicted from the links' own figures --------------------------------
+
+def emulated(steps: dict, comm: dict, machine="uniform:1:100", cores=2):
+    return {"cores": cores, "per_rank": 256, "machine": machine,
+            "one_rank": [{"hidden": h, "gradient_bytes": b, "step_s": t, "comm_s": 0.0} for h, (t, b) in WIDTHS.items()],
+            "runs": [{"ranks": 2, "sweep": [],
+                      "widths": [{"hidden": h, "gradient_bytes": WIDTHS[h][1], "step_s": steps[h], "comm_s": comm[h]}
+                                 for h in WIDTHS]}]}
+
+
+def test_emulated_rows_predict_from_the_links_and_the_lesson_reads_them():
+    from ringlab.lessons.lab06_training.payoff import emulated_payoff_lesson, emulated_payoff_rows
+
+    links = uniform(2, bandwidth=1e9, latency=100e-6)
+    ring = {h: predict(build("allreduce.ring", 2), b, links, itemsize=4).seconds for h, (_, b) in WIDTHS.items()}
+    # width 64: 400 us of compute, a step of 1.2 ms (0.67x); width 1024: 4 ms of compute, a step of 6 ms (1.33x)
+    rows = emulated_payoff_rows(emulated({64: 1.2e-3, 1024: 6e-3}, {64: 0.8e-3, 1024: 2e-3}))
+    by = {row["hidden"]: row for row in rows}
+    for h, (t, _) in WIDTHS.items():
+        assert by[h]["allreduce_s"] == pytest.approx(ring[h])
+        assert by[h]["predicted"] == pytest.approx(2 * t / (t + ring[h]))
+    assert by[64]["measured"] == pytest.approx(2 * 400e-6 / 1.2e-3) and by[1024]["measured"] == pytest.approx(4 / 3)
+    found = emulated_payoff_lesson(rows)
+    assert found.conclusions == (
+        "data parallelism pays for width 1024 on the emulated machine",
+        "data parallelism does not pay for width 64 on the emulated machine",
+        "the links' prediction holds better for width 1024 than for width 64 on the emulated machine")
+    text = str(found)
+    assert f"({(0.8e-3 - ring[64]) * 1e6:,.0f} us beyond the links' time): 0.67x" in text
+    assert "width 1024's step() took 50% of its compute, width 64's 200%" in text
+    even = emulated_payoff_lesson(emulated_payoff_rows(emulated({64: 0.8e-3, 1024: 8e-3}, {64: 0.4e-3, 1024: 4e-3})))
+    assert even.conclusions[:2] == ("data parallelism does not clearly pay for width 1024 on the emulated machine",
+                                    "data parallelism does not clearly lose for width 64 on the emulated machine")
+    assert "Data parallelism paid where" not in str(even)
+    assert "computed" not in str(found) and "computed" not in str(even)
+    busy = emulated_payoff_lesson(emulated_payoff_rows(emulated({64: 2e-3, 1024: 6e-3}, {64: 0.8e-3, 1024: 2e-3})))
+    assert "(Its ranks computed 3 times as long as one rank alone: something else took turns" in str(busy)
+
+
+def test_the_emulated_payoff_refuses_what_it_cannot_read():
+    from ringlab.lessons.lab06_training.payoff import emulated_payoff_lesson, emulated_payoff_rows
+    from ringlab.train.payoff import measure_payoff, time_steps
+
+    with pytest.raises(ValueError, match="ran on no emulated machine"):
+        emulated_payoff_rows(measured())
+    with pytest.raises(ValueError, match="no rows"):
+        emulated_payoff_lesson([])
+    with pytest.raises(ValueError, match="a uniform machine is uniform:GBPS:US"):
+        measure_payoff((2,), machine="uniform:fast")
+    with pytest.raises(ValueError, match="per_rank must be a whole number of samples from 1 to 2000"):
+        time_steps(16, per_rank=0)

@@ -61,3 +61,18 @@ def test_busbw_over_ranks_draws_the_same_conclusions_five_times():
     assert len({f.conclusions for f in findings}) == 1, "\n\n".join(f.text for f in findings)
     assert findings[0].conclusions == ("busbw stays flat across ranks on the emulated machine",
                                        "algbw falls as ranks are added"), findings[0].text
+
+
+@pytest.mark.timeout(900)
+def test_the_payoff_on_emulated_links_draws_the_same_conclusions_five_times():
+    """Lab 06's 'when does data parallelism pay' on the emulated network: one rank timed here, then a 2-rank job
+    on the emulated links, five times."""
+    from ringlab.lessons.lab06_training.payoff import (emulated_payoff_lesson, emulated_payoff_rows,
+                                                       measure_emulated_payoff)
+
+    findings = [emulated_payoff_lesson(emulated_payoff_rows(measure_emulated_payoff())) for _ in range(RUNS)]
+    assert len({f.conclusions for f in findings}) == 1, "\n\n".join(f.text for f in findings)
+    assert findings[0].conclusions == (
+        "data parallelism pays for width 1024 on the emulated machine",
+        "data parallelism does not pay for width 64 on the emulated machine",
+        "the links' prediction holds better for width 1024 than for width 64 on the emulated machine"), findings[0].text

@@ -20,8 +20,9 @@ from ringlab.lessons.lab06_training.batches import check_scaled_lr, describe_acc
 from ringlab.lessons.lab06_training.overlap import (OVERLAP_COLUMNS, PREDICTED_COLUMNS, check_step_time,
                                                     describe_overlap, describe_prediction, overlap_lesson,
                                                     predict_sweep, timeline_traces)
-from ringlab.lessons.lab06_training.payoff import (PAYOFF_COLUMNS, describe_payoff, describe_published, measured_rows,
-                                                   speedup_rows)
+from ringlab.lessons.lab06_training.payoff import (PAYOFF_COLUMNS, describe_payoff, describe_published,
+                                                   emulated_payoff_lesson, emulated_payoff_rows, measure_emulated_payoff,
+                                                   measured_rows, speedup_rows)
 from ringlab.lessons.lab06_training.trainers import (TRAINER_SPEED_COLUMNS, compare_trainers, describe_accuracy,
                                                      describe_speedup, describe_trainer_speeds, describe_trainers,
                                                      trainer_speeds)
@@ -187,6 +188,21 @@ payoff_plot(speedups)
 
 # %%
 print(describe_payoff(speedups, payoff))
+
+# %% [markdown]
+# ### The same question on an emulated network
+#
+# On this machine the "network" is a memory copy and the ranks share its cores, so the allreduce's time
+# is partly the CPU's. The next measurement runs the 2-rank job on an emulated network
+# (`payoff.PAYOFF_MACHINE`, `uniform:1:100`: every rank on its own 1 GB/s port, 100 us a message, `rl.emulate`)
+# with 256 samples a rank a step, so that the compute is longer: the gradients' allreduces are held
+# back by those links while the data really moves and is really averaged, and the compute is this
+# machine's own. The prediction beside each width comes from the links' own figures (`rl.predict`),
+# not from a fit.
+
+# %%
+emulated_payoff = measure_emulated_payoff()  # one rank here, then a 2-rank job on the emulated links
+emulated_payoff_lesson(emulated_payoff_rows(emulated_payoff))  # the sentences are computed from the rows
 
 # %% [markdown]
 # A published pair of speed-ups reads the same way: Horovod with TensorFlow on one machine, 2 GPUs and

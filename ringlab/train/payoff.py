@@ -29,13 +29,13 @@ SWEEP_SIZES = tuple(1 << k for k in range(10, 23, 2))  # 1 KiB to 4 MiB: the wid
 LR = 0.01  # small: the timings, not the training, are the point here
 
 
-def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None) -> dict:
+def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None, per_rank: int = PER_RANK) -> dict:
     """Train the task's MLP of ``hidden`` units for ``warmup`` + ``steps`` steps; time the steps.
 
     Alone (``comm`` None): plain SGD, all compute. On every rank of ``comm``: a DistributedOptimizer
     (ring, no overlap) whose ``step()`` time is the communication. Returns ``hidden``,
     ``gradient_bytes``, ``step_s`` (the fastest step, each step as slow as its slowest rank) and ``comm_s``
-    (that step's seconds in ``step()`` on that rank).
+    (that step's seconds in ``step()`` on that rank). Each rank takes ``per_rank`` samples a step.
     """
     import torch
 
@@ -44,9 +44,11 @@ def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None) -> dict
 
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    if isinstance(per_rank, bool) or not isinstance(per_rank, int) or not 1 <= per_rank <= 2000:
+        raise ValueError(f"per_rank must be a whole number of samples from 1 to 2000, got {per_rank!r}")
     rank = 0 if comm is None else comm.Get_rank()
     x, y, _, _ = make_data()
-    batch = batches(x, y, 1 if comm is None else comm.Get_size(), PER_RANK)
+    batch = batches(x, y, 1 if comm is None else comm.Get_size(), per_rank)
     model = make_model(hidden=hidden)
     sgd = torch.optim.SGD(model.parameters(), lr=LR)
     opt = sgd if comm is None else DistributedOptimizer(sgd, model.named_parameters(), comm=comm, overlap=False)
@@ -70,7 +72,7 @@ def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None) -> dict
             "step_s": float(step_s), "comm_s": float(comm_s)}
 
 
-def run_ranks(widths=WIDTHS, steps: int = 30) -> dict | None:
+def run_ranks(widths=WIDTHS, steps: int = 30, per_rank: int = PER_RANK) -> dict | None:
     """On every rank of COMM_WORLD: a ring-allreduce sweep, then :func:`time_steps` for each width.
     Rank 0 returns ``{"ranks", "sweep": [{"bytes", "time_s", "algorithm"}], "widths": [...]}``."""
     from mpi4py import MPI
@@ -80,7 +82,7 @@ def run_ranks(widths=WIDTHS, steps: int = 30) -> dict | None:
     comm = MPI.COMM_WORLD
     with one_thread():
         sweep = run("allreduce", ["ring"], list(SWEEP_SIZES), iters=5, warmup=1, out=io.StringIO())
-        timed = [time_steps(hidden, steps, comm=comm) for hidden in widths]
+        timed = [time_steps(hidden, steps, comm=comm, per_rank=per_rank) for hidden in widths]
     if comm.Get_rank() != 0:
         return None
     return {"ranks": comm.Get_size(), "widths": timed,
@@ -92,11 +94,15 @@ def default_rank_counts(cores: int) -> tuple[int, ...]:
     return tuple(range(2, min(max(cores, 2), 4) + 1))
 
 
-def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: float = 300) -> dict:
+def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: float = 300,
+                   machine: str | None = None, per_rank: int = PER_RANK) -> dict:
     """One rank timed in this process, then one MPI job per rank count (each at least 2; by default 2
-    up to this machine's cores, at most 4: a core per rank).
+    up to this machine's cores, at most 4: a core per rank). With ``machine`` (an emulation SPEC) the jobs
+    run on that emulated machine's links (``RINGLAB_EMULATE``): their sweep and their gradients' allreduces
+    are held back by its links, while the compute is this machine's. Every rank takes ``per_rank`` samples
+    a step.
 
-    Returns ``{"cores", "per_rank", "one_rank": [time_steps rows], "runs": [run_ranks results]}``.
+    Returns ``{"cores", "per_rank", "machine", "one_rank": [time_steps rows], "runs": [run_ranks results]}``.
     """
     from ..mpi.launch import cores, run_mpi
 
@@ -105,24 +111,30 @@ def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: fl
         raise ValueError(f"rank_counts must be integers of 2 or more (one rank is timed here), got {rank_counts!r}")
     if not widths:
         raise ValueError("no widths to time")
+    if machine is not None:
+        from ..topology import from_spec
+
+        from_spec(machine, None)  # a bad SPEC is said here, before any job starts
     with one_thread():
-        alone = [time_steps(hidden, steps) for hidden in widths]
+        alone = [time_steps(hidden, steps, per_rank=per_rank) for hidden in widths]
     runs = []
     for n in rank_counts:
         done = run_mpi(n, ["-m", "ringlab.train.payoff", "--widths", ",".join(map(str, widths)),
-                           "--steps", str(steps)], timeout=timeout)
+                           "--steps", str(steps), "--per-rank", str(per_rank)], timeout=timeout,
+                       env={"RINGLAB_EMULATE": machine} if machine else None)
         if done.returncode != 0:
             raise RuntimeError(f"timing on {n} ranks failed:\n{done.stderr[-2000:]}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return {"cores": cores(), "per_rank": PER_RANK, "one_rank": alone, "runs": runs}
+    return {"cores": cores(), "per_rank": per_rank, "machine": machine, "one_rank": alone, "runs": runs}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="one rank count's timings (run it under mpiexec)")
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--per-rank", type=int, default=PER_RANK, help="samples each rank takes a step")
     args = parser.parse_args(argv)
-    result = run_ranks([int(w) for w in args.widths.split(",")], args.steps)
+    result = run_ranks([int(w) for w in args.widths.split(",")], args.steps, args.per_rank)
     if result is not None:
         print(json.dumps(result))
 

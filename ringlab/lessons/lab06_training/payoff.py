@@ -3,6 +3,7 @@ model's prediction from one rank's compute and a ring allreduce fitted on the sa
 published pair of speed-ups read with the same model; every sentence worded from its numbers."""
 from __future__ import annotations
 
+from ...lab.findings import Finding
 from ...measure.units import format_bytes
 from ...predict.dataparallel import allreduce_seconds, speedup
 from ...predict.fitting import Fit, fit_rows
@@ -13,6 +14,13 @@ PUBLISHED_SPEEDUPS = {2: 1.36, 3: 2.07}
 PUBLISHED_SOURCE = "published figure: Horovod with TensorFlow on one machine"
 CURVE_RANKS = tuple(range(1, 9))
 AGREES = 0.2  # measured within 20% of predicted counts as the model holding
+# The emulated network of the payoff's second measurement: every rank on its own 1 GB/s port, 100 us a message,
+# with EMULATED_PER_RANK samples a rank a step: width 1024's 4.1 MiB of gradients take a fraction of its compute
+# to average on 2 ranks, width 64's 22.5 KiB little time on the links but more than its compute in ringlab's own code
+PAYOFF_MACHINE = "uniform:1:100"
+EMULATED_PER_RANK = 256
+EMULATED_RANKS = 2   # a core per rank on 2 cores: the compute is this machine's, so the ranks must not share cores
+PAYS = 0.1           # a speed-up above 1.1x counts as paying, below 0.9x as not; between, as about even
 PAYOFF_COLUMNS = {"width": "hidden", "gradients (KiB)": "gradient_bytes", "ranks": "ranks",  # for lab.tables.table
                   "compute, 1 rank (us)": "compute_s", "step (us)": "step_s", "computing (us)": "computing_s",
                   "in step() (us)": "comm_s",
@@ -209,3 +217,94 @@ def _ring_words(n: int) -> str:
     return f"2(n-1)/n x bytes/B with n = {n} is {_ring_factor(n):.3g} x bytes/B"
 
 
+
+
+def measure_emulated_payoff(machine: str = PAYOFF_MACHINE, steps: int = 10, per_rank: int = EMULATED_PER_RANK) -> dict:
+    """:func:`ringlab.train.payoff.measure_payoff` on :data:`EMULATED_RANKS` ranks with the job on the emulated
+    ``machine``'s links: one rank's compute per step timed here, then the sweep and the training steps with
+    every allreduce held back by those links; every rank takes ``per_rank`` samples a step."""
+    from ...train.payoff import measure_payoff
+
+    return measure_payoff((EMULATED_RANKS,), steps=steps, machine=machine, per_rank=per_rank)
+
+
+def emulated_payoff_rows(measured: dict) -> list[dict]:
+    """Per width, on the emulated machine: one rank's ``compute_s``, the ``gradient_bytes``, the measured
+    ``step_s`` and ``comm_s`` (in step()), ``measured`` speed-up, and ``predicted`` from the machine's own
+    links (rl.predict of the ring on them, not a fit) with the compute of one rank."""
+    from ... import topology
+    from ...algorithms import build
+    from ...predict import predict
+
+    machine = measured.get("machine")
+    if not machine:
+        raise ValueError("these timings ran on no emulated machine: measure them with measure_emulated_payoff()")
+    alone = {row["hidden"]: row for row in measured["one_rank"]}
+    rows = []
+    for run in measured["runs"]:
+        n = run["ranks"]
+        links, _ = topology.from_spec(machine, n)
+        for row in run["widths"]:
+            one = alone[row["hidden"]]
+            allreduce = predict(build("allreduce.ring", n), one["gradient_bytes"], links, itemsize=4).seconds
+            compute = one["step_s"] * max(1.0, n / measured["cores"])
+            rows.append({"hidden": row["hidden"], "gradient_bytes": one["gradient_bytes"], "ranks": n,
+                         "compute_s": one["step_s"], "step_s": row["step_s"], "comm_s": row["comm_s"],
+                         "allreduce_s": allreduce, "measured": n * one["step_s"] / row["step_s"],
+                         "predicted": n * one["step_s"] / (compute + allreduce)})
+    return rows
+
+
+def emulated_payoff_lesson(rows: list[dict], machine: str = PAYOFF_MACHINE) -> Finding:
+    """Whether data parallelism paid for each width on the emulated ``machine`` (``rows``:
+    :func:`emulated_payoff_rows`), against the prediction from its links, worded from the rows: the step()
+    time beyond the links' own is what this machine's CPU added to each averaging (copies, additions,
+    Python, ranks waking from their sleeps), which the model leaves out."""
+    if not rows:
+        raise ValueError("no rows: nothing was measured")
+    us = lambda s: f"{s * 1e6:,.0f} us"  # noqa: E731
+    said = [f"On the emulated {machine} (every allreduce of the gradients held back by the links it crosses; the "
+            "compute is this machine's own):"]
+    for row in rows:
+        verdict = ("pays" if row["measured"] > 1 + PAYS else "does not pay" if row["measured"] < 1 - PAYS else
+                   "about breaks even")
+        beyond = row["comm_s"] - row["allreduce_s"]
+        said.append(f"- Width {row['hidden']}: {format_bytes(row['gradient_bytes'])} of gradients against "
+                    f"{us(row['compute_s'])} of compute a step on one rank. On {row['ranks']} ranks the links need "
+                    f"{us(row['allreduce_s'])} to average them (rl.predict): the model predicts "
+                    f"{row['predicted']:.2f}x. Measured: a step of {us(row['step_s'])}, {us(row['comm_s'])} of it in "
+                    f"step() ({us(beyond)} beyond the links' time): {row['measured']:.2f}x, "
+                    f"{row['measured'] / row['predicted']:.2f} of the prediction. Data parallelism {verdict} here."
+                    + _slower_compute(row))
+    narrow, wide = min(rows, key=lambda row: row["hidden"]), max(rows, key=lambda row: row["hidden"])
+    off = {row["hidden"]: abs(row["measured"] / row["predicted"] - 1) for row in (narrow, wide)}
+    narrow_beyond = narrow["comm_s"] - narrow["allreduce_s"]
+    if narrow["measured"] < 1 - PAYS < 1 + PAYS < wide["measured"]:
+        said.append(f"Data parallelism paid where the averaging was short next to the compute, and not where it was "
+                    f"long: width {wide['hidden']}'s step() took {wide['comm_s'] / wide['compute_s']:.0%} of its "
+                    f"compute, width {narrow['hidden']}'s {narrow['comm_s'] / narrow['compute_s']:.0%}. For width "
+                    f"{narrow['hidden']} the links alone would have let it pay ({narrow['predicted']:.2f}x): what "
+                    "this machine's CPU adds to every averaging on the emulated links (copies, additions, Python, "
+                    f"ranks waking from their sleeps: {us(narrow_beyond)} here) is longer than its compute, and the "
+                    "model leaves it out. A GPU's step is shorter still, which is one "
+                    "reason NCCL moves and adds the data in GPU kernels rather than in code on the CPU.")
+    conclusions = [
+        f"data parallelism pays for width {wide['hidden']} on the emulated machine" if wide["measured"] > 1 + PAYS
+        else f"data parallelism does not clearly pay for width {wide['hidden']} on the emulated machine",
+        f"data parallelism does not pay for width {narrow['hidden']} on the emulated machine"
+        if narrow["measured"] < 1 - PAYS else
+        f"data parallelism does not clearly lose for width {narrow['hidden']} on the emulated machine",
+        f"the links' prediction holds better for width {wide['hidden']} than for width {narrow['hidden']} on the "
+        "emulated machine" if off[wide["hidden"]] < off[narrow["hidden"]] else
+        f"the links' prediction does not hold better for width {wide['hidden']} than for width {narrow['hidden']} on "
+        "the emulated machine"]
+    return Finding("\n".join(said), tuple(conclusions))
+
+
+def _slower_compute(row: dict) -> str:
+    """A sentence when the ranks computed clearly slower than one rank alone (the cores were not theirs)."""
+    computing = row["step_s"] - row["comm_s"]
+    if computing <= (1 + 2 * AGREES) * row["compute_s"]:
+        return ""
+    return (f" (Its ranks computed {computing / row['compute_s']:.2g} times as long as one rank alone: something else "
+            "took turns on the cores, so this measurement shows the cores as much as the links.)")
