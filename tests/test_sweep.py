@@ -111,6 +111,20 @@ def test_the_description_quotes_the_ratios_and_the_fit_it_was_given():
     assert "mpi" not in describe_sweep(without_mpi, fits_of(without_mpi), N, cores=8)
 
 
+def test_a_fit_that_misses_by_more_than_a_quarter_is_shown_as_such_and_not_used():
+    rows = sweep_rows(TRUTH)
+    noisy = [dict(r, time_s=r["time_s"] * (1.6 if r["algorithm"] == "naive" and r["bytes"] == 1 << 16 else 1))
+             for r in rows]
+    fits = fits_of(noisy)
+    assert fits["ring"].usable and not fits["naive"].usable
+    text = describe_sweep(noisy, fits, N, cores=8)
+    assert "predict equal times" not in text
+    assert re.search(r"Fitted: no crossover from the fits, because naive's misses a measurement by \d+%, more than the "
+                     r"25% a usable fit may miss by", text), text
+    assert re.search(r"Fitted to naive's times: .* off it, more than the 25% a usable fit may: too loose to use\.", text)
+    assert re.search(r"Fitted to ring's times: .* off it\.$", text, re.M)
+
+
 def test_bandwidth_optimal_is_judged_against_the_byte_counts():
     assert busiest_rank_bytes("naive", N) / busiest_rank_bytes("ring", N) == pytest.approx(N / 2)
     # equal links: at 64 MiB the ring wins by nearly the cost model's 4x, more than the byte counts' 2x

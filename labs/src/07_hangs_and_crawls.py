@@ -169,8 +169,8 @@ for name, trace in traces.items():
 #
 # On this machine a step's transfers are copies through shared memory, timed by four ranks sharing its
 # cores. On a cluster they are set by the links. The next job runs the same two traced calls on an
-# emulated network (`STRAGGLER_MACHINE`, `uniform:0.01:1000`: every rank on its own 10 MB/s port, 1 ms
-# a message, so that a step's 64 KiB chunk takes about 7.6 ms of link time): every message is held back
+# emulated network (`STRAGGLER_MACHINE`, `uniform:0.005:1000`: every rank on its own 5 MB/s port, 1 ms
+# a message, so that a step's 64 KiB chunk takes about 14 ms of link time): every message is held back
 # for as long as its link needs, while the data really moves and is really reduced
 # (`straggler_traces(..., machine=)`, `rl.emulate`, met in lab 02). Beside it: `rl.predict`'s time for the call
 # on those links, and the lockstep model's for the call with the straggler (every step waits for the

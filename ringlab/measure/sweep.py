@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..algorithms import build
 from .units import format_bytes
 from ..predict.costmodel import first_size_where
-from ..predict.fitting import Fit
+from ..predict.fitting import USABLE, Fit
 from ..simulate import traffic
 
 
@@ -97,7 +97,8 @@ def describe_sweep(rows: list[dict], fits: dict[str, Fit], nranks: int, cores: i
     lines = [_cores_sentence(nranks, cores)]
     lines.append(_measured_sentence(rows, measured_crossover(rows, first, second)))
     if first in fits and second in fits:
-        lines.append(_fitted_sentence(fitted_crossover(fits, first, second)))
+        loose = [name for name in (first, second) if not fits[name].usable]
+        lines.append(_loose_sentence(loose, fits) if loose else _fitted_sentence(fitted_crossover(fits, first, second)))
     mine, theirs, peers = busbw_by_size(rows, second), busbw_by_size(rows, first), busbw_by_size(rows, peer)
     top = max(set(mine) & set(theirs))
     ratio = mine[top] / theirs[top]
@@ -156,12 +157,20 @@ def _fitted_sentence(cross: Crossover) -> str:
             f"fit is the faster (searched {span}).")
 
 
+def _loose_sentence(loose: list[str], fits: dict[str, Fit]) -> str:
+    """Why the fits' crossover is not given: a fit that misses a measurement by more than USABLE."""
+    missed = " and ".join(f"{name}'s misses a measurement by {fits[name].worst_residual:.0%}" for name in loose)
+    return (f"Fitted: no crossover from the fits, because {missed}, more than the {USABLE:.0%} a usable fit may "
+            "miss by: a prediction from it would be a guess.")
+
+
 def _fit_sentence(name: str, fit: Fit) -> str:
     worst = fit.worst_residual
     rate = (f"a bandwidth of {_gbps(fit.bandwidth)} GB/s per link" if fit.bandwidth < float("inf")
             else "no bandwidth limit (its time did not grow with size)")
     return (f"Fitted to {name}'s times: alpha {fit.alpha * 1e6:.3g} us per message and {rate}; "
-            f"the measurement farthest from the fit is {worst:.0%} off it.")
+            f"the measurement farthest from the fit is {worst:.0%} off it"
+            + ("." if fit.usable else f", more than the {USABLE:.0%} a usable fit may: too loose to use."))
 
 
 def _optimal_sentence(first: str, second: str, nranks: int, top: int, ratio: float, cores: int) -> str:

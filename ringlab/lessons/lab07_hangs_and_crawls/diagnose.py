@@ -39,9 +39,9 @@ MISTAKES = {
 ABSENT = 2           # the rank that never comes in "skip" and "skip-unchecked"
 TIMEOUT_S = 1.0      # the lab's StepTimeout: a step that waits longer raises
 ELEMENTS = 30        # the mistakes' buffers: small, so every message is sent eagerly
-# The straggler's emulated machine: 10 MB/s links with 1 ms latency, where a step of the traced ring (a 64 KiB
-# chunk) takes about 7.6 ms of link time, well above what 4 ranks on 2 cores add to it
-STRAGGLER_MACHINE = "uniform:0.01:1000"
+# The straggler's emulated machine: 5 MB/s links with 1 ms latency, where a step of the traced ring (a 64 KiB
+# chunk) takes about 14 ms of link time, well above the 1 to 3 ms that 4 ranks on 2 cores add to it
+STRAGGLER_MACHINE = "uniform:0.005:1000"
 PACE_TOLERANCE = 0.25   # the slowed call within 25% of the lockstep model counts as paced by the straggler
 LINK_TOLERANCE = 1.5    # the call without a straggler within 1.5x of the links' predicted time counts as link-bound
 
