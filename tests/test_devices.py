@@ -94,6 +94,22 @@ def test_cuda_aware_claimed_against_the_mpi_librarys_answer_is_an_error_on_every
     assert transports.mpi_is_cuda_aware() is True and transports._network_path(_Ranks([None])) == "cuda-aware"
 
 
+def test_a_cuda_aware_setting_it_does_not_take_is_an_error_on_every_rank(monkeypatch):
+    """RINGLAB_CUDA_AWARE=true (or yes, or on) would have been ignored, staging through the host while the user
+    believed otherwise: it is a ValueError naming the three values, on every rank, and doctor says so."""
+    from ringlab.mpi import transports
+
+    for value in ("true", "yes", "2"):
+        monkeypatch.setenv("RINGLAB_CUDA_AWARE", value)
+        with pytest.raises(ValueError, match=f"RINGLAB_CUDA_AWARE must be 0 .* 1 .* or force .*, or unset; got '{value}'"):
+            transports.mpi_is_cuda_aware()
+        with pytest.raises(ValueError, match="on ranks 0, 1, 2 of 3"):
+            transports._network_path(_Ranks([f"RINGLAB_CUDA_AWARE must be ... got '{value}'"] * 2))
+        assert said(transports).startswith(f"cuda-aware: refused: RINGLAB_CUDA_AWARE must be 0")
+    monkeypatch.setenv("RINGLAB_CUDA_AWARE", " ")  # empty: as if unset
+    assert transports.mpi_is_cuda_aware() is (transports._query_cuda_support() is True)
+
+
 def test_mps_is_found_by_its_control_pipe_and_changes_what_sharing_a_gpu_means(tmp_path, monkeypatch):
     import os
 

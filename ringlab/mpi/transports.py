@@ -39,8 +39,8 @@ def mpi_is_cuda_aware() -> bool:
     says (:func:`_query_cuda_support`; no answer counts as no), unless ``RINGLAB_CUDA_AWARE`` says
     otherwise: ``0`` no; ``1`` yes, where the library says so or cannot say; ``force`` yes, whatever
     the library says. ``1`` where the library says no is a ValueError (:func:`cuda_aware_conflict`):
-    such an MPI crashes on the first GPU buffer it is handed."""
-    setting = os.environ.get("RINGLAB_CUDA_AWARE")
+    such an MPI crashes on the first GPU buffer it is handed; so is any other value of the variable."""
+    setting = cuda_aware_setting()
     if setting in ("0", "force"):
         return setting == "force"
     support = _query_cuda_support()
@@ -50,6 +50,21 @@ def mpi_is_cuda_aware() -> bool:
             raise ValueError(problem)
         return True
     return bool(support)
+
+
+CUDA_AWARE_SETTINGS = ("0", "1", "force")
+
+
+def cuda_aware_setting() -> str | None:
+    """``RINGLAB_CUDA_AWARE`` as set (None: unset or empty), or a ValueError for a value it does not take."""
+    setting = os.environ.get("RINGLAB_CUDA_AWARE", "").strip()
+    if not setting:
+        return None
+    if setting not in CUDA_AWARE_SETTINGS:
+        raise ValueError(f"RINGLAB_CUDA_AWARE must be 0 (stage GPU buffers through host memory), 1 (hand them to a "
+                         f"CUDA-aware MPI) or force (hand them over whatever the MPI library says), or unset; got "
+                         f"{setting!r}")
+    return setting
 
 
 def cuda_aware_conflict(support: bool | None = None) -> str | None:
@@ -100,7 +115,11 @@ def describe() -> list[str]:
     cp = cupy_module()
     setting = os.environ.get("RINGLAB_CUDA_AWARE")
     support = _query_cuda_support()
-    conflict = cuda_aware_conflict(support)
+    try:
+        cuda_aware_setting()
+        conflict = cuda_aware_conflict(support)
+    except ValueError as err:
+        conflict = str(err)
     aware = not conflict and mpi_is_cuda_aware()
     said = {True: "says it can", False: "says it cannot", None: "has no query for it"}[support]
     lines = ["cuda-aware: " + (
@@ -186,7 +205,7 @@ def _network_path(comm) -> str:
     if wrong:
         raise ValueError(f"{problems[wrong[0]]} (on rank{'s' * (len(wrong) > 1)} "
                          f"{', '.join(map(str, wrong))} of {comm.Get_size()})")
-    if os.environ.get("RINGLAB_CUDA_AWARE") == "force" and _query_cuda_support() is False:
+    if cuda_aware_setting() == "force" and _query_cuda_support() is False:
         _notice(comm, "RINGLAB_CUDA_AWARE=force: GPU buffers go to MPI as they are, although the MPI library says "
                       "it cannot read GPU memory (MPIX_GPU_query_support / MPIX_Query_cuda_support): if it really "
                       "cannot, MPI will crash (a segmentation fault) on the first GPU buffer")
