@@ -60,6 +60,41 @@ def test_nvls_efficiency_is_the_generations():
         predict_nccl("allreduce", 1 << 20, rl.topology.preset("hgx-a100-8"), "nvls")
 
 
+def test_nvls_inside_one_host_pays_two_loops_of_its_pipeline_by_nccls_chunk():
+    """8 H100s: 16 NVLS channels x 8 heads; NCCL's chunk is 128K from 1 GiB, 64K from 64 MiB, 32K from 8 MiB,
+    16K below; three stages, so two loops (or twice the call, where it is less than a loop) of transfer."""
+    h100 = rl.topology.preset("hgx-h100-8")
+    for size, chunk in ((1 << 30, 128 << 10), ((1 << 30) - 1, 64 << 10), (64 << 20, 64 << 10),
+                        ((64 << 20) - 1, 32 << 10), (8 << 20, 32 << 10), ((8 << 20) - 1, 16 << 10)):
+        assert T.nvls_chunk(size, 16 * 8) == chunk
+        p = predict_nccl("allreduce", size, h100, "nvls")
+        assert close(p.fill, 2 * min(size, 128 * chunk) / p.algbw)
+        assert close(p.seconds, p.latency + p.fill + size / p.algbw) and close(p.tuner_seconds, p.seconds - p.fill)
+    small = predict_nccl("allreduce", 1 << 20, h100, "nvls")  # less than a loop (2 MiB): twice the call
+    assert close(small.fill, 2 * small.nbytes / small.algbw)
+    # B200: 24 channels, so its chunk halves at 96 MiB; the step at 1 GiB on Hopper is NCCL's chunk doubling
+    assert T.nvls_chunk(96 << 20, 24 * 8) == 64 << 10 and T.nvls_chunk((96 << 20) - 1, 24 * 8) == 32 << 10
+    at = {s: predict_nccl("allreduce", s, h100, "nvls").busbw for s in (512 << 20, 1 << 30)}
+    assert at[1 << 30] / at[512 << 20] > 1.005
+    # not one host: NVL72 spans 18; not NVLS, not allreduce: nothing
+    assert predict_nccl("allreduce", 8 << 20, rl.topology.preset("gb200-nvl72"), "nvls").fill == 0
+    assert predict_nccl("allreduce", 8 << 20, h100, "ring", "Simple").fill == 0
+    assert predict_nccl("allreduce", 8 << 20, cluster("h100", 2), "nvlstree").fill == 0
+
+
+def test_nccl_picks_by_its_tuners_model_not_by_what_the_call_then_costs():
+    h100 = rl.topology.preset("hgx-h100-8")
+    for size in (2 << 20, 8 << 20, 64 << 20):
+        options = [predict_nccl("allreduce", size, h100, a, p) for a, p in
+                   (("ring", "LL"), ("ring", "LL128"), ("ring", "Simple"), ("tree", "LL128"), ("nvls", "Simple"))]
+        picked = predict_nccl("allreduce", size, h100)
+        assert picked.tuner_seconds == min(o.tuner_seconds for o in options)
+    # at 8 MiB the tuner's NVLS (25 us + transfer) beats LL128's ring, though its pipeline start-up then costs more
+    eight = predict_nccl("allreduce", 8 << 20, h100)
+    ll128 = predict_nccl("allreduce", 8 << 20, h100, "ring", "LL128")
+    assert eight.algorithm == "nvls" and eight.tuner_seconds < ll128.tuner_seconds < eight.seconds
+
+
 def test_ll_is_capped_by_nccl_and_over_pcie_by_its_writes():
     h100 = rl.topology.preset("hgx-h100-8")  # LL: half the port would be 185 GB/s; NCCL caps it at 141 on Hopper
     assert close(predict_nccl("allreduce", BIG, h100, "ring", "LL").busbw, T.LL_MAX_BW["hopper"][0], 1e-4)

@@ -19,6 +19,15 @@ hardware of that description gives:
 - ``collnet``: the fabric adds (InfiniBand SHARP): each NIC sends its shard up once and gets the sum.
 - ``pat``: all-gather and reduce-scatter with one GPU per node, log-depth.
 
+What NCCL's tuner leaves out, and the prediction adds: an NVLS allreduce inside one host runs as a pipeline
+of three stages (scatter to the heads, reduce and store through the switch, gather; ``all_reduce.h``), a loop
+of one chunk per head at a time, and NCCL shrinks its chunks below 1 GiB, 64 MiB and 8 MiB on 8 Hopper GPUs
+(``calcCollChunking``). Filling that pipeline costs two loops, ``2 x min(size, loop) / algbw``
+(:attr:`NcclPrediction.fill`): at 8 MiB on 8 H100s as long again as the call's own transfer, a third of the
+call. NCCL still picks by its tuner's model (:attr:`NcclPrediction.tuner_seconds`), and so does the
+prediction. The fill is not added where an NVLink domain spans hosts (GB200 NVL72): how NCCL lays out NVLS
+across the hosts of one domain is not modelled here.
+
 Protocols: LL carries half of what it stores and NCCL caps it (``llMaxBws``); over PCIe each LL store
 (16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 42 bytes on the wire
 (:data:`LL_PCIE_SHARE`); LL128 carries 120 of 128 bytes, only where every path inside a node is
@@ -55,8 +64,10 @@ LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.19 of a PCI
 
 @dataclass(frozen=True)
 class NcclPrediction:
-    """What NCCL's model predicts for one call: ``algorithm`` and ``protocol``, ``latency`` (s per call) and
-    ``algbw`` (bytes/s); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow."""
+    """What NCCL's model predicts for one call: ``algorithm`` and ``protocol``, ``latency`` (s per call),
+    ``algbw`` (bytes/s) and ``fill`` (s: NVLS's pipeline start-up inside one host, which NCCL's tuner does not
+    count); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own
+    estimate, by which it picks."""
 
     collective: str
     nbytes: int
@@ -66,9 +77,14 @@ class NcclPrediction:
     latency: float
     algbw: float
     topology: str
+    fill: float = 0.0
 
     @property
     def seconds(self) -> float:
+        return self.latency + self.fill + self.nbytes / self.algbw
+
+    @property
+    def tuner_seconds(self) -> float:
         return self.latency + self.nbytes / self.algbw
 
     @property
@@ -132,7 +148,7 @@ def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: st
             options.append(_predict(collective, nbytes, name, proto, facts, topology.name))
     if not options:
         raise ValueError(f"no algorithm of NCCL's runs {collective} with {protocol} on {topology.name}")
-    return min(options, key=lambda p: p.seconds)
+    return min(options, key=lambda p: p.tuner_seconds)  # NCCL picks by its own model
 
 
 def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
@@ -187,7 +203,19 @@ def _predict(collective: str, nbytes: int, algorithm: str, protocol: str, f: Fac
     if (algorithm, protocol, collective) == ("ring", "Simple", "allreduce") and f.nodes > 1 and \
             nbytes / (T.CHANNELS_PER_NIC * f.nics * f.nranks) >= 64:
         latency *= T.RING_PLATEAU["ampere+" if f.arch in ("ampere", "hopper", "blackwell") else "pre-ampere"]
-    return NcclPrediction(collective, nbytes, f.nranks, algorithm, protocol, latency, algbw, name)
+    return NcclPrediction(collective, nbytes, f.nranks, algorithm, protocol, latency, algbw, name,
+                          nvls_fill(collective, nbytes, algbw, f) if algorithm == "nvls" else 0.0)
+
+
+def nvls_fill(collective: str, nbytes: int, algbw: float, f: Facts) -> float:
+    """Seconds an NVLS allreduce inside one host spends filling its pipeline: NVLS_STAGES - 1 loops (a loop is a
+    chunk for every head on every channel), or the whole call that many times over where it is less than a loop.
+    0 where NCCL does not run its one-node NVLS kernel: across hosts, or for other collectives."""
+    if collective != "allreduce" or f.nodes != 1 or not f.machine.one_host_per_node or f.arch not in T.NVLS_CHANNELS:
+        return 0.0
+    concurrent = T.NVLS_CHANNELS[f.arch] * int(f.per_node)
+    loop = concurrent * T.nvls_chunk(nbytes, concurrent)
+    return (T.NVLS_STAGES - 1) * min(nbytes, loop) / algbw
 
 
 def _algbw(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
@@ -310,4 +338,5 @@ def _net_per_node(topology: Topology, machine: Machine) -> float:
     return sum(min(rate, feeds.get(nic, rate)) for nic, rate in nics.items()) / machine.nodes
 
 
-__all__ = ["predict_nccl", "NcclPrediction", "machine_facts", "Facts", "unusable", "ll128_allowed", "LL_PCIE_SHARE"]
+__all__ = ["predict_nccl", "NcclPrediction", "machine_facts", "Facts", "unusable", "ll128_allowed", "nvls_fill",
+           "LL_PCIE_SHARE"]

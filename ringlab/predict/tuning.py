@@ -76,6 +76,17 @@ TREE_CORRECTION = {
 }
 CHANNELS_PER_NIC = 2  # rings across nodes: two channels per NIC ("16 rings for 8 NICs", nccl#518)
 
+# NVLS allreduce on one host, as NCCL runs it (not in its tuner's model): src/transport/nvls.cc, src/enqueue.cc
+# (calcCollChunking) and src/device/all_reduce.h (RunWorkColl NVLS, oneNode) at 5067397
+NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}  # NVLS_NCHANNELS_SM90, NVLS_NCHANNELS_SM100_NVL (one node)
+NVLS_CHUNK = 128 * 1024                          # NCCL_NVLS_CHUNKSIZE's default
+# calcCollChunking: below (times x concurrent ops x chunk) bytes the chunk shrinks to (size), concurrent ops being
+# channels x heads (one head a GPU on one node)
+NVLS_CHUNK_SHRINK = ((64, 65536), (8, 32768), (2, 16384))
+# each channel's warps form a three-stage pipeline, a loop (one chunk for each head) at a time: scatter the input
+# to the heads, reduce through the switch and store the sum to every GPU (multimem), gather the result
+NVLS_STAGES = 3
+
 
 def arch_of(compute_capability: float) -> str:
     """NCCL's generation index for a compute capability: 7.x volta, 8.x ampere, 9.x hopper, 10+ blackwell."""
@@ -95,6 +106,15 @@ def tree_correction(protocol: str, nbytes: int) -> float:
     index = (nbytes >> 6).bit_length() - 1
     table = TREE_CORRECTION[protocol]
     return table[index] if 0 <= index < len(table) - 1 else 1.0
+
+
+def nvls_chunk(nbytes: int, concurrent_ops: int) -> int:
+    """The chunk NCCL's NVLS allreduce uses for ``nbytes`` with ``concurrent_ops`` (channels x heads) at once."""
+    chunk = NVLS_CHUNK
+    for times, size in NVLS_CHUNK_SHRINK:
+        if nbytes < times * concurrent_ops * chunk and chunk > size:
+            chunk = size
+    return chunk
 
 
 def log2i(n: int) -> int:

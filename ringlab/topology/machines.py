@@ -37,6 +37,7 @@ class GPU:
     nvls: bool
     cpu: str
     source: str
+    gpus_per_host: int = 0  # 0: one host holds the whole NVLink domain
 
 
 GPUS = {
@@ -50,7 +51,7 @@ GPUS = {
                 "B200: NVLink 5, 1.8 TB/s bidirectional, HBM3e 8 TB/s, PCIe 5.0; DGX B200: Intel Xeon hosts"),
     "gb200": GPU("GB200", "blackwell", B200_NVLINK, "nvlink-b200", B200_REDUCE, 5, True, "arm",
                  "GB200 NVL72: 72 GPUs on NVLink 5 (1.8 TB/s bidirectional each), HBM3e 8 TB/s, Grace (Arm) hosts, "
-                 "a 400G ConnectX-7 per GPU"),
+                 "a 400G ConnectX-7 per GPU; 4 GPUs a compute tray (host)", gpus_per_host=4),
     "pcie3": GPU("PCIe 3.0 GPU", "volta", 0.0, "pcie", float("inf"), 3, False, "intel",
                  "PCIe 3.0 x16 = 15.754 GB/s per direction, GPUs and NICs under one switch per node"),
 }
@@ -60,7 +61,8 @@ GPUS = {
 class Machine:
     """What NCCL's tuner reads beyond the links (``Topology.machine``): GPU generation (``arch``: volta, ampere,
     hopper, blackwell), nodes, GPUs and NICs per node, each NIC's bytes/s each way, fabric, CPU vendor (intel,
-    amd, arm), whether the fabric reduces (``sharp``) and what the interconnect inside a node is."""
+    amd, arm), whether the fabric reduces (``sharp``), what the interconnect inside a node is, and how many of a
+    node's GPUs one host holds (``gpus_per_host``; 0: all of them, as on an HGX board)."""
 
     gpu: str
     arch: str
@@ -72,6 +74,12 @@ class Machine:
     cpu: str = "intel"
     sharp: bool = False
     intra: str = "nvlink"
+    gpus_per_host: int = 0
+
+    @property
+    def one_host_per_node(self) -> bool:
+        """Whether each NVLink domain is one host (NCCL then runs its one-node kernels inside it)."""
+        return self.gpus_per_host in (0, self.gpus_per_node)
 
 
 def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | None = None, nic_gbps: float = 400,
@@ -96,7 +104,7 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
         raise ValueError(f"nic_gbps must be > 0, got {nic_gbps!r}")
     switch_reduce = spec.nvls if nvls is None else bool(nvls and spec.nvls)
     machine = Machine(gpu, spec.arch, nodes, gpus_per_node, nics, nic_gbps / 8 * GB, fabric, spec.cpu, sharp,
-                      "nvlink" if spec.nvlink else "pcie")
+                      "nvlink" if spec.nvlink else "pcie", min(spec.gpus_per_host, gpus_per_node))
     name = name or _name(gpu, nodes, gpus_per_node, nics, nic_gbps, fabric, sharp, switch_reduce != spec.nvls)
     source = f"public figures: {spec.source}" + (f"; {nics} x {nic_gbps:g} Gbit/s {FABRICS[fabric]} per node"
                                                   if nodes > 1 else "")

@@ -107,7 +107,7 @@ def against_published() -> list[dict]:
             rows.append({"source": "A17", "machine": "8x H200", "collective": "allreduce", "ranks": r["ranks"],
                          "bytes": r["bytes"], "nccl_ran": r["nccl_algorithm"], "busbw_Bps": r["busbw_Bps"],
                          "model_picks": p.algorithm, "model_busbw_Bps": p.busbw,
-                         "margin": abs(p.seconds / ring.seconds - 1) if p.algorithm != "ring" else 0.0})
+                         "margin": abs(p.tuner_seconds / ring.tuner_seconds - 1) if p.algorithm != "ring" else 0.0})
     for r in published.load("A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter").data["rows"]:
         if r["setting"] in (None, "NCCL_NVLS_ENABLE=1"):
             p = predict_nccl(r["collective"], r["bytes"], topology)
