@@ -65,7 +65,9 @@ def test_the_published_multi_node_sweeps_are_below_their_rails_without_gpudirect
 
 @pytest.mark.parametrize("name", ["A01_nccltests290_h100x8_hgx_1node_allreduce",
                                   "A05_azure_nd_h100_v5_8xh100_allreduce_busbw",
-                                  "A40_mlengineering_h200x8_allreduce_bench_sweep"])
+                                  "A40_mlengineering_h200x8_allreduce_bench_sweep",
+                                  "A23_facebookresearch-gcm_a100-80gb_2x8_allreduce",
+                                  "A24_mlengineering_b200x8_p6_4node_efa_allreduce_bench_busbw"])
 def test_healthy_published_sweeps_are_called_healthy(name):
     got = explain(published.load(name).data, name=name)
     assert got["verdict"] == "healthy" and got["causes"] == [] and got["ratio"] >= 0.8

@@ -40,6 +40,19 @@ def test_the_pipelined_ring_pays_the_network_latency_on_inter_node_steps_only():
     assert close(one.latency, T.BASE_LATENCY["ring"]["LL"] + 14 * T.HW_LATENCY["nvlink"]["ring"]["LL"])
 
 
+def test_a_network_plugin_adds_the_latency_it_reports_to_every_network_step():
+    """AWS's EFA plugin reports 35 us (P5en, P6-B200), NCCL's InfiniBand transport 0: NCCL adds it to each
+    inter-node step of the ring and each level of the tree, twice for Simple (the flush)."""
+    efa, ib = cluster("b200", 4, fabric="efa"), cluster("b200", 4, fabric="ib")
+    assert T.NET_LATENCY["efa"] == 35 * US and T.NET_LATENCY["ib"] == 0
+    for algorithm, protocol, crossings in (("ring", "LL", 2 * 3), ("ring", "Simple", 2 * 3), ("tree", "LL", 2 * 2),
+                                           ("tree", "LL128", 2 * 2), ("nvlstree", "Simple", 2 * 2)):
+        gap = (predict_nccl("allreduce", 1 << 20, efa, algorithm, protocol).latency
+               - predict_nccl("allreduce", 1 << 20, ib, algorithm, protocol).latency)
+        ring_plateau = T.RING_PLATEAU["ampere+"] if (algorithm, protocol) == ("ring", "Simple") else 1
+        assert close(gap, crossings * 35 * US * (2 if protocol == "Simple" else 1) * ring_plateau), (algorithm, protocol)
+
+
 def test_the_tree_is_log_depth_across_nodes_and_meets_the_published_small_size_time():
     a100 = rl.topology.preset("ib-16x8-a100")
     p = predict_nccl("allreduce", 4, a100, "tree", "LL")

@@ -10,7 +10,7 @@ from ringlab.topology import from_matrix, preset_names, uniform
 def test_presets_have_published_sources_and_assumed_latencies():
     for name in preset_names():
         topo = rl.topology.preset(name)
-        assert topo.name == name and topo.nranks in (2, 4, 8, 16, 72, 128)
+        assert topo.name == name and topo.nranks in (2, 4, 8, 16, 32, 72, 128)
         assert "published" in topo.source or "public" in topo.source
         assert "assumed" in topo.notes
     with pytest.raises(ValueError, match="unknown topology preset 'dgx3'"):

@@ -326,6 +326,8 @@ MODELLED = {
     "A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter": ("hgx-h200-8", "best"),
     "A20_galvatron_dgx-a100-40gb_allreduce": ("hgx-a100-8", "best"),
     "A21_facebookresearch-gcm_a100-80gb_allreduce": ("hgx-a100-8", "best"),
+    "A23_facebookresearch-gcm_a100-80gb_2x8_allreduce": ("ib-2x8-a100", "best"),
+    "A24_mlengineering_b200x8_p6_4node_efa_allreduce_bench_busbw": ("efa-4x8-b200", "best"),
     "A40_mlengineering_h200x8_allreduce_bench_sweep": ("hgx-h200-8", "best"),
     "A41_mlengineering_a100x8_nvlink3_allreduce_sweep": ("hgx-a100-8", "best"),
     "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": ("hgx-b200-8", "best"),

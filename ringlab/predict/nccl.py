@@ -259,7 +259,7 @@ def _latency(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
     base = T.BASE_LATENCY[algorithm][protocol]
     intra = T.HW_LATENCY[intra_hw][algorithm][protocol]
     inter = T.HW_LATENCY["net"]["tree" if f.per_node == 1 else algorithm][protocol]  # one GPU a node: fully exposed
-    inter += T.NET_LATENCY * (2 if protocol == "Simple" else 1)
+    inter += T.NET_LATENCY.get(f.machine.fabric, 0.0) * (2 if protocol == "Simple" else 1)
     n, nodes, per_node = f.nranks, f.nodes, int(f.nranks // f.nodes)
     if algorithm == "ring":
         steps = {"allreduce": 2 * (n - 1), "allgather": n - 1, "reduce_scatter": n - 1}.get(collective, n)

@@ -41,7 +41,10 @@ HW_LATENCY = {
             "collnet": {"Simple": 31.0 * US}, "nvls": {"Simple": 18.0 * US}, "nvlstree": {"Simple": 20.9 * US},
             "pat": {"Simple": 14.0 * US}},
 }
-NET_LATENCY = 0.0  # graph->latencyInter: the InfiniBand and socket transports report 0 ("not set")
+# graph->latencyInter: what the network plugin reports (props->latency), added to every network step (twice for
+# Simple: the flush). NCCL's InfiniBand and socket transports report 0 ("not set"); AWS's EFA plugin reports its
+# platform's figure, 35 us on P5en and P6-B200 (aws-ofi-nccl src/platform-aws.cpp at 2daf7d3)
+NET_LATENCY = {"ib": 0.0, "roce": 0.0, "efa": 35.0 * US}
 # getNetOverhead: a proxy's post per inter-node ring step, 2 us on AMD hosts and 1 us on others, x3 for Simple
 NET_OVERHEAD = {"intel": 1.0 * US, "amd": 2.0 * US, "arm": 1.0 * US}
 NET_OVERHEAD_SIMPLE = 3

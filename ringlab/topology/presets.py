@@ -153,6 +153,11 @@ PRESETS = {
     # the published 16-node A100 sweep does not state its NICs: HDR 200 Gbit/s per GPU, as in the DGX A100
     # SuperPOD design its source names
     "ib-16x8-a100": lambda: cluster("a100", 16, nic_gbps=200, name="ib-16x8-a100"),
+    # two A100 hosts (the published health check A23 does not state its network): HDR 200 Gbit/s per GPU as on a
+    # DGX A100; behind PCIe 4.0 a rail carries 24 GB/s whatever its NIC
+    "ib-2x8-a100": lambda: cluster("a100", 2, nic_gbps=200, name="ib-2x8-a100"),
+    # four AWS P6-B200 nodes: 8 B200 on NVLink 5 each, an EFA v4 of 400 Gbit/s per GPU
+    "efa-4x8-b200": lambda: cluster("b200", 4, fabric="efa"),
     # two GB200 NVL72 racks as one 128-rank job: 64 GPUs of each NVLink domain (the source does not say how the
     # 128 are split), a 400G NIC per GPU into InfiniBand (GB200 NVL72's ConnectX-7)
     "ib-2x64-gb200": lambda: cluster("gb200", 2, gpus_per_node=64),
