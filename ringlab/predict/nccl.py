@@ -21,12 +21,15 @@ hardware of that description gives:
 
 What NCCL's tuner leaves out, and the prediction adds: an NVLS allreduce inside one host runs as a pipeline
 of three stages (scatter to the heads, reduce and store through the switch, gather; ``all_reduce.h``), a loop
-of one chunk per head at a time, and NCCL shrinks its chunks below 1 GiB, 64 MiB and 8 MiB on 8 Hopper GPUs
-(``calcCollChunking``). Filling that pipeline costs two loops, ``2 x min(size, loop) / algbw``
-(:attr:`NcclPrediction.fill`): at 8 MiB on 8 H100s as long again as the call's own transfer, a third of the
-call. NCCL still picks by its tuner's model (:attr:`NcclPrediction.tuner_seconds`), and so does the
-prediction. The fill is not added where an NVLink domain spans hosts (GB200 NVL72): how NCCL lays out NVLS
-across the hosts of one domain is not modelled here.
+of one chunk per head on every channel at a time, and NCCL shrinks its chunks below 1 GiB, 64 MiB and 8 MiB
+on 8 Hopper GPUs (``calcCollChunking``). Filling that pipeline costs two loops, ``2 x min(size, loop) /
+algbw``; and each loop synchronises its stages as a Simple step over NVLink does (NCCL's 3.4 us), which
+NCCL's NVLS efficiency holds for loops of its default 128 KiB chunks, so the further loops of smaller chunks
+pay it (:attr:`NcclPrediction.fill`, the two together). At 8 MiB on 8 H100s the two take a little longer than the
+call's own transfer; the step every published Hopper NVLS sweep shows at 1 GiB, where the chunk doubles, is the
+second. NCCL still picks by its tuner's model (:attr:`NcclPrediction.tuner_seconds`), and so does the
+prediction. Neither is added where an NVLink domain spans hosts (GB200 NVL72): how NCCL lays out NVLS across
+the hosts of one domain is not modelled here.
 
 Protocols: LL carries half of what it stores and NCCL caps it (``llMaxBws``); over PCIe each LL store
 (16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 42 bytes on the wire
@@ -65,8 +68,8 @@ LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.19 of a PCI
 @dataclass(frozen=True)
 class NcclPrediction:
     """What NCCL's model predicts for one call: ``algorithm`` and ``protocol``, ``latency`` (s per call),
-    ``algbw`` (bytes/s) and ``fill`` (s: NVLS's pipeline start-up inside one host, which NCCL's tuner does not
-    count); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own
+    ``algbw`` (bytes/s) and ``fill`` (s: NVLS's pipeline start-up and loop synchronisation inside one host,
+    which NCCL's tuner does not count); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own
     estimate, by which it picks."""
 
     collective: str
@@ -208,14 +211,18 @@ def _predict(collective: str, nbytes: int, algorithm: str, protocol: str, f: Fac
 
 
 def nvls_fill(collective: str, nbytes: int, algbw: float, f: Facts) -> float:
-    """Seconds an NVLS allreduce inside one host spends filling its pipeline: NVLS_STAGES - 1 loops (a loop is a
-    chunk for every head on every channel), or the whole call that many times over where it is less than a loop.
-    0 where NCCL does not run its one-node NVLS kernel: across hosts, or for other collectives."""
+    """Seconds an NVLS allreduce inside one host spends beyond NCCL's model: filling its pipeline,
+    NVLS_STAGES - 1 loops (a loop is a chunk for every head on every channel; the whole call that many times
+    over where it is less than a loop), and one NVLink Simple step's synchronisation for each loop beyond those
+    of NCCL's default chunk. 0 where NCCL does not run its one-node NVLS kernel: across hosts, or for other
+    collectives."""
     if collective != "allreduce" or f.nodes != 1 or not f.machine.one_host_per_node or f.arch not in T.NVLS_CHANNELS:
         return 0.0
     concurrent = T.NVLS_CHANNELS[f.arch] * int(f.per_node)
-    loop = concurrent * T.nvls_chunk(nbytes, concurrent)
-    return (T.NVLS_STAGES - 1) * min(nbytes, loop) / algbw
+    chunk = T.nvls_chunk(nbytes, concurrent)
+    loop = concurrent * chunk
+    extra_loops = nbytes / loop * (1 - chunk / T.NVLS_CHUNK)
+    return (T.NVLS_STAGES - 1) * min(nbytes, loop) / algbw + extra_loops * T.NVLS_LOOP_SYNC
 
 
 def _algbw(collective: str, algorithm: str, protocol: str, f: Facts) -> float:

@@ -89,6 +89,9 @@ NVLS_CHUNK_SHRINK = ((64, 65536), (8, 32768), (2, 16384))
 # each channel's warps form a three-stage pipeline, a loop (one chunk for each head) at a time: scatter the input
 # to the heads, reduce through the switch and store the sum to every GPU (multimem), gather the result
 NVLS_STAGES = 3
+# a loop's steps synchronise through NCCL's FIFOs like a Simple step over NVLink (hwLatencies: 3.4 us); NCCL's NVLS
+# efficiency holds the loops of its default chunk, so only the further loops of smaller chunks pay it
+NVLS_LOOP_SYNC = HW_LATENCY["nvlink"]["ring"]["Simple"]
 
 
 def arch_of(compute_capability: float) -> str:
