@@ -50,7 +50,8 @@ def test_a_network_plugin_adds_the_latency_it_reports_to_every_network_step():
         gap = (predict_nccl("allreduce", 1 << 20, efa, algorithm, protocol).latency
                - predict_nccl("allreduce", 1 << 20, ib, algorithm, protocol).latency)
         ring_plateau = T.RING_PLATEAU["ampere+"] if (algorithm, protocol) == ("ring", "Simple") else 1
-        assert close(gap, crossings * 35 * US * (2 if protocol == "Simple" else 1) * ring_plateau), (algorithm, protocol)
+        per_step = 35 * US * (2 if protocol == "Simple" else 1)
+        assert close(gap, crossings * per_step * ring_plateau), (algorithm, protocol)
 
 
 def test_the_tree_is_log_depth_across_nodes_and_meets_the_published_small_size_time():

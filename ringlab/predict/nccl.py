@@ -25,9 +25,9 @@ of one chunk per head on every channel at a time, and NCCL shrinks its chunks be
 on 8 Hopper GPUs (``calcCollChunking``). Filling that pipeline costs two loops, ``2 x min(size, loop) /
 algbw``; and each loop synchronises its stages as a Simple step over NVLink does (NCCL's 3.4 us), which
 NCCL's NVLS efficiency holds for loops of its default 128 KiB chunks, so the further loops of smaller chunks
-pay it (:attr:`NcclPrediction.fill`, the two together). At 8 MiB on 8 H100s the two take a little longer than the
-call's own transfer; the step every published Hopper NVLS sweep shows at 1 GiB, where the chunk doubles, is the
-second. NCCL still picks by its tuner's model (:attr:`NcclPrediction.tuner_seconds`), and so does the
+pay it (:attr:`NcclPrediction.fill`, the two together). At 8 MiB on 8 H100s the two take a little longer
+than the call's own transfer; the step every published Hopper NVLS sweep shows at 1 GiB, where the chunk
+doubles, is the second. NCCL still picks by its tuner's model (:attr:`NcclPrediction.tuner_seconds`), and so does the
 prediction. Neither is added where an NVLink domain spans hosts (GB200 NVL72): how NCCL lays out NVLS across
 the hosts of one domain is not modelled here.
 
@@ -69,8 +69,8 @@ LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.19 of a PCI
 class NcclPrediction:
     """What NCCL's model predicts for one call: ``algorithm`` and ``protocol``, ``latency`` (s per call),
     ``algbw`` (bytes/s) and ``fill`` (s: NVLS's pipeline start-up and loop synchronisation inside one host,
-    which NCCL's tuner does not count); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own
-    estimate, by which it picks."""
+    which NCCL's tuner does not count); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and
+    ``tuner_seconds`` is NCCL's own estimate, by which it picks."""
 
     collective: str
     nbytes: int
