@@ -154,7 +154,8 @@ def test_emulated_rows_predict_from_the_links_and_the_lesson_reads_them():
         "data parallelism does not pay for width 64 on the emulated machine",
         "the links' prediction holds better for width 1024 than for width 64 on the emulated machine")
     text = str(found)
-    assert f"({(0.8e-3 - ring[64]) * 1e6:,.0f} us beyond the links' time): 0.67x" in text
+    assert (f"a step of 1,200 us (0.67x end to end), 800 us of it in step(), {(0.8e-3 - ring[64]) * 1e6:,.0f} us "
+            "beyond the links' time. Beside one rank's compute, that averaging leaves 0.67x") in text
     assert "width 1024's step() took 50% of its compute, width 64's 200%" in text
     even = emulated_payoff_lesson(emulated_payoff_rows(emulated({64: 0.8e-3, 1024: 8e-3}, {64: 0.4e-3, 1024: 4e-3})))
     assert even.conclusions[:2] == ("data parallelism does not clearly pay for width 1024 on the emulated machine",
@@ -163,6 +164,13 @@ def test_emulated_rows_predict_from_the_links_and_the_lesson_reads_them():
     assert "computed" not in str(found) and "computed" not in str(even)
     busy = emulated_payoff_lesson(emulated_payoff_rows(emulated({64: 2e-3, 1024: 6e-3}, {64: 0.8e-3, 1024: 2e-3})))
     assert "(Its ranks computed 3 times as long as one rank alone: something else took turns" in str(busy)
+    # another process on the cores while width 1024's ranks computed: 0.89x end to end (as CI saw once), yet the
+    # averaging (2 ms in step() beside 4 ms of compute) leaves 1.33x, and the verdict reads that
+    crowded = emulated_payoff_rows(emulated({64: 1.2e-3, 1024: 9e-3}, {64: 0.8e-3, 1024: 2e-3}))
+    wide = max(crowded, key=lambda row: row["hidden"])
+    assert wide["measured"] == pytest.approx(8 / 9) and wide["averaged"] == pytest.approx(4 / 3)
+    assert emulated_payoff_lesson(crowded).conclusions == found.conclusions
+    assert "(0.89x end to end)" in str(emulated_payoff_lesson(crowded))
 
 
 def test_the_emulated_payoff_refuses_what_it_cannot_read():

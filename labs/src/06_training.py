@@ -198,7 +198,9 @@ print(describe_payoff(speedups, payoff))
 # with 256 samples a rank a step, so that the compute is longer: the gradients' allreduces are held
 # back by those links while the data really moves and is really averaged, and the compute is this
 # machine's own. The prediction beside each width comes from the links' own figures (`rl.predict`),
-# not from a fit.
+# not from a fit. Each verdict sets the averaging that `step()` measured beside one rank's compute; the
+# end-to-end step is printed too, and where the ranks computed slower than one rank alone (another
+# process on the cores) the sentence says so.
 
 # %%
 emulated_payoff = measure_emulated_payoff()  # one rank here, then a 2-rank job on the emulated links
