@@ -104,6 +104,34 @@ def test_nvls_inside_one_host_pays_its_pipeline_and_the_loops_of_smaller_chunks(
     assert predict_nccl("allreduce", 8 << 20, cluster("h100", 2), "nvlstree").fill == 0
 
 
+def test_on_aws_the_efa_plugins_nvls_chunk_moves_the_step_to_where_the_p6_sweep_shows_it():
+    """AWS's EFA plugin sets NCCL_NVLS_CHUNKSIZE=512K: on 8 B200s (24 channels x 8 heads) NCCL then runs 512K
+    chunks from 6 GiB and 64K below, where its own 128K default would switch at 1.5 GiB. The published P6-B200
+    sweep (A42) steps between 4 and 8 GiB, not between 1 and 2."""
+    assert T.NVLS_CHUNK_BY_FABRIC["efa"] == 512 << 10
+    six = 64 * 24 * 8 * (512 << 10)
+    assert six == 6 << 30
+    assert T.nvls_chunk(six, 24 * 8, 512 << 10) == 512 << 10 and T.nvls_chunk(six - 1, 24 * 8, 512 << 10) == 64 << 10
+    assert T.nvls_chunk(2 << 30, 24 * 8) == 128 << 10 and T.nvls_chunk(2 << 30, 24 * 8, 512 << 10) == 64 << 10
+    aws, plain = rl.topology.preset("efa-1x8-b200"), rl.topology.preset("hgx-b200-8")
+    assert aws.machine.fabric == "efa" and aws.name == cluster("b200", 1, fabric="efa").name == "efa-1x8-b200"
+    assert "aws-ofi-nccl" in aws.source
+
+    def step(topology, small, large):
+        return (predict_nccl("allreduce", large, topology, "nvls").busbw /
+                predict_nccl("allreduce", small, topology, "nvls").busbw)
+
+    a42 = {r["bytes"]: r["busbw_Bps"] for r in
+           published.load("A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw").data["rows"]}
+    assert a42[8 << 30] / a42[4 << 30] > 1.10 and a42[2 << 30] / a42[1 << 30] < 1.03  # published
+    assert step(aws, 4 << 30, 8 << 30) > 1.07 and step(aws, 1 << 30, 2 << 30) < 1.03  # predicted, on AWS
+    assert step(plain, 4 << 30, 8 << 30) < 1.03 and step(plain, 1 << 30, 2 << 30) > 1.03  # NCCL's default chunk
+    # below 1.5 GiB both run the same chunks: the same prediction
+    assert close(predict_nccl("allreduce", 1 << 30, aws).seconds, predict_nccl("allreduce", 1 << 30, plain).seconds)
+    # across hosts the one-node pipeline is not modelled, plugin or not
+    assert predict_nccl("allreduce", 8 << 30, rl.topology.preset("efa-4x8-b200"), "nvlstree").fill == 0
+
+
 def test_nccl_picks_by_its_tuners_model_not_by_what_the_call_then_costs():
     h100 = rl.topology.preset("hgx-h100-8")
     for size in (2 << 20, 8 << 20, 64 << 20):

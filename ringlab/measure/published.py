@@ -322,7 +322,7 @@ MODELLED = {
     "A15_coreweave_gb200_nvl72_1rack_72gpu_allreduce": ("gb200-nvl72", "best"),
     "A16_coreweave_gb200_nvl72_2rack_128gpu_allreduce": ("ib-2x64-gb200", "best"),
     "A17_mlengineering_h200x8_nvls_on_off_by_gpucount_8GiB": ("hgx-h200-8", "best"),
-    "A18_mlengineering_b200x8_p6_nvls_on_off_by_gpucount_8GiB": ("hgx-b200-8", "best"),
+    "A18_mlengineering_b200x8_p6_nvls_on_off_by_gpucount_8GiB": ("efa-1x8-b200", "best"),
     "A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter": ("hgx-h200-8", "best"),
     "A20_galvatron_dgx-a100-40gb_allreduce": ("hgx-a100-8", "best"),
     "A21_facebookresearch-gcm_a100-80gb_allreduce": ("hgx-a100-8", "best"),
@@ -330,7 +330,7 @@ MODELLED = {
     "A24_mlengineering_b200x8_p6_4node_efa_allreduce_bench_busbw": ("efa-4x8-b200", "best"),
     "A40_mlengineering_h200x8_allreduce_bench_sweep": ("hgx-h200-8", "best"),
     "A41_mlengineering_a100x8_nvlink3_allreduce_sweep": ("hgx-a100-8", "best"),
-    "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": ("hgx-b200-8", "best"),
+    "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": ("efa-1x8-b200", "best"),
     "A43_mlengineering_mi300x_allreduce_4GB_2v8gpu": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
     "A44_hisohara_aac8_mi300x_x8_rccl_allreduce": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
     "A45_hisohara_aac11_mi325x_x8_rccl_allreduce_ring_4G-16G": "AMD MI325X under RCCL: ringlab models NCCL on "

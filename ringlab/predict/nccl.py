@@ -214,12 +214,12 @@ def nvls_fill(collective: str, nbytes: int, algbw: float, f: Facts) -> float:
     """Seconds an NVLS allreduce inside one host spends beyond NCCL's model: filling its pipeline,
     NVLS_STAGES - 1 loops (a loop is a chunk for every head on every channel; the whole call that many times
     over where it is less than a loop), and one NVLink Simple step's synchronisation for each loop beyond those
-    of NCCL's default chunk. 0 where NCCL does not run its one-node NVLS kernel: across hosts, or for other
-    collectives."""
+    of NCCL's default chunk (a platform's larger chunk, fewer loops: fewer of them). 0 where NCCL does not run its
+    one-node NVLS kernel: across hosts, or for other collectives."""
     if collective != "allreduce" or f.nodes != 1 or not f.machine.one_host_per_node or f.arch not in T.NVLS_CHANNELS:
         return 0.0
     concurrent = T.NVLS_CHANNELS[f.arch] * int(f.per_node)
-    chunk = T.nvls_chunk(nbytes, concurrent)
+    chunk = T.nvls_chunk(nbytes, concurrent, T.NVLS_CHUNK_BY_FABRIC.get(f.machine.fabric, T.NVLS_CHUNK))
     loop = concurrent * chunk
     extra_loops = nbytes / loop * (1 - chunk / T.NVLS_CHUNK)
     return (T.NVLS_STAGES - 1) * min(nbytes, loop) / algbw + extra_loops * T.NVLS_LOOP_SYNC

@@ -83,6 +83,11 @@ CHANNELS_PER_NIC = 2  # rings across nodes: two channels per NIC ("16 rings for 
 # (calcCollChunking) and src/device/all_reduce.h (RunWorkColl NVLS, oneNode) at 5067397
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}  # NVLS_NCHANNELS_SM90, NVLS_NCHANNELS_SM100_NVL (one node)
 NVLS_CHUNK = 128 * 1024                          # NCCL_NVLS_CHUNKSIZE's default
+# ... unless the platform sets it: on AWS, the EFA network plugin NCCL loads on every node (aws-ofi-nccl, since
+# v1.10.0-aws: commit 3defe9e "Ensure NVLS and NVLSTree chunksizes are matched"; src/platform-aws.cpp at 2daf7d3,
+# the default environment of every P-series platform) sets NCCL_NVLS_CHUNKSIZE=524288, and NCCL_BUFFSIZE=8 MiB
+# so that NCCL's Simple step (1 MiB) does not cap it below that
+NVLS_CHUNK_BY_FABRIC = {"efa": 512 * 1024}
 # calcCollChunking: below (times x concurrent ops x chunk) bytes the chunk shrinks to (size), concurrent ops being
 # channels x heads (one head a GPU on one node)
 NVLS_CHUNK_SHRINK = ((64, 65536), (8, 32768), (2, 16384))
@@ -114,9 +119,10 @@ def tree_correction(protocol: str, nbytes: int) -> float:
     return table[index] if 0 <= index < len(table) - 1 else 1.0
 
 
-def nvls_chunk(nbytes: int, concurrent_ops: int) -> int:
-    """The chunk NCCL's NVLS allreduce uses for ``nbytes`` with ``concurrent_ops`` (channels x heads) at once."""
-    chunk = NVLS_CHUNK
+def nvls_chunk(nbytes: int, concurrent_ops: int, largest: int = NVLS_CHUNK) -> int:
+    """The chunk NCCL's NVLS allreduce uses for ``nbytes`` with ``concurrent_ops`` (channels x heads) at once,
+    ``largest`` being NCCL_NVLS_CHUNKSIZE (NCCL's default, or what the platform sets: :data:`NVLS_CHUNK_BY_FABRIC`)."""
+    chunk = largest
     for times, size in NVLS_CHUNK_SHRINK:
         if nbytes < times * concurrent_ops * chunk and chunk > size:
             chunk = size

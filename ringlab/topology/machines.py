@@ -88,7 +88,8 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
     GPUs without NVLink under one PCIe 3.0 switch), joined by
     ``nics_per_node`` NICs each (default one per GPU) of ``nic_gbps`` Gbit/s into one fabric (ib, roce, efa).
     ``sharp``: the fabric reduces (InfiniBand SHARP, for NCCL's CollNet); ``nvls=False``: the switch does
-    not add (NCCL_NVLS_ENABLE=0)."""
+    not add (NCCL_NVLS_ENABLE=0). ``fabric="efa"`` says the nodes are AWS's, one node too: NCCL then loads
+    AWS's EFA plugin, which sets some of NCCL's parameters (the NVLS chunk: see ``tuning.NVLS_CHUNK_BY_FABRIC``)."""
     if gpu not in GPUS:
         raise ValueError(f"unknown gpu {gpu!r}; known: {', '.join(GPUS)}")
     if fabric not in FABRICS:
@@ -107,7 +108,9 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
                       "nvlink" if spec.nvlink else "pcie", min(spec.gpus_per_host, gpus_per_node))
     name = name or _name(gpu, nodes, gpus_per_node, nics, nic_gbps, fabric, sharp, switch_reduce != spec.nvls)
     source = f"public figures: {spec.source}" + (f"; {nics} x {nic_gbps:g} Gbit/s {FABRICS[fabric]} per node"
-                                                  if nodes > 1 else "")
+                                                  if nodes > 1 or fabric == "efa" else "")
+    if fabric == "efa":
+        source += "; NCCL with AWS's EFA plugin (aws-ofi-nccl), which sets NCCL_NVLS_CHUNKSIZE=512 KiB"
     adds = "that can also add (NVLS)" if switch_reduce else "that cannot add"
     notes = (f"{nodes} x {gpus_per_node} {spec.name}, each node one NVLink domain, modelled as one non-blocking "
              f"switch {adds}" if spec.nvlink else f"{nodes} x {gpus_per_node} GPUs under a PCIe {spec.pcie}.0 switch")
@@ -139,9 +142,9 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
 
 def _name(gpu, nodes, gpus_per_node, nics, nic_gbps, fabric, sharp, nvls_off) -> str:
     """hgx-h100-8, gb200-nvl72, ib-2x8-h100, with what differs from the defaults after it."""
-    if nodes == 1:
+    if nodes == 1 and fabric != "efa":
         base = f"{gpu}-nvl{gpus_per_node}" if gpu == "gb200" else f"hgx-{gpu}-{gpus_per_node}"
-    else:
+    else:  # one AWS node is named as AWS's clusters are: efa-1x8-b200
         base = f"{fabric}-{nodes}x{gpus_per_node}-{gpu}"
         base += "" if nics == gpus_per_node else f"-{nics}nic"
         base += "" if nic_gbps == 400 else f"-{nic_gbps:g}g"

@@ -156,6 +156,8 @@ PRESETS = {
     # two A100 hosts (the published health check A23 does not state its network): HDR 200 Gbit/s per GPU as on a
     # DGX A100; behind PCIe 4.0 a rail carries 24 GB/s whatever its NIC
     "ib-2x8-a100": lambda: cluster("a100", 2, nic_gbps=200, name="ib-2x8-a100"),
+    # one AWS P6-B200 node (p6-b200.48xlarge): 8 B200 on NVLink 5, where NCCL runs with AWS's EFA plugin loaded
+    "efa-1x8-b200": lambda: cluster("b200", 1, fabric="efa"),
     # four AWS P6-B200 nodes: 8 B200 on NVLink 5 each, an EFA v4 of 400 Gbit/s per GPU
     "efa-4x8-b200": lambda: cluster("b200", 4, fabric="efa"),
     # two GB200 NVL72 racks as one 128-rank job: 64 GPUs of each NVLink domain (the source does not say how the
