@@ -151,7 +151,9 @@ def parser() -> argparse.ArgumentParser:
                     "generation. Expected figures are predictions, published ones are labelled; only your log is a "
                     "measurement.",
         epilog="machines (--machine): a preset (" + ", ".join(_presets()) + "), or GPU:NODESxGPUS with options, "
-               "e.g. h100:2x8, a100:16x8:nic=200, h100:4x8:nics=4:fabric=roce, b200:1x8:nvls=off\n\nexamples:\n"
+               "e.g. h100:2x8, a100:16x8:nic=200, h100:4x8:nics=4:fabric=roce, b200:1x8:nvls=off, "
+               "b200:1x8:fabric=efa (an AWS node: NCCL runs with the parameters AWS's EFA plugin sets)"
+               "\n\nexamples:\n"
                "  ringlab explain all_reduce_perf.log\n"
                "  ringlab explain all_reduce_perf.log --machine h100:2x8 --json verdict.json\n"
                "  ringlab explain ringlab/data/published/A03_nccltests290_h100_2x8_ib_ndr_allreduce_ring.json",

@@ -102,6 +102,12 @@ def test_the_machine_comes_from_the_log_or_a_description():
     assert machine_from("a100:16x8:nic=200").machine.nic_bandwidth == 25e9
     assert machine_from("h100:4x8:nics=4:fabric=roce").name == "roce-4x8-h100-4nic"
     assert machine_from("hgx-b200-8").name == "hgx-b200-8"
+    # a log whose INFO lines show AWS's EFA plugin: an AWS machine, whose plugin sets NCCL's NVLS chunk
+    on_aws = guess_machine({"ranks": 8, "devices": devices(8, 1, "NVIDIA B200"), "network": "efa"})
+    assert on_aws.name == machine_from("b200:1x8:fabric=efa").name == "efa-1x8-b200"
+    assert guess_machine({"ranks": 8, "devices": devices(8, 1, "NVIDIA B200"), "network": None}).name == "hgx-b200-8"
+    assert guess_machine({"ranks": 16, "devices": devices(16, 2, "NVIDIA H100 80GB HBM3"),
+                          "network": "roce"}).name == "roce-2x8-h100"
     with pytest.raises(ValueError, match="cannot read machine 'h100'"):
         machine_from("h100")
     with pytest.raises(ValueError, match="cannot read 'speed=3'"):

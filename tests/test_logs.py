@@ -110,6 +110,34 @@ def test_rooted_and_unchecked_and_per_iteration_logs():
     assert [r["inplace_busbw_Bps"] for r in rows] == pytest.approx([e["inplace_busbw_Bps"] for e in expected])
 
 
+# NCCL_DEBUG=INFO lines, in NCCL's format (src/debug.cc: "host:pid:tid [dev] NCCL INFO ..."), with the messages
+# of AWS's plugin (aws-ofi-nccl: "NET/OFI " + "Selected provider is %s, fabric is %s (found %d nics)"; its
+# releases before 1.8 said "Selected Provider is efa" and named the network "AWS Libfabric") and of NCCL's IB
+# transport (src/transport/net_ib/init.cc: "NET/IB : Using [d]dev:port/IB|RoCE ...; OOB if:addr")
+NETWORK_LINES = {
+    "efa": ["node1:4000:4000 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.16.0",
+            "node1:4000:4000 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 8 nics)",
+            "node1:4000:4000 [0] NCCL INFO Using network Libfabric"],
+    "efa-old": ["node1:4000:4000 [0] NCCL INFO NET/OFI Selected Provider is efa",
+                "node1:4000:4000 [0] NCCL INFO Using network AWS Libfabric"],
+    "ib": ["node1:4000:4000 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB [RO]; OOB ib0:10.0.0.1<0>",
+           "node1:4000:4000 [0] NCCL INFO Using network IB"],
+    "roce": ["node1:4000:4000 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"],
+    None: ["node1:4000:4000 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+           "node1:4000:4000 [0] NCCL INFO Using network Socket"],
+}
+
+
+@pytest.mark.parametrize("kind", list(NETWORK_LINES))
+def test_the_network_nccl_used_is_read_from_its_info_lines(kind):
+    text, expected = nccl_log()
+    lines = text.splitlines()
+    got = read_log("\n".join(lines[:6] + NETWORK_LINES[kind] + lines[6:]))
+    assert got["network"] == (kind.removesuffix("-old") if kind else None)
+    assert len(got["rows"]) == len(expected) and got["left_out"] == []  # INFO lines are no rows, nor lost ones
+    assert read_log(text)["network"] is None  # no INFO lines: not said
+
+
 def test_what_is_not_an_nccl_tests_log_is_a_clear_error():
     with pytest.raises(LogFormatError, match="tried: nccl-tests, nvbandwidth, p2pBandwidthLatencyTest, bandwidthTest"):
         read_log("Device 0: NVIDIA H100\nsome other tool\n")

@@ -152,7 +152,8 @@ def machine_from(spec: str) -> Topology:
 
 
 def guess_machine(result: dict) -> Topology:
-    """The machine a log ran on, from its GPUs' names and hosts (a bench result's: its machine's): healthy
+    """The machine a log ran on, from its GPUs' names and hosts (a bench result's: its machine's), and the
+    network NCCL's INFO lines name (EFA: an AWS machine, whose plugin sets some of NCCL's parameters): healthy
     hardware of that kind."""
     described = result.get("machine") if isinstance(result.get("machine"), dict) else {}
     devices = result.get("devices") or [{"name": g.get("name", ""), "host": described.get("host")}
@@ -172,7 +173,7 @@ def guess_machine(result: dict) -> Topology:
         raise ValueError(f"no preset for {ranks} x {kind}; give the machine with --machine")
     hosts = len({d["host"] for d in devices}) or 1
     nodes = -(-ranks // 72) if kind == "gb200" else hosts  # a GB200 node is an NVLink domain of up to 72
-    return cluster(kind, nodes, ranks // nodes)
+    return cluster(kind, nodes, ranks // nodes, fabric=result.get("network") or "ib")
 
 
 def nearest_published(topology: Topology, collective: str, ranks: int, exclude: str | None = None,

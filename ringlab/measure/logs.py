@@ -64,7 +64,7 @@ def read_nccl_tests(text: str, collective: str | None = None) -> dict:
     lines = lines_of(text)
     result = {"format": "nccl-tests", "collective": collective, "ranks": None, "devices": [], "nccl_version": None,
               "nccl_tests_version": None, "threads": None, "gpus_per_thread": None, "avg_busbw_Bps": None,
-              "out_of_bounds": None, "rows": [], "left_out": []}
+              "out_of_bounds": None, "network": None, "rows": [], "left_out": []}
     per_iteration = False
     for line_number, line in enumerate(lines, 1):
         if m := re.match(r"# nccl-tests version (\S+) nccl-headers=(\d+) nccl-library=(\d+)", line):
@@ -74,6 +74,8 @@ def read_nccl_tests(text: str, collective: str | None = None) -> dict:
             result["threads"], result["gpus_per_thread"] = int(m.group(1)), int(m.group(2))
         elif m := re.search(r"NCCL version (\d+\.\d+\.\d+\S*)", line):
             result["nccl_version"] = result["nccl_version"] or m.group(1)
+        elif network := _network(line):
+            result["network"] = result["network"] or network
         elif m := re.match(r"# Collective test starting: (\S+)", line):
             program = m.group(1).split("/")[-1].removesuffix("_perf").removesuffix("_mpi")
             result["collective"] = result["collective"] or _PROGRAMS.get(program, program)
@@ -101,6 +103,16 @@ def read_nccl_tests(text: str, collective: str | None = None) -> dict:
     if result["collective"] is None:
         result["collective"] = _collective_from_columns(result)
     return result
+
+
+def _network(line: str) -> str | None:
+    """The fabric an NCCL_DEBUG=INFO line says NCCL's network runs on: efa (AWS's plugin, aws-ofi-nccl, on EFA),
+    ib or roce (NCCL's own IB transport, by the link layer of the devices it lists); None for other lines."""
+    if re.search(r"NET/OFI Selected [Pp]rovider is efa\b|Using network AWS Libfabric", line):
+        return "efa"
+    if m := re.search(r"NET/IB : Using\b.*?/(IB|RoCE)\b", line):
+        return "ib" if m.group(1) == "IB" else "roce"
+    return None
 
 
 def _nccl_code(code: int) -> str:
