@@ -109,8 +109,7 @@ def test_on_aws_the_efa_plugins_nvls_chunk_moves_the_step_to_where_the_p6_sweep_
     chunks from 6 GiB and 64K below, where its own 128K default would switch at 1.5 GiB. The published P6-B200
     sweep (A42) steps between 4 and 8 GiB, not between 1 and 2."""
     assert T.NVLS_CHUNK_BY_FABRIC["efa"] == 512 << 10
-    six = 64 * 24 * 8 * (512 << 10)
-    assert six == 6 << 30
+    six = 6 << 30  # 64 x (24 channels x 8 heads) x 512 KiB
     assert T.nvls_chunk(six, 24 * 8, 512 << 10) == 512 << 10 and T.nvls_chunk(six - 1, 24 * 8, 512 << 10) == 64 << 10
     assert T.nvls_chunk(2 << 30, 24 * 8) == 128 << 10 and T.nvls_chunk(2 << 30, 24 * 8, 512 << 10) == 64 << 10
     aws, plain = rl.topology.preset("efa-1x8-b200"), rl.topology.preset("hgx-b200-8")
