@@ -148,7 +148,8 @@ def parser() -> argparse.ArgumentParser:
                     "sweep of a healthy machine like it. Where the sweep is well below, it names the causes whose "
                     "machine the measurement matches: rails not used (one NIC's worth), the rails at a quarter of "
                     "their rate (GPUDirect RDMA off, ACS, the IOMMU), NVLS off, P2P off on a PCIe box, a lower PCIe "
-                    "generation. Expected figures are predictions, published ones are labelled; only your log is a "
+                    "generation. Where a healthy sweep's smaller sizes fall short, a note says which and what to "
+                    "look at. Expected figures are predictions, published ones are labelled; only your log is a "
                     "measurement.",
         epilog="machines (--machine): a preset (" + ", ".join(_presets()) + "), or GPU:NODESxGPUS with options, "
                "e.g. h100:2x8, a100:16x8:nic=200, h100:4x8:nics=4:fabric=roce, b200:1x8:nvls=off, "
@@ -162,7 +163,8 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--machine", metavar="SPEC", help="the machine it ran on (default: read from the log)")
     explain.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
     explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
-                                                        "verdict and causes (one object, or a list for several logs)")
+                                                        "verdict, causes and notes (one object, or a list for "
+                                                        "several logs)")
     from .mpi.localcluster import command as cluster
     cluster.add_parser(commands)
     return top

@@ -9,7 +9,7 @@ import pytest
 
 import ringlab as rl
 from ringlab.measure import published
-from ringlab.measure.explain import CAUSES, explain, guess_machine, machine_from, variants
+from ringlab.measure.explain import CAUSES, describe, explain, guess_machine, machine_from, variants
 from ringlab.measure.logs import read_log
 from ringlab.predict.nccl import predict_nccl
 from ringlab.schedule import bus_factor
@@ -148,3 +148,45 @@ def test_a_bench_result_is_explained_by_its_nccl_rows_on_its_machine():
                 name="A43_mlengineering_mi300x_allreduce_4GB_2v8gpu")
     with pytest.raises(ValueError, match="no NCCL rows"):
         explain(dict(result, rows=[{"algorithm": "ring", "bytes": 1 << 20, "busbw_Bps": 1e9}]))
+
+
+def middle_slowed(topology, gpu_name: str, hosts: int, gpus_per_thread: int = 1, factor: float = 0.5) -> dict:
+    """A sweep at the model's prediction on ``topology``, its sizes below 64 MiB at ``factor`` of it."""
+    result = sweep_on(topology, gpu_name, hosts)
+    for r in result["rows"]:
+        r["busbw_Bps"] *= factor if r["bytes"] < 64 << 20 else 1.0
+    return dict(result, gpus_per_thread=gpus_per_thread)
+
+
+def test_a_healthy_verdict_says_where_the_sizes_below_the_large_ones_fall_short_and_what_to_look_at():
+    board = rl.topology.preset("hgx-h100-8")
+    fine = explain(sweep_on(board, "NVIDIA H100 80GB HBM3", hosts=1))
+    assert fine["verdict"] == "healthy" and fine["notes"] == []
+    # a process a GPU, half the model below 64 MiB: the channels and the hosts' cores to look at
+    one = explain(middle_slowed(board, "NVIDIA H100 80GB HBM3", hosts=1))
+    assert one["verdict"] == "healthy" and len(one["notes"]) == 1
+    low = [r for r in one["rows"] if r["bytes"] < 64 << 20]
+    assert f"{len(low)} of the sizes below them" in one["notes"][0] and "64 KiB to 16 MiB" in one["notes"][0]
+    assert "NCCL_MAX_NCHANNELS" in one["notes"][0] and "-g " not in one["notes"][0]
+    # the same from one thread driving the eight GPUs: run a process a GPU to see NCCL's own time
+    threaded = explain(middle_slowed(board, "NVIDIA H100 80GB HBM3", hosts=1, gpus_per_thread=8))
+    assert "(-g 8)" in threaded["notes"][0] and "mpirun -np 8 all_reduce_perf ... -g 1" in threaded["notes"][0]
+    assert f"# note: {threaded['notes'][0]}" in describe(threaded, "all_reduce_perf.log")
+    # within 1.5x of the model is not called short; a sweep below its hardware gets its causes, not a note
+    assert explain(middle_slowed(board, "NVIDIA H100 80GB HBM3", hosts=1, factor=0.7))["notes"] == []
+    quarter = explain(middle_slowed(rl.topology.cluster("h100", 2, nic_gbps=100), "NVIDIA H100 80GB HBM3", hosts=2))
+    assert quarter["verdict"] == "below its hardware" and quarter["notes"] == []
+
+
+@pytest.mark.parametrize("name, says", [("A41_mlengineering_a100x8_nvlink3_allreduce_sweep", "(-g 8)"),
+                                        ("A20_galvatron_dgx-a100-40gb_allreduce", "(-g 8)"),
+                                        ("A24_mlengineering_b200x8_p6_4node_efa_allreduce_bench_busbw",
+                                         "after a barrier"),
+                                        ("A21_facebookresearch-gcm_a100-80gb_allreduce", None)])
+def test_the_published_sweeps_the_model_misses_below_64_mib_carry_a_note_naming_how_they_were_timed(name, says):
+    got = explain(published.load(name).data, name=name)
+    short = [r for r in got["rows"] if r["bytes"] < 64 << 20 and r["ratio"] < 1 / 1.5]
+    assert got["verdict"] == "healthy" and bool(got["notes"]) == bool(short) == (says is not None)
+    if says:
+        worst = min(short, key=lambda r: r["ratio"])
+        assert says in got["notes"][0] and f"{worst['ratio']:.0%} at" in got["notes"][0]

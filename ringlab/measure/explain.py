@@ -20,7 +20,9 @@ thing wrong and asking which of those the measurement matches (:data:`CAUSES`):
 - a GPU on a lower PCIe generation than it supports.
 
 Verdicts: healthy when the large sizes reach at least :data:`HEALTHY` of the expectation; below its
-hardware otherwise, with the causes whose machine the measurement matches (within :data:`MATCH`).
+hardware otherwise, with the causes whose machine the measurement matches (within :data:`MATCH`). A
+healthy verdict rests on the large sizes; where sizes below them reach less than :data:`MIDDLE_LOW` of the
+model, ``notes`` says so, and what in the way the log was timed to look at first (:func:`middle_notes`).
 Everything expected is a prediction or a published figure, labelled; only the log is a measurement.
 """
 from __future__ import annotations
@@ -37,12 +39,14 @@ from ..topology import GPUS, Topology, cluster, preset, preset_names
 from ..topology.machines import variant
 from ..topology.presets import rtx4090_8
 from . import published
-from .logs import read_log
+from .logs import _PROGRAMS, read_log
 
 HEALTHY = 0.8          # measured / expected at the large sizes, at least, for a healthy verdict
 MATCH = (0.8, 1.25)    # measured / a cause's expectation, within, for that cause to match
 LARGE = 64 << 20       # the sizes a verdict rests on: from 64 MiB (or the largest half, if none is that big)
 SMALLEST = 64 << 10    # sizes shown from here: below it, launch and timing dominate
+MIDDLE_LOW = 1 / 1.5   # measured / expected below which a size under the large ones is called low (the model's
+                       # own goal there: within 1.5x, benchmarks/model_vs_published.py)
 RAILS_DEGRADED = 1 / 4  # the rails' share without GPUDirect RDMA (nccl#756: "by 2 or even 4"; nccl#1412)
 CAUSES = {
     "rails": "rails not used: one NIC's worth a node (NCCL found or was given one NIC: NCCL_IB_HCA, "
@@ -79,7 +83,7 @@ def explain(result: dict, machine: Topology | str | None = None, name: str | Non
             f"below its hardware: {ratio:.0%} of what the model expects at the large sizes; " +
             (f"it matches {causes[0]['cause']}" if causes else "no modelled cause matches"))
     return {"rows": expected, "verdict": verdict, "summary": said, "ratio": ratio, "causes": causes,
-            "machine": topology.name, "benchmark": bench.name,
+            "notes": middle_notes(expected, bench, verdict), "machine": topology.name, "benchmark": bench.name,
             "published": reference["label"] if reference else None}
 
 
@@ -87,6 +91,50 @@ def judge(rows: list[dict]) -> tuple[str, float]:
     """("healthy" or "below its hardware", the median measured / expected over the large sizes)."""
     ratio = median(r["ratio"] for r in large(rows))
     return ("healthy" if ratio >= HEALTHY else "below its hardware"), ratio
+
+
+def middle_notes(rows: list[dict], bench: Harness, verdict: str) -> list[str]:
+    """What a healthy verdict, resting on the large sizes, does not say: the sizes below them that reach less
+    than :data:`MIDDLE_LOW` of the model, and what in the way ``bench`` timed the calls to look at first.
+    Nothing for a sweep below its hardware: its causes are named."""
+    big = large(rows)
+    low = [r for r in rows if r not in big and r["ratio"] < MIDDLE_LOW]
+    if verdict != "healthy" or not low:
+        return []
+    worst = min(low, key=lambda r: r["ratio"])
+    span = _bytes(low[0]["bytes"]) + ("" if len(low) == 1 else f" to {_bytes(low[-1]['bytes'])}")
+    said = (f"the large sizes are healthy, but {len(low)} of the sizes below them reach less than "
+            f"{MIDDLE_LOW:.0%} of the model ({span}; {worst['ratio']:.0%} at {_bytes(worst['bytes'])}). Below the "
+            "large sizes a call's time holds fixed costs (launches, synchronisation, each step's latency) beside "
+            "the links' rate. ")
+    gpus, ranks = bench.gpus_per_process, rows[0]["ranks"]
+    if bench.tool in ("nccl-tests", "rccl-tests") and gpus > 1:
+        said += (f"This log drove {gpus} GPUs from one thread (-g {gpus}): no call ends before that thread has "
+                 f"launched NCCL on all {gpus} (nccl-tests#333), and the model holds only the launch floor measured "
+                 f"there. Run one process per GPU (mpirun -np {ranks} {_perf(rows)} ... -g 1) to see NCCL's own "
+                 "time at these sizes.")
+    elif bench.tool == "all_reduce_bench.py":
+        said += ("all_reduce_bench.py times one call at a time, each after a barrier: a rank's time holds the host's "
+                 "issue of the call and its wait for the last rank to leave the barrier. nccl-tests, its calls "
+                 "back to back, shows NCCL's own time.")
+    else:
+        said += ("Look at the channels NCCL used at these sizes (NCCL_DEBUG=INFO prints them; NCCL_MIN_NCHANNELS "
+                 "and NCCL_MAX_NCHANNELS bound them) and at what else runs on the hosts' cores.")
+    return [said]
+
+
+def _bytes(n: int) -> str:
+    """A size as 512 KiB, 16 MiB, 2 GiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} B"
+
+
+def _perf(rows: list[dict]) -> str:
+    """The nccl-tests program that runs the rows' collective (all_reduce_perf for allreduce)."""
+    program = {ours: theirs for theirs, ours in _PROGRAMS.items()}.get(rows[0]["collective"], rows[0]["collective"])
+    return f"{program}_perf"
 
 
 def large(rows: list[dict]) -> list[dict]:
@@ -270,6 +318,7 @@ def describe(e: dict, what: str = "this sweep") -> list[str]:
     lines.append(f"# verdict: {e['summary']}")
     for c in e["causes"]:
         lines.append(f"# likely cause: {c['cause']} (measured is {c['ratio']:.0%} of what {c['machine']} would give)")
+    lines += [f"# note: {note}" for note in e.get("notes", [])]
     return lines
 
 
@@ -305,4 +354,4 @@ def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | N
 
 
 __all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine",
-           "nearest_published", "read", "CAUSES", "HEALTHY", "MATCH", "RAILS_DEGRADED"]
+           "nearest_published", "middle_notes", "read", "CAUSES", "HEALTHY", "MATCH", "MIDDLE_LOW", "RAILS_DEGRADED"]

@@ -30,11 +30,14 @@ SOURCES = {"nccl-tests": "NVIDIA/nccl-tests#333 (small-size time with -g 4; a ma
 
 @dataclass(frozen=True)
 class Harness:
-    """How a benchmark timed the calls: ``floor`` (s) no call is measured below, ``added`` (s) on every call."""
+    """How a benchmark timed the calls: ``floor`` (s) no call is measured below, ``added`` (s) on every call;
+    ``tool`` the benchmark, ``gpus_per_process`` the GPUs one of its threads drove (nccl-tests' ``-g``)."""
 
     name: str
     floor: float = 0.0
     added: float = 0.0
+    tool: str = "nccl-tests"
+    gpus_per_process: int = 1
 
     def seconds(self, nccl_seconds: float) -> float:
         """The time the benchmark reports for a call NCCL completes in ``nccl_seconds``."""
@@ -48,10 +51,11 @@ def harness(tool: str = "nccl-tests", gpus_per_process: int = 1) -> Harness:
         if gpus_per_process < 1:
             raise ValueError(f"gpus_per_process must be >= 1, got {gpus_per_process}")
         if gpus_per_process == 1:
-            return Harness(f"{tool}, one GPU a process")
-        return Harness(f"{tool} -g {gpus_per_process}", floor=gpus_per_process * LAUNCH_PER_GPU)
+            return Harness(f"{tool}, one GPU a process", tool=tool)
+        return Harness(f"{tool} -g {gpus_per_process}", floor=gpus_per_process * LAUNCH_PER_GPU, tool=tool,
+                       gpus_per_process=gpus_per_process)
     if tool == "all_reduce_bench.py":
-        return Harness(tool, added=TORCH_HOST_OVERHEAD)
+        return Harness(tool, added=TORCH_HOST_OVERHEAD, tool=tool)
     raise ValueError(f"unknown benchmark {tool!r}; known: nccl-tests, rccl-tests, all_reduce_bench.py")
 
 
