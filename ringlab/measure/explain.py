@@ -40,6 +40,7 @@ from ..topology.machines import variant
 from ..topology.presets import rtx4090_8
 from . import published
 from .logs import _PROGRAMS, read_log
+from .units import format_bytes
 
 HEALTHY = 0.8          # measured / expected at the large sizes, at least, for a healthy verdict
 MATCH = (0.8, 1.25)    # measured / a cause's expectation, within, for that cause to match
@@ -102,11 +103,11 @@ def middle_notes(rows: list[dict], bench: Harness, verdict: str) -> list[str]:
     if verdict != "healthy" or not low:
         return []
     worst = min(low, key=lambda r: r["ratio"])
-    span = _bytes(low[0]["bytes"]) + ("" if len(low) == 1 else f" to {_bytes(low[-1]['bytes'])}")
+    span = format_bytes(low[0]["bytes"]) + ("" if len(low) == 1 else f" to {format_bytes(low[-1]['bytes'])}")
     said = (f"the large sizes are healthy, but {len(low)} of the sizes below them reach less than "
-            f"{MIDDLE_LOW:.0%} of the model ({span}; {worst['ratio']:.0%} at {_bytes(worst['bytes'])}). Below the "
-            "large sizes a call's time holds fixed costs (launches, synchronisation, each step's latency) beside "
-            "the links' rate. ")
+            f"{MIDDLE_LOW:.0%} of the model ({span}; {worst['ratio']:.0%} at {format_bytes(worst['bytes'])}). "
+            "Below the large sizes a call's time holds fixed costs (launches, synchronisation, each step's latency) "
+            "beside the links' rate. ")
     gpus, ranks = bench.gpus_per_process, rows[0]["ranks"]
     if bench.tool in ("nccl-tests", "rccl-tests") and gpus > 1:
         said += (f"This log drove {gpus} GPUs from one thread (-g {gpus}): no call ends before that thread has "
@@ -121,14 +122,6 @@ def middle_notes(rows: list[dict], bench: Harness, verdict: str) -> list[str]:
         said += ("Look at the channels NCCL used at these sizes (NCCL_DEBUG=INFO prints them; NCCL_MIN_NCHANNELS "
                  "and NCCL_MAX_NCHANNELS bound them) and at what else runs on the hosts' cores.")
     return [said]
-
-
-def _bytes(n: int) -> str:
-    """A size as 512 KiB, 16 MiB, 2 GiB."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):g} {unit}"
-    return f"{n} B"
 
 
 def _perf(rows: list[dict]) -> str:
