@@ -20,7 +20,7 @@ from ringlab.measure.tables import table
 from ringlab.measure.bench import run, sweep
 from ringlab.measure.timing import time_collective
 from ringlab.measure.units import parse_size
-from ringlab.mpi.launch import relaunch
+from ringlab.cluster.launch import relaunch
 
 
 def arguments(argv=None):

@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ringlab.mpi.launch import cores, run_mpi
+from ringlab.cluster.launch import run_mpi
+from ringlab.mpi.devices import cores
 
 HERE = Path(__file__).resolve()
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20]

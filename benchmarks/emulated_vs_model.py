@@ -202,7 +202,8 @@ def main(argv=None) -> int:
         worker(json.loads(args.worker[0]), args.worker[1])
         return 0
     from ringlab.measure.tables import table
-    from ringlab.mpi.launch import cores, run_mpi
+    from ringlab.cluster.launch import run_mpi
+    from ringlab.mpi.devices import cores
 
     import ringlab as rl
 

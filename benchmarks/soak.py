@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     from ringlab.measure.bench import in_mpi_job
 
     if not in_mpi_job():
-        from ringlab.mpi.launch import relaunch
+        from ringlab.cluster.launch import relaunch
 
         return relaunch(args.nranks, sys.argv[1:], [os.path.abspath(__file__)])
     soak(args.minutes, args.every)

@@ -6,7 +6,7 @@ import sys
 
 from .algorithms import ALGORITHMS, about, build, options_of
 from .measure.units import parse_size
-from .mpi.launch import RANKS_PER_CORE
+from .cluster.launch import RANKS_PER_CORE
 
 DEMO_MAX_RANKS = 32  # the walk-through grows as ranks x chunks x steps: past this it is unreadable
 
@@ -165,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
                                                         "verdict, causes and notes (one object, or a list for "
                                                         "several logs)")
-    from .mpi.localcluster import command as cluster
+    from .cluster import command as cluster
     cluster.add_parser(commands)
     return top
 
@@ -267,7 +267,7 @@ def _bandwidth(args, argv) -> int:
     from .measure.machine import SCHEMA, describe_machine, save_json
     from .measure.units import parse_size
     from .mpi.devices import cupy_module
-    from .mpi.launch import relaunch
+    from .cluster.launch import relaunch
 
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     if args.nranks is not None and not in_mpi_job():
@@ -286,7 +286,7 @@ def _bandwidth(args, argv) -> int:
 
 def _bench(args, argv) -> int:
     from .measure.bench import check_arguments, in_mpi_job, run, sweep
-    from .mpi.launch import relaunch
+    from .cluster.launch import relaunch
 
     algorithms = [a for a in args.algorithms.split(",") if a]
     factor = args.stepfactor if args.stepfactor is not None or args.stepbytes is not None else 2
@@ -303,7 +303,7 @@ def _bench(args, argv) -> int:
 
 
 def check_nranks(nranks) -> None:
-    from .mpi.launch import check_nranks as check
+    from .cluster.launch import check_nranks as check
 
     check(nranks)
 
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ringlab explain: error: {err}", file=sys.stderr)
             return 2
     elif args.command == "cluster":
-        from .mpi.localcluster.command import main as cluster
+        from .cluster.command import main as cluster
         return cluster(args, argv)
     elif args.command == "predict":
         try:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 TESTS = Path(__file__).resolve().parent
 GPUSIM = TESTS / "gpusim"
@@ -36,7 +36,7 @@ def gpusim_env(machine: str | None = None, cuda_aware: bool | None = None, ringl
 
 def run_gpusim(nranks: int, args: list[str], timeout: float = 240, **env_options) -> subprocess.CompletedProcess:
     """``args`` under mpiexec on ``nranks`` ranks, with the stand-in for cupy, started in tests/mpi: the
-    ranks run ``python -m ringlab.mpi.runner``, which imports ringlab from the working directory first, so
+    ranks run ``python -m ringlab.cluster.runner``, which imports ringlab from the working directory first, so
     from the checkout's root a ``ringlab_from`` package would never be the one imported."""
     return run_mpi(nranks, args, timeout=timeout, env=gpusim_env(**env_options), cwd=SCRIPTS)
 
@@ -45,11 +45,11 @@ def run_gpusim_own_gpu(nranks: int, args: list[str], first: int = 0, timeout: fl
                        **env_options) -> subprocess.CompletedProcess:
     """Like :func:`run_gpusim`, with each rank shown only its own GPU, ``first + rank``, in
     ``CUDA_VISIBLE_DEVICES`` before its process starts (as Slurm and many launchers do)."""
-    from ringlab.mpi.launch import find_mpiexec, local_env
+    from ringlab.cluster.launch import find_mpiexec, local_env
 
     env = {**os.environ, **local_env(nranks=nranks), **gpusim_env(**env_options)}
     command = [find_mpiexec(), "-n", str(nranks), "sh", "-c",
-               f'CUDA_VISIBLE_DEVICES=$((PMI_RANK + {int(first)})) exec "$0" -m ringlab.mpi.runner "$@"',
+               f'CUDA_VISIBLE_DEVICES=$((PMI_RANK + {int(first)})) exec "$0" -m ringlab.cluster.runner "$@"',
                sys.executable, *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=SCRIPTS)
 

@@ -12,14 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ringlab"
 
 CORE = ("schedule", "simulate", "algorithms")  # the data model: one part in three places
-PARTS = ("mpi", "topology", "predict", "measure", "train", "viz", "lab", "lessons")
+PARTS = ("mpi", "cluster", "topology", "predict", "measure", "train", "viz", "lab", "lessons")
 ENTRY_POINTS = ("cli", "__init__", "__main__")  # ringlab's own: they may import anything
-LAYOUT = {"schedule.py", "simulate.py", "algorithms", "mpi", "topology", "predict", "measure", "train", "viz",
+LAYOUT = {"schedule.py", "simulate.py", "algorithms", "mpi", "cluster", "topology", "predict", "measure", "train", "viz",
           "lab", "lessons", "cli.py", "__init__.py", "__main__.py", "data"}
 
 
 def module_name(path: Path, package: Path) -> str:
-    """``ringlab/mpi/executor.py`` -> ``ringlab.mpi.executor``; a package's ``__init__.py`` is the package."""
+    """``ringlab/mpi/run.py`` -> ``ringlab.mpi.run``; a package's ``__init__.py`` is the package."""
     parts = list(path.relative_to(package.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -141,8 +141,8 @@ def module_graph(package: Path = PACKAGE) -> dict[str, dict[str, list[str]]]:
 
 
 def test_no_module_imports_one_that_imports_it_back():
-    """Dependencies inside a folder run one way (``transports`` chooses among ``ops``, ``ipc`` and ``fastpath``,
-    which never import it back), at import time or at call time."""
+    """Dependencies inside a folder run one way (``transports`` binds the plans that ``run`` carries out, and
+    ``run`` never imports it back), at import time or at call time."""
     graph = module_graph()
     cycle = find_cycle(graph)
     if cycle:

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 from ringlab.train.attention import attention, merge
 
 SCRIPT = Path(__file__).parent / "mpi" / "ring_attention.py"

@@ -1,9 +1,9 @@
 """The caches of schedules and plans hold a bounded weight, not only a bounded count: a few huge ones never
 pile up for the rest of the process."""
 import ringlab as rl
-from ringlab.mpi.caches import bounded
+from ringlab.mpi.plan import bounded
 from ringlab.mpi.collectives import _built, _transfers
-from ringlab.mpi.executor import compile_plan
+from ringlab.mpi.plan import compile_plan
 
 
 def test_entries_and_weight_are_both_bounded():

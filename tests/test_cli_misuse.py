@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ringlab.mpi.launch import RANKS_PER_CORE, check_nranks, local_env, mpiexec_command, run_mpi
+from ringlab.cluster.launch import RANKS_PER_CORE, check_nranks, local_env, mpiexec_command, run_mpi
 
 
 def run_cli(*args, timeout=120):
@@ -96,15 +96,15 @@ def test_single_node_jobs_listen_on_loopback_only(tmp_path):
 
 
 def test_oversubscribed_jobs_get_mpichs_yielding_settings(monkeypatch):
-    import ringlab.mpi.launch as launch
+    from ringlab.mpi import devices
 
-    monkeypatch.setattr(launch, "cores", lambda: 2)
+    monkeypatch.setattr(devices, "cores", lambda: 2)
     crowded = local_env({}, nranks=4)
     assert crowded["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "1" and crowded["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] == "1"
     assert "MPIR_CVAR_POLLS_BEFORE_YIELD" not in local_env({}, nranks=2)
     assert local_env({"MPIR_CVAR_POLLS_BEFORE_YIELD": "50"}, nranks=4)["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "50"
     monkeypatch.setenv("MPI_LOCALNRANKS", "3")
-    assert launch.ranks_on_node() == 3 and launch.oversubscribed()
+    assert devices.ranks_on_node() == 3 and devices.oversubscribed()
 
 
 def test_mpi_ring_is_for_allreduce_only():

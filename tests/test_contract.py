@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
 

@@ -28,11 +28,11 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
 
 
 def test_the_mpi_library_itself_is_asked_whether_it_is_cuda_aware(monkeypatch):
-    from ringlab.mpi.transports import _query_cuda_support, mpi_is_cuda_aware
+    from ringlab.mpi.devices import mpi_is_cuda_aware, query_cuda_support
 
     # the mpich wheel answers (MPIX_Query_cuda_support): not found would mean the lookup is broken,
     # and every GPU run would quietly fall back to staging through the host
-    assert _query_cuda_support() is False
+    assert query_cuda_support() is False
     monkeypatch.delenv("RINGLAB_CUDA_AWARE", raising=False)
     assert mpi_is_cuda_aware() is False
     monkeypatch.setenv("RINGLAB_CUDA_AWARE", "0")
@@ -70,11 +70,11 @@ def test_cuda_aware_claimed_against_the_mpi_librarys_answer_is_an_error_on_every
     """RINGLAB_CUDA_AWARE=1 where MPI itself says no would segfault on the first GPU buffer: it is one
     ValueError, naming the setting, MPI's answer and both ways out, on every rank (the choice is
     collective, so a rank without the setting raises it too); force takes the cuda-aware path."""
-    from ringlab.mpi import transports
+    from ringlab.mpi import devices, transports
 
     monkeypatch.setenv("RINGLAB_CUDA_AWARE", "1")
     with pytest.raises(ValueError) as refused:
-        transports.mpi_is_cuda_aware()
+        devices.mpi_is_cuda_aware()
     assert all(part in str(refused.value) for part in CLAIMED), refused.value
     assert said(transports).startswith("cuda-aware: refused: RINGLAB_CUDA_AWARE=1")
     with pytest.raises(ValueError) as everywhere:
@@ -89,25 +89,25 @@ def test_cuda_aware_claimed_against_the_mpi_librarys_answer_is_an_error_on_every
     assert transports._network_path(_Ranks([None, None])) == "cuda-aware"
     assert said(transports) == "cuda-aware: yes (RINGLAB_CUDA_AWARE=force; the MPI library says it cannot)"
     # the MPI library cannot say: =1 is trusted, as before
-    monkeypatch.setattr(transports, "_query_cuda_support", lambda: None)
+    monkeypatch.setattr(devices, "query_cuda_support", lambda: None)
     monkeypatch.setenv("RINGLAB_CUDA_AWARE", "1")
-    assert transports.mpi_is_cuda_aware() is True and transports._network_path(_Ranks([None])) == "cuda-aware"
+    assert devices.mpi_is_cuda_aware() is True and transports._network_path(_Ranks([None])) == "cuda-aware"
 
 
 def test_a_cuda_aware_setting_it_does_not_take_is_an_error_on_every_rank(monkeypatch):
     """RINGLAB_CUDA_AWARE=true (or yes, or on) would have been ignored, staging through the host while the user
     believed otherwise: it is a ValueError naming the three values, on every rank, and doctor says so."""
-    from ringlab.mpi import transports
+    from ringlab.mpi import devices, transports
 
     for value in ("true", "yes", "2"):
         monkeypatch.setenv("RINGLAB_CUDA_AWARE", value)
         with pytest.raises(ValueError, match=f"RINGLAB_CUDA_AWARE must be 0 .* 1 .* or force .*, or unset; got '{value}'"):
-            transports.mpi_is_cuda_aware()
+            devices.mpi_is_cuda_aware()
         with pytest.raises(ValueError, match="on ranks 0, 1, 2 of 3"):
             transports._network_path(_Ranks([f"RINGLAB_CUDA_AWARE must be ... got '{value}'"] * 2))
         assert said(transports).startswith(f"cuda-aware: refused: RINGLAB_CUDA_AWARE must be 0")
     monkeypatch.setenv("RINGLAB_CUDA_AWARE", " ")  # empty: as if unset
-    assert transports.mpi_is_cuda_aware() is (transports._query_cuda_support() is True)
+    assert devices.mpi_is_cuda_aware() is (devices.query_cuda_support() is True)
 
 
 def test_mps_is_found_by_its_control_pipe_and_changes_what_sharing_a_gpu_means(tmp_path, monkeypatch):

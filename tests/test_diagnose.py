@@ -118,7 +118,7 @@ def test_the_straggler_lesson_words_what_the_traces_show_beside_both_models():
 
 
 def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():
-    from ringlab.mpi.executor import Trace
+    from ringlab.mpi.run import Trace
 
     model = diagnose.model_trace(4, slow_rank=2, pause=0.02, transfer=1e-4)
     rows = [tuple(r) for r in model.records]
@@ -129,20 +129,19 @@ def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():
     assert "The longest send" not in diagnose.describe_straggler(model)  # sends of 0.1 ms: nothing to explain
 
 
-def test_slowed_restores_the_transport_and_refuses_silly_pauses():
-    from ringlab.mpi import collectives
+def test_slowed_pauses_inside_only_and_refuses_silly_pauses():
+    from ringlab.mpi import emulate
 
-    plain = collectives.make_ops
     with diagnose.slowed(0.001):
-        assert collectives.make_ops is not plain
-    assert collectives.make_ops is plain
+        assert emulate.stall() == 0.001
+    assert emulate.stall() == 0.0
     with pytest.raises(ValueError, match="a pause of 0 to 10 s"):
         with diagnose.slowed(-1):
             pass
 
 
 def test_a_trace_without_rows_is_refused():
-    from ringlab.mpi.executor import Trace
+    from ringlab.mpi.run import Trace
 
     empty = Trace([], diagnose.model_trace(3).schedule, clock="none")
     with pytest.raises(ValueError, match="the trace has no rows"):

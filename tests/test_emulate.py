@@ -8,7 +8,7 @@ import pytest
 
 import ringlab as rl
 from ringlab.mpi.emulate import emulation, link_timings, message_times
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.mpi.executor import compile_plan
-from ringlab.mpi.launch import run_mpi
+from ringlab.mpi.plan import compile_plan
+from ringlab.cluster.launch import run_mpi
 
 HERE = Path(__file__).parent / "mpi"
 
@@ -82,13 +82,13 @@ def test_a_missing_rank_times_out_in_the_argument_check(tmp_path):
 
 
 def test_a_rank_missing_from_the_first_call_is_named_in_jobs_ringlab_starts(tmp_path):
-    """The jobs ringlab starts make its private communicator at start (ringlab.mpi.runner), so even the first
+    """The jobs ringlab starts make its private communicator at start (ringlab.cluster.runner), so even the first
     call names a rank that never comes; started by hand with mpi4py's runner, that first call can only say
     that not every rank arrived."""
     import subprocess
     import sys
 
-    from ringlab.mpi.launch import find_mpiexec, local_env, start, stop
+    from ringlab.cluster.launch import find_mpiexec, local_env, start, stop
 
     start_time = time.monotonic()
     run_mpi(3, [str(HERE / "failures.py"), "first", str(tmp_path / "said")], timeout=60)
@@ -151,12 +151,12 @@ def test_transport_choice_on_numpy():
         def Get_rank(self):
             return 0
 
-    assert choose(np.ones(3), FakeComm(), "auto") == "host"
+    assert choose(None, FakeComm(), "auto") == "host"  # no GPU: a numpy buffer
     assert rl.which_transport(np.ones(3), FakeComm()) == "host"
     with pytest.raises(ValueError, match="transport='ipc' needs a cupy array"):
-        choose(np.ones(3), FakeComm(), "ipc")
+        rl.which_transport(np.ones(3), FakeComm(), "ipc")
     with pytest.raises(ValueError, match="transport must be one of auto, host, cuda-aware, ipc"):
-        choose(np.ones(3), FakeComm(), "nvlink")
+        choose(None, FakeComm(), "nvlink")
 
 
 def test_resolve_names():
@@ -195,7 +195,7 @@ def test_the_fast_path_gives_mpis_sums_however_the_result_is_passed(nranks):
 @pytest.mark.parametrize("name", ["allreduce.naive", "allreduce.ps", "reduce.direct", "allreduce.ring", "allreduce.rhd"])
 @pytest.mark.parametrize("nranks", [2, 3, 5])
 def test_a_root_takes_its_peers_messages_in_a_window_of_scratch_within_one_chunk(name, nranks):
-    from ringlab.mpi.executor import PIECE_BYTES
+    from ringlab.mpi.plan import PIECE_BYTES
     from ringlab.schedule import chunk_bounds
 
     count, itemsize = 3_000_017, 4
@@ -241,7 +241,8 @@ def test_a_timed_out_step_names_every_peer_whose_message_had_not_finished():
     (a receive not yet posted, None, is not one of them)."""
     from types import SimpleNamespace
 
-    from ringlab.mpi.executor import Message, unfinished
+    from ringlab.mpi.plan import Message
+    from ringlab.mpi.run import unfinished
 
     class Request:
         def __init__(self, done: bool):

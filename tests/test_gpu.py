@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ringlab.mpi.devices import cupy_module
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 from test_executor import HERE
 

@@ -25,12 +25,13 @@ COLLECTIVES = [(2, ["gpusim_collectives.py", t, "quick"], {"cuda_aware": t == "c
                for t in ("cuda-aware", "host", "ipc")]
 TRACE = [(2, ["gpusim_trace.py", t], {"cuda_aware": t == "cuda-aware"}) for t in ("cuda-aware", "host", "ipc")]
 NODES = [(4, ["gpusim_collectives.py", "ipc", "quick"], {"RINGLAB_RANKS_PER_NODE": "2"})]  # ipc inside, host between
+WINDOWS = [(3, ["gpusim_collectives.py", "cuda-aware", "windows"], {"cuda_aware": True})]  # receives a window at a time
 OPTIMIZER = [(2, ["gpusim_optimizer.py", "host", o], {}) for o in ("overlap", "no-overlap")]
 CLOCKS = [(1, ["gpusim_timing.py"], {"machine": "rtx2080ti-2"}), (2, ["gpusim_timing_ranks.py"], {})]
 CHECKS = {  # which quick runs exercise each file's synchronisations
-    "mpi/ops.py": COLLECTIVES + NODES,
-    "mpi/ipc.py": COLLECTIVES + NODES,
-    "mpi/collectives.py": COLLECTIVES + TRACE,
+    "mpi/run.py": COLLECTIVES + NODES + WINDOWS,
+    "mpi/collectives.py": COLLECTIVES,
+    "mpi/plan.py": TRACE,
     "mpi/devices.py": COLLECTIVES + TRACE,
     "train/buckets.py": OPTIMIZER,
     "measure/timing.py": CLOCKS,

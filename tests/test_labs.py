@@ -136,7 +136,7 @@ MULTI_RANK_LABS = [p.stem for p in notebooks.sources() if "%%px" in p.read_text(
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("lab", MULTI_RANK_LABS)
 def test_the_per_rank_cells_run_as_a_script_under_mpiexec(lab, tmp_path):
-    from ringlab.mpi.launch import run_mpi
+    from ringlab.cluster.launch import run_mpi
 
     nranks, text = notebooks.rank_script(lab)
     assert "%%px" not in text and nranks >= 2

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ringlab.mpi.launch import relaunch, run_mpi, without_nranks
+from ringlab.cluster.launch import relaunch, run_mpi, without_nranks
 
 
 @pytest.mark.parametrize("argv, rest", [
@@ -39,7 +39,7 @@ TORCH_GROUP = """
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from ringlab.mpi.launch import torch_process_group
+from ringlab.cluster.launch import torch_process_group
 
 rank = MPI.COMM_WORLD.Get_rank()
 for attempt in range(3):  # up and down again: each time on a fresh port, each time torn down
@@ -67,7 +67,7 @@ def test_torch_process_group_comes_up_over_mpi_ranks_and_goes_down_cleanly():
 
 def test_the_mpi_package_imports_without_torch():
     code = ("import sys\nsys.modules['torch'] = None  # any import of torch now fails\n"
-            "import ringlab.mpi.launch, ringlab.measure.bench\nprint('ok')\n")
+            "import ringlab.cluster.launch, ringlab.measure.bench\nprint('ok')\n")
     done = run_mpi(1, ["-c", code], timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
@@ -124,7 +124,7 @@ def test_the_job_bench_starts_ends_when_bench_is_killed():
 LISTENERS = """
 import os, subprocess
 from mpi4py import MPI
-from ringlab.mpi.launch import torch_process_group
+from ringlab.cluster.launch import torch_process_group
 with torch_process_group() as dist:
     pid = os.getpid()
     lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout.splitlines()

@@ -1,4 +1,4 @@
-"""A real cluster on this machine (ringlab.mpi.localcluster, `ringlab cluster`): three nodes as namespaces with
+"""A real cluster on this machine (ringlab.cluster, `ringlab cluster`): three nodes as namespaces with
 1 Gbit/s kernel-shaped links and Slurm, brought up once for the module, and through it the README's cluster
 commands: mpiexec with the hostfile (its bytes counted on the shaped link), srun and sbatch with Slurm's PMI-2,
 ipyparallel engines from its Slurm launcher and from mpiexec over the cluster's ssh, driving %%px cells; node
@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from ringlab.lessons.lab05_scaling import realcluster
-from ringlab.mpi.localcluster import control, netns, rootless
-from ringlab.mpi.localcluster.layout import Layout, lock_path, parse_rate
+from ringlab.cluster import control, netns, rootless
+from ringlab.cluster.layout import Layout, lock_path, parse_rate
 
 pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
 
@@ -146,7 +146,7 @@ def test_without_root_the_cluster_lives_in_a_user_namespace_and_down_ends_it():
     try:
         if as_nobody("-c", "import ringlab").returncode != 0:
             pytest.skip(f"user nobody cannot read this checkout or its Python ({ROOT}, {sys.executable})")
-        lacking = as_nobody("-c", "from ringlab.mpi.localcluster.rootless import why_not; print(why_not() or '')")
+        lacking = as_nobody("-c", "from ringlab.cluster.rootless import why_not; print(why_not() or '')")
         if lacking.stdout.strip():
             (pytest.fail if os.environ.get("CI") else pytest.skip)(f"an ordinary user here lacks {lacking.stdout}")
         ours = set(netns.namespaces("ringlab-"))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 SCRIPT = Path(__file__).parent / "mpi" / "misuse.py"
 

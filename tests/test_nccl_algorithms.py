@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 import ringlab as rl
 from ringlab.algorithms.dbtree import btree, dtree
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 from ringlab.predict.rings import ring_orders
 
 HERE = Path(__file__).parent / "mpi"

@@ -11,7 +11,7 @@ import pytest
 import ringlab as rl
 from ringlab.measure.doctor import between_nodes
 from ringlab.mpi import nodes
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 from ringlab.topology.network import read_network
 
 HERE = Path(__file__).parent / "mpi"

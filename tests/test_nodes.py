@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ringlab.mpi import nodes
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 HERE = Path(__file__).parent / "mpi"
 

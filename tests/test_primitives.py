@@ -9,7 +9,7 @@ import pytest
 import ringlab as rl
 from ringlab.predict.costmodel import predict, whatif
 from ringlab.schedule import BUS_FACTORS, Collective, bus_factor, chunk_bounds, nccl_tests_size
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 from ringlab.topology import uniform
 
 HERE = Path(__file__).parent / "mpi"

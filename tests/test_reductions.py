@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 from ringlab.mpi.reduction import OPS, bfloat16, problems, reduction, wire_dtype
 
 HERE = Path(__file__).parent / "mpi"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ringlab.lessons.lab05_scaling import simnodes
-from ringlab.mpi.launch import run_mpi
+from ringlab.cluster.launch import run_mpi
 
 HERE = Path(__file__).parent / "mpi"
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
 import ringlab as rl  # noqa: E402
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 from ringlab.train.tensor import group_link, mesh_groups, split_mlp  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "mpi" / "tensor_equivalence.py"

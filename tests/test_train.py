@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 
 HERE = Path(__file__).parent / "mpi"
 ROOT = HERE.parent.parent

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 
 pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
 

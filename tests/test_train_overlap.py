@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 from ringlab.train.overlap import bucket_sizes, gradient_bytes, make_wide_model, measure_overlap  # noqa: E402
 
 LAYER = 512 * 512 * 4 + 512 * 4  # a hidden layer's weight and bias, float32

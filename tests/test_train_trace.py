@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "mpi" / "train_trace.py"
 

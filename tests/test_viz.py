@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ringlab as rl
-from ringlab.mpi.executor import Trace
+from ringlab.mpi.run import Trace
 from ringlab.viz import (StepThrough, bandwidth_heatmap, busbw_plot, frames, measured_vs_predicted, step_figure,
                          time_vs_ranks, timeline, topology_figure, use_renderer)
 

@@ -10,7 +10,7 @@ pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
 from ringlab.lessons.lab04_parameter_servers.serverload import describe_server_load, server_bottleneck_lesson  # noqa: E402,E501
 from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race, time_to  # noqa: E402
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 from ringlab.train.straggler import Straggler  # noqa: E402
 from ringlab.viz.training import emulated_load_plot, loss_against_time_plot, server_load_plot  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
-from ringlab.mpi.launch import run_mpi  # noqa: E402
+from ringlab.cluster.launch import run_mpi  # noqa: E402
 from ringlab.train.zero import ZeroOptimizer, zero_memory, zero_traffic  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "mpi" / "zero_equivalence.py"

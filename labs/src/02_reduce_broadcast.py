@@ -19,7 +19,7 @@ from ringlab.lessons.lab02_reduce_broadcast import (check_chain_time, describe_e
                                                     fitted_chain_times, pipelining, predicted_chain, run_machine)
 from ringlab.measure.latency import describe_alpha
 from ringlab.measure.tables import table
-from ringlab.mpi.launch import cores
+from ringlab.mpi.devices import cores
 from ringlab.viz import StepThrough, segments_plot, use_renderer
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML

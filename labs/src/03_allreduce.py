@@ -20,7 +20,7 @@ from ringlab.lessons.lab03_allreduce import (MACHINE, OPTIMAL, OVER_RANKS, bandw
                                              scaling_rows, sweep_lesson)
 from ringlab.measure.bench import in_machine_units
 from ringlab.measure.tables import table
-from ringlab.mpi.launch import cores
+from ringlab.mpi.devices import cores
 from ringlab.predict.fitting import fit_rows
 from ringlab.viz.terminal import walkthrough
 from ringlab.viz import StepThrough, algbw_busbw_plot, fitted_busbw_plot, step_figure, use_renderer

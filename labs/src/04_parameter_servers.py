@@ -20,7 +20,7 @@ from ringlab.lessons.lab04_parameter_servers.serverload import (check_server_loa
 from ringlab.lessons.lab04_parameter_servers.staleness import describe_staleness, describe_waiting
 from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race
 from ringlab.measure.tables import table
-from ringlab.mpi.launch import cores
+from ringlab.mpi.devices import cores
 from ringlab.viz import staleness_order_plot, staleness_plot, use_renderer
 from ringlab.viz.training import emulated_load_plot, loss_against_time_plot, server_load_plot
 

@@ -31,7 +31,7 @@ from ringlab.measure.latency import describe_alpha
 from ringlab.measure.recorded import (describe_gpu_bench, describe_sharing, gpu_bench, print_sharing,
                                       sharing_comparison, sharing_rows)
 from ringlab.measure.tables import table
-from ringlab.mpi.launch import cores
+from ringlab.mpi.devices import cores
 from ringlab.predict.costmodel import crossover  # for exercise 2
 from ringlab.predict.fitting import fit_rows
 from ringlab.predict.rings import ring_report

@@ -27,7 +27,7 @@ from ringlab.lessons.lab06_training.trainers import (TRAINER_SPEED_COLUMNS, comp
                                                      describe_speedup, describe_trainer_speeds, describe_trainers,
                                                      trainer_speeds)
 from ringlab.measure.tables import table
-from ringlab.mpi.launch import cores
+from ringlab.mpi.devices import cores
 from ringlab.predict.fitting import fit_rows
 from ringlab.train.accumulation import check_accumulation
 from ringlab.train.large_batch import large_batch_runs

@@ -17,7 +17,7 @@ def hierarchical(nranks: int, local: int | None = None):
     inside every node (Horovod's hierarchical allreduce: NCCL inside nodes, MPI between them).
 
     ``local=L`` ranks per node (default None: all n on one node, which is a ring reduce-scatter
-    and allgather; to follow a real machine pass ``ringlab.mpi.launch.ranks_on_node()``). With
+    and allgather; to follow a real machine pass ``ringlab.mpi.devices.ranks_on_node()``). With
     G = ceil(n/L) nodes the buffer has L shards of G chunks (shard j: chunks jG..jG+G-1):
 
     1. inside each node a ring reduce-scatter leaves local rank j holding the node's sum of shard j;

@@ -54,7 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..mpi.launch import check_nranks, local_env
+from ..cluster.launch import check_nranks, local_env
 
 LAUNCHERS = {"local": "mpi", "mpi": "mpi", "ssh": "mpi", "slurm": "slurm"}  # ringlab's name -> ipyparallel's engines
 SLURM_WORDS = {"partition": "queue", "time": "timelimit"}  # sbatch's words for SlurmEngineSetLauncher's options

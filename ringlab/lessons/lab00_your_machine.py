@@ -41,7 +41,7 @@ def _pcie_gbytes_of(generation, lanes):
 
 
 def _cores():
-    from ..mpi.launch import cores
+    from ..mpi.devices import cores
 
     return cores()
 

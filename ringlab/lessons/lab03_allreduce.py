@@ -126,7 +126,7 @@ def busbw_over_ranks(machine: str = OVER_RANKS, ranks=(2, 4, 8), nbytes: int = 4
     import tempfile
     from pathlib import Path
 
-    from ..mpi.launch import run_mpi
+    from ..cluster.launch import run_mpi
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:

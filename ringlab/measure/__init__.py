@@ -1,7 +1,8 @@
 """Measuring this machine, and reading measurements made elsewhere.
 
 - ``bench``: a sweep over message sizes in the manner of nccl-tests, every result checked against
-  MPI's own collective; ``timing``: the timing loop and nccl-tests' algbw and busbw;
+  MPI's own collective; ``timing``: the timing loop and nccl-tests' algbw and busbw; ``mpich``: MPICH's
+  own settings written while running (its ring allreduce forced, for ``bench -a mpi-ring``);
 - ``bandwidth``: memory copy rate and MPI ping-pong; on GPUs host<->device, device and peer copies,
   each next to its link's peak;
 - ``machine``: the description that travels with every result; ``recorded``: results measured on

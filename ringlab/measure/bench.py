@@ -21,7 +21,7 @@ import numpy as np
 
 from ..algorithms import ALGORITHMS, build
 from ..mpi.collectives import allreduce, broadcast, execute, reduce
-from ..mpi.launch import torch_process_group
+from ..cluster.launch import torch_process_group
 from ..schedule import BUS_FACTORS, COLLECTIVES, check_root
 from .timing import bandwidths, time_collective
 
@@ -262,9 +262,9 @@ def _transport_used(name: str, x, comm, requested: str) -> str:
         import torch.distributed as dist
 
         return f"torch ({dist.get_backend()})"
-    from ..mpi.transports import choose
+    from ..mpi.collectives import which_transport
 
-    return choose(x, comm, requested)
+    return which_transport(x, comm, requested)
 
 
 def _defined(collective: str, rank: int, root: int, n: int, count: int) -> slice | None:
@@ -383,7 +383,7 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     from mpi4py import MPI
 
     from ..mpi import emulate as emulated
-    from ..mpi.launch import ranks_on_node
+    from ..mpi.devices import ranks_on_node
     from .machine import available_memory
 
     comm = MPI.COMM_WORLD
@@ -434,7 +434,7 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
         if reduces and op == "avg" and any(name.startswith("mpi") for name in algorithms):
             print("# mpi with op avg: MPI has no average; its row times MPI's sum and the division by the number of "
                   "ranks", file=out)
-        from ..mpi.launch import cores, ranks_on_node
+        from ..mpi.devices import cores, ranks_on_node
 
         local = ranks_on_node(comm)
         if local > cores():
@@ -561,7 +561,7 @@ def _forced(name: str, comm):
     """MPICH forced to its ring allreduce for ``mpi-ring`` (checked to take effect), else nothing."""
     if name != "mpi-ring":
         return nullcontext()
-    from ..mpi.mpich import forced_allreduce
+    from .mpich import forced_allreduce
 
     return forced_allreduce(comm, "ring")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ctypes.util
 import os
 
-from ..mpi.launch import find_mpiexec
+from ..cluster.launch import find_mpiexec
 from .machine import describe_machine
 from .recorded import RESULTS, Recorded, load
 
@@ -36,7 +36,7 @@ def report() -> list[str]:
         mpiexec = None
     lines.append(f"MPI: {info['mpi']}" + (f"; mpiexec at {mpiexec}" if mpiexec else "; no mpiexec on PATH") +
                  (f"; CUDA-aware: {'yes' if info.get('mpi_cuda_aware') else 'no'}" if mpi_ok else ""))
-    from ..mpi.launch import cores
+    from ..mpi.devices import cores
 
     lines.append(f"ranks and cores: {cores()} cores for this process; the labs run 2 to 4 ranks, so "
                  + ("they share cores (oversubscribed): ringlab's waiting ranks and MPICH's yield the core "

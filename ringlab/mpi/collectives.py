@@ -1,37 +1,51 @@
-"""Collectives on real MPI ranks: ``rl.allreduce``, ``rl.reduce``, ``rl.broadcast`` and ``rl.execute``.
+"""The public calls on real MPI ranks, the top of the way down: ``rl.allreduce``, ``rl.reduce``,
+``rl.broadcast``, ``rl.execute``, ``rl.gather``, ``rl.scatter`` and ``rl.alltoall``.
 
 Call them on every rank of a communicator (a script under ``mpiexec -n 4 python -m mpi4py``, or
 ipyparallel MPI engines), each with its own numpy or cupy array. ``algorithm`` is a short name
 within the collective (``"ring"``, ``"naive"``, ``"ps"``, ``"tree"``, ``"rhd"``, ``"chain"``...),
 a full registered name (``"allreduce.ring"``) or a Schedule of your own.
 
-Every call runs on ringlab's private duplicate of ``comm`` (:mod:`ringlab.mpi.private`), so a
-message of the user's own still pending on ``comm`` is never matched by ringlab's. Before any data
-moves the ranks compare what they were given (size, dtype, algorithm, root) and the number of the
-call on this communicator, and all raise the same ValueError if they disagree (``agree=False``
-skips this). Every wait has a deadline (``timeout``, by default :data:`ringlab.mpi.deadlines.DEFAULT_SECONDS`
-or ``RINGLAB_TIMEOUT``; None: no limit): a step that never finishes is a StepTimeout naming the
-step and the peer. Run scripts as ``python -m mpi4py script.py``: then an exception on one rank
-aborts the whole job instead of leaving the others waiting.
+A call checks its arguments, agrees with the other ranks, chooses the schedule and the transport, and
+hands the array down once (:mod:`ringlab.mpi.plan`); the result comes back once. Every call runs on
+ringlab's private duplicate of ``comm`` (:mod:`ringlab.mpi.private`), so a message of the user's own still
+pending on ``comm`` is never matched by ringlab's. Before any data moves the ranks compare what they were
+given (size, dtype, algorithm, root, what is wrong) and the number of the call on this communicator, and all
+raise the same ValueError if they disagree or any rank's arguments are wrong (``agree=False`` skips this).
+Every wait has a deadline (``timeout``, by default :data:`ringlab.mpi.deadlines.DEFAULT_SECONDS` or
+``RINGLAB_TIMEOUT``; None: no limit): a step that never finishes is a StepTimeout naming the step and the
+peer. Run scripts as ``python -m mpi4py script.py``: then an exception on one rank aborts the whole job
+instead of leaving the others waiting.
+
+Gather, scatter and alltoall: MPI's calls take blocks, ringlab's schedules one buffer of chunks that never
+change position. Each lays its blocks out in a *work buffer* whose chunk c is block c, runs the schedule on
+it in place, and hands back the blocks this rank ends with:
+
+- gather: ``x`` is this rank's block. The work buffer holds n blocks, ``x`` at block ``rank``; the
+  root returns it, shape ``(n, *x.shape)``, as ``comm.Gather`` fills its receive buffer.
+- scatter: every rank passes an array of the same shape and dtype whose first axis has length n,
+  as ``rl.broadcast`` asks (only the root's contents are read). The work buffer is the root's ``x``;
+  rank r returns block r, shape ``x.shape[1:]``, as ``comm.Scatter`` does.
+- alltoall: ``x``'s first axis has length n, block d going to rank d. The work buffer holds n x n
+  blocks, ``x`` at row ``rank`` (chunk s*n+d: rank s's block for rank d), so it is n times ``x``;
+  rank d returns column d, shape ``x.shape``, block s from rank s, as ``comm.Alltoall`` does.
 """
 from __future__ import annotations
-
-import json
 
 import numpy as np
 
 from ..algorithms import ALGORITHMS, build
-from ..schedule import Schedule, check_root, chunk_bounds
+from ..schedule import Schedule, check_root
 from ..simulate import ScheduleError, check
-from .caches import bounded
+from . import emulate, nodes, private
+from . import reduction as reductions
 from .deadlines import DEFAULT, seconds, usable
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
-from . import emulate, fastpath, nodes, private
-from .executor import Recorder, Trace, compile_plan, run_plan
-from .reduction import is_bfloat16, is_number_type, reduction, wire_dtype
-from . import reduction as reductions
-from .transports import choose, make_ops
+from .plan import Call, bounded, remember, remembered, run_schedule
+from .reduction import is_bfloat16, is_number_type
+from .transports import choose
 
+BLOCKS = ("gather", "scatter", "alltoall")  # their blocks are laid out in a work buffer, which the schedule runs on
 
 _WORLD: list = []
 
@@ -141,39 +155,9 @@ def _out_problems(x, out, in_place: bool) -> list[str]:
     return []
 
 
-def check_agreement(comm, what: str, fields: dict, timeout=DEFAULT, text: str | None = None, mine=None) -> None:
-    """All ranks of ``comm`` compare ``fields``; every rank raises the same ValueError on a mismatch.
-
-    Every rank sends a 16-byte digest of its fields (and the number of this call on ``comm``) to every
-    other through persistent requests on ringlab's private duplicate of ``comm``
-    (:class:`ringlab.mpi.fastpath.Agreement`), so that a rank that never comes is a StepTimeout
-    naming it rather than a hang; the full fields follow only when the digests differ, to say what
-    differs. ``text`` and ``mine`` (the fields as JSON and its digest) may be given, worked out once.
-    """
-    with private.entered(comm, what, timeout) as state:
-        _agree(state, what, fields, timeout, text, mine)
-
-
-def _agree(state, what: str, fields: dict | None, timeout, text: str | None = None, mine=None) -> None:
-    """The agreement of :func:`check_agreement`, inside a call that has entered ``state`` already."""
-    text = json.dumps(fields, sort_keys=True, default=str) if text is None else text
-    mine = fastpath.digest(text) if mine is None else mine
-    if not fastpath.agreed(state, mine, what, seconds(timeout)):
-        _disagreement(state.comm(what, None), what, text)
-
-
-def _disagreement(comm, what: str, text: str) -> None:
-    """The ValueError saying what differs, raised on every rank once the digests differ."""
-    seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
-    for other, theirs in enumerate(seen):
-        if theirs != seen[0]:
-            detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {other} has {theirs.get(k)}"
-                               for k in sorted(set(seen[0]) | set(theirs)) if seen[0].get(k) != theirs.get(k))
-            raise ValueError(f"{what}: the ranks disagree ({detail})")
-
-
 def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, options: dict, problems: list,
             op: str = "sum") -> dict:
+    """What the ranks compare before any data moves."""
     label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
     fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
               "transport": transport, "in_place": in_place, **options, "emulation": emulate.describe(),
@@ -185,15 +169,15 @@ def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, option
     return fields
 
 
-def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout,
-               what: str, op: str = "sum"):
-    """The remembered :class:`~ringlab.mpi.fastpath.Call` for these arguments (made on first use), or
-    None when they take the general path: not numpy, bfloat16 (which MPI cannot read: the general
-    path sends its raw words), a transport other than host, or a problem."""
+def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout,
+                what: str, op: str = "sum") -> Call | None:
+    """The remembered :class:`~ringlab.mpi.plan.Call` for these arguments (made on first use), or None when
+    they take the general way: not numpy, bfloat16 (which MPI cannot read: the general way sends its raw
+    words), a transport other than host, an emulated machine or a straggler, or a problem."""
     if type(x) is not np.ndarray or transport not in ("auto", "host") or not usable(timeout) or is_bfloat16(x.dtype):
         return None
-    if emulate.current():  # emulated links (slowed links between simulated nodes among them) are the general path's
-        return None
+    if emulate.current() or emulate.stall():  # emulated links (and slowed links between simulated nodes), and a
+        return None                            # straggler's pauses, are the general way's
     if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
         return None
@@ -201,10 +185,8 @@ def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, i
     key = (what, kind, algorithm if isinstance(algorithm, str) else id(algorithm), x.shape, x.dtype,
            flags.c_contiguous, flags.writeable, in_place, out is None, transport,
            tuple(options.items()) if options else (), op)
-    calls = fastpath.calls(state)
-    call = calls.get(key)
+    call = remembered(state, key)
     if call is not None and (isinstance(algorithm, str) or call.schedule is algorithm):
-        calls.move_to_end(key)
         return call
     if _problems(x, kind, in_place, timeout, out, op):
         return None
@@ -214,27 +196,23 @@ def _fast_call(state, kind, x, algorithm, comm, transport: str, options: dict, i
         return None
     if reductions.problems(op, x.dtype, schedule.collective.kind):
         return None
-    text = json.dumps(_fields(kind, x, algorithm, schedule, transport, in_place, options, [], op), sort_keys=True,
-                      default=str)
-    count = max(x.size, 0)
-    plan = compile_plan(schedule, comm.Get_rank(), count, x.dtype.itemsize, False, pieces=True)
-    ufunc = getattr(np, reduction(op, x.dtype).ufunc)
-    return fastpath.remember(state, key, fastpath.Call(state, schedule, plan, text, comm, x.dtype.itemsize, ufunc))
+    text = private.as_text(_fields(kind, x, algorithm, schedule, transport, in_place, options, [], op))
+    return remember(state, key, Call(state, schedule, text, comm, max(x.size, 0), x.dtype, op))
 
 
 def _run(kind: str | None, x, *args, **kwargs):
-    """:func:`_run_checked`, leaving the caller's current GPU current when it returns (or raises)."""
+    """:func:`_call`, leaving the caller's current GPU current when it returns (or raises)."""
     device = getattr(x, "device", None) if is_device_array(x) else None
     if device is None or not hasattr(device, "__enter__"):
-        return _run_checked(kind, x, *args, **kwargs)
+        return _call(kind, x, *args, **kwargs)
     with device:  # cupy's Device makes x's GPU current and restores the caller's on exit
-        return _run_checked(kind, x, *args, **kwargs)
+        return _call(kind, x, *args, **kwargs)
 
 
-def _run_checked(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
-         trace: bool, timeout, what: str, out=None, op: str = "sum"):
+def _call(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
+          trace: bool, timeout, what: str, out=None, op: str = "sum"):
     """On ringlab's private duplicate of ``comm``: find what is wrong on this rank, agree with the others
-    (so that a mistake anywhere raises the same ValueError everywhere), then execute."""
+    (so that a mistake anywhere raises the same ValueError everywhere), choose, then hand ``x`` down once."""
     with private.entered(_world(comm), what, timeout) as state:
         comm, limit = state.comm(what, None), seconds(timeout)
         problems, bad_root = [], False
@@ -248,47 +226,87 @@ def _run_checked(kind: str | None, x, algorithm, comm, transport: str, options: 
                 options = dict(options, root=check_root(options["root"], comm.Get_size()))
             except ValueError as err:
                 options, problems, bad_root = dict(options, root=repr(options["root"])), problems + [str(err)], True
-        if not trace and not problems:
-            call = _fast_call(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what, op)
+        if not trace and not problems and kind not in BLOCKS:
+            call = _remembered(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what, op)
             if call is not None:
-                if agree and not call.agrees(what, limit):
-                    _disagreement(comm, what, call.text)
-                return _finished(call.run(x, out, in_place, limit), op, call.schedule, comm)
-        problems = _problems(x, kind, in_place, timeout, out, op) + problems
-        schedule = None
-        if not bad_root:
-            try:
-                schedule = resolve(kind, algorithm, comm.Get_size(), **options)
-            except ValueError as err:
-                problems.append(str(err))
-            else:
-                if kind is None and is_number_type(getattr(x, "dtype", None)):  # a schedule's own collective
-                    problems += reductions.problems(op, x.dtype, schedule.collective.kind)
-        try:
-            if emulate.current() is not None:
-                emulate.current().resolve(comm.Get_size())
-        except ValueError as err:
-            problems.append(str(err))
+                if agree:
+                    private.agree(state, what, call.text, call.digest, limit)
+                result = call.run(x, out, in_place, limit)
+                return result if kind == "allreduce" or kind == "broadcast" else _hand_back(kind, result, comm,
+                                                                                            options, False)
+        schedule, problems = _checked(kind, x, algorithm, comm, options, in_place, timeout, out, op, bad_root, problems)
         if agree:
-            _agree(state, what, _fields(kind, x, algorithm, schedule, transport, in_place, options, problems, op),
-                   timeout)
+            text = private.as_text(_fields(kind, x, algorithm, schedule, transport, in_place, options, problems, op))
+            private.agree(state, what, text, private.digest(text), limit)
         if problems:
             raise ValueError(f"{what}: {'; '.join(problems)}")
-        result = _execute(schedule, x, comm, transport, in_place=in_place, trace=trace, timeout=limit, out=out, op=op)
-        _finished(result[0] if trace else result, op, schedule, comm)
+        device = None
+        if is_device_array(x):  # work on the GPU that holds x; a rank's own GPU for anything else
+            device = getattr(x, "device", None)
+            device.use() if hasattr(device, "use") else bind_device(comm)
+        name = choose(None if device is None else device.id, comm, transport)
+        blocks = kind in BLOCKS
+        work = _lay_out(kind, x, comm, options.get("root")) if blocks else x
+        result = run_schedule(schedule, work, comm, name, in_place=in_place or blocks, trace=trace, timeout=limit,
+                              out=out, op=op)
+        return _hand_back(kind, result, comm, options, trace)
+
+
+def _checked(kind, x, algorithm, comm, options: dict, in_place: bool, timeout, out, op: str, bad_root: bool,
+             found: list) -> tuple[Schedule | None, list[str]]:
+    """The schedule for this call, and everything wrong with this rank's arguments (``found`` so far)."""
+    n = comm.Get_size()
+    problems = _problems(x, kind, in_place, timeout, out, op) + found
+    if kind in BLOCKS and not problems and kind != "gather" and (len(x.shape) == 0 or x.shape[0] != n):
+        problems.append(f"x must hold one block per rank along its first axis ({n} for {n} ranks), "
+                        f"got shape {tuple(x.shape)}")
+    schedule = None
+    if not bad_root:
+        try:
+            schedule = resolve(kind, algorithm, n, **options)
+        except ValueError as err:
+            problems.append(str(err))
+        else:
+            if kind is None and is_number_type(getattr(x, "dtype", None)):  # a schedule's own collective
+                problems += reductions.problems(op, x.dtype, schedule.collective.kind)
+    owners = kind in BLOCKS and schedule is not None and schedule.collective.owners
+    if owners and owners != tuple(range(n)):  # a schedule of one's own: its chunk r must be rank r's block
+        problems.append(f"this schedule's chunk owners are {list(owners)}; rl.{kind} needs chunk r owned by rank r")
+    try:
+        if emulate.current() is not None:
+            emulate.current().resolve(n)
+    except ValueError as err:
+        problems.append(str(err))
+    return schedule, problems
+
+
+def _lay_out(kind: str, x, comm, root):
+    """The work buffer of gather, scatter or alltoall (see the module's docstring), zeroed and C-contiguous,
+    with this rank's blocks in place (numpy, or cupy on x's GPU)."""
+    n, rank, xp = comm.Get_size(), comm.Get_rank(), array_module(x)
+    if kind == "scatter":
+        work = xp.zeros(tuple(x.shape), dtype=x.dtype)
+        if rank == root:
+            work[...] = x
+        return work
+    work = xp.zeros((n, *x.shape), dtype=x.dtype)  # alltoall: work[s, d], the block rank s sends to rank d
+    work[rank] = x
+    return work
+
+
+def _hand_back(kind: str | None, result, comm, options: dict, trace: bool):
+    """What this rank's call returns, from the array it ended with: a reduce's or gather's result on the root
+    only, this rank's blocks of a scatter or alltoall (a copy: a view would keep all n blocks alive)."""
+    if not trace and (kind == "allreduce" or kind == "broadcast" or kind is None):
         return result
-
-
-def _finished(result, op: str, schedule: Schedule, comm):
-    """``result`` with ``avg`` completed (the sum divided by the number of ranks) where the collective
-    defines the result: every rank, except the non-roots of a reduce, which hold partial sums."""
-    if op == "avg":
-        collective = schedule.collective
-        if collective.kind != "reduce" or comm.Get_rank() == collective.root:
-            reduction("avg", result.dtype).finish(array_module(result), result.reshape(-1), comm.Get_size())
-            if is_device_array(result):  # as every collective: the result is in memory when the call returns
-                wait_for_gpu(result)
-    return result
+    out, table = result if trace else (result, None)
+    rank = comm.Get_rank()
+    if kind in ("reduce", "gather"):
+        out = out if rank == options["root"] else None
+    elif kind in ("scatter", "alltoall"):
+        out = (out[rank] if kind == "scatter" else out[:, rank]).copy()
+        wait_for_gpu(out)  # as every collective: the result is in memory when the call returns
+    return (out, table) if trace else out
 
 
 def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool = False, agree: bool = True,
@@ -304,57 +322,6 @@ def execute(schedule, x, comm=None, transport: str = "auto", *, in_place: bool =
     """
     return _run(None, x, schedule, comm, transport, {}, in_place=in_place, agree=agree, trace=trace,
                 timeout=timeout, what="rl.execute", out=out, op=op)
-
-
-def _execute(schedule: Schedule, x, comm, transport: str, *, in_place: bool, trace: bool, timeout, out=None,
-             op: str = "sum"):
-    """Run a checked schedule on arguments every rank agreed on."""
-    if is_device_array(x):  # work on the GPU that holds x; a rank's own GPU for anything else
-        device = getattr(x, "device", None)
-        device.use() if hasattr(device, "use") else bind_device(comm)
-    xp = array_module(x)
-    name = choose(x, comm, transport)
-    if out is not None:
-        out[...] = x
-    else:
-        out = x if in_place else xp.array(x, order="C", copy=True)
-    flat = out.reshape(-1)
-    combine = reduction(op, flat.dtype)
-    if is_bfloat16(flat.dtype):  # MPI cannot read bfloat16: its words travel as they are, reduced as bfloat16
-        flat = flat.view(wire_dtype(flat.dtype))
-    count, itemsize = flat.size, flat.dtype.itemsize
-    peer_memory = name.startswith("ipc")  # ipc, or ipc inside nodes and MPI between them
-    staged = peer_memory or (name == "host" and xp is not np)
-    plan = compile_plan(schedule, comm.Get_rank(), count, itemsize, staged, pieces=not peer_memory)
-    recorder = _recorder(comm, flat, itemsize) if trace else None
-    ops = emulate.paced(make_ops(name, xp, plan, flat.dtype, comm, count, combine), schedule, count, itemsize, comm,
-                        name)
-    bounds = chunk_bounds(count, schedule.nchunks)
-    run_plan(plan, flat, ops, comm, timeout=timeout, recorder=recorder, bounds=bounds)
-    if not trace:
-        return out
-    rows = comm.gather(recorder.rows, root=0)
-    mine = [r for part in rows for r in part] if comm.Get_rank() == 0 else recorder.rows
-    return out, Trace(mine, schedule, clock=recorder.clock_name, itemsize=itemsize)
-
-
-def _recorder(comm, flat, itemsize: int) -> Recorder:
-    """A Recorder whose clock starts at a barrier; on a GPU it reads the time after the stream drains."""
-    from mpi4py import MPI
-
-    comm.Barrier()
-    start = MPI.Wtime()
-    on_gpu = is_device_array(flat)
-
-    def clock() -> float:
-        if on_gpu:  # so kernel time is counted
-            wait_for_gpu(flat)
-        return MPI.Wtime() - start
-
-    recorder = Recorder(comm.Get_rank(), itemsize, clock)
-    recorder.clock_name = ("host (MPI.Wtime after synchronising the GPU stream, from a barrier)" if on_gpu
-                           else "host (MPI.Wtime, from a barrier)")
-    return recorder
 
 
 def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_place: bool = False,
@@ -398,11 +365,8 @@ def reduce(x, root: int = 0, algorithm="tree", comm=None, transport: str = "auto
     or a Schedule. With ``in_place=True`` (or ``out=``) the other ranks' arrays hold partial sums afterwards.
     """
     options = {"root": root, **({"segments": segments} if segments is not None else {})}
-    result = _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
-                  timeout=timeout, what="rl.reduce", out=out, op=op)
-    out, table = result if trace else (result, None)
-    out = out if _world(comm).Get_rank() == root else None
-    return (out, table) if trace else out
+    return _run("reduce", x, algorithm, comm, transport, options, in_place=in_place, agree=agree, trace=trace,
+                timeout=timeout, what="rl.reduce", out=out, op=op)
 
 
 def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | None = None,
@@ -418,6 +382,41 @@ def broadcast(x, root: int = 0, algorithm="chain", comm=None, segments: int | No
                 timeout=timeout, what="rl.broadcast", out=out)
 
 
+
+
+def gather(x, root: int = 0, algorithm="direct", comm=None, transport: str = "auto", *, agree: bool = True,
+           trace: bool = False, timeout=DEFAULT):
+    """Every rank's block ``x`` (same shape and dtype everywhere) onto ``root``: the root gets an array
+    of shape ``(n, *x.shape)`` whose block r is rank r's ``x``; every other rank gets None.
+
+    ``algorithm``: ``"direct"`` (default), ``"ring"``, ``"tree"``, a full name, or a Schedule.
+    """
+    return _run("gather", x, algorithm, comm, transport, {"root": root}, in_place=False, agree=agree, trace=trace,
+                timeout=timeout, what="rl.gather")
+
+
+def scatter(x, root: int = 0, algorithm="direct", comm=None, transport: str = "auto", *, agree: bool = True,
+            trace: bool = False, timeout=DEFAULT):
+    """Block r of root's ``x`` (first axis of length n) to rank r, which gets an array of shape
+    ``x.shape[1:]``. Every rank passes an array of the same shape and dtype; only the root's is read.
+
+    ``algorithm``: ``"direct"`` (default), ``"ring"``, ``"tree"``, a full name, or a Schedule.
+    """
+    return _run("scatter", x, algorithm, comm, transport, {"root": root}, in_place=False, agree=agree, trace=trace,
+                timeout=timeout, what="rl.scatter")
+
+
+def alltoall(x, algorithm="pairwise", comm=None, transport: str = "auto", *, agree: bool = True,
+             trace: bool = False, timeout=DEFAULT):
+    """Block d of ``x`` (first axis of length n) to rank d; every rank gets an array shaped like ``x``
+    whose block s came from rank s. The work buffer is n times ``x`` (n x n blocks).
+
+    ``algorithm``: ``"pairwise"`` (default), ``"direct"``, ``"ring"``, a full name, or a Schedule.
+    """
+    return _run("alltoall", x, algorithm, comm, transport, {}, in_place=False, agree=agree, trace=trace,
+                timeout=timeout, what="rl.alltoall")
+
+
 def which_transport(x, comm=None, transport: str = "auto") -> str:
     """The transport a call on ``x`` would use here: ``host`` for numpy; for cupy, what ``auto`` picks."""
-    return choose(x, _world(comm), transport)
+    return choose(x.device.id if is_device_array(x) else None, _world(comm), transport)

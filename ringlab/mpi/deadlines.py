@@ -100,7 +100,7 @@ def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
         request.Wait()
         return
     if not _YIELD:
-        from .launch import oversubscribed
+        from .devices import oversubscribed
         _YIELD.append(oversubscribed())
     give_way, polls = _YIELD[0], 0
     while not request.Test():
@@ -114,7 +114,7 @@ def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
 def wait_all(requests, deadline: float | None, message) -> None:
     """Wait for every request of ``requests`` (one ``Testall`` a poll), as :func:`wait` does for one."""
     if not _YIELD:
-        from .launch import oversubscribed
+        from .devices import oversubscribed
         _YIELD.append(oversubscribed())
     if not _ALL:
         from mpi4py import MPI
@@ -145,7 +145,7 @@ def probe(comm, source: int, tag: int, deadline: float | None, message, status=N
         comm.Probe(source=source, tag=tag, status=status)
         return
     if not _YIELD:
-        from .launch import oversubscribed
+        from .devices import oversubscribed
         _YIELD.append(oversubscribed())
     give_way, polls = _YIELD[0], 0
     while not comm.Iprobe(source=source, tag=tag, status=status):

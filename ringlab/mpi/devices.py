@@ -1,13 +1,16 @@
-"""Devices: numpy or cupy, which GPU a rank uses, and where its bytes live.
+"""Devices: where a rank runs and where its bytes live: numpy or cupy, which GPU, its cores, and whether MPI
+reads GPU memory.
 
 On a machine without a GPU (or without cupy) everything is numpy, silently: that is the default
 every lab must work on. With GPUs, each rank binds to one by its node-local rank, so ranks on
 one node spread over the GPUs it can see (``CUDA_VISIBLE_DEVICES`` masks and renumbers them) and
-several ranks may share one GPU.
+several ranks may share one GPU. A utility of every layer of :mod:`ringlab.mpi`: it imports none of them.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
 
 import numpy as np
 
@@ -19,7 +22,6 @@ def _no_driver_for_the_cupy_wheel() -> bool:
     """The real cupy wheel is installed but no NVIDIA driver is: it could only say "no GPU", after a second
     of importing. (A cupy without the wheel's ``cupy_backends`` beside it, such as a stand-in, is asked.)"""
     import importlib.util
-    import os
     from pathlib import Path
 
     try:
@@ -117,6 +119,100 @@ def gpu_count() -> int:
     return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
 
 
+# Where a rank runs: the cores it shares with the other ranks of its node. More ranks than cores
+# (oversubscribed) and waiting ranks give their core away (ringlab.mpi.deadlines).
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def ranks_on_node(comm=None) -> int:
+    """How many ranks of this job share this node, as the MPI launcher tells each rank (MPICH's hydra:
+    MPI_LOCALNRANKS; Open MPI: OMPI_COMM_WORLD_LOCAL_SIZE), else the size of ``comm``, else 1."""
+    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return comm.Get_size() if comm is not None else 1
+
+
+def oversubscribed(comm=None) -> bool:
+    """Whether this node runs more ranks of the job than this process has cores."""
+    return ranks_on_node(comm) > cores()
+
+
+# Whether the MPI library reads GPU memory itself (a CUDA-aware MPI), or GPU buffers are staged through
+# host memory.
+
+def mpi_is_cuda_aware() -> bool:
+    """Whether GPU buffers go to the MPI library under mpi4py as they are: what the library itself
+    says (:func:`query_cuda_support`; no answer counts as no), unless ``RINGLAB_CUDA_AWARE`` says
+    otherwise: ``0`` no; ``1`` yes, where the library says so or cannot say; ``force`` yes, whatever
+    the library says. ``1`` where the library says no is a ValueError (:func:`cuda_aware_conflict`):
+    such an MPI crashes on the first GPU buffer it is handed; so is any other value of the variable."""
+    setting = cuda_aware_setting()
+    if setting in ("0", "force"):
+        return setting == "force"
+    support = query_cuda_support()
+    if setting == "1":
+        problem = cuda_aware_conflict(support)
+        if problem:
+            raise ValueError(problem)
+        return True
+    return bool(support)
+
+
+CUDA_AWARE_SETTINGS = ("0", "1", "force")
+
+
+def cuda_aware_setting() -> str | None:
+    """``RINGLAB_CUDA_AWARE`` as set (None: unset or empty), or a ValueError for a value it does not take."""
+    setting = os.environ.get("RINGLAB_CUDA_AWARE", "").strip()
+    if not setting:
+        return None
+    if setting not in CUDA_AWARE_SETTINGS:
+        raise ValueError(f"RINGLAB_CUDA_AWARE must be 0 (stage GPU buffers through host memory), 1 (hand them to a "
+                         f"CUDA-aware MPI) or force (hand them over whatever the MPI library says), or unset; got "
+                         f"{setting!r}")
+    return setting
+
+
+def cuda_aware_conflict(support: bool | None = None) -> str | None:
+    """The error for ``RINGLAB_CUDA_AWARE=1`` where the MPI library says it cannot read GPU memory
+    (``support``: its answer, asked when not given); None where there is no such conflict."""
+    if os.environ.get("RINGLAB_CUDA_AWARE") != "1":
+        return None
+    if (query_cuda_support() if support is None else support) is not False:
+        return None
+    return ("RINGLAB_CUDA_AWARE=1 says the MPI library reads GPU memory, but the library itself says it cannot "
+            "(its MPIX_Query_cuda_support or MPIX_GPU_query_support answers no): handed a GPU buffer, it would crash "
+            "(a segmentation fault). Unset RINGLAB_CUDA_AWARE to stage GPU buffers through host memory, or "
+            "set RINGLAB_CUDA_AWARE=force if you know this MPI is CUDA-aware although its query says otherwise")
+
+
+def query_cuda_support() -> bool | None:
+    """The MPI library's own answer (MPIX_Query_cuda_support or MPIX_GPU_query_support), or None when
+    it has neither. mpi4py loads libmpi with RTLD_LOCAL, so the symbols are looked up through
+    mpi4py's extension module, which links it, not in the global namespace."""
+    from mpi4py import MPI
+
+    this = ctypes.CDLL(MPI.__file__)
+    try:  # Open MPI's extension, also in MPICH
+        return bool(this.MPIX_Query_cuda_support())
+    except AttributeError:
+        pass
+    try:  # MPICH >= 4: MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA=0, &supported)
+        supported = ctypes.c_int(0)
+        this.MPIX_GPU_query_support(0, ctypes.byref(supported))
+        return bool(supported.value)
+    except AttributeError:
+        return None
+
+
 def is_device_array(x) -> bool:
     """True for a cupy array (or anything else exposing __cuda_array_interface__)."""
     return hasattr(x, "__cuda_array_interface__")
@@ -130,21 +226,6 @@ def array_module(x):
             raise ValueError("got a GPU array, but cupy cannot see a GPU in this process")
         return cp
     return np
-
-
-def local_comm(comm):
-    """The ranks of ``comm`` that share this node (MPI's shared-memory split), made once per communicator
-    and freed with it (kept in ringlab's state for ``comm``)."""
-    from mpi4py import MPI
-
-    from . import private
-
-    state = private.state(comm)
-    found = state.cache.get("local")
-    if found is None:
-        found = state.cache["local"] = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        state.on_free("local", found.Free)
-    return found
 
 
 COMPUTE_MODES = {0: "DEFAULT", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}  # cudaComputeMode
@@ -174,10 +255,19 @@ def bind_device(comm=None) -> int | None:
     if "device" in _BOUND:
         cp.cuda.Device(_BOUND["device"]).use()
         return _BOUND["device"]
+    from mpi4py import MPI
+
     if comm is None:
-        from mpi4py import MPI
         comm = MPI.COMM_WORLD
-    local = local_comm(comm)
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks of this node (collective over comm)
+    try:
+        return _bind(cp, comm, local)
+    finally:
+        local.Free()
+
+
+def _bind(cp, comm, local) -> int:
+    """:func:`bind_device`'s first call: this rank's GPU among the node's ranks (``local``)."""
     device = local.Get_rank() % gpu_count()
     runtime = cp.cuda.runtime
     mode = int(runtime.getDeviceProperties(device).get("computeMode", 0))
@@ -245,8 +335,6 @@ def pinned_empty(nelems: int, dtype) -> np.ndarray:
 def mps_pipe() -> str:
     """The folder where CUDA's Multi-Process Service keeps its control pipe (``CUDA_MPS_PIPE_DIRECTORY``,
     else ``/tmp/nvidia-mps``)."""
-    import os
-
     return os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
 
 
@@ -255,7 +343,6 @@ def mps_running() -> bool:
     GPU through MPS instead of taking turns in time slices: its ``control`` pipe has a reader (or its
     ``control`` socket accepts a connection). A pipe or socket left behind by a daemon that has gone says no."""
     import errno
-    import os
     import socket
     import stat
 

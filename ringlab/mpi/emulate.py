@@ -5,7 +5,8 @@ environment of an ``mpiexec`` job or of ``%%px`` engines, every message of ringl
 back by the links it crosses: its route's latency plus, for its bytes, the time its busiest link needs
 for everything that crosses that link in the same step (concurrent messages share a link as the cost
 model shares it). A rank waits by sleeping, never by spinning, so eight ranks on two cores measure the
-links and not the CPU. The data really moves and is really reduced, and every result is checked
+links and not the CPU. This module says when each message is due (:class:`Pacing`); the transport binds
+those times to the call's messages and the run (:mod:`ringlab.mpi.run`) keeps them. The data really moves and is really reduced, and every result is checked
 against MPI's as before; what the CPU adds on top (reductions, Python) is measured, not hidden.
 
 Pacing comes from the links, never from a prediction: the emulated run is an independent check of the
@@ -34,7 +35,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schedule import chunk_bounds
-from .executor import TAG_LIMIT
 
 SPEC_ENV = "RINGLAB_EMULATE"
 NAP = 50e-6           # how long a waiting rank sleeps between looks at its message, in seconds
@@ -223,17 +223,52 @@ def hold_back(seconds: float | None, since: float) -> None:
         _sleep_until(since + seconds)
 
 
-def paced(ops, schedule, count: int, itemsize: int, comm, transport: str):
-    """``ops`` behind :class:`PacedOps` when an emulation is in force, else ``ops`` itself."""
+@dataclass(frozen=True)
+class Pacing:
+    """How an emulated machine holds one call's messages back: ``timings`` (per step, ``{(src, dst): (latency,
+    busy)}`` in seconds here, from :func:`link_timings`), the peers this rank reaches over ``free`` links (inside
+    a node of ``joined_nodes``: not held back, not marked), the ``machine``'s name and the ``mark`` a trace
+    gives a message it held back."""
+
+    timings: list
+    rank: int
+    free: frozenset
+    machine: str
+    mark: str
+    nap: float = NAP
+
+    def dues(self, step) -> tuple[list[float], list[float]]:
+        """When each receive and each send of a plan's ``step`` is due, in seconds from the step's start. A rank
+        starts its messages one after another: each send leaves after the latency of this rank's messages so far
+        in the step (each peer's paid once, in the plan's order) plus its busiest link's busy time; a receive
+        arrives after its own route's latency and busy time."""
+        links = self.timings[step.index]
+        due, spent = {}, 0.0
+        for m in step.sends:
+            if m.peer not in due:
+                latency, busy = links[(self.rank, m.peer)]
+                spent += latency
+                due[m.peer] = spent + busy
+        return [sum(links[(m.peer, self.rank)]) for m in step.recvs], [due[m.peer] for m in step.sends]
+
+    def via(self, peer: int, route: str) -> str:
+        """How a trace names the path of a message to or from ``peer`` that took ``route``."""
+        return route if peer in self.free else f"{route} ({self.mark})"
+
+
+def pacing(schedule, count: int, itemsize: int, comm, transport: str) -> Pacing | None:
+    """The :class:`Pacing` of a call of ``schedule`` on ``count`` elements of ``itemsize`` bytes on ``comm``'s
+    ranks under the emulation in force (None: none is); a ValueError for a transport that MPI does not carry."""
     now = current()
     if now is None:
-        return ops
+        return None
     if transport.startswith("ipc"):
         raise ValueError("emulated links carry MPI messages: use transport='host' or 'cuda-aware', not "
                          f"{transport!r} (CUDA IPC reads peer memory directly)")
-    topology = now.resolve(comm.Get_size())
-    return PacedOps(ops, link_timings(schedule, count, itemsize, topology, now.scale), comm.Get_rank(), now,
-                    _free(topology, comm.Get_rank(), comm.Get_size()))
+    rank, size = comm.Get_rank(), comm.Get_size()
+    topology = now.resolve(size)
+    return Pacing(link_timings(schedule, count, itemsize, topology, now.scale), rank, _free(topology, rank, size),
+                  now.label, now.mark or now.label)
 
 
 def _free(topology, rank: int, size: int) -> frozenset:
@@ -242,74 +277,26 @@ def _free(topology, rank: int, size: int) -> frozenset:
         topology.channel_rate[c] == np.inf and topology.channel_latency[c] == 0 for c in topology.route(rank, peer)))
 
 
-class PacedOps:
-    """A transport's Ops whose messages take their emulated links' time.
+_STALLS: list[float] = []
 
-    At the start of a step the rank notes the time; its receives are posted at once, and each send
-    leaves when its link would have delivered it: after the latency of this rank's messages so far in
-    the step (a rank starts its messages one after another) plus its busiest link's busy time. A
-    receive is not looked at before its own link time has passed, and then by short sleeps.
-    """
 
-    nap = NAP
+@contextmanager
+def straggling(seconds: float):
+    """Within the block, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
+    slower link or a busier GPU is late at every step (lab 07's straggler: the delay is injected, everything
+    else is measured). Calls inside take the general way, where each step is timed and can be held back."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 10:
+        raise ValueError(f"a pause of 0 to 10 s per step, got {seconds!r}")
+    _STALLS.append(float(seconds))
+    try:
+        yield
+    finally:
+        _STALLS.pop()
 
-    def __init__(self, ops, timings: list[dict], rank: int, emulation: Emulation, free=frozenset()):
-        self.ops, self.timings, self.rank, self.emulation = ops, timings, rank, emulation
-        self.free = free  # the peers this rank reaches over links that cost nothing: not held back, not labelled
-        self.started = 0.0
 
-    @property
-    def deadline(self):
-        """When the current step must be done (the executor sets it; the transport underneath keeps to it too)."""
-        return self.ops.deadline
-
-    @deadline.setter
-    def deadline(self, value) -> None:
-        self.ops.deadline = value
-
-    def _sleep_until(self, moment: float, step) -> None:
-        """Sleep until ``moment``; past the step's deadline, a StepTimeout saying the emulated link is too slow for it."""
-        deadline = self.ops.deadline
-        if deadline is not None and moment > deadline:
-            from .deadlines import StepTimeout
-
-            raise StepTimeout(f"rank {self.rank}: step {step.index} on {self.emulation.label} needs "
-                              f"{moment - self.started:.1f} s, past the step's deadline: give a longer timeout= (or "
-                              "RINGLAB_TIMEOUT), or a faster machine or smaller scale")
-        _sleep_until(moment)
-
-    def before_step(self) -> None:
-        self.ops.before_step()
-        self.started = time.monotonic()
-
-    def post(self, comm, buf, step):
-        first = step.window or len(step.recvs)
-        recvs = [self.ops.post_recv(comm, buf, step, m) if i < first else None for i, m in enumerate(step.recvs)]
-        links = self.timings[step.index]
-        due, spent = {}, 0.0
-        for m in step.sends:  # the order the plan sends in: each peer's latency is paid once, in turn
-            if m.peer not in due:
-                latency, busy = links[(self.rank, m.peer)]
-                spent += latency
-                due[m.peer] = spent + busy
-        sends = [None] * len(step.sends)
-        for i in sorted(range(len(step.sends)), key=lambda i: due[step.sends[i].peer]):
-            m = step.sends[i]
-            self._sleep_until(self.started + due[m.peer], step)
-            sends[i] = comm.Isend(self.ops.outgoing(buf, m), dest=m.peer, tag=step.index % TAG_LIMIT)
-        return recvs, sends
-
-    def before_wait(self, step, m) -> None:
-        latency, busy = self.timings[step.index][(m.peer, self.rank)]
-        self._sleep_until(self.started + latency + busy, step)
-
-    def route(self, m) -> str:
-        if m.peer in self.free:
-            return self.ops.route(m)
-        return f"{self.ops.route(m)} ({self.emulation.mark or self.emulation.label})"
-
-    def __getattr__(self, name):  # everything else is the transport's own
-        return getattr(self.ops, name)
+def stall() -> float:
+    """The pause before each step that :func:`straggling` asks for here (0: none)."""
+    return _STALLS[-1] if _STALLS else 0.0
 
 
 def _sleep_until(moment: float) -> None:

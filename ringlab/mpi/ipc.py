@@ -1,19 +1,19 @@
-"""CUDA IPC, the GPUDirect peer-to-peer path between ranks of one node, and :class:`NodeOps`, which
-uses it inside a node and an MPI transport between nodes.
+"""CUDA IPC, the GPUDirect peer-to-peer path between ranks of one node: whether the ranks' GPUs can read each
+other (:func:`ipc_possible`), and the device work buffers they share (:class:`IpcBuffer`).
 
-Ranks exchange CUDA IPC handles of a persistent work buffer once (:class:`IpcBuffer`, opened only
-between ranks of one node); then each step reads a peer's chunk straight from its device memory,
-and empty MPI messages say when data is ready and when it has been read.
+Ranks exchange CUDA IPC handles of a persistent work buffer once (opened only between ranks of one node);
+then each step of the ``ipc`` transport (:mod:`ringlab.mpi.transports`) reads a peer's chunk straight from
+its device memory, and empty MPI messages say when data is ready and when it has been read. No call's data
+passes through this module: it hands the transport the buffers, which the transport binds.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import REDUCE
 from . import private
-from .devices import cupy_module, local_comm
-from .executor import TAG_LIMIT, RankPlan, overlaps
-from .ops import Ops, _land
+from .devices import cupy_module
+from .nodes import local_comm, node_ids
+
 
 def on_mig() -> bool:
     """Whether this process's GPU is a MIG instance (``CUDA_VISIBLE_DEVICES`` names ``MIG-...``): CUDA IPC
@@ -33,8 +33,6 @@ def ipc_possible(comm) -> bool:
     GPU (``CUDA_VISIBLE_DEVICES`` per rank) may use ipc too: for a GPU hidden from CUDA, NVML,
     which sees every GPU, says whether the two can read each other. Never on MIG instances (:func:`on_mig`)."""
     from mpi4py import MPI
-
-    from .nodes import node_ids
 
     cp = cupy_module()
     ids, me = node_ids(comm), comm.Get_rank()
@@ -190,129 +188,3 @@ def release_ipc(state) -> None:
         for key in sorted(kept):
             kept.pop(key).release(comm)
     state.cache.pop("ipc-retired", None)
-
-
-_SIGNAL = np.empty(0, np.uint8)  # an empty MPI message: "ready" or "done reading"
-
-
-def lands_directly(step) -> bool:
-    """Whether a step's receives may land straight in the buffer while readers may still read it: not
-    when a landing would overwrite what this step sends, or two receives write the same elements and
-    one of them replaces."""
-    return not step.sends_before_landing and not any(
-        overlaps(a, b) for i, a in enumerate(step.recvs) for b in step.recvs[i + 1:]
-        if not (a.op == REDUCE and b.op == REDUCE))
-
-
-class IpcOps(Ops):
-    """CUDA IPC, the GPUDirect peer-to-peer path: a rank reads its peers' device memory directly.
-
-    A step's messages are empty MPI messages that say when data may be read: each rank tells its
-    readers "ready" once its previous step is in memory (``post``); a receive reads the peer's
-    bytes with one kernel (``land``), straight into the buffer, or into scratch when that would
-    overwrite bytes a reader may still be reading; then ranks tell their sources "done reading"
-    and wait for their own readers before landing what waits in scratch (``after_step``).
-    """
-
-    def __init__(self, cp, shared: IpcBuffer, plan: RankPlan):
-        self.cp, self.shared = cp, shared
-        self.scratch = shared.scratch_for(plan.scratch_elems)
-        self.stream = cp.cuda.get_current_stream()
-        self.direct = True
-
-    def begin(self, flat):
-        work = self.shared.work[:flat.size]
-        work[...] = flat
-        return work
-
-    def before_step(self):
-        self.stream.synchronize()  # my previous step is in memory: my readers may look
-
-    def post(self, comm, buf, step):
-        self.direct = lands_directly(step)
-        tag = (2 * step.index) % TAG_LIMIT
-        ready = [comm.Irecv(_SIGNAL, source=m.peer, tag=tag) for m in step.recvs]
-        told = [comm.Isend(_SIGNAL, dest=m.peer, tag=tag) for m in step.sends]
-        return ready, told
-
-    def land(self, buf, m):
-        peer = self.shared.peer(m.peer)[m.lo:m.hi]
-        if self.direct:
-            _land(self.cp, buf[m.lo:m.hi], peer, m.op, self.reduction)
-        else:
-            self.scratch[m.slot:m.slot + m.size] = peer
-
-    def after_step(self, comm, buf, step, wait_for):
-        self.stream.synchronize()  # every read of a peer's memory is done
-        tag = (2 * step.index + 1) % TAG_LIMIT
-        done = [comm.Isend(_SIGNAL, dest=peer, tag=tag) for peer in sorted({m.peer for m in step.recvs})]
-        for peer in sorted({m.peer for m in step.sends}):
-            wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
-        if not self.direct:
-            for m in step.recvs:
-                _land(self.cp, buf[m.lo:m.hi], self.scratch[m.slot:m.slot + m.size], m.op, self.reduction)
-        for request in done:
-            request.Wait()
-
-    def end(self, flat, buf):
-        flat[...] = buf
-        self.stream.synchronize()
-
-
-class NodeOps(Ops):
-    """ipc between ranks of one node, an MPI transport (``between``: host or cuda-aware) between nodes.
-
-    The steps work in the shared IPC buffer. A peer on this node is read directly as in
-    :class:`IpcOps` (its messages are "ready"/"done reading" signals); a peer on another node sends
-    real MPI messages through ``between``. Landing follows IpcOps' rule for both kinds: straight
-    into the buffer when nothing this step sends or receives overlaps, otherwise deferred to the
-    end of the step, once this node's readers have said they are done reading.
-    """
-
-    def __init__(self, cp, shared: IpcBuffer, plan: RankPlan, between: Ops, node: set[int]):
-        self.ipc, self.between, self.node = IpcOps(cp, shared, plan), between, node
-        self.cp, self.stream = cp, self.ipc.stream
-
-    def route(self, m) -> str:
-        return "ipc" if m.peer in self.node else self.between.name
-
-    def begin(self, flat):
-        return self.ipc.begin(flat)
-
-    def before_step(self):
-        self.stream.synchronize()  # my previous step is in memory: readers may look, MPI may send it
-
-    def post(self, comm, buf, step):
-        self.ipc.direct = self.direct = lands_directly(step)
-        signal, data = (2 * step.index) % TAG_LIMIT, step.index % TAG_LIMIT
-        recvs = [comm.Irecv(_SIGNAL, source=m.peer, tag=signal) if m.peer in self.node else
-                 self.between.post_recv(comm, buf, step, m) for m in step.recvs]
-        sends = [comm.Isend(_SIGNAL, dest=m.peer, tag=signal) if m.peer in self.node else
-                 comm.Isend(self.between.outgoing(buf, m), dest=m.peer, tag=data) for m in step.sends]
-        return recvs, sends
-
-    def land(self, buf, m):
-        if m.peer in self.node:
-            self.ipc.land(buf, m)  # straight in, or into the ipc scratch for after_step
-        elif self.direct:
-            self.between.land(buf, m)  # otherwise it waits in the network scratch until after_step
-
-    def after_step(self, comm, buf, step, wait_for):
-        local = [m for m in step.recvs if m.peer in self.node]
-        self.stream.synchronize()  # every read of a peer's memory is done
-        tag = (2 * step.index + 1) % TAG_LIMIT
-        done = [comm.Isend(_SIGNAL, dest=peer, tag=tag) for peer in sorted({m.peer for m in local})]
-        for peer in sorted({m.peer for m in step.sends if m.peer in self.node}):
-            wait_for(comm.Irecv(_SIGNAL, source=peer, tag=tag), f"for rank {peer} to finish reading this rank's data")
-        if not self.direct:
-            for m in step.recvs:  # in plan order, as the schedule lands them
-                if m.peer in self.node:
-                    _land(self.cp, buf[m.lo:m.hi], self.ipc.scratch[m.slot:m.slot + m.size], m.op, self.reduction)
-                else:
-                    self.between.land(buf, m)
-        for request in done:
-            request.Wait()
-
-    def end(self, flat, buf):
-        flat[...] = buf
-        self.stream.synchronize()

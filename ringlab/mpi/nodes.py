@@ -99,8 +99,6 @@ def node_ids(comm, timeout="default") -> list[int]:
     else:
         from mpi4py import MPI
 
-        from .devices import local_comm
-
         # first make sure every rank is here (a non-blocking allgather of the hosts, with the timeout),
         # then ask MPI which ranks share memory: its shared-memory split is the node
         digest = hashlib.blake2b(MPI.Get_processor_name().encode(), digest_size=8).digest()
@@ -116,6 +114,21 @@ def node_ids(comm, timeout="default") -> list[int]:
         ids = [order[leader] for leader in leaders]
     seen[per] = ids
     return ids
+
+
+def local_comm(comm):
+    """The ranks of ``comm`` that share this node (MPI's shared-memory split), made once per communicator
+    and freed with it (kept in ringlab's state for ``comm``)."""
+    from mpi4py import MPI
+
+    from . import private
+
+    state = private.state(comm)
+    found = state.cache.get("local")
+    if found is None:
+        found = state.cache["local"] = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        state.on_free("local", found.Free)
+    return found
 
 
 def ranks_per_node(comm, timeout="default") -> int:

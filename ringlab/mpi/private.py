@@ -1,4 +1,5 @@
-"""ringlab's own communicators: its traffic never meets the user's, nor another ringlab object's.
+"""ringlab's own communicators: its traffic never meets the user's, nor another ringlab object's; and the
+agreement of the ranks on each call.
 
 Every collective runs on a private duplicate of the communicator it is given, made once (the first
 call on that communicator) and freed with it: the duplicate, and everything ringlab keeps for that
@@ -22,11 +23,20 @@ but the peers it was still waiting for: those are inside the same call and canno
 notice would go unread, and one of them may be dead: MPICH's UCX transport (it has no fault tolerance)
 ends a process that starts a send to a peer it has seen die with signal 11. A notice to a dead rank
 that this rank was not waiting for may still do that, which is why the reason is written first.
+
+Before any data moves, the ranks compare what they were given (:func:`agree`): every rank sends a 16-byte
+digest of its arguments, with the number of the call, to every other (:class:`Agreement`), so a rank that
+never comes is named in a StepTimeout; the full arguments follow only when the digests differ, to say what.
+
+Tags on a duplicate: a step of a schedule uses its index (below :data:`TAG_LIMIT`), the agreement
+:data:`AGREE_TAG`, the notices :data:`NOTICE_TAG`. A utility of every layer of :mod:`ringlab.mpi`.
 """
 from __future__ import annotations
 
 import atexit
+import hashlib
 import itertools
+import json
 import sys
 import threading
 import time
@@ -34,8 +44,11 @@ import weakref
 
 import numpy as np
 
-from .deadlines import StepTimeout, deadline, seconds, wait
-from .executor import NOTICE_TAG
+from .deadlines import StepTimeout, deadline, seconds, wait, wait_all
+
+TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
+AGREE_TAG = TAG_LIMIT    # the argument agreement's digests
+NOTICE_TAG = TAG_LIMIT + 1  # "this rank gave up on call k"
 
 
 class OutOfStep(RuntimeError):
@@ -273,4 +286,138 @@ def release(comm) -> None:
         private.parent.children.remove(private)
 
 
-__all__ = ["OutOfStep", "Private", "StepTimeout", "duplicate", "entered", "live", "release", "state"]
+# The agreement of the ranks on a call
+
+DIGEST_BYTES = 16
+MESSAGE_BYTES = DIGEST_BYTES + 8  # the digest, then the call's number on this communicator (int64)
+
+
+def digest(text: str) -> np.ndarray:
+    """The 16 bytes of ``text`` (its SHA-256, cut) that the ranks compare."""
+    return np.frombuffer(hashlib.sha256(text.encode()).digest()[:DIGEST_BYTES], np.uint8).copy()
+
+
+class Agreement:
+    """Every rank sends its digest of the arguments, and the number of the call, to every other through
+    persistent requests and compares what arrives: n-1 sends and n-1 receives of 24 bytes, no
+    reduction, so a rank that never comes is named in the StepTimeout (a collective could only say
+    that somebody is missing)."""
+
+    def __init__(self, comm):
+        from mpi4py import MPI
+
+        self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
+        self.mine = np.zeros(MESSAGE_BYTES, np.uint8)
+        self.call = self.mine[DIGEST_BYTES:].view(np.int64)  # the call's number, within the message
+        self.everyone = np.zeros((self.size, MESSAGE_BYTES), np.uint8)
+        self.others = [r for r in range(self.size) if r != self.rank]
+        self.receives = [comm.Recv_init(self.everyone[r], source=r, tag=AGREE_TAG) for r in self.others]
+        self.sends = [comm.Send_init(self.mine, dest=r, tag=AGREE_TAG) for r in self.others]
+        self.all = self.receives + self.sends
+        self.last, self.spent = None, False
+        self.startall, self.waitall = MPI.Prequest.Startall, MPI.Request.Waitall
+
+    def exchange(self, mine: np.ndarray, call: int, what: str, timeout: float | None) -> tuple[bool, list[int]]:
+        """Whether every rank's digest equals ``mine``, and every rank's call number (this one's: ``call``);
+        a rank missing past ``timeout`` is a StepTimeout."""
+        if mine is not self.last:  # a call like the last one sends the same 16 bytes again
+            self.mine[:DIGEST_BYTES] = mine
+            self.last = mine
+        self.call[0] = call
+        self.everyone[self.rank] = self.mine
+        self.startall(self.all)
+        if timeout is None:
+            self.waitall(self.all)
+        else:
+            self._wait_until(time.monotonic() + timeout, timeout, what)
+        # every rank sees the same table, so all take the same branch
+        table = self.everyone.tobytes()
+        if table == table[:MESSAGE_BYTES] * self.size:  # the same arguments, at the same call: the usual case
+            return True, [call] * self.size
+        digests = self.everyone[:, :DIGEST_BYTES]
+        calls = self.everyone[:, DIGEST_BYTES:].copy().view(np.int64).ravel().tolist()
+        return bool((digests == digests[0]).all()), calls
+
+    def _wait_until(self, deadline: float, timeout: float, what: str) -> None:
+        rank, others = self.rank, self.others
+
+        def absent() -> str:
+            late = [(q, r) for q, r in zip(others, self.receives) if not r.Test()]
+            missing = [q for q, _ in late]
+            for _, r in late:
+                r.Cancel()
+            self.spent = True  # its requests are spent: the call's duplicate is set aside
+            if not missing:
+                return f"rank {rank}: {what}: the other ranks did not take its arguments within {timeout:g} s"
+            return (f"rank {rank}: {what}: rank{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} "
+                    f"did not call it within {timeout:g} s")
+
+        wait_all(self.all, deadline, absent)
+
+    def free(self) -> None:
+        for r in self.all:
+            try:
+                r.Free()
+            except Exception:  # an active or cancelled request, or MPI already finalized
+                pass
+
+
+def agreement(private) -> Agreement:
+    """The Agreement of a communicator's private duplicate (``private``: its :class:`Private`)."""
+    found = private.cache.get("agreement")
+    if found is None:
+        found = private.cache["agreement"] = Agreement(private.comm("ringlab", None))
+        private.on_free("agreement", found.free)
+    return found
+
+
+def agreed(private, mine: np.ndarray, what: str, timeout: float | None) -> bool:
+    """Whether every rank's digest equals ``mine``. Ranks at different calls on this communicator all
+    raise :class:`OutOfStep`, and are in step again from the next call."""
+    same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+    said = private.given_up()
+    if said:  # the others have left this duplicate: meet them on a fresh one, where the call numbers tell
+        private.set_aside(notify=False)
+        private.comm(what, timeout)
+        same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+    if len(set(calls)) > 1 or said:
+        private.calls = max(calls)
+        detail = ", ".join(f"rank {r} at call {c}" for r, c in enumerate(calls))
+        raise OutOfStep(f"{what}: the ranks are at different calls on this communicator ({detail}"
+                        f"{'; ' + said if said else ''}): a call failed or timed out on some ranks only, or a rank "
+                        "skipped one. This call is refused on every rank; the next one is in step again", calls)
+    return same
+
+
+def agree(private, what: str, text: str, mine: np.ndarray, timeout: float | None) -> None:
+    """Inside a call that has entered ``private``: every rank compares ``mine`` (the digest of ``text``, its
+    arguments as JSON); every rank raises the same ValueError, saying what differs, when they disagree."""
+    if not agreed(private, mine, what, timeout):
+        disagreement(private.comm(what, None), what, text)
+
+
+def disagreement(comm, what: str, text: str) -> None:
+    """The ValueError saying what differs, raised on every rank once the digests differ."""
+    seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
+    for other, theirs in enumerate(seen):
+        if theirs != seen[0]:
+            detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {other} has {theirs.get(k)}"
+                               for k in sorted(set(seen[0]) | set(theirs)) if seen[0].get(k) != theirs.get(k))
+            raise ValueError(f"{what}: the ranks disagree ({detail})")
+
+
+def as_text(fields: dict) -> str:
+    """The arguments ``fields`` as the text the ranks compare (JSON, keys sorted)."""
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def check_agreement(comm, what: str, fields: dict, timeout="default") -> None:
+    """All ranks of ``comm`` compare ``fields``; every rank raises the same ValueError on a mismatch (for
+    trainers and servers, whose options every rank must share), or a StepTimeout naming a rank that never came."""
+    with entered(comm, what, timeout) as private:
+        text = as_text(fields)
+        agree(private, what, text, digest(text), seconds(timeout))
+
+
+__all__ = ["OutOfStep", "Private", "StepTimeout", "agree", "check_agreement", "duplicate", "entered", "live",
+           "release", "state"]

@@ -1,9 +1,10 @@
 """The reduction a collective applies where two ranks' data meet: NCCL's operators, and bfloat16.
 
 ``op`` names one of :data:`OPS`, as NCCL's ``ncclRedOp_t`` does: ``sum``, ``prod``, ``max``, ``min``
-and ``avg`` (the sum divided by the number of ranks). A :class:`Reduction` is what the transports
-call to land a received chunk (``land``) and what finishes ``avg`` on the ranks that hold the result
-(``finish``). It works for numpy and cupy alike (the ufunc is looked up on the array module).
+and ``avg`` (the sum divided by the number of ranks). A :class:`Reduction` says how a received chunk
+lands where the run meets it (``landing``: reduced into the buffer, or copied for a schedule's copy) and
+finishes ``avg`` on the ranks that hold the result (``finish``). It works for numpy and cupy alike (the
+ufunc is looked up on the array module). A utility of :mod:`ringlab.mpi`'s layers: it imports none of them.
 
 bfloat16 comes from ``ml_dtypes`` (numpy has no such type; cupy 14 takes the same dtype). MPI has
 no bfloat16 either and cannot even read such an array's buffer, so a bfloat16 buffer travels as its
@@ -14,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..schedule import REDUCE
 
 OPS = ("sum", "prod", "max", "min", "avg")
 _UFUNCS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "avg": "add"}
@@ -72,6 +75,18 @@ class Reduction:
             target, arrived = target.view(self.view), arrived.view(self.view)
         getattr(xp, self.ufunc)(target, arrived, out=target)
 
+    def landing(self, xp, op: str, target, arrived) -> tuple:
+        """How ``arrived`` lands in ``target`` for a transfer of ``op`` (the schedule's ``"reduce"`` or
+        ``"copy"``), as ``(function, arguments)`` for the run to call: for numpy, the ufunc itself with a
+        positional ``out`` (the cheapest call numpy has), on views in the arithmetic's dtype."""
+        if op != REDUCE:
+            return (np.copyto, (target, arrived)) if xp is np else (copy_in, (target, arrived))
+        if xp is not np:
+            return self.land, (xp, target, arrived)
+        if self.view is not None:
+            target, arrived = target.view(self.view), arrived.view(self.view)
+        return getattr(np, self.ufunc), (target, arrived, target)
+
     def finish(self, xp, flat, n: int) -> None:
         """``avg``: divide the sum by ``n`` in place, floats as they are, integers toward zero as C (and
         NCCL) divide them; any other op: nothing to do."""
@@ -89,6 +104,11 @@ class Reduction:
 
 
 SUM = Reduction()
+
+
+def copy_in(target, arrived) -> None:
+    """Replace ``target``'s elements with ``arrived``'s (numpy or cupy, device to device alike)."""
+    target[...] = arrived
 
 
 def reduction(op: str, dtype) -> Reduction:

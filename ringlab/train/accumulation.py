@@ -84,7 +84,7 @@ def compare(steps: int = 10, dtype=torch.float64, comm=None) -> dict | None:
 
 def check_accumulation(nranks: int = 3, steps: int = 10, dtype: str = "float64", timeout: float = 300) -> dict:
     """Run :func:`compare` on ``nranks`` ranks (an MPI job); its row."""
-    from ..mpi.launch import run_mpi
+    from ..cluster.launch import run_mpi
 
     nranks = check_count("nranks", nranks, minimum=2)
     if dtype not in ("float32", "float64"):

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import torch
 
-from ..mpi.collectives import check_agreement
+from ..mpi.private import check_agreement
 from ..mpi.deadlines import DEFAULT, usable
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..mpi.collectives import allreduce
-from ..mpi.primitives import alltoall
+from ..mpi.collectives import alltoall
 from .zero import as_array, sent_bytes
 
 

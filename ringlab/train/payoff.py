@@ -104,7 +104,8 @@ def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: fl
 
     Returns ``{"cores", "per_rank", "machine", "one_rank": [time_steps rows], "runs": [run_ranks results]}``.
     """
-    from ..mpi.launch import cores, run_mpi
+    from ..cluster.launch import run_mpi
+    from ..mpi.devices import cores
 
     rank_counts = default_rank_counts(cores()) if rank_counts is None else rank_counts
     if not rank_counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 2 for n in rank_counts):

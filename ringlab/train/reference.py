@@ -5,7 +5,7 @@ import time
 
 import torch
 
-from ..mpi.launch import torch_process_group
+from ..cluster.launch import torch_process_group
 from .task import weights
 
 

@@ -112,7 +112,7 @@ def measure_scaling(rank_counts=(1, 2, 4), steps: int | None = None, algorithm: 
     n times the samples), or ``samples`` for the same number of training samples at every rank count
     (n ranks then take n times fewer steps of n times the batch), so that accuracies compare fairly.
     """
-    from ..mpi.launch import run_mpi
+    from ..cluster.launch import run_mpi
 
     if steps is not None and samples is not None:
         raise ValueError("give steps (the same steps for every rank count) or samples (the same samples), not both")

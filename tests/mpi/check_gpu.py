@@ -7,14 +7,13 @@ from mpi4py import MPI
 
 import ringlab as rl
 from ringlab.mpi.devices import bind_device, cupy_module
-from ringlab.mpi.transports import choose
 
 cp = cupy_module()
 comm = MPI.COMM_WORLD
 rank, n = comm.Get_rank(), comm.Get_size()
 transport = sys.argv[1]
 bind_device(comm)
-used = choose(cp.ones(1), comm, transport)
+used = rl.which_transport(cp.ones(1), comm, transport)
 checked = 0
 for name in sorted(rl.ALGORITHMS):
     kind, short = name.split(".")

@@ -54,7 +54,7 @@ elif mode in ("stuck", "absent", "first"):  # rank 2 never joins: a timeout name
                 fh.write(" ".join(map(str, err.peers)))
     elif mode == "stuck":  # the notices that the ranks which gave up left for rank 2 on ringlab's duplicate
         time.sleep(4)
-        from ringlab.mpi.executor import NOTICE_TAG
+        from ringlab.mpi.private import NOTICE_TAG
         dup = rl.mpi.private.state(comm)._dup
         found = [source for source in (0, 1)  # (MPICH: a first Iprobe may only move messages along)
                  if dup.Iprobe(source, NOTICE_TAG) or dup.Iprobe(source, NOTICE_TAG)]

@@ -6,8 +6,8 @@ import numpy as np
 from mpi4py import MPI
 
 import ringlab as rl
-from ringlab.mpi import fastpath, private
-from ringlab.mpi.mpich import forced_allreduce
+from ringlab.mpi import plan, private
+from ringlab.measure.mpich import forced_allreduce
 
 comm = MPI.COMM_WORLD
 n, rank = comm.Get_size(), comm.Get_rank()
@@ -42,15 +42,16 @@ for algorithm in ("ring", "naive", "rhd", "tree"):
 x = np.ones(4096, np.float32)
 out = np.empty_like(x)
 rl.allreduce(x, out=out)
-calls = fastpath.calls(private.state(comm))
-call = next(c for c in calls.values() if c.bound_for(out) is not None)
-bound = call.bound_for(out)
-requests = [r for step in bound.steps for r in step[4]]
+calls = plan.calls(private.state(comm))
+key = (out.__array_interface__["data"][0], out.nbytes)
+call = next(c for c in calls.values() if key in c.transport.kept)
+bound = call.transport.kept[key]
+requests = [r for step in bound.steps for r in step.requests]
 assert requests and all(isinstance(r, MPI.Prequest) for r in requests)
 rl.allreduce(x, out=out)
-assert call.bound_for(out) is bound  # the same requests again, not new ones
+assert call.transport.kept[key] is bound  # the same requests again, not new ones
 rl.release_buffers()
-assert not fastpath.calls(private.state(comm)) and not call.bound
+assert not plan.calls(private.state(comm)) and not call.transport.kept
 assert np.array_equal(rl.allreduce(x), np.full(4096, n, np.float32))  # and it works after
 
 # a mismatch found by the fast path's agreement is the same clear error on every rank

@@ -18,7 +18,6 @@ from mpi4py import MPI
 
 import ringlab as rl
 from ringlab.algorithms import options_of
-from ringlab.mpi.transports import choose
 from ringlab.schedule import chunk_bounds
 
 comm = MPI.COMM_WORLD
@@ -28,7 +27,7 @@ quick = "quick" in sys.argv[2:]
 TIMEOUT = 60
 COUNTS = [n + 1, 40_003] if quick else sorted({0, 1, n, n + 1, 1000, 300_007})  # 300_007 float64: pieces
 rl.mpi.devices.bind_device(comm)
-used = choose(cp.ones(1), comm, transport)
+used = rl.which_transport(cp.ones(1), comm, transport)
 checked = 0
 
 
@@ -71,6 +70,17 @@ def variants(name):
         out = [dict(o, servers=m) for o in out for m in sorted({1, n})]
     return out
 
+
+if "windows" in sys.argv[2:]:  # only the steps that take their receives a window at a time (3 ranks or more)
+    count = 300_007  # float64: a root's n-1 incoming buffers need more scratch than one chunk of 1 MiB pieces
+    everyone = inputs(count, 11)
+    for short, options in (("naive", {"root": n - 1}), ("ps", {"servers": 1})):
+        for _ in range(2):
+            same(rl.allreduce(cp.asarray(everyone[rank]), short, transport=transport, timeout=TIMEOUT, **options),
+                 np.sum(everyone, axis=0), f"windowed {short}")
+    if rank == 0:
+        print(f"ok {n} ranks via {used} ({transport} asked), windows")
+    raise SystemExit(0)
 
 for name in sorted(rl.ALGORITHMS):
     kind, short = name.split(".")

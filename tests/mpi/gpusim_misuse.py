@@ -42,14 +42,14 @@ elif case == "out-elsewhere":  # out= on another GPU than x
 elif case == "cuda-aware-claimed":  # RINGLAB_CUDA_AWARE=1 where MPICH says no: one error everywhere, no transfer
     import os
 
-    from ringlab.mpi import collectives
+    from ringlab.mpi import plan
 
-    made, make_ops = [], collectives.make_ops
+    made, make = [], plan.make
 
-    def counted(transport, *args, **kwargs):  # a transport's Ops, which would hand the buffers to MPI
+    def counted(transport, *args, **kwargs):  # a Transport, which would hand the buffers to MPI
         made.append(transport)
-        return make_ops(transport, *args, **kwargs)
-    collectives.make_ops = counted
+        return make(transport, *args, **kwargs)
+    plan.make = counted
     os.environ.pop("RINGLAB_CUDA_AWARE", None)
     if rank == n - 1:  # one rank alone claims it: the others, which would not, raise it too
         os.environ["RINGLAB_CUDA_AWARE"] = "1"

@@ -24,7 +24,7 @@ def lab02():
 def lab03():
     from ringlab.lessons.lab03_allreduce import EMULATED_SIZES, MACHINE, sweep_lesson
     from ringlab.measure.bench import run
-    from ringlab.mpi.launch import cores
+    from ringlab.mpi.devices import cores
 
     quiet = open("/dev/null", "w")
     result = run("allreduce", ["ring", "naive", "mpi"], [1 << k for k in range(16, 27, 2)], iters=5, warmup=1,
@@ -52,7 +52,7 @@ def lab05():
 
 def lab06_overlap():
     from ringlab.lessons.lab06_training.overlap import measure_emulated_overlap, overlap_lesson
-    from ringlab.mpi.launch import cores
+    from ringlab.mpi.devices import cores
     from ringlab.train.overlap import bucket_sizes, make_wide_model, measure_overlap
 
     raw = measure_overlap(bucket_sizes(make_wide_model()), steps=12, comm=comm)

@@ -11,7 +11,7 @@ import torch
 from mpi4py import MPI
 
 import ringlab as rl
-from ringlab.mpi.launch import torch_process_group
+from ringlab.cluster.launch import torch_process_group
 from ringlab.train import DistributedOptimizer, ParameterServer
 from ringlab.train.task import CLASSES, FEATURES, batches, make_data, make_model, weights
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from ringlab.mpi.launch import torch_process_group
+from ringlab.cluster.launch import torch_process_group
 from ringlab.train import DistributedOptimizer, ParameterServer
 from ringlab.train.task import CLASSES, batches, make_data, make_model, weights
 

@@ -99,8 +99,8 @@ def measure(sizes: list[int], repeats: int = 5, comm=None, timeout: float = 120)
 
 def why_not_here() -> str | None:
     """Why this machine cannot hold a cluster of namespaces (None: it can)."""
-    from ...mpi.localcluster.control import missing
-    from ...mpi.localcluster.layout import Layout
+    from ...cluster.control import missing
+    from ...cluster.layout import Layout
 
     lacking = missing(Layout("lab05"))
     return ("this machine cannot hold a cluster of namespaces: it lacks " + "; and ".join(lacking)) if lacking else None
@@ -110,7 +110,7 @@ def run(nodes: int = 2, per_node: int = 2, link: str = "1gbit", sizes=(1 << 18, 
         name: str = "lab05", timeout: float = 300) -> dict:
     """Bring up a cluster of ``nodes`` (links shaped to ``link``), measure on it with ``per_node`` ranks a node,
     take it down; the measurement with the model's prediction beside it (:func:`with_prediction`)."""
-    from ...mpi.localcluster.layout import parse_rate
+    from ...cluster.layout import parse_rate
 
     ringlab = [sys.executable, "-m", "ringlab", "cluster"]
     with _one_at_a_time(name):

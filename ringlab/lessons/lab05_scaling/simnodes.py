@@ -49,7 +49,7 @@ def measure_here(sizes: list[int], per_node: int, link_gbps: float, nranks: int 
     import tempfile
     from pathlib import Path
 
-    from ...mpi.launch import run_mpi
+    from ...cluster.launch import run_mpi
 
     if per_node < 1 or nranks % per_node or nranks // per_node < 2:
         raise ValueError(f"{nranks} ranks do not make 2 or more simulated nodes of {per_node}")

@@ -21,7 +21,7 @@ import re
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,7 @@ def _not_done(text: str):
 def run_on_ranks(mode: str, nranks: int = 4, timeout: float = 60) -> dict[int, str]:
     """Run mistake ``mode`` (see :data:`MISTAKES`) on ``nranks`` real MPI ranks; {rank: what it said}.
     A rank that never called has no entry."""
-    from ...mpi.launch import run_mpi
+    from ...cluster.launch import run_mpi
 
     if mode not in MISTAKES:
         raise ValueError(f"no mistake {mode!r}; there are: {', '.join(MISTAKES)}")
@@ -108,7 +108,7 @@ def predicted_timeouts(nranks: int, absent: int, algorithm: str = "allreduce.rin
     done, posting that step's sends, which complete at once (small messages are sent eagerly); a receive
     completes once its sender has started that step. {rank: message} for every rank that gets stuck."""
     from ...algorithms import build
-    from ...mpi.executor import compile_plan
+    from ...mpi.plan import compile_plan
 
     if not 0 <= absent < nranks:
         raise ValueError(f"the absent rank must be one of 0..{nranks - 1}, got {absent}")
@@ -212,31 +212,12 @@ def check_culprit(culprit):
 
 # --- 2. a straggler, from a trace --------------------------------------------------------------------------
 
-@contextmanager
 def slowed(seconds: float):
     """While inside, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
     slower link or a busier GPU is late at every step (the delay is injected; everything else is measured)."""
-    from ...mpi import collectives
+    from ...mpi.emulate import straggling
 
-    if not 0 <= seconds < 10:
-        raise ValueError(f"a pause of 0 to 10 s per step, got {seconds!r}")
-    plain = collectives.make_ops
-
-    def late_ops(*args, **kwargs):
-        ops = plain(*args, **kwargs)
-        before = ops.before_step
-
-        def pause_first():
-            time.sleep(seconds)
-            before()
-        ops.before_step = pause_first
-        return ops
-
-    collectives.make_ops = late_ops
-    try:
-        yield
-    finally:
-        collectives.make_ops = plain
+    return straggling(seconds)
 
 
 def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, elements: int = 1 << 16,
@@ -246,8 +227,8 @@ def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, e
     With ``machine`` (an emulation SPEC such as :data:`STRAGGLER_MACHINE`) both run on that emulated machine's
     links (``rl.emulate``): every message is held back by the links it crosses."""
     from ...algorithms import build
-    from ...mpi.executor import Trace
-    from ...mpi.launch import run_mpi
+    from ...mpi.run import Trace
+    from ...cluster.launch import run_mpi
 
     if not 0 <= slow_rank < nranks:
         raise ValueError(f"the slow rank must be one of 0..{nranks - 1}, got {slow_rank}")
@@ -418,7 +399,7 @@ def model_trace(nranks: int, slow_rank: int | None = None, pause: float = 0.02, 
     ``slow_rank``, none for the others) before each step, then posts its sends; a send takes ``transfer``
     seconds, a receive ends ``transfer`` after both its ends have started the step."""
     from ...algorithms import build
-    from ...mpi.executor import Trace
+    from ...mpi.run import Trace
 
     schedule = build(algorithm, nranks)
     ends, rows = np.zeros(nranks), []

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..launch import YIELDING_MPICH, find_mpiexec
+from .launch import YIELDING_MPICH, find_mpiexec
 from . import netns, rootless, slurm
 from .layout import HEAD, Layout, format_rate, locked, read_state, write_state
 

@@ -1,5 +1,13 @@
-"""A real cluster on this machine: nodes as Linux namespaces joined by kernel-shaped links (``ringlab cluster``).
+"""Starting machines and jobs: MPI jobs and torch process groups from Python, and a real cluster on this machine.
 
+Nothing here moves a collective's bytes (that is :mod:`ringlab.mpi`): this part starts the processes that do.
+
+- ``launch``: find ``mpiexec``, run a job of N ranks (``run_mpi``), run a command again as a job of N ranks
+  (``relaunch``, for ``ringlab bench -n 4``), and torch.distributed's process group on MPI ranks;
+- ``runner``: ``python -m ringlab.cluster.runner SCRIPT``, mpi4py's runner with ringlab's private
+  communicator made and every rank bound to its GPU before the script runs (the jobs ringlab starts use it).
+
+The cluster on this machine (``ringlab cluster``): nodes as Linux namespaces joined by kernel-shaped links.
 Each node is a network namespace with its own host name (a UTS namespace), joined by a veth pair to a
 bridge that lives in a namespace of its own; the kernel's token bucket (``tc ... tbf``) shapes each
 link in both directions. A head namespace on the same bridge is where jobs are launched from, and

@@ -1,8 +1,8 @@
-"""``python -m ringlab.mpi.runner ARGS``: mpi4py's runner (``python -m mpi4py ARGS``: an exception on one rank
+"""``python -m ringlab.cluster.runner ARGS``: mpi4py's runner (``python -m mpi4py ARGS``: an exception on one rank
 aborts the job), with ringlab's private communicator for COMM_WORLD made first, while every rank is there,
 and, where there are GPUs, every rank bound to its own (:func:`ringlab.mpi.devices.bind_device`).
 
-The jobs ringlab starts (``-n``, :func:`ringlab.mpi.launch.run_mpi`) run through it, so that even the first
+The jobs ringlab starts (``-n``, :func:`ringlab.cluster.launch.run_mpi`) run through it, so that even the first
 ringlab call of a job names a rank that never comes; by hand, ``mpiexec -n 4 python -m mpi4py script.py``
 works as well, with that first call's timeout unable to say which rank is missing.
 """
@@ -13,15 +13,15 @@ def main() -> None:
     from mpi4py import MPI
     from mpi4py.run import main as run
 
-    from .deadlines import DEFAULT, DEFAULT_SECONDS, seconds
-    from .private import state
+    from ..mpi.deadlines import DEFAULT, DEFAULT_SECONDS, seconds
+    from ..mpi.private import state
 
     try:
         limit = seconds(DEFAULT)
     except ValueError:  # a bad RINGLAB_TIMEOUT: ringlab's calls in the job say so, on every rank
         limit = DEFAULT_SECONDS
     state(MPI.COMM_WORLD).comm("ringlab's start of the job", limit)
-    from .devices import bind_device
+    from ..mpi.devices import bind_device
     bind_device(MPI.COMM_WORLD)  # with GPUs, each rank on its own before the script runs (no-op without)
     run()
 

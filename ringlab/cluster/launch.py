@@ -10,6 +10,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..mpi import devices
+
 
 def find_mpiexec() -> str:
     """The mpiexec beside this Python (a virtual environment with the mpich wheel), else the one on PATH."""
@@ -21,32 +23,6 @@ def find_mpiexec() -> str:
         raise FileNotFoundError("no mpiexec found: install the mpich wheel (pip install mpich) "
                                 "or put an MPI's mpiexec on PATH")
     return found
-
-
-def cores() -> int:
-    """The cores this process may run on (its CPU affinity where the system says, else all)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-_cores = cores  # for check_nranks, whose argument has the same name
-
-
-def ranks_on_node(comm=None) -> int:
-    """How many ranks of this job share this node, as the MPI launcher tells each rank (MPICH's hydra:
-    MPI_LOCALNRANKS; Open MPI: OMPI_COMM_WORLD_LOCAL_SIZE), else the size of ``comm``, else 1."""
-    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return comm.Get_size() if comm is not None else 1
-
-
-def oversubscribed(comm=None) -> bool:
-    """Whether this node runs more ranks of the job than this process has cores."""
-    return ranks_on_node(comm) > cores()
 
 
 # What makes MPICH's own waiting give the core away when ranks outnumber cores: it polls in a busy
@@ -61,7 +37,7 @@ RANKS_PER_CORE = 16  # more ranks than this on one core is refused: they would o
 def check_nranks(nranks, cores: int | None = None) -> str | None:
     """``nranks`` for a job on this machine: a ValueError when it cannot be, a warning (text) when
     there are more ranks than cores, else None."""
-    cores = cores or _cores()
+    cores = cores or devices.cores()
     if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
         raise ValueError(f"need at least 1 rank, got {nranks!r}")
     if nranks > RANKS_PER_CORE * cores:
@@ -80,17 +56,17 @@ def local_env(base: dict | None = None, nranks: int | None = None) -> dict:
     user set stays."""
     env = dict(os.environ if base is None else base)
     env.setdefault("UCX_NET_DEVICES", "lo")
-    if nranks is not None and nranks > cores():
+    if nranks is not None and nranks > devices.cores():
         for name, value in YIELDING_MPICH.items():
             env.setdefault(name, value)
     return env
 
 
 def mpiexec_command(nranks: int, args: list[str]) -> list[str]:
-    """``mpiexec -n N python -m ringlab.mpi.runner ARGS``: mpi4py's runner, which aborts the job when a rank
-    raises, after ringlab's private communicator is made while every rank is there (:mod:`ringlab.mpi.runner`)."""
+    """``mpiexec -n N python -m ringlab.cluster.runner ARGS``: mpi4py's runner, which aborts the job when a rank
+    raises, after ringlab's private communicator is made while every rank is there (:mod:`ringlab.cluster.runner`)."""
     check_nranks(nranks)
-    return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "ringlab.mpi.runner", *args]
+    return [find_mpiexec(), "-n", str(nranks), sys.executable, "-m", "ringlab.cluster.runner", *args]
 
 
 def _die_with_parent() -> None:
@@ -120,7 +96,7 @@ def stop(process: subprocess.Popen, grace: float = 5.0) -> None:
 
 def run_mpi(nranks: int, args: list[str], timeout: float = 300, env: dict | None = None,
             **kwargs) -> subprocess.CompletedProcess:
-    """Run ``python -m ringlab.mpi.runner ARGS`` (mpi4py's runner) on ``nranks`` ranks; end the job after
+    """Run ``python -m ringlab.cluster.runner ARGS`` (mpi4py's runner) on ``nranks`` ranks; end the job after
     ``timeout`` seconds.
 
     Raises subprocess.TimeoutExpired when it does not finish in time (the job is ended first: SIGTERM, which
@@ -152,7 +128,7 @@ def without_nranks(argv: list[str]) -> list[str]:
 
 
 def relaunch(nranks: int, argv: list[str], target: list[str]) -> int:
-    """Run ``python -m ringlab.mpi.runner TARGET ARGV`` (mpi4py's runner) as an MPI job of ``nranks`` ranks,
+    """Run ``python -m ringlab.cluster.runner TARGET ARGV`` (mpi4py's runner) as an MPI job of ``nranks`` ranks,
     ``argv`` without its -n.
 
     For commands that take ``-n N`` to start their own job: ``target`` is ``["-m", "ringlab"]`` or a
