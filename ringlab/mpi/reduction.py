@@ -33,7 +33,9 @@ def bfloat16() -> np.dtype | None:
 
 
 def is_bfloat16(dtype) -> bool:
-    return getattr(dtype, "name", None) == "bfloat16"
+    """Whether ``dtype`` is ml_dtypes' bfloat16 (by its scalar type's name: numpy's ``dtype.name`` is
+    worked out in Python on every read, and every call on a numpy array asks this)."""
+    return getattr(getattr(dtype, "type", None), "__name__", None) == "bfloat16"
 
 
 def is_number_type(dtype) -> bool:
