@@ -8,7 +8,10 @@ checkout, before then after, then after then before, and so on, so that a machin
 process, a warming cache) weighs on both alike. From each run it takes, size by size, ringlab's time over MPI's own
 Allreduce's time in that same run: a ratio that the machine's speed at the moment mostly cancels out of. Per
 checkout and size it keeps the median over the rounds, and prints after / before: 1.00 is the same speed
-against MPI, above 1 slower. Every result the bench times is checked against MPI's (its ``#wrong`` column);
+against MPI, above 1 slower. Judge a change by the geometric mean over the sizes: one size can move by tens of
+percent between two builds for where its buffers happen to land in memory (seen here: ringlab's 512 KiB ratio
+went from 1.6 to 1.15 when a line was added to a function that size never runs, and a receive buffer placed at
+64 bytes into a page, instead of 0 or 16, made 256 KiB 1.4x slower). Every result the bench times is checked against MPI's (its ``#wrong`` column);
 a run with a wrong result stops this one.
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ def arguments(argv=None):
     p.add_argument("before", type=Path, help="a checkout of ringlab (its root folder)")
     p.add_argument("after", type=Path, help="another checkout of ringlab")
     p.add_argument("--rounds", type=int, default=6, help="runs of each checkout (default 6)")
-    p.add_argument("--json", metavar="FILE", help="also write every run's ratios and the summary as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write every run's times and ratios, and the summary, as JSON")
     p.epilog = "after --: ringlab bench's arguments (default: -n 2 -a ring,mpi)"
     argv = sys.argv[1:] if argv is None else list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -72,9 +75,11 @@ def main(argv=None) -> None:
     bench = args.bench or BENCH
     checkouts = {"before": args.before, "after": args.after}
     seen: dict[str, list[dict]] = {"before": [], "after": []}
+    timed: dict[str, list[dict]] = {"before": [], "after": []}
     for round_ in range(args.rounds):
         for which in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
-            seen[which].append(ratios(bench_once(checkouts[which], bench)))
+            timed[which].append(bench_once(checkouts[which], bench))
+            seen[which].append(ratios(timed[which][-1]))
         print(f"round {round_ + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     keys = sorted(set.intersection(*(set(r) for runs in seen.values() for r in runs)))
     rows, changes = [], []
@@ -95,7 +100,9 @@ def main(argv=None) -> None:
         Path(args.json).write_text(json.dumps({"bench": bench, "rounds": args.rounds, "rows": rows,
                                                "geometric_mean_change": mean,
                                                "runs": {k: [[[*key, v] for key, v in run.items()] for run in runs]
-                                                        for k, runs in seen.items()}}, indent=1))
+                                                        for k, runs in seen.items()},
+                                               "seconds": {k: [[[*key, v] for key, v in run.items()] for run in runs]
+                                                           for k, runs in timed.items()}}, indent=1))
 
 
 if __name__ == "__main__":
