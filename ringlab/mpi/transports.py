@@ -16,7 +16,7 @@
 
 The interface is one class, :class:`Transport`: made for a call's compiled plan, it binds the plan to the
 memory of the call (views of the buffer, scratch, pinned staging, the shared IPC buffer, due times, MPI
-persistent requests) as a :class:`~ringlab.mpi.run.Bound` plan, and has :func:`ringlab.mpi.run.run` carry it
+persistent requests) as a :class:`Bound` plan, and has :func:`ringlab.mpi.run.run` carry it
 out (:meth:`Transport.move`). For a buffer that comes back call after call (a caller's ``out=`` or in-place
 array, ringlab's spare result) the bound plan is kept, its persistent requests started with one ``Startall``
 a step. :func:`choose` picks the fastest transport that works here for ``transport="auto"``.

@@ -10,7 +10,8 @@ from mpi4py import MPI
 
 import ringlab as rl
 from ringlab.mpi import nodes
-from ringlab.mpi.devices import bind_device, cupy_module, local_comm
+from ringlab.mpi.devices import bind_device, cupy_module
+from ringlab.mpi.nodes import local_comm
 
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
