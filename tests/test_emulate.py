@@ -84,6 +84,47 @@ def test_links_are_shared_by_the_messages_that_cross_them_in_a_step():
     assert all(t == pytest.approx((20e-6, 2 * nbytes / n / 1e9)) for t in ring[0].values())  # scale 2: twice as long
 
 
+def test_fresh_machines_made_in_a_loop_get_their_own_links_times():
+    """The times are kept by content: a machine made after another one died, which may take its id, still gets
+    its own (on ids, 291 of 300 fresh machines got an earlier one's)."""
+    ring, elements = rl.build("allreduce.ring", 4), 1 << 18  # float32: 1 MiB, a ring message of 256 KiB
+    for i in range(300):
+        bandwidth = 1e9 * (1 + i % 3)
+        machine = rl.topology.uniform(4, bandwidth=bandwidth, latency=1e-6 * (i % 2))
+        latency, busy = link_timings(ring, elements, 4, machine, 1.0)[0][(0, 1)]
+        assert (latency, busy) == pytest.approx((1e-6 * (i % 2), elements * 4 / 4 / bandwidth)), i
+        with rl.emulate(machine):
+            assert message_times([(0, 1, 1000)], _Comm(4))[(0, 1)] == pytest.approx(1e-6 * (i % 2) + 1000 / bandwidth)
+        del machine
+    alike = [rl.topology.uniform(4, bandwidth=1e9, latency=0.0) for _ in range(2)]
+    assert alike[0] is not alike[1] and alike[0].fingerprint() == alike[1].fingerprint()
+    assert rl.topology.uniform(4, bandwidth=2e9, latency=0.0).fingerprint() != alike[0].fingerprint()
+
+
+class _Comm:
+    def __init__(self, size: int):
+        self.size = size
+
+    def Get_size(self) -> int:
+        return self.size
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_loop_of_fresh_emulated_machines_measures_each_machines_own_links(nranks):
+    """Slow (5 MB/s) and fast (5 GB/s) machines in turn, each a new object: every slow run takes its links' time
+    or more, and every fast run far less than the slow links need (a fast machine paced by a slow one's times
+    would take them all)."""
+    done = run_mpi(nranks, [str(SCRIPT), "fresh"], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [line.split() for line in done.stdout.splitlines() if line.split(":")[0].isdigit()]
+    assert len(runs) == 16 and all(right == "right" for _, _, right, _, _ in runs), done.stdout
+    for i, kind, _, over_link, over_slow in runs:
+        if kind == "slow":
+            assert float(over_link) >= 0.95, (i, done.stdout)
+        else:
+            assert float(over_slow) < 0.25, (i, done.stdout)
+
+
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_on_emulated_links_results_equal_mpi_and_messages_take_their_links_time(nranks):
     done = run_mpi(nranks, [str(SCRIPT), "right"], timeout=240)

@@ -169,6 +169,13 @@ def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, option
     return fields
 
 
+def _fingerprint(algorithm) -> str | None:
+    """A Schedule's fingerprint, by which the calls that run it are remembered (its content, never the identity of
+    an object that may die and leave its id to another); None for anything else, which is refused later."""
+    fingerprint = getattr(algorithm, "fingerprint", None)
+    return fingerprint() if isinstance(algorithm, Schedule) and fingerprint is not None else None
+
+
 def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, in_place: bool, out, timeout,
                 what: str, op: str = "sum") -> Call | None:
     """The remembered :class:`~ringlab.mpi.plan.Call` for these arguments (made on first use), or None when
@@ -182,11 +189,11 @@ def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, 
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
         return None
     flags = x.flags
-    key = (what, kind, algorithm if isinstance(algorithm, str) else id(algorithm), x.shape, x.dtype,
+    key = (what, kind, algorithm if isinstance(algorithm, str) else _fingerprint(algorithm), x.shape, x.dtype,
            flags.c_contiguous, flags.writeable, in_place, out is None, transport,
            tuple(options.items()) if options else (), op)
     call = remembered(state, key)
-    if call is not None and (isinstance(algorithm, str) or call.schedule is algorithm):
+    if call is not None:
         return call
     if _problems(x, kind, in_place, timeout, out, op):
         return None

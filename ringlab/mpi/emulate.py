@@ -56,7 +56,13 @@ class Emulation:
         """The topology for a job of ``nranks`` ranks, or a ValueError saying why there is none."""
         topology = self.topology
         if topology is None:
-            topology, _ = _parse(self.spec, nranks)
+            key = (self.spec, nranks)  # a SPEC is its content: parsed once per job size
+            topology = _RESOLVED.get(key)
+            if topology is None:
+                topology, _ = _parse(self.spec, nranks)
+                _RESOLVED[key] = topology
+                if len(_RESOLVED) > _CACHE_SIZE:
+                    _RESOLVED.popitem(last=False)
         if topology.nranks < nranks:
             raise ValueError(f"the emulated machine {topology.name} has {topology.nranks} ranks; this job has {nranks}")
         return topology
@@ -72,6 +78,19 @@ class Emulation:
     def machine_seconds(self, measured: float) -> float:
         """A time measured here in the emulated machine's units."""
         return measured / self.scale
+
+    @property
+    def key(self) -> tuple | None:
+        """What this machine is, by content (its SPEC, or its topology's fingerprint, and the scale), for the
+        caches of its links' times: never the identity of an object that can die and leave its id to another
+        machine. None for a topology without a fingerprint, whose times are then not kept."""
+        if self.topology is None:
+            return ("spec", self.spec, self.scale)
+        fingerprint = getattr(self.topology, "fingerprint", None)
+        return None if fingerprint is None else ("topology", fingerprint(), self.scale)
+
+
+_RESOLVED: OrderedDict = OrderedDict()  # (SPEC, ranks) -> its topology
 
 
 _ACTIVE: list[Emulation] = []
@@ -151,9 +170,13 @@ def describe() -> str | None:
     now = current()
     if now is None or now.spec:
         return None if now is None else now.label
-    links = tuple((link.a, link.b, link.bandwidth, link.latency) for link in now.topology.links)
-    digest = hashlib.sha256(repr(links).encode()).hexdigest()[:8]  # the same on every rank (hash() is not)
-    return f"{now.label} ({len(links)} links, digest {digest})"
+    key = now.key
+    if key is None:  # a topology of one's own without a fingerprint: its links, digested here
+        links = tuple((link.a, link.b, link.bandwidth, link.latency) for link in now.topology.links)
+        digest = hashlib.sha256(repr(links).encode()).hexdigest()
+    else:
+        digest = key[1]
+    return f"{now.label} ({len(now.topology.links)} links, digest {digest[:8]})"  # the same on every rank
 
 
 _TIMINGS: OrderedDict = OrderedDict()
@@ -161,17 +184,20 @@ _TIMINGS: OrderedDict = OrderedDict()
 
 def link_timings(schedule, count: int, itemsize: int, topology, scale: float) -> list[dict]:
     """Per step, ``{(src, dst): (latency, busy)}`` in seconds here: a message's route latency, and how long
-    the busiest link on its route needs for all the bytes that cross it in that step, both times ``scale``."""
-    key = (schedule.fingerprint() if hasattr(schedule, "fingerprint") else id(schedule), count, itemsize,
-           id(topology), scale)
-    if key in _TIMINGS:
-        _TIMINGS.move_to_end(key)
-        return _TIMINGS[key]
+    the busiest link on its route needs for all the bytes that cross it in that step, both times ``scale``.
+    Kept by content (the schedule's and the topology's fingerprints), so another machine never gets them."""
+    key = None
+    if hasattr(schedule, "fingerprint") and hasattr(topology, "fingerprint"):
+        key = (schedule.fingerprint(), count, itemsize, topology.fingerprint(), scale)
+        if key in _TIMINGS:
+            _TIMINGS.move_to_end(key)
+            return _TIMINGS[key]
     chunk_bytes = np.diff(chunk_bounds(count, schedule.nchunks)) * itemsize
     out = [_concurrent(step.src, step.dst, chunk_bytes[step.chunk], topology, scale) for step in schedule.steps]
-    _TIMINGS[key] = out
-    if len(_TIMINGS) > _CACHE_SIZE:
-        _TIMINGS.popitem(last=False)
+    if key is not None:
+        _TIMINGS[key] = out
+        if len(_TIMINGS) > _CACHE_SIZE:
+            _TIMINGS.popitem(last=False)
     return out
 
 
@@ -202,16 +228,19 @@ def message_times(messages, comm) -> dict | None:
     now = current()
     if now is None:
         return None
-    key = (now, comm.Get_size(), tuple(tuple(int(v) for v in m) for m in messages))
-    if key not in _MESSAGES:
-        topology = now.resolve(comm.Get_size())
-        src, dst, sizes = (np.array([m[i] for m in key[2]]) for i in range(3))
-        _MESSAGES[key] = {pair: latency + busy for pair, (latency, busy)
-                          in _concurrent(src, dst, sizes, topology, now.scale).items()}
+    wanted = tuple(tuple(int(v) for v in m) for m in messages)
+    key = None if now.key is None else (now.key, comm.Get_size(), wanted)
+    if key is not None and key in _MESSAGES:
+        _MESSAGES.move_to_end(key)
+        return _MESSAGES[key]
+    topology = now.resolve(comm.Get_size())
+    src, dst, sizes = (np.array([m[i] for m in wanted]) for i in range(3))
+    found = {pair: latency + busy for pair, (latency, busy) in _concurrent(src, dst, sizes, topology, now.scale).items()}
+    if key is not None:
+        _MESSAGES[key] = found
         if len(_MESSAGES) > _CACHE_SIZE:
             _MESSAGES.popitem(last=False)
-    _MESSAGES.move_to_end(key)
-    return _MESSAGES[key]
+    return found
 
 
 _MESSAGES: OrderedDict = OrderedDict()

@@ -106,6 +106,11 @@ class ClusterTopology(Topology):
         object.__setattr__(self, "channel_latency", np.repeat(runs.latency, 2))
         object.__setattr__(self, "half_duplex", np.flatnonzero(~runs.duplex))
 
+    def _content(self) -> tuple:
+        arrays = tuple(None if a is None else np.asarray(a).tobytes() for a in (self.nic, self.node_nic))
+        return (type(self).__qualname__, self.nranks, self.links.runs, self.per_node, self.nic_count, self.switched,
+                arrays, self.via, self.reduce_rate, self.switch_reduce)
+
     def link_classes(self) -> list[tuple[Link, bool]]:
         """One link of each run, with whether it joins a rank (a GPU)."""
         return [(self.links[r.first], "gpu{i}" in (r.a, r.b)) for r in self.links.runs]

@@ -10,6 +10,7 @@ Presets carry published figures; they are labelled as such and never as measurem
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 from dataclasses import dataclass, field
 
@@ -86,6 +87,21 @@ class Topology:
     @property
     def nranks(self) -> int:
         return len(self.ranks)
+
+    def fingerprint(self) -> str:
+        """A digest of everything that decides where a message goes here and how long it takes (the kind of
+        topology, which routes by its own rule; the ranks; every link's figures; the node messages are
+        staged through; the reduction rate), computed once: alike topologies have the same one, whichever
+        objects hold them, and a cache keyed on it never hands one machine's times to another."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = hashlib.sha256(repr(self._content()).encode()).hexdigest()
+            object.__setattr__(self, "_fingerprint", cached)
+        return cached
+
+    def _content(self) -> tuple:
+        links = tuple((link.a, link.b, link.bandwidth, link.latency, link.efficiency, link.duplex) for link in self.links)
+        return type(self).__qualname__, self.ranks, links, self.via, self.reduce_rate, self.switch_reduce
 
     def _neighbours(self):
         out: dict[str, list[tuple[str, int]]] = {n: [] for n in self.nodes}

@@ -48,6 +48,19 @@ if mode == "right":
     if rank == 0:
         print(f"after: {'right' if np.allclose(got, want) else 'WRONG'} {seconds:.4f}", flush=True)
 
+elif mode == "fresh":  # a loop of fresh machines, slow and fast in turn: each run is paced by its own links
+    x = np.ones(1 << 15)  # 256 KiB of float64: on the slow links a ring step needs 26 ms, on the fast ones 26 us
+    ring = rl.build("allreduce.ring", n)
+    links = {kind: rl.predict(ring, x.nbytes, rl.topology.uniform(n, bandwidth=rate, latency=1e-5), itemsize=8).seconds
+             for kind, rate in (("slow", 5e6), ("fast", 5e9))}
+    for i in range(16):
+        kind = ("slow", "fast")[i % 2]
+        with rl.emulate(rl.topology.uniform(n, bandwidth=5e6 if kind == "slow" else 5e9, latency=1e-5)):
+            got, seconds = timed(lambda: rl.allreduce(x, "ring"))  # a new machine each time, dropped after the block:
+        if rank == 0:                                              # a cache by id would give the next one its times
+            print(f"{i}: {kind} {'right' if got[0] == n else 'WRONG'} {seconds / links[kind]:.3f} "
+                  f"{seconds / links['slow']:.4f}", flush=True)
+
 elif mode == "environment":  # RINGLAB_EMULATE set for the job
     x = np.full(1 << 16, rank + 1.0)
     got, seconds = timed(lambda: rl.allreduce(x, "ring"))
