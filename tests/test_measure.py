@@ -38,6 +38,13 @@ def test_wrong_elements_are_counted():
     assert _wrong(got, want, np.dtype(np.float32), 4) == 2
     assert _wrong(want + 1e-7, want, np.dtype(np.float32), 4) == 0  # float rounding is not wrong
     assert _wrong(np.array([1, 2, 3]), np.array([1, 2, 4]), np.dtype(np.int64), 2) == 1
+    # scratch never written (NaN), an overflow (inf), a NaN where MPI had one: wrong, all of them
+    for dtype in (np.float16, np.float32, np.float64, rl.mpi.reduction.bfloat16()):
+        left = want.astype(dtype)
+        left[[1, 4]] = [np.nan, np.inf]
+        assert _wrong(left, want.astype(dtype), np.dtype(dtype), 2) == 2, dtype
+        assert _wrong(want.astype(dtype), left, np.dtype(dtype), 2) == 2, dtype
+        assert _wrong(left, left, np.dtype(dtype), 2) == 2, dtype
 
 
 SCHEMA = {

@@ -278,6 +278,8 @@ def _defined(collective: str, rank: int, root: int, n: int, count: int) -> slice
 
 
 def _wrong(got, want, dtype, n: int) -> int:
+    """How many elements of ``got`` differ from ``want`` by more than ``n`` ranks' roundings allow; a NaN (or an
+    infinity), on either side, is wrong: "not within the tolerance", never "beyond it", which a NaN never is."""
     got = np.asarray(_as_host(got))
     if np.issubdtype(dtype, np.integer):
         return int(np.count_nonzero(got != want))
@@ -285,7 +287,8 @@ def _wrong(got, want, dtype, n: int) -> int:
     wrong = 0
     for lo in range(0, got.size, CHECK_ELEMENTS):  # in blocks: float64 copies of a whole buffer would triple it
         a, b = got[lo:lo + CHECK_ELEMENTS], want[lo:lo + CHECK_ELEMENTS]
-        wrong += int(np.count_nonzero(np.abs(a.astype(np.float64) - b.astype(np.float64)) > tolerance))
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, counted below
+            wrong += int(np.count_nonzero(~(np.abs(a.astype(np.float64) - b.astype(np.float64)) <= tolerance)))
     return wrong
 
 
