@@ -125,3 +125,15 @@ def test_sweeps_that_cannot_work_are_refused_before_a_job_starts(args, message):
     done = run_cli(*args, timeout=60)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("bad", ["nan", "-1", "0", "inf", "soon"])
+def test_cluster_run_refuses_a_timeout_that_is_no_deadline(bad):
+    """NaN or inf would never end the command, 0 or -1 end it before it starts: refused before anything runs."""
+    done = subprocess.run([sys.executable, "-m", "ringlab", "cluster", "run", "--timeout", bad, "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"argument --timeout: a number of seconds > 0, got '{bad}'" in done.stderr, done.stderr
+    from ringlab.cluster.control import ClusterError, run
+
+    with pytest.raises(ClusterError, match="--timeout wants a number of seconds > 0"):
+        run("no-such-cluster", ["true"], timeout=float(bad) if bad != "soon" else bad)

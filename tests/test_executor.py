@@ -81,6 +81,26 @@ def test_a_missing_rank_times_out_in_the_argument_check(tmp_path):
     assert seen[0] == "rank 0: rl.allreduce: rank 2 did not call it within 1 s"
 
 
+@pytest.mark.parametrize("bad", ["nan", "-1.0", "inf"])
+def test_a_bad_timeout_with_a_rank_missing_waits_the_default_deadline_not_forever(bad, tmp_path):
+    """NaN never expires, and a negative deadline expires before the ranks compare anything: an unusable timeout
+    stands for the default deadline (RINGLAB_TIMEOUT, 2 s here), so the ranks that came name the one that did
+    not, where they used to wait forever (NaN) or give up at once (-1)."""
+    run_mpi(3, [str(HERE / "failures.py"), "bad-timeout", str(tmp_path / "said"), bad], timeout=60,
+            env={"RINGLAB_TIMEOUT": "2"})
+    seen = lines_by_rank((tmp_path / "said").read_text())
+    assert seen[0] == "rank 0: rl.allreduce: rank 2 did not call it within 2 s"
+
+
+def test_unusable_timeouts_stand_for_the_default_deadline(monkeypatch):
+    from ringlab.mpi.deadlines import seconds
+
+    monkeypatch.setenv("RINGLAB_TIMEOUT", "7")
+    for bad in (float("nan"), -1.0, 0.0, float("inf"), -5, 0, True, "soon", np.float64("nan")):
+        assert seconds(bad) == 7.0, bad
+    assert seconds(2.5) == 2.5 and seconds(3) == 3.0 and seconds(None) is None and seconds("default") == 7.0
+
+
 def test_a_rank_missing_from_the_first_call_is_named_in_jobs_ringlab_starts(tmp_path):
     """The jobs ringlab starts make its private communicator at start (ringlab.cluster.runner), so even the first
     call names a rank that never comes; started by hand with mpi4py's runner, that first call can only say

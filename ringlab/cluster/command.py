@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -12,6 +13,18 @@ ABOUT = ("A real cluster on this machine: each node is a Linux network namespace
          "from and, with --slurm, Slurm. MPI between nodes runs over TCP through those links. Rates are "
          "kernel-shaped links on one machine, not a real network. Needs Linux, and root or (for an ordinary user, "
          "without Slurm) user namespaces.")
+
+
+def seconds(text: str) -> float:
+    """A number of seconds > 0 from the command line (NaN, inf, 0 and less are refused: no deadline at all, or one
+    that has passed)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"a number of seconds > 0, got {text!r}")
+    return value
 
 
 def add_parser(commands) -> None:
@@ -52,7 +65,7 @@ def add_parser(commands) -> None:
     run.add_argument("-n", "--nranks", type=int, metavar="RANKS", help="ranks of an MPI job across the nodes")
     run.add_argument("--nodes", type=int, metavar="N", help="use only the first this many nodes (default: all)")
     run.add_argument("--launcher", choices=["mpiexec", "srun"], help="default: srun with Slurm, else mpiexec")
-    run.add_argument("--timeout", type=float, metavar="S", help="end the command (and all it started) after this many s")
+    run.add_argument("--timeout", type=seconds, metavar="S", help="end the command (and all it started) after this many s")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
     verbs.add_parser("down", help="take the cluster down: its daemons, namespaces, links and files; leftovers "
                                   "of killed runs too")

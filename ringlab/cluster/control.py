@@ -171,6 +171,9 @@ def job_command(layout: Layout, nranks: int, argv: list[str], nodes: int | None 
 def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None = None,
         launcher: str | None = None, timeout: float | None = None) -> int:
     """Run ``argv`` in the head (with ``nranks``: as an MPI job across the nodes); its exit status."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < math.inf):
+        raise ClusterError(f"--timeout wants a number of seconds > 0, got {timeout!r}")
     layout = layout_of(name)
     if not argv:
         raise ClusterError("nothing to run: give a command after --, e.g. ringlab cluster run -n 4 -- python -m "

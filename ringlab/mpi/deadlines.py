@@ -62,11 +62,15 @@ _READ: list = [_UNREAD, None]  # RINGLAB_TIMEOUT as last read, and what it means
 
 
 def seconds(timeout) -> float | None:
-    """The deadline ``timeout`` stands for, in seconds (None: no limit); an unusable one counts as the
-    default, so that the call still waits a bounded time while it reports the mistake."""
+    """The deadline ``timeout`` stands for, in seconds (None: no limit); an unusable one (NaN, inf, 0 or less,
+    not a number) counts as the default, so that the call still waits a bounded time while it reports the
+    mistake: a NaN would never expire, a negative number expire before anything is compared."""
     if timeout is None:
         return None
-    if type(timeout) is float or (usable(timeout) and not isinstance(timeout, str)):
+    if type(timeout) is float:  # the usual case first; NaN fails both comparisons
+        if 0.0 < timeout < math.inf:
+            return timeout
+    elif usable(timeout) and not isinstance(timeout, str):
         return float(timeout)
     raw = os.environ.get(ENV)
     if raw != _READ[0]:

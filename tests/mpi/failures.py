@@ -40,12 +40,13 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
     if rank == 1:
         raise RuntimeError("boom on rank 1")
     rl.allreduce(np.ones(1000), "ring")
-elif mode in ("stuck", "absent", "first"):  # rank 2 never joins: a timeout names the step and the peer
+elif mode in ("stuck", "absent", "first", "bad-timeout"):  # rank 2 never joins: a timeout names the step and peer
     if mode != "first":  # ringlab's private communicator is made by the first call, with every rank there
         rl.allreduce(np.ones(3), "ring", timeout=30)
     if rank != 2:
-        try:
-            rl.allreduce(np.ones(30), "ring", timeout=1.0, agree=(mode == "absent"))
+        try:  # bad-timeout: NaN, inf or a negative number stands for the job's default deadline (RINGLAB_TIMEOUT)
+            timeout = float(sys.argv[3]) if mode == "bad-timeout" else 1.0
+            rl.allreduce(np.ones(30), "ring", timeout=timeout, agree=(mode in ("absent", "bad-timeout")))
         except rl.StepTimeout as err:
             if rank == 0:  # to a file: what a rank prints just before an abort may never reach mpiexec
                 with open(sys.argv[2], "w") as fh:
