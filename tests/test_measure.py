@@ -29,6 +29,11 @@ def test_sweep_like_nccl_tests():
             sweep(8, 64, **kwargs)
     with pytest.raises(ValueError, match="need 1 <= begin <= end"):
         sweep(64, 8, factor=2)
+    # ringlab bench -b 1 -e 1T -i 1: refused at once (it built a list of a trillion sizes first, 1.35 GB in 15 s)
+    with pytest.raises(ValueError, match="1,099,511,627,776 sizes from 1 to 1099511627776 bytes by 1: a sweep takes "
+                                         "at most 4,096"):
+        sweep(1, 1 << 40, increment=1)
+    assert len(sweep(1, 4096, increment=1)) == 4096 and sweep(1, 1 << 40, factor=2)[-1] == 1 << 40
 
 
 def test_wrong_elements_are_counted():

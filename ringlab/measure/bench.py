@@ -53,6 +53,9 @@ def unavailable(name: str, dtype_name: str, op: str, gpu: bool) -> str | None:
     return None
 
 
+MOST_SIZES = 4096  # sizes in one sweep, at most: each is timed (iterations and warm-up) and checked
+
+
 def sweep(begin: int, end: int, factor: int | None = None, increment: int | None = None) -> list[int]:
     """Sizes from ``begin`` to ``end`` bytes, multiplying by ``factor`` or adding ``increment``."""
     if begin < 1 or end < begin:
@@ -63,6 +66,9 @@ def sweep(begin: int, end: int, factor: int | None = None, increment: int | None
         raise ValueError(f"factor must be >= 2, got {factor}")
     if increment is not None and increment < 1:
         raise ValueError(f"increment must be >= 1, got {increment}")
+    if increment is not None and (end - begin) // increment + 1 > MOST_SIZES:  # counted before any list is made
+        raise ValueError(f"{(end - begin) // increment + 1:,} sizes from {begin} to {end} bytes by {increment}: a sweep "
+                         f"takes at most {MOST_SIZES:,}; give a larger -i, or -f to multiply")
     out, size = [], begin
     while size <= end:
         out.append(size)
