@@ -104,3 +104,18 @@ def test_a_rank_that_steps_once_more_gets_an_error_and_so_do_the_others(nranks, 
     for seen in everyone[1:]:  # the others' next step meets an optimizer that refuses: a timeout naming rank 0
         assert seen["after"].startswith("StepTimeout: DistributedOptimizer, step 4, bucket 0: ") and \
             "within 3 s" in seen["after"] and "rank 0 gave up on call" in seen["after"], seen["after"]
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_parameter_server_whose_run_failed_refuses_to_run_again(nranks, tmp_path):
+    """A worker's own code fails in the middle of a run: its run raises that error, the others' raise by their
+    deadline; then the server refuses to run again on every rank, at once, since the failed run's pushes may
+    still be in flight (it used to run again on the same communicator, where a stale push could be taken)."""
+    everyone = run("server-failed", nranks, tmp_path)
+    assert everyone[-1]["failed run"] == "RuntimeError: this worker's batch failed"
+    for seen in everyone[:-1]:
+        assert seen["failed run"].startswith("StepTimeout: rank ") and "ParameterServer: waited more than 3 s" in \
+            seen["failed run"], seen["failed run"]
+    for seen in everyone:
+        assert seen["again"].startswith("RuntimeError: ParameterServer: an earlier run failed ("), seen["again"]
+        assert seen["again seconds"] < 1.0 and seen["allreduce after"] == "ok", seen

@@ -91,6 +91,7 @@ class ParameterServer:
         self.bounds = chunk_bounds(len(self.flat), servers)
         self.staleness: list[tuple[int, int]] = []  # (worker, staleness) of every push, on servers
         self.sent_bytes = self.received_bytes = 0  # of the messages this rank sent and received in run()
+        self._broken: str | None = None  # why run() refuses to go on: an earlier run failed part-way
 
     def close(self) -> None:
         """Free the server's communicator (also freed with the communicator it was made from)."""
@@ -148,9 +149,26 @@ class ParameterServer:
         """
         if self.comm is None:
             raise RuntimeError("ParameterServer: run() after close()")
-        agree_on(self.comm, "ParameterServer.run", [], {"steps": steps},
-                 [] if not isinstance(steps, bool) and isinstance(steps, int) and steps >= 1
-                 else [f"steps must be a whole number >= 1, got {steps!r}"], self.timeout)
+        if self._broken is not None:
+            raise RuntimeError(f"ParameterServer: an earlier run failed ({self._broken}): its pushes and answers may "
+                               "still be in flight on the server's communicator, and one could be taken for this run's. "
+                               "It refuses to go on: close() it and build a new ParameterServer")
+        try:
+            agree_on(self.comm, "ParameterServer.run", [], {"steps": steps},
+                     [] if not isinstance(steps, bool) and isinstance(steps, int) and steps >= 1
+                     else [f"steps must be a whole number >= 1, got {steps!r}"], self.timeout)
+        except ValueError:  # the same on every rank, and nothing was sent: the server may run again
+            raise
+        except BaseException as err:
+            self._broken = f"{type(err).__name__}: {err}"
+            raise
+        try:
+            return self._run(steps, batch, loss_fn)
+        except BaseException as err:
+            self._broken = f"{type(err).__name__}: {err}"
+            raise
+
+    def _run(self, steps: int, batch, loss_fn) -> dict:
         self.sent_bytes = self.received_bytes = 0
         start = time.perf_counter()  # every rank starts the clock together, as the agreement ends
         record = self._serve(steps, start) if self.is_server else self._work(steps, batch, loss_fn)

@@ -253,6 +253,22 @@ elif mode == "steps":
     seen["seconds"] = time.monotonic() - start
     seen["after"] = outcome(opt.step)
     opt.close()
+elif mode == "server-failed":
+    # a worker's own code fails in the middle of a run: every rank's run fails (the others by their deadline),
+    # and then the server refuses to run again, on every rank, before anything is sent
+    model = make_model(seed=0)
+    server = ParameterServer(model, servers=1, lr=LR, timeout=3)
+
+    def failing(worker, step):
+        if rank == size - 1 and step == 1:
+            raise RuntimeError("this worker's batch failed")
+        return batch(worker, step)
+    seen["failed run"] = outcome(lambda: server.run(3, failing, loss_fn))
+    start = time.monotonic()
+    seen["again"] = outcome(lambda: server.run(2, batch, loss_fn))
+    seen["again seconds"] = time.monotonic() - start
+    server.close()
+    seen["allreduce after"] = outcome(lambda: rl.allreduce(np.ones(3), timeout=20))
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 
