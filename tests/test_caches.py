@@ -1,15 +1,17 @@
-"""The caches of schedules and plans hold a bounded weight, not only a bounded count: a few huge ones never
-pile up for the rest of the process."""
+"""The caches of schedules and plans hold a bounded weight in bytes (the cache's bytes, RINGLAB_CACHE_BYTES),
+not only a bounded count: a few huge ones never pile up for the rest of the process."""
+import pytest
+
 import ringlab as rl
 from ringlab.mpi.plan import bounded
-from ringlab.mpi.collectives import _built, _transfers
+from ringlab.mpi.collectives import _built, _schedule_bytes
 from ringlab.mpi.plan import compile_plan
 
 
 def test_entries_and_weight_are_both_bounded():
     calls = []
 
-    @bounded(3, len, 10)
+    @bounded(3, len, lambda: 10)
     def make(n):
         calls.append(n)
         return "x" * n
@@ -30,8 +32,20 @@ def test_entries_and_weight_are_both_bounded():
 
 def test_schedules_and_plans_have_weights_that_grow_with_them():
     small, large = rl.build("broadcast.chain", 4, segments=2), rl.build("broadcast.chain", 4, segments=2000)
-    assert _transfers(large) > 100 * _transfers(small)
-    assert _built.cache_info()["max_weight"] == 500_000
-    assert compile_plan.cache_info()["max_weight"] == 200_000
+    assert _schedule_bytes(large) > 100 * _schedule_bytes(small)
+    assert _built.cache_info()["max_weight"] == compile_plan.cache_info()["max_weight"] == 64 << 20
     plan = compile_plan(large, 1, 1 << 20, 8)
     assert sum(len(s.sends) + len(s.recvs) for s in plan.steps) > 1000
+
+
+def test_the_cache_bytes_come_from_the_environment(monkeypatch):
+    from ringlab.mpi.private import cache_bytes
+
+    monkeypatch.setenv("RINGLAB_CACHE_BYTES", "1G")
+    assert cache_bytes() == 1 << 30 and compile_plan.cache_info()["max_weight"] == 1 << 30
+    monkeypatch.setenv("RINGLAB_CACHE_BYTES", "0")
+    plan = compile_plan(rl.build("allreduce.ring", 4), 0, 1000, 8)  # made, never kept
+    assert compile_plan(rl.build("allreduce.ring", 4), 0, 1000, 8) is not plan
+    monkeypatch.setenv("RINGLAB_CACHE_BYTES", "-3")
+    with pytest.raises(ValueError, match="RINGLAB_CACHE_BYTES"):
+        cache_bytes()

@@ -59,11 +59,12 @@ def _world(comm):
     return _WORLD[0]
 
 
-def _transfers(schedule: Schedule) -> int:
-    return sum(len(step.src) for step in schedule.steps)
+def _schedule_bytes(schedule: Schedule) -> int:
+    """About what a schedule holds: its steps' columns, and a step's own objects (about 200 B)."""
+    return sum(s.src.nbytes + s.dst.nbytes + s.chunk.nbytes + s.op.nbytes + 200 for s in schedule.steps)
 
 
-@bounded(512, _transfers, 500_000)  # at most 512 schedules, 500,000 transfers in all (about 100 MB)
+@bounded(512, _schedule_bytes)  # at most 512 schedules, within the cache's bytes
 def _built(name: str, nranks: int, options: tuple) -> Schedule:
     return build(name, nranks, **dict(options))
 

@@ -32,22 +32,22 @@ import numpy as np
 
 from ..schedule import REDUCE, Schedule, chunk_bounds, chunk_runs
 from .devices import array_module
-from .private import digest
+from .private import cache_bytes, digest
 from .reduction import is_bfloat16, reduction, wire_dtype
 from .run import Recorder, Trace
-from .transports import KEEP_BYTES, Transport, make
+from .transports import Transport, make
 
 PIECE_BYTES = 1 << 20    # reduce messages travel in pieces of this size
-CALLS_KEPT = 64          # signatures remembered per communicator
-SPARE_BYTES = 256 << 20  # fresh results kept for reuse, per communicator, at most
+CALLS_KEPT = 64          # signatures remembered per communicator (and their bytes within cache_bytes())
+MESSAGE_BYTES = 400      # a compiled plan's memory per message (383 B measured with tracemalloc, 64-rank ring)
 
 
-def bounded(entries: int, weight, limit: int):
+def bounded(entries: int, weight, limit=cache_bytes):
     """Memoise a function of hashable arguments, least recently used first out, keeping at most
-    ``entries`` results whose ``weight(result)`` add up to at most ``limit`` (a heavier result than
-    ``limit`` is returned without being kept): a few huge schedules or plans (a million segments, a
-    gigabyte buffer cut into pieces) must not pile up for the rest of the process. Thread-safe;
-    ``.cache_clear()`` and ``.cache_info()``."""
+    ``entries`` results whose ``weight(result)`` (bytes) add up to at most ``limit()`` (the cache's
+    bytes, :func:`~ringlab.mpi.private.cache_bytes`; a heavier result is returned without being kept):
+    a few huge schedules or plans (a million segments, a gigabyte buffer cut into pieces) must not pile
+    up for the rest of the process. Thread-safe; ``.cache_clear()`` and ``.cache_info()``."""
 
     def decorate(function):
         kept: OrderedDict = OrderedDict()
@@ -62,14 +62,14 @@ def bounded(entries: int, weight, limit: int):
                     kept.move_to_end(key)
                     return kept[key][0]
             result = function(*args, **kwargs)
-            heft = weight(result)
-            if heft > limit:
+            heft, most = weight(result), limit()
+            if heft > most:
                 return result
             with lock:
                 if key not in kept:
                     kept[key] = (result, heft)
                     total[0] += heft
-                    while len(kept) > entries or total[0] > limit:
+                    while len(kept) > entries or total[0] > most:
                         total[0] -= kept.popitem(last=False)[1][1]
             return result
 
@@ -79,7 +79,7 @@ def bounded(entries: int, weight, limit: int):
                 total[0] = 0
 
         def cache_info() -> dict:
-            return {"entries": len(kept), "weight": total[0], "max_entries": entries, "max_weight": limit}
+            return {"entries": len(kept), "weight": total[0], "max_entries": entries, "max_weight": limit()}
 
         cached.cache_clear, cached.cache_info = cache_clear, cache_info
         return cached
@@ -152,11 +152,11 @@ def overlaps(a: Message, b: Message) -> bool:
     return a.lo < b.hi and b.lo < a.hi
 
 
-@bounded(256, lambda plan: sum(len(s.sends) + len(s.recvs) for s in plan.steps), 200_000)
+@bounded(256, lambda plan: MESSAGE_BYTES * sum(len(s.sends) + len(s.recvs) for s in plan.steps))
 def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage_all: bool = False,
                  pieces: bool = True) -> RankPlan:
     """Rank ``rank``'s plan for a buffer of ``count`` elements of ``itemsize`` bytes (kept, least recently
-    used out, up to 256 plans or 200,000 messages in all, about 80 MB).
+    used out, up to 256 plans within the cache's bytes).
 
     With ``stage_all`` every receive lands in scratch and every send goes through staging (the
     host transport); otherwise receives go straight into the buffer unless that would clobber
@@ -278,39 +278,48 @@ class Call:
         rank = comm.Get_rank()
         self.plan = compile_plan(schedule, rank, count, dtype.itemsize, False, pieces=True)
         self.itemsize = dtype.itemsize
-        self.keep = self.plan.scratch_elems * self.itemsize <= KEEP_BYTES  # larger: freed when the call returns
+        self.keep = self.plan.scratch_elems * self.itemsize <= cache_bytes()  # larger: freed when the call returns
         finish = op == "avg" and _holds_result(schedule, rank)
         self.transport: Transport = make("host", np, self.plan, dtype, comm, reduction(op, dtype), finish=finish)
         self.spare = None  # (last fresh result, its reference count when only this Call holds it)
+        self.counted = False  # whether its scratch has been fitted in the cache's bytes (after its first run)
 
     def run(self, x, out, in_place: bool, timeout):
         """The call on this rank's ``x``: its result in ``out``, in ``x`` itself, or in a fresh array."""
-        keep, move = self.keep, self.transport.move
         try:
-            if in_place or out is not None:
-                buf = x if in_place else out
-                if out is not None:
-                    np.copyto(out, x)
-                return move(buf, timeout, None, "buffer" if keep else None)
-            spare = self.spare
-            if keep and spare is not None and sys.getrefcount(spare[0]) == spare[1]:
-                buf = spare[0]  # the caller has let go of the last result: it is ours again
-                np.copyto(buf, x)
-                return move(buf, timeout, None, "spare")
-            if keep and x.nbytes <= _room_for_spare(self.private, self, x.nbytes):
-                buf = x.copy()  # may come back free next time: see below
-                self.spare = None
-                move(buf, timeout, None, "new spare")
-                # Now: this frame's name (1) and getrefcount's argument (1); the bound plan sees the memory through
-                # raw views that hold no reference. Later, with nobody else holding it: the spare tuple (1) instead
-                # of this name, and the argument. More than that, and the caller still holds it.
-                free = sys.getrefcount(buf)  # on a line of its own: in the tuple's display, buf is on the stack too
-                self.spare = (buf, free)
-                return buf
-            return move(x.copy(), timeout, None, None)
+            result = self._move(x, out, in_place, timeout)
         except BaseException:
             self.forget()  # a step may have left requests active: nothing bound here may be started again
             raise
+        if not self.counted:  # its first run took its scratch: within the cache's bytes, with the other calls
+            self.counted = True
+            _make_room(self.private, self, 0)
+        return result
+
+    def _move(self, x, out, in_place: bool, timeout):
+        keep, move = self.keep, self.transport.move
+        if in_place or out is not None:
+            buf = x if in_place else out
+            if out is not None:
+                np.copyto(out, x)
+            return move(buf, timeout, None, "buffer" if keep else None)
+        spare = self.spare
+        if keep and spare is not None and sys.getrefcount(spare[0]) == spare[1]:
+            buf = spare[0]  # the caller has let go of the last result: it is ours again
+            np.copyto(buf, x)
+            return move(buf, timeout, None, "spare")
+        if keep and spare is not None:  # the caller still holds the last result: it is the caller's now
+            self._drop_spare()
+        if keep and _make_room(self.private, self, x.nbytes):
+            buf = x.copy()  # may come back free next time: see below
+            move(buf, timeout, None, "new spare")
+            # Now: this frame's name (1) and getrefcount's argument (1); the bound plan sees the memory through
+            # raw views that hold no reference. Later, with nobody else holding it: the spare tuple (1) instead
+            # of this name, and the argument. More than that, and the caller still holds it.
+            free = sys.getrefcount(buf)  # on a line of its own: in the tuple's display, buf is on the stack too
+            self.spare = (buf, free)
+            return buf
+        return move(x.copy(), timeout, None, None)
 
     def _drop_spare(self) -> None:
         if self.spare is not None:
@@ -326,19 +335,34 @@ class Call:
                 del found[key]
 
 
-def _room_for_spare(private, call: Call, nbytes: int) -> int:
-    """Bytes a new spare result of ``call`` may take: the other calls' spares are dropped, least
-    recently used first, until this one fits in :data:`SPARE_BYTES` (0 when it cannot)."""
-    if nbytes > SPARE_BYTES:
-        return 0
-    others = [c for c in calls(private).values() if c is not call and c.spare is not None]
-    held = sum(c.spare[0].nbytes for c in others)
-    for c in others:  # in the order they were remembered: the oldest first
-        if held + nbytes <= SPARE_BYTES:
-            break
-        held -= c.spare[0].nbytes
-        c._drop_spare()
-    return nbytes
+def _holds(call: Call) -> list:
+    """The arrays a remembered call keeps alive: its transport's scratch and its spare result."""
+    found = [getattr(call.transport, "scratch", None), None if call.spare is None else call.spare[0]]
+    return [a for a in found if isinstance(a, np.ndarray)]
+
+
+def _held(private) -> int:
+    """Bytes the remembered calls of a communicator keep alive, and its pooled host buffers (each once)."""
+    arrays = {id(a): a.nbytes for call in calls(private).values() for a in _holds(call)}
+    arrays.update((id(a), a.nbytes) for a in private.cache.get("pool", {}).values() if isinstance(a, np.ndarray))
+    return sum(arrays.values())
+
+
+def _make_room(private, call: Call, nbytes: int) -> bool:
+    """Whether ``nbytes`` more fit in the cache's bytes (:func:`~ringlab.mpi.private.cache_bytes`) beside what
+    the communicator's remembered calls keep; to make room, the other calls' spare results go first, then the
+    other calls themselves, least recently used first (they are compiled again when they come back)."""
+    budget = cache_bytes()
+    if nbytes > budget:
+        return False
+    if _held(private) + nbytes <= budget:
+        return True
+    others = [c for c in calls(private).values() if c is not call]  # the least recently used first
+    for drop in [c._drop_spare for c in others if c.spare is not None] + [c.forget for c in others]:
+        drop()
+        if _held(private) + nbytes <= budget:
+            return True
+    return False
 
 
 def calls(private) -> OrderedDict:

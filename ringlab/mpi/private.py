@@ -37,6 +37,7 @@ import atexit
 import hashlib
 import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -222,6 +223,27 @@ def state(comm) -> Private:
             found = Private(comm)
             comm.Set_attr(mine, found)
     return found
+
+
+CACHE_BYTES = 64 << 20  # host memory kept between calls, per communicator on each rank, unless RINGLAB_CACHE_BYTES says
+
+
+def cache_bytes() -> int:
+    """The host memory ringlab may keep between calls on one communicator, on each rank: spare results,
+    scratch, compiled plans and schedules. ``RINGLAB_CACHE_BYTES`` (``256M``, ``1G``, ``0`` keeps nothing)
+    raises or lowers the default of 64 MiB; what does not fit is made again when needed, never refused."""
+    text = os.environ.get("RINGLAB_CACHE_BYTES", "")
+    if text != _BUDGET[0]:
+        from ..measure.units import parse_size
+
+        try:
+            _BUDGET[:] = [text, parse_size(text.strip()) if text.strip() else CACHE_BYTES]
+        except ValueError as err:
+            raise ValueError(f"RINGLAB_CACHE_BYTES={text!r}: {err}") from None
+    return _BUDGET[1]
+
+
+_BUDGET: list = ["", CACHE_BYTES]  # the variable's text last read, and what it said
 
 
 def live() -> list[Private]:

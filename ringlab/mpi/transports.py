@@ -40,7 +40,6 @@ from .reduction import SUM, Reduction, copy_in
 from .run import SIGNAL, run
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
-KEEP_BYTES = 64 << 20  # numpy scratch up to this size is kept between calls; larger is allocated per call
 BUFFERS_KEPT = 4       # caller's buffers a transport keeps bound plans for
 
 
@@ -242,9 +241,9 @@ def _allocate(xp, nelems: int, dtype, purpose: str):
 def reusable(xp, nelems: int, dtype, purpose: str = "scratch", pool: dict | None = None):
     """A reusable flat buffer of at least ``nelems`` elements, one per (purpose, library, device, dtype)
     in ``pool`` (a communicator's: two communicators, or two threads on them, never share one); numpy
-    scratch over :data:`KEEP_BYTES`, or any without a pool, is not kept (``rl.release_buffers()``
+    scratch over the cache's bytes (:func:`ringlab.mpi.private.cache_bytes`), or any without a pool, is not kept (``rl.release_buffers()``
     frees what is)."""
-    if pool is None or (xp is np and purpose == "scratch" and nelems * np.dtype(dtype).itemsize > KEEP_BYTES):
+    if pool is None or (xp is np and purpose == "scratch" and nelems * np.dtype(dtype).itemsize > private.cache_bytes()):
         return _allocate(xp, nelems, dtype, purpose)  # freed after the call
     key = (purpose, xp.__name__, _device_id(xp), np.dtype(dtype).str)
     have = pool.get(key)
