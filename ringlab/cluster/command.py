@@ -109,6 +109,8 @@ def main(args, argv: list[str]) -> int:
             print(f"ringlab cluster {args.name}: down; removed {len(what)} namespaces"
                   f"{' (' + ', '.join(what) + ')' if what else ''}, ended {len(removed['processes'])} processes"
                   + (f", removed {removed['folder']}" if removed.get("folder") else ""))
+    except KeyboardInterrupt:  # a run interrupted has ended its own processes and said so
+        return 130
     except (ClusterError, ValueError, RuntimeError) as err:
         print(f"ringlab cluster {args.verb}: error: {err}", file=sys.stderr)
         return 2

@@ -7,18 +7,23 @@ transport; OFI's tcp provider if MPICH picks OFI), so that their bytes cross the
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 from .launch import YIELDING_MPICH, find_mpiexec
 from . import netns, rootless, slurm
 from .layout import HEAD, Layout, format_rate, locked, read_state, write_state
 
+RUN_TAG = "RINGLAB_RUN"  # every process of one `cluster run` inherits RINGLAB_RUN=<its own id>: how it is found
 TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp",
                      "GLOO_SOCKET_IFNAME": "eth0"}  # torch's gloo too, for DDP across the nodes
 
@@ -129,9 +134,10 @@ def problems_of(layout: Layout, state: dict) -> list[str]:
     return problems
 
 
-def environment(layout: Layout, base: dict | None = None) -> dict:
+def environment(layout: Layout, base: dict | None = None, tag: str | None = None) -> dict:
     """The environment of jobs launched from the head: its ``ssh`` first on PATH, MPI on TCP between nodes,
-    Slurm's configuration, and MPICH's waiting that yields the core (the nodes share this machine's cores)."""
+    Slurm's configuration, and MPICH's waiting that yields the core (the nodes share this machine's cores); with
+    ``tag``, the run's id (``RINGLAB_RUN``) and its Slurm jobs' name."""
     env = dict(os.environ if base is None else base)
     env["PATH"] = os.pathsep.join([str(layout.folder / "bin"), str(Path(sys.executable).parent), env.get("PATH", "")])
     env.update(TCP_BETWEEN_NODES)
@@ -140,6 +146,10 @@ def environment(layout: Layout, base: dict | None = None) -> dict:
     env["RINGLAB_CLUSTER"] = layout.name
     if layout.slurm:
         env.update(slurm.env(layout))
+    if tag is not None:
+        env[RUN_TAG] = tag
+        if layout.slurm:  # srun and sbatch take a job's name from these, unless -J says otherwise
+            env["SLURM_JOB_NAME"] = env["SBATCH_JOB_NAME"] = job_name(tag)
     return env
 
 
@@ -170,7 +180,13 @@ def job_command(layout: Layout, nranks: int, argv: list[str], nodes: int | None 
 
 def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None = None,
         launcher: str | None = None, timeout: float | None = None) -> int:
-    """Run ``argv`` in the head (with ``nranks``: as an MPI job across the nodes); its exit status."""
+    """Run ``argv`` in the head (with ``nranks``: as an MPI job across the nodes); its exit status.
+
+    Every process of the run inherits ``RINGLAB_RUN=<an id of its own>``, and every Slurm job it submits is
+    named ``ringlab-<id>``. Past ``timeout`` (124), interrupted (KeyboardInterrupt, SIGTERM, SIGHUP) or on any
+    other exception, exactly those processes and jobs are ended, on every node: another run on the same
+    cluster, and the daemons, are left alone.
+    """
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout < math.inf):
         raise ClusterError(f"--timeout wants a number of seconds > 0, got {timeout!r}")
@@ -179,17 +195,67 @@ def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None
         raise ClusterError("nothing to run: give a command after --, e.g. ringlab cluster run -n 4 -- python -m "
                            "mpi4py mine.py")
     command = argv if nranks is None else job_command(layout, nranks, argv, nodes, launcher)
+    tag = uuid.uuid4().hex
+    env = environment(layout, tag=tag)
+    ended, process = False, None
     try:
-        return subprocess.run(netns.node_command(layout, HEAD, command), env=environment(layout),
-                              timeout=timeout).returncode
+        with _stopping_signals_raise():
+            process = subprocess.Popen(netns.node_command(layout, HEAD, command), env=env)
+            code = process.wait(timeout)
+        ended = True
+        return code
     except subprocess.TimeoutExpired:
         print(f"ringlab cluster run: {' '.join(argv)} did not end within {timeout:g} s: ended, with everything it "
               "started on the nodes", file=sys.stderr)
-        if layout.slurm:  # the cluster's own Slurm forgets the jobs, as well as their processes ending
-            subprocess.run(netns.node_command(layout, HEAD, ["scancel", "--quiet", "--user", "root"]),
-                           env=environment(layout), capture_output=True, timeout=30)
-        netns.end_processes(netns.jobs(layout, (read_state(name) or {}).get("daemons", {})))
         return 124
+    except KeyboardInterrupt:
+        print(f"ringlab cluster run: {' '.join(argv)} interrupted: ended, with everything it started on the nodes",
+              file=sys.stderr)
+        raise
+    finally:
+        if not ended:  # a run that ended by itself keeps what it left on purpose (an sbatch job, a server)
+            end_run(layout, tag, env)
+            if process is not None:
+                process.wait(10)  # ended with the rest: reaped
+
+
+def end_run(layout: Layout, tag: str, env: dict | None = None) -> list[int]:
+    """End the run ``tag``: its Slurm jobs (by name) and its processes on every node (by their environment),
+    nothing else; the PIDs ended."""
+    if layout.slurm:  # the cluster's Slurm forgets the jobs, as well as their processes ending
+        subprocess.run(netns.node_command(layout, HEAD, ["scancel", "--quiet", f"--name={job_name(tag)}"]),
+                       env=env or environment(layout), capture_output=True, timeout=30)
+    ended = []
+    for _ in range(3):  # a launcher may start a process while the others end: look again
+        found = netns.tagged(layout, f"{RUN_TAG}={tag}")
+        if not found:
+            break
+        ended += netns.end_processes(found)
+    return ended
+
+
+def job_name(tag: str) -> str:
+    """The name of the Slurm jobs of the run ``tag`` (srun and sbatch take it from the environment)."""
+    return f"ringlab-{tag}"
+
+
+@contextlib.contextmanager
+def _stopping_signals_raise():
+    """SIGTERM and SIGHUP raise SystemExit while inside (as Ctrl-C raises KeyboardInterrupt), so a run that is
+    told to stop ends its processes first; outside the main thread, where Python cannot catch signals, nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def status(name: str) -> list[str]:

@@ -70,6 +70,21 @@ def jobs(layout: Layout, daemons: dict) -> list[int]:
             if p not in spared and not (_name(p) == "slurmscriptd" and _parent(p) in spared)]
 
 
+def tagged(layout: Layout, entry: str) -> list[int]:
+    """The processes in the cluster's namespaces whose environment holds ``entry`` (``NAME=VALUE``): those of one
+    run, which inherit it from the command the run started."""
+    wanted = entry.encode()
+    return [p for ns in namespaces(layout.prefix) for p in pids_in(ns) if wanted in _environment(p)]
+
+
+def _environment(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read().split(b"\0")
+    except OSError:
+        return []
+
+
 def _name(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat") as fh:
