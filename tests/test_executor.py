@@ -221,6 +221,19 @@ def test_what_calls_keep_is_bounded_by_bytes_not_by_their_count(nranks):
     assert done.stdout.count(": ok") == nranks
 
 
+@pytest.mark.parametrize("mode", ["disagreement", "trace-start", "trace-rows"])
+def test_a_rank_late_to_a_calls_own_exchange_is_a_timeout_not_a_wait(mode):
+    """The last rank comes 8 s late to the texts of a disagreement, a trace's starting barrier or the trace's
+    rows; rank 0, with a 2 s deadline, raises a StepTimeout within it (mpi4py's blocking allgather, Barrier
+    and gather waited the 8 s, and for a rank that died, for ever)."""
+    done = run_mpi(3, [str(HERE / "late.py"), mode], timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("rank 0: "))
+    took, said = line[len("rank 0: "):].split(" s: ", 1)
+    assert said.startswith("StepTimeout") and "within 2 s" in said, line
+    assert float(took) < 6, line
+
+
 @pytest.mark.parametrize("name", ["allreduce.naive", "allreduce.ps", "reduce.direct", "allreduce.ring", "allreduce.rhd"])
 @pytest.mark.parametrize("nranks", [2, 3, 5])
 def test_a_root_takes_its_peers_messages_in_a_window_of_scratch_within_one_chunk(name, nranks):

@@ -158,3 +158,50 @@ def probe(comm, source: int, tag: int, deadline: float | None, message, status=N
             raise StepTimeout(message())
         if give_way:
             os.sched_yield()
+
+
+def _late(comm, what: str, limit: float | None):
+    """The message of a collective that not every rank reached in time: no one can tell which rank is missing."""
+    return lambda: (f"rank {comm.Get_rank()}: {what}: not every rank of the communicator ({comm.Get_size()} ranks) "
+                    f"got there within {limit:g} s: a rank stopped, died or is still busy elsewhere")
+
+
+def allgather(comm, obj, what: str, limit: float | None):
+    """``comm.allgather(obj)`` (any picklable object) within ``limit`` seconds, as :func:`wait` waits: the
+    sizes, then the pickled bytes, each a non-blocking collective; past the deadline a StepTimeout saying
+    ``what`` was gathered. (mpi4py's own allgather of objects blocks: a rank that died there hung the others.)"""
+    import pickle
+
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    until, late = deadline(limit), _late(comm, what, limit)
+    sizes = np.empty(comm.Get_size(), np.int64)
+    wait(comm.Iallgather(np.array([data.size], np.int64), sizes), until, late)
+    counts = [int(s) for s in sizes]
+    everything = np.empty(max(sum(counts), 1), np.uint8)
+    wait(comm.Iallgatherv(data, (everything, counts)), until, late)
+    ends = np.cumsum(counts)
+    return [pickle.loads(everything[end - size:end].tobytes()) for size, end in zip(counts, ends)]
+
+
+def gather(comm, obj, root: int, what: str, limit: float | None):
+    """``comm.gather(obj, root=root)`` within ``limit`` seconds, as :func:`allgather`: the list on ``root``,
+    None elsewhere."""
+    import pickle
+
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    until, late = deadline(limit), _late(comm, what, limit)
+    mine = comm.Get_rank() == root
+    sizes = np.empty(comm.Get_size() if mine else 1, np.int64)
+    wait(comm.Igather(np.array([data.size], np.int64), sizes if mine else None, root=root), until, late)
+    counts = [int(s) for s in sizes] if mine else None
+    everything = np.empty(max(sum(counts), 1), np.uint8) if mine else None
+    wait(comm.Igatherv(data, (everything, counts) if mine else None, root=root), until, late)
+    if not mine:
+        return None
+    ends = np.cumsum(counts)
+    return [pickle.loads(everything[end - size:end].tobytes()) for size, end in zip(counts, ends)]
+
+
+def barrier(comm, what: str, limit: float | None) -> None:
+    """``comm.Barrier()`` within ``limit`` seconds (a non-blocking barrier waited on as :func:`wait` does)."""
+    wait(comm.Ibarrier(), deadline(limit), _late(comm, what, limit))

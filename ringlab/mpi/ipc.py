@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import private
+from .deadlines import DEFAULT, allgather, barrier, seconds
 from .devices import cupy_module
 from .nodes import local_comm, node_ids
 
@@ -23,7 +24,7 @@ def on_mig() -> bool:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "").strip().startswith("MIG-")
 
 
-def ipc_possible(comm) -> bool:
+def ipc_possible(comm, limit: float | None = None) -> bool:
     """Every rank's GPU can read the GPU of every other rank of its node (the same GPU, or peer
     access between them), and the ranks of a node share memory, so CUDA IPC can join them.
     Collective over ``comm``. Nodes are :func:`ringlab.mpi.nodes.node_ids`' (simulated nodes
@@ -31,21 +32,22 @@ def ipc_possible(comm) -> bool:
 
     CUDA opens IPC handles of GPUs the process cannot see, so ranks that each see only their own
     GPU (``CUDA_VISIBLE_DEVICES`` per rank) may use ipc too: for a GPU hidden from CUDA, NVML,
-    which sees every GPU, says whether the two can read each other. Never on MIG instances (:func:`on_mig`)."""
-    from mpi4py import MPI
-
+    which sees every GPU, says whether the two can read each other. Never on MIG instances (:func:`on_mig`).
+    Each exchange within ``limit`` seconds (None: the default deadline)."""
+    limit = seconds(DEFAULT) if limit is None else limit
+    what = "whether CUDA IPC can join the ranks"
     cp = cupy_module()
     ids, me = node_ids(comm), comm.Get_rank()
-    sharing = set(local_comm(comm).allgather(me))  # the ranks MPI says share memory with this one
+    sharing = set(allgather(local_comm(comm), me, what, limit))  # the ranks MPI says share memory with this one
     mine = [r for r, node in enumerate(ids) if node == ids[me]]
     usable = cp is not None and set(mine) <= sharing and not on_mig()
-    if not comm.allreduce(usable, op=MPI.LAND):
+    if not all(allgather(comm, usable, what, limit)):
         return False
     runtime = cp.cuda.runtime
     here = cp.cuda.Device().id
     my_bus = runtime.deviceGetPCIBusId(here)
     reachable = True
-    for rank, bus in enumerate(comm.allgather(my_bus)):
+    for rank, bus in enumerate(allgather(comm, my_bus, what, limit)):
         if ids[rank] != ids[me]:
             continue  # another node: ipc is not asked to reach it
         try:
@@ -56,7 +58,7 @@ def ipc_possible(comm) -> bool:
             reachable = theirs == here or bool(runtime.deviceCanAccessPeer(here, theirs))
         if not reachable:
             break
-    return comm.allreduce(reachable, op=MPI.LAND)
+    return all(allgather(comm, reachable, what, limit))
 
 
 def _nvml_p2p_read(bus_a: str, bus_b: str) -> bool:
@@ -94,7 +96,7 @@ class IpcBuffer:
         self.work = cp.ndarray((self.count,), self.dtype, cp.cuda.MemoryPointer(self.memory, 0))
         handle = cp.cuda.runtime.ipcGetMemHandle(self.memory.ptr)
         offset = self.work.data.ptr - self.memory.ptr
-        everyone = comm.allgather((handle, offset))
+        everyone = allgather(comm, (handle, offset), "the CUDA IPC buffers' handles", seconds(DEFAULT))
         me = comm.Get_rank()
         # every handle of this node is kept, but a peer's buffer is mapped only when a step first reads it: a
         # ring reads one neighbour, and a GPU can have peer access to 8 others at most
@@ -128,12 +130,13 @@ class IpcBuffer:
         reads a peer any more (barrier), everyone unmaps the peers' buffers, and all have (barrier), so
         that each rank's memory, which the others had mapped, may be freed from then on. Every call that
         used the buffer has synchronised its stream before returning, so no kernel still reads a peer."""
-        comm.Barrier()
+        limit = seconds(DEFAULT)
+        barrier(comm, "the CUDA IPC buffer's unmapping: nobody reads a peer any more", limit)
         self.peers, self.handles = {}, {}
         for ptr in self.opened:
             self.cp.cuda.runtime.ipcCloseMemHandle(ptr)
         self.opened = []
-        comm.Barrier()
+        barrier(comm, "the CUDA IPC buffer's unmapping: every peer unmapped it", limit)
         self.work = self.scratch = None
 
     def release(self, comm) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..schedule import REDUCE, Schedule, chunk_bounds, chunk_runs
+from .deadlines import barrier, gather
 from .devices import array_module
 from .private import cache_bytes, digest
 from .reduction import is_bfloat16, reduction, wire_dtype
@@ -241,20 +242,21 @@ def run_schedule(schedule: Schedule, x, comm, transport: str, *, in_place: bool,
     plan = compile_plan(schedule, rank, count, itemsize, staged, pieces=not peer_memory)
     finish = op == "avg" and _holds_result(schedule, rank)
     carrier = make(transport, xp, plan, flat.dtype, comm, combine, finish=finish, schedule=schedule, count=count)
-    recorder = _recorder(comm, xp is not np, itemsize, chunk_bounds(count, schedule.nchunks)) if trace else None
+    recorder = _recorder(comm, xp is not np, itemsize, chunk_bounds(count, schedule.nchunks), timeout) if trace else None
     carrier.move(flat, timeout, recorder)
     if not trace:
         return out
-    rows = comm.gather(recorder.rows, root=0)
+    rows = gather(comm, recorder.rows, 0, "the trace's rows, gathered on rank 0", timeout)
     mine = [r for part in rows for r in part] if rank == 0 else recorder.rows
     return out, Trace(mine, schedule, clock=recorder.clock_name, itemsize=itemsize)
 
 
-def _recorder(comm, on_gpu: bool, itemsize: int, bounds) -> Recorder:
-    """A Recorder whose clock starts at a barrier; on a GPU it reads the time after the stream drains."""
+def _recorder(comm, on_gpu: bool, itemsize: int, bounds, limit: float | None) -> Recorder:
+    """A Recorder whose clock starts at a barrier (within ``limit`` seconds); on a GPU it reads the time after
+    the stream drains."""
     from mpi4py import MPI
 
-    comm.Barrier()
+    barrier(comm, "the barrier a trace's clock starts at", limit)
     start = MPI.Wtime()
     if on_gpu:
         from .devices import cupy_module

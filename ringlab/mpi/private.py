@@ -45,7 +45,7 @@ import weakref
 
 import numpy as np
 
-from .deadlines import StepTimeout, deadline, seconds, wait, wait_all
+from .deadlines import StepTimeout, allgather, deadline, seconds, wait, wait_all
 
 TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
 AGREE_TAG = TAG_LIMIT    # the argument agreement's digests
@@ -415,12 +415,13 @@ def agree(private, what: str, text: str, mine: np.ndarray, timeout: float | None
     """Inside a call that has entered ``private``: every rank compares ``mine`` (the digest of ``text``, its
     arguments as JSON); every rank raises the same ValueError, saying what differs, when they disagree."""
     if not agreed(private, mine, what, timeout):
-        disagreement(private.comm(what, None), what, text)
+        disagreement(private.comm(what, None), what, text, timeout)
 
 
-def disagreement(comm, what: str, text: str) -> None:
-    """The ValueError saying what differs, raised on every rank once the digests differ."""
-    seen = [json.loads(t) for t in comm.allgather(text)]  # everyone is here and takes this branch
+def disagreement(comm, what: str, text: str, limit: float | None) -> None:
+    """The ValueError saying what differs, raised on every rank once the digests differ (the texts gathered
+    within ``limit`` seconds: a rank that dies here is a StepTimeout on the others, not a hang)."""
+    seen = [json.loads(t) for t in allgather(comm, text, f"{what}: comparing the arguments", limit)]
     for other, theirs in enumerate(seen):
         if theirs != seen[0]:
             detail = "; ".join(f"{k}: rank 0 has {seen[0].get(k)}, rank {other} has {theirs.get(k)}"

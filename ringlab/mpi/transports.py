@@ -33,6 +33,7 @@ import numpy as np
 
 from . import emulate, private
 from . import devices
+from .deadlines import DEFAULT, allgather, seconds
 from .ipc import ipc_buffer, ipc_possible, release_ipc
 from .nodes import node_ids
 from .private import TAG_LIMIT
@@ -144,7 +145,7 @@ def _network_path(comm) -> str:
         network, problem = ("cuda-aware" if devices.mpi_is_cuda_aware() else "host"), None
     except ValueError as err:
         network, problem = "host", str(err)
-    problems = comm.allgather(problem)
+    problems = allgather(comm, problem, "whether GPU buffers cross MPI cuda-aware or through the host", seconds(DEFAULT))
     wrong = [rank for rank, said in enumerate(problems) if said]
     if wrong:
         raise ValueError(f"{problems[wrong[0]]} (on rank{'s' * (len(wrong) > 1)} "
