@@ -1,5 +1,5 @@
 """What `ringlab cluster` may be trusted with (issue 47): a run ends exactly its own processes and jobs, on every
-way out, and leaves another run on the same cluster alone.
+way out, and leaves another run on the same cluster alone; under sudo, the job runs as the user who ran it.
 
 The tests that need a cluster bring up one of their own, ``trust`` (2 nodes, with Slurm where this machine has
 it), and take it down again; without root they skip, saying why."""
@@ -19,6 +19,7 @@ from ringlab.cluster.layout import Layout
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "trust"
+NOBODY = "65534"
 WITH_SLURM = not slurm.missing()
 LAUNCHERS = ["mpiexec", "srun"] if WITH_SLURM else ["mpiexec"]
 
@@ -29,10 +30,10 @@ def cluster(*args: str, timeout: float = 180, **kwargs) -> subprocess.CompletedP
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
-def started(*args: str) -> subprocess.Popen:
+def started(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`ringlab cluster run --name trust ARGS`, started and left running."""
     return subprocess.Popen([sys.executable, "-m", "ringlab", "cluster", "run", "--name", NAME, *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +93,14 @@ def test_a_run_past_its_timeout_leaves_another_run_on_the_cluster_alone(up, laun
             other.wait()
 
 
-@pytest.mark.parametrize("launcher", [None, *LAUNCHERS])
-def test_a_run_interrupted_leaves_none_of_its_processes_or_jobs(up, launcher):
+@pytest.mark.parametrize("launcher, sudo", [(None, False), *[(launcher, False) for launcher in LAUNCHERS],
+                                             ("mpiexec", True)])
+def test_a_run_interrupted_leaves_none_of_its_processes_or_jobs(up, launcher, sudo):
     """Ctrl-C (SIGINT to `ringlab cluster run` alone): the command, what it started in the background, and on the
-    nodes its ranks (and under srun its Slurm job) all end."""
+    nodes its ranks (and under srun its Slurm job) all end; under sudo too, where the ranks run as the user."""
     spread = [] if launcher is None else ["-n", "2", "--launcher", launcher]
-    run = started(*spread, "--", "sh", "-c", "sleep 88.5 & sleep 99.5; wait")
+    run = started(*spread, "--", "sh", "-c", "sleep 88.5 & sleep 99.5; wait",
+                  env={**os.environ, "SUDO_UID": NOBODY, "SUDO_GID": NOBODY} if sudo else None)
     try:
         ranks = 1 if launcher is None else 2
         wait_for(lambda: len(running(up, "sleep 88.5")) == ranks, 60, "the run did not start")
@@ -112,3 +115,21 @@ def test_a_run_interrupted_leaves_none_of_its_processes_or_jobs(up, launcher):
             run.kill()
             run.wait()
         netns.end_processes(running(up, "sleep 88.5") + running(up, "sleep 99.5"))
+
+
+AS_USER = [("head", []), ("mpiexec", ["-n", "2", "--launcher", "mpiexec"]),
+           ("typed mpiexec", ["--", "sh", "-c", "mpiexec -f /run/ringlab-trust/hosts -n 2 id -u"])]
+AS_USER += [("srun", ["-n", "2", "--launcher", "srun"])] if WITH_SLURM else []
+
+
+@pytest.mark.parametrize("how, spread", AS_USER, ids=[how for how, _ in AS_USER])
+def test_under_sudo_the_job_runs_as_the_user_who_ran_it_and_as_root_without(up, how, spread):
+    """SUDO_UID and SUDO_GID (as sudo sets them): the command, and every rank on the nodes, run as that user;
+    without them (root itself), as root, as before."""
+    argv = [*spread, "--timeout", "90", "--", "id", "-u"] if how != "typed mpiexec" else ["--timeout", "90", *spread]
+    ranks = 1 if how == "head" else 2
+    root = {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
+    done = cluster("run", *argv, env={**root, "SUDO_UID": NOBODY, "SUDO_GID": NOBODY, "SUDO_USER": "nobody"})
+    assert done.returncode == 0 and done.stdout.split() == [NOBODY] * ranks, done.stdout + done.stderr
+    done = cluster("run", *argv, env=root)
+    assert done.returncode == 0 and done.stdout.split() == ["0"] * ranks, done.stdout + done.stderr

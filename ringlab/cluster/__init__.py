@@ -21,5 +21,6 @@ where the system allows user namespaces, the whole cluster lives inside one of i
 - ``slurm``: munge and Slurm's daemons, configured for these nodes;
 - ``control``: up, down, status and run, and the checks that say what this machine lacks;
 - ``rootless``: the same for an ordinary user, inside a user namespace of the cluster's own;
+- ``relay``: under sudo, jobs run as the user who ran it; the run enters the nodes for them;
 - ``command``: the ``ringlab cluster`` command line.
 """

@@ -14,13 +14,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
 from .launch import YIELDING_MPICH, find_mpiexec
-from . import netns, rootless, slurm
+from . import netns, relay, rootless, slurm
 from .layout import HEAD, Layout, format_rate, locked, read_state, write_state
 
 RUN_TAG = "RINGLAB_RUN"  # every process of one `cluster run` inherits RINGLAB_RUN=<its own id>: how it is found
@@ -197,8 +198,15 @@ def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None
     command = argv if nranks is None else job_command(layout, nranks, argv, nodes, launcher)
     tag = uuid.uuid4().hex
     env = environment(layout, tag=tag)
-    ended, process = False, None
+    user = relay.user_of(env)
+    ended, process, listener, folder = False, None, None, None
     try:
+        if user:  # under sudo: the job runs as the user who ran it; the run enters the nodes for its ssh
+            folder = tempfile.mkdtemp(prefix="run-", dir=layout.folder)
+            os.chown(folder, *user)
+            env[relay.ADDRESS] = os.path.join(folder, "ssh.sock")
+            listener = relay.serve(env[relay.ADDRESS], user[0], _starter(layout, tag, user))
+            command = relay.as_user(*user, command)
         with _stopping_signals_raise():
             process = subprocess.Popen(netns.node_command(layout, HEAD, command), env=env)
             code = process.wait(timeout)
@@ -217,6 +225,22 @@ def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None
             end_run(layout, tag, env)
             if process is not None:
                 process.wait(10)  # ended with the rest: reaped
+        if listener is not None:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _starter(layout: Layout, tag: str, user: tuple[int, int]):
+    """What the run's relay does when the cluster's ssh asks: start COMMAND on HOST as ``user``, in the run (its
+    tag), with the caller's environment given to the command only (ip and nsenter, root's, get a clean one)."""
+    def start(host: str, command: str, env: dict, cwd: str, fds: list[int]) -> subprocess.Popen:
+        if host not in [HEAD, *layout.hosts]:
+            raise ValueError(f"{host} is not a node of ringlab cluster {layout.name}")
+        job_env = [f"{k}={v}" for k, v in {**env, RUN_TAG: tag}.items() if "=" not in k]
+        argv = relay.as_user(*user, ["env", "-i", *job_env, "sh", "-c", command])
+        return subprocess.Popen(netns.node_command(layout, host, argv), stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                                cwd=cwd, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", RUN_TAG: tag})
+    return start
 
 
 def end_run(layout: Layout, tag: str, env: dict | None = None) -> list[int]:

@@ -12,9 +12,11 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+from . import relay
 from .layout import ETC_NETNS, HEAD, Layout
 
 SHAPED_QUEUE_MS = 50  # how long a packet may wait in the token bucket before the kernel drops it
@@ -166,7 +168,8 @@ def node_command(layout: Layout, host: str, argv: list[str]) -> list[str]:
 
 def write_ssh(layout: Layout, folder: Path) -> Path:
     """An ``ssh`` for the cluster's nodes, put first on PATH in the head: ``ssh node2 COMMAND`` runs COMMAND on
-    node2 as ssh would (mpiexec's hydra and ipyparallel's ssh launchers start their proxies with it)."""
+    node2 as ssh would (mpiexec's hydra and ipyparallel's ssh launchers start their proxies with it). Run by a user
+    other than root (a job under sudo), it asks the run to start COMMAND, as that user (:mod:`.relay`)."""
     path = folder / "ssh"
     known = " ".join([HEAD, *layout.hosts])
     gpus = "".join(f"[ \"$host\" = {h} ] && export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES-{layout.gpus_of(h)}}}\n"
@@ -188,7 +191,10 @@ case " {known} " in
     *" $host "*) ;;
     *) echo "ssh: $host is not a node of ringlab cluster {layout.name} ({known})" >&2; exit 255 ;;
 esac
-{gpus}exec ip netns exec {layout.prefix}$host nsenter --uts={layout.folder}/uts/$host -- sh -c "$*"
+{gpus}if [ -n "$RINGLAB_RELAY" ] && [ "$(id -u)" != 0 ]; then  # a user's job under sudo: the run enters the node
+    exec {sys.executable} -I {relay.__file__} "$host" "$*"
+fi
+exec ip netns exec {layout.prefix}$host nsenter --uts={layout.folder}/uts/$host -- sh -c "$*"
 """)
     path.chmod(0o755)
     return path
