@@ -313,16 +313,17 @@ class MPICluster:
             print("ringlab: UCX_NET_DEVICES=lo removed: engines on other hosts reach each other over the network",
                   file=sys.stderr)
         self.profile_dir = tempfile.mkdtemp(prefix="ringlab-cluster-", dir=self.shared_dir)
-        os.makedirs(os.path.join(self.profile_dir, ERRORS))
-        self._cluster = ipp.Cluster(**self.kwargs, log_level=40, profile_dir=self.profile_dir)
         _RUNNING.append(self)
-        self.client = self._cluster.start_and_connect_sync(activate=False)
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "ringlab.lab.cluster", "watch", str(os.getpid()), self._cluster.cluster_file],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        self.client.wait_for_engines(self.n, timeout=self.timeout)
-        ranks = self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS), GRACE_S,
-                                          self.cell_timeout)
+        try:
+            ranks = self._start_ranks(ipp)
+        except BaseException as error:  # an interrupt too: nothing started may outlive a start that failed
+            said = self._engines_said()  # read before stop() removes it
+            self.stop()
+            if not isinstance(error, Exception):
+                raise
+            raise RuntimeError(f"the {self.n} ranks did not start ({type(error).__name__}: {error}); their "
+                               "engines, the controller and the cluster's folder are gone again"
+                               + (f". The engines' last words:\n{said}" if said else "")) from error
         by_rank = [engine for _, engine in sorted(zip(ranks, self.client.ids))]
         self.view = self.client[by_rank]
         self.view.block = True  # %%px waits for every rank, so an error fails its own cell
@@ -330,6 +331,30 @@ class MPICluster:
             self.view.activate()
         _explain_rank_errors_in(self)
         return self
+
+    def _start_ranks(self, ipp) -> list[int]:
+        """The controller, its watchdog, then the engines, each engine's abort hook: each rank's number by engine."""
+        os.makedirs(os.path.join(self.profile_dir, ERRORS))
+        self._cluster = ipp.Cluster(**self.kwargs, log_level=40, profile_dir=self.profile_dir)
+        self._cluster.start_controller_sync()
+        self._watchdog = subprocess.Popen(  # from here on, the end of this process stops what it started
+            [sys.executable, "-m", "ringlab.lab.cluster", "watch", str(os.getpid()), self._cluster.cluster_file],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._cluster.start_engines_sync(self.n)
+        self.client = self._cluster.connect_client_sync()
+        self.client.wait_for_engines(self.n, timeout=self.timeout)
+        return self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS), GRACE_S,
+                                         self.cell_timeout)
+
+    def _engines_said(self, lines: int = 10) -> str:
+        """The last lines the engines' launcher (mpiexec) wrote: often why they did not start."""
+        said = []
+        for engines in self._cluster.engines.values() if self._cluster is not None else []:
+            try:
+                said += Path(engines.output_file).read_text(errors="replace").splitlines()[-lines:]
+            except (AttributeError, TypeError, OSError):  # a launcher without an output file, or none written
+                pass
+        return "\n".join(said)
 
     def plan(self) -> str:
         """What :meth:`start` would run to start the engines, without starting anything: the mpiexec command
