@@ -1,4 +1,5 @@
-"""Issue 47's findings on the lab cluster: a start that fails leaves nothing behind."""
+"""Issue 47's findings on the lab cluster: a start that fails leaves nothing behind, and %%px --targets is read
+without eval."""
 import os
 import sys
 import threading
@@ -9,7 +10,7 @@ import pytest
 pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (the lab extra)")
 psutil = pytest.importorskip("psutil")
 
-from ringlab.lab.cluster import MPICluster  # noqa: E402
+from ringlab.lab.cluster import MPICluster, px_targets  # noqa: E402
 
 # an "engine" that never registers: it writes its PID where the test finds it, then waits
 NEVER_REGISTERS = "import os, sys, time; open(os.path.join(sys.argv[1], f'engine-{os.getpid()}'), 'w').close(); " \
@@ -85,3 +86,47 @@ def test_a_start_that_fails_stops_the_controller_and_engines_and_removes_its_fol
         assert isinstance(error, RuntimeError) and "did not start" in str(error) and "engines not ready" in str(error)
         assert "no controller here" in str(error)  # what the engines said, before their folder went
         assert time.monotonic() - started < 50  # the wait was ours (5 s), not ipyparallel's own 60 s
+
+
+IDS = [10, 11, 12, 13]  # engine ids, as a client lists them
+
+
+@pytest.mark.parametrize("targets, engines", [
+    ("11", [11]), ("-1", [13]), ("[10,12]", [10, 12]), ("10,12", [10, 12]), ("(13, 11)", [13, 11]),
+    (" [ 10 ] ", [10]), ("1:3", [11, 12]), ("::2", [10, 12]), ("-2:", [12, 13]), (":", IDS), ("1:4:2", [11, 13]),
+])
+def test_px_targets_select_as_ipyparallels_px(targets, engines):
+    from ipyparallel.client.magics import ParallelMagics
+
+    assert px_targets(targets, IDS) == engines
+    magics = ParallelMagics.__new__(ParallelMagics)  # what ipyparallel's %%px makes of the same text
+    magics.view = type("View", (), {"client": type("Client", (), {"ids": IDS})})
+    theirs = magics._eval_target_str(targets)
+    theirs = ([IDS[theirs]] if theirs < 0 else [theirs]) if isinstance(theirs, int) else list(theirs)
+    assert theirs == engines
+
+
+@pytest.mark.parametrize("targets", [
+    "__import__('os').system('touch {mark}')", "1:__import__('os').system('touch {mark}')",
+    "[__import__('os').system('touch {mark}')]", "open('{mark}', 'w')", "ids", "1.5", "True", "'0'", "[]",
+    "1:2:3:4", "1:2;import os", "{{0: 1}}",
+])
+def test_px_targets_refuse_code_and_never_run_it(targets, tmp_path):
+    mark = tmp_path / "ran"
+    text = targets.format(mark=mark)
+    with pytest.raises(ValueError, match="--targets .* is not an engine id"):
+        px_targets(text, [0, 1, 2, 3])
+    assert not mark.exists()
+
+
+def test_ranks_of_reads_targets_without_eval(tmp_path):
+    class Running:
+        ids = [7, 5, 6]
+    cluster = MPICluster.__new__(MPICluster)
+    cluster.client, cluster.view = Running, type("View", (), {"targets": [5, 6, 7]})
+    assert cluster.ranks_of("[7,5]") == [0, 2]
+    assert cluster.ranks_of("1:") == [0, 1]  # ids[1:] = engines 5 and 6, ranks 0 and 1
+    assert cluster.ranks_of("all") is None
+    with pytest.raises(ValueError):
+        cluster.ranks_of(f"__import__('os').system('touch {tmp_path / 'ran'}')")
+    assert not (tmp_path / "ran").exists()

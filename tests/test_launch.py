@@ -148,3 +148,68 @@ def test_torchs_store_and_gloo_listen_on_loopback_only():
     assert done.returncode == 0, done.stderr[-3000:]
     addresses = json.loads(done.stdout.strip().replace("'", '"'))
     assert addresses and set(addresses) <= {"127.0.0.1", "[::1]"}, addresses
+
+
+class TwoHosts:
+    """Rank 0 of a job whose ranks span node1 and node2, as torch_process_group sees its communicator."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 2
+
+    def allgather(self, _name):
+        return ["node1", "node2"]
+
+    def bcast(self, value, root=0):
+        return value
+
+
+def _resolving(monkeypatch, **addresses):
+    """socket.gethostbyname that answers ``addresses`` (Debian's /etc/hosts maps a host's own name to 127.0.1.1)."""
+    import socket
+
+    monkeypatch.setattr(socket, "gethostbyname", lambda host: addresses[host])
+
+
+def test_across_hosts_torchs_store_listens_where_the_other_hosts_reach_it(monkeypatch):
+    pytest.importorskip("torch", reason="torch is not installed (the train extra)")
+    import ringlab.cluster.launch as launch
+
+    _resolving(monkeypatch, node1="127.0.1.1", node2="192.0.2.7")
+    monkeypatch.setattr(launch, "_route_to", lambda peer: {"192.0.2.7": "192.0.2.1"}[peer], raising=False)
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    bound = []
+
+    def listener(address="127.0.0.1"):
+        bound.append(address)
+        raise InterruptedError("no store in a unit test")
+    monkeypatch.setattr(launch, "_listener", listener)
+    with pytest.raises(InterruptedError):
+        with launch.torch_process_group(TwoHosts()):
+            pass
+    assert bound == ["192.0.2.1"]  # its route to node2, not 127.0.1.1, where node2 cannot reach it
+
+
+def test_a_store_address_no_other_host_reaches_is_refused_naming_master_addr(monkeypatch):
+    pytest.importorskip("torch", reason="torch is not installed (the train extra)")
+    import ringlab.cluster.launch as launch
+
+    _resolving(monkeypatch, node1="127.0.1.1", node2="127.0.1.1")  # the route to 127.0.1.1 is loopback too
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setattr(launch, "_listener", lambda *a: pytest.fail("bound a store no other host reaches"))
+    with pytest.raises(RuntimeError, match="node1 resolves to a loopback address.*set MASTER_ADDR"):
+        with launch.torch_process_group(TwoHosts()):
+            pass
+
+
+def test_the_store_address_is_master_addr_else_the_host_names_else_the_route(monkeypatch):
+    from ringlab.cluster.launch import _route_to, store_address
+
+    assert _route_to("127.0.0.1") == "127.0.0.1"
+    _resolving(monkeypatch, node1="10.0.0.5", node2="10.0.0.6")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    assert store_address(["node1", "node2"]) == "10.0.0.5"
+    monkeypatch.setenv("MASTER_ADDR", "10.9.9.9")
+    assert store_address(["node1", "node2"]) == "10.9.9.9"

@@ -1,6 +1,7 @@
 """Starting MPI jobs from Python (find mpiexec, run, run again on N ranks) and torch process groups on MPI ranks."""
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import shutil
@@ -151,7 +152,8 @@ def torch_process_group(comm=None, backend: str = "gloo"):
     Rank 0 opens torch's TCP store on a port of 127.0.0.1 the system picks, listening on loopback only (a port
     probed first and bound later can be taken in between), and broadcasts the port; every rank joins with its
     MPI rank; gloo connects over loopback (``GLOO_SOCKET_IFNAME=lo`` unless set). When the ranks span several
-    hosts (a cluster), rank 0 listens on its host name's address instead, where the other nodes reach it. On leaving,
+    hosts (a cluster), rank 0 listens on an address of its host the other nodes reach instead (:func:`store_address`:
+    ``MASTER_ADDR``, else its host name's, else that of its route to another node). On leaving,
     a barrier, then the group is destroyed: without the barrier rank 0's store may go away while
     another rank still talks to it, and torch aborts that rank at exit. A group that is already
     running is used as it is and left running. Call on every rank of ``comm``, and let go of what
@@ -171,8 +173,10 @@ def torch_process_group(comm=None, backend: str = "gloo"):
     if one_node:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own connections, on loopback too
     # on one node everything stays on loopback; across nodes (a cluster the user asked for) rank 0 listens on
-    # the address of its host name, which the other nodes reach it by
-    address = "127.0.0.1" if one_node else socket.gethostbyname(hosts[0])
+    # an address of its host that the other nodes reach, and tells them which (or why there is none)
+    address = "127.0.0.1" if one_node else comm.bcast(_reachable_or_why(hosts) if rank == 0 else None, root=0)
+    if isinstance(address, Exception):
+        raise address
     listener = _listener(address) if rank == 0 else None
     server = (dist.TCPStore(address, listener.getsockname()[1], size, is_master=True, wait_for_workers=False,
                             master_listen_fd=listener.fileno()) if rank == 0 else None)
@@ -184,6 +188,43 @@ def torch_process_group(comm=None, backend: str = "gloo"):
     dist.destroy_process_group()
     if listener is not None:
         listener.close()
+
+
+def store_address(hosts: list[str]) -> str:
+    """Where rank 0 (on ``hosts[0]``) opens torch's store for ranks on other hosts: ``MASTER_ADDR`` if set, else
+    its host name's address, unless that is a loopback one (Debian maps the host name to 127.0.1.1), then the
+    address of its interface with the route to another rank's host; a RuntimeError if none reaches them."""
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"]
+    address = socket.gethostbyname(hosts[0])
+    if not ipaddress.ip_address(address).is_loopback:
+        return address
+    peer = next(host for host in hosts if host != hosts[0])
+    try:
+        address = _route_to(socket.gethostbyname(peer))
+    except OSError as error:
+        raise RuntimeError(f"rank 0's host {hosts[0]} resolves to {address}, a loopback address the other hosts "
+                           f"cannot reach, and there is no route to {peer} ({error}): set MASTER_ADDR to an address "
+                           f"of {hosts[0]} that the other hosts reach") from None
+    if ipaddress.ip_address(address).is_loopback:
+        raise RuntimeError(f"rank 0's host {hosts[0]} resolves to a loopback address, and so does the way to {peer}: "
+                           f"set MASTER_ADDR to an address of {hosts[0]} that the other hosts reach")
+    return address
+
+
+def _route_to(peer: str) -> str:
+    """This host's address on the interface that routes to ``peer`` (a UDP connect sends nothing: it picks the route)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((peer, 9))
+        return probe.getsockname()[0]
+
+
+def _reachable_or_why(hosts: list[str]):
+    """:func:`store_address`, or the error that says why there is none (sent to every rank, which raise it)."""
+    try:
+        return store_address(hosts)
+    except (RuntimeError, OSError) as error:  # OSError: a host name that does not resolve
+        return RuntimeError(str(error))
 
 
 def _listener(address: str = "127.0.0.1"):

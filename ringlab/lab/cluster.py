@@ -44,8 +44,10 @@ cluster's folder on a file system every host sees (``shared_dir``, by default th
 """
 from __future__ import annotations
 
+import ast
 import atexit
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -193,6 +195,29 @@ def _fetch(names):
     namespace = get_ipython().user_ns
     missing = [n for n in names if n not in namespace]
     return ("missing", missing) if missing else ("ok", [namespace[n] for n in names])
+
+
+def px_targets(targets: str, ids: list[int]) -> list[int]:
+    """The engine ids a ``%%px --targets`` value names, read as ipyparallel's %%px reads it but never run
+    as code: an id (a negative one counts from the end of ``ids``), ids (``[0,2]``, ``0,2``) or a slice
+    of ``ids`` (``1:3``, ``::2``); a ValueError naming the value otherwise."""
+    wrong = ValueError(f"--targets {targets!r} is not an engine id, a list of ids ([0,2] or 0,2) or a slice "
+                       "of them (1:3, ::2)")
+    if ":" in targets:  # %%px reads it as ids[targets]
+        bounds = targets.split(":")
+        if len(bounds) > 3 or not all(re.fullmatch(r"\s*[+-]?[0-9]+\s*", b) for b in bounds if b.strip()):
+            raise wrong
+        return ids[slice(*(int(b) if b.strip() else None for b in bounds))]
+    try:
+        value = ast.literal_eval(targets.strip())  # literals only: a call or a name is refused, not run
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise wrong from None
+    engines = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not engines or not all(isinstance(e, int) and not isinstance(e, bool) for e in engines):
+        raise wrong
+    if isinstance(value, int) and value < 0:  # as ipyparallel: one negative id counts from the end
+        engines = [ids[value]]
+    return engines
 
 
 def _host_args(n: int, hosts) -> list[str]:
@@ -420,9 +445,7 @@ class MPICluster:
         """The ranks a ``%%px --targets`` value names (engine ids, as ipyparallel reads them; None: all)."""
         if targets is None or "all" in targets:
             return None
-        ids = list(self.client.ids)
-        engines = eval(f"ids[{targets}]", {"ids": ids}) if ":" in targets else eval(targets, {})  # as %%px does
-        engines = [engines] if isinstance(engines, int) else list(engines)
+        engines = px_targets(targets, list(self.client.ids))
         return sorted(self.view.targets.index(e) for e in engines)
 
     def finished(self, body: str, ranks: list[int] | None) -> bool:
