@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,3 +135,102 @@ def test_under_sudo_the_job_runs_as_the_user_who_ran_it_and_as_root_without(up, 
     assert done.returncode == 0 and done.stdout.split() == [NOBODY] * ranks, done.stdout + done.stderr
     done = cluster("run", *argv, env=root)
     assert done.returncode == 0 and done.stdout.split() == ["0"] * ranks, done.stdout + done.stderr
+
+
+def others_can_read(path: Path, top: Path) -> bool:
+    """Whether a user other than its owner may read ``path``: it and every folder between it and ``top`` allow them."""
+    if not path.stat().st_mode & 0o004:
+        return False
+    return all(folder.stat().st_mode & 0o001 for folder in path.parents if folder.is_relative_to(top))
+
+
+def test_munges_key_and_slurms_state_and_logs_are_roots_alone_and_what_jobs_read_is_not(up):
+    if not WITH_SLURM:
+        pytest.skip("this machine has no Slurm")
+    top = up.folder / "slurm"
+    secret = [p for p in top.rglob("*") if p.is_file() and (p.suffix in (".log", ".key", ".out", ".seed", ".pid")
+                                                           or "state" in p.parts or "spool" in str(p))]
+    assert any(p.name == "munge.key" for p in secret) and any(p.name == "slurmctld.log" for p in secret)
+    assert [p for p in secret if others_can_read(p, top)] == []
+    key = next(p for p in secret if p.name == "munge.key")
+    assert key.stat().st_mode & 0o077 == 0
+    assert others_can_read(top / "slurm.conf", up.folder) and others_can_read(up.hostfile, up.folder)
+
+
+def test_a_folder_or_file_someone_else_made_first_or_a_symbolic_link_is_refused_saying_which(tmp_path, monkeypatch):
+    from ringlab.cluster import layout, rootless
+    from ringlab.lessons.lab05_scaling import realcluster
+
+    if os.geteuid() != 0:
+        pytest.skip("making a folder of another user's needs root")
+    mine = f"ringlab-cluster-{os.getuid()}"
+    theirs = tmp_path / "theirs" / mine
+    theirs.mkdir(parents=True)
+    os.chown(theirs, int(NOBODY), int(NOBODY))
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / mine).symlink_to(theirs)
+    monkeypatch.setattr(rootless.subprocess, "Popen", lambda *a, **k: pytest.fail("a keeper was started"))
+    for where, why in ((theirs.parent, "belongs to user 65534, not to this user"), (linked, "is a symbolic link")):
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(where))
+        with pytest.raises(RuntimeError, match=f"{where / mine} {why}.*remove it"):
+            rootless.start_keeper("lab")
+    assert not (theirs / "lab.keeper").exists()
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    lock = tmp_path / f"ringlab-cluster-lab05-{os.getuid()}.lock"
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    lock.symlink_to(target)
+    with pytest.raises(RuntimeError, match="is a symbolic link"):
+        with realcluster._one_at_a_time("lab05"):
+            pass
+    assert target.read_text() == "keep me"
+    lock.unlink()
+    lock.write_text("")
+    os.chown(lock, int(NOBODY), int(NOBODY))
+    with pytest.raises(RuntimeError, match="belongs to user 65534"):
+        with realcluster._one_at_a_time("lab05"):
+            pass
+
+
+def test_down_deleting_the_lock_never_lets_two_hold_it(tmp_path, monkeypatch):
+    """down deletes the lock while it holds it: one who waited on that file meanwhile takes the new one in turn,
+    instead of holding the deleted file while a third holds the new one."""
+    from ringlab.cluster import layout
+
+    monkeypatch.setattr(layout, "RUN", tmp_path)
+    held, seen = [], []
+
+    def hold(who: str) -> None:
+        with layout.locked("x"):
+            held.append(who)
+            seen.append(len(held))
+            time.sleep(0.5)
+            held.remove(who)
+
+    with layout.locked("x", remove=True):
+        waiting = threading.Thread(target=hold, args=("waited",))
+        waiting.start()
+        time.sleep(0.3)  # it has opened the file and waits on it
+    hold("came after")
+    waiting.join(10)
+    assert seen == [1, 1]  # never both at once
+
+
+def test_the_state_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from ringlab.cluster import layout
+
+    monkeypatch.setattr(layout, "RUN", tmp_path)
+    ours = Layout("state")
+    ours.folder.mkdir()
+    layout.write_state(ours, seconds=1)
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(layout.os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        layout.write_state(ours, seconds=2)
+    assert layout.read_state("state")["seconds"] == 1
+    assert [p.name for p in ours.folder.iterdir()] == ["cluster.json"]  # nothing half-written left beside it

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .launch import YIELDING_MPICH, find_mpiexec
 from . import netns, relay, rootless, slurm
-from .layout import HEAD, Layout, format_rate, locked, read_state, write_state
+from .layout import HEAD, Layout, format_rate, locked, private_folder, read_state, write_state
 
 RUN_TAG = "RINGLAB_RUN"  # every process of one `cluster run` inherits RINGLAB_RUN=<its own id>: how it is found
 TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp",
@@ -77,7 +77,7 @@ def up(layout: Layout) -> dict:
         cleaned = _remove(layout)
         start = time.monotonic()
         try:
-            layout.folder.mkdir(mode=0o755)
+            private_folder(layout.folder, 0o755)  # a job's user reads its hostfile and ssh
             netns.build(layout)
             bin_dir = layout.folder / "bin"
             bin_dir.mkdir()

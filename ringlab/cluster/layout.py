@@ -13,6 +13,8 @@ import fcntl
 import json
 import os
 import re
+import stat
+import tempfile
 from pathlib import Path
 
 DEFAULT_NAME = "lab"
@@ -136,8 +138,8 @@ def read_state(name: str) -> dict | None:
 
 
 def write_state(layout: Layout, **facts) -> None:
-    """Record the finished cluster (written last, so a half-built one has no state file)."""
-    layout.state_file.write_text(json.dumps({"layout": layout.to_dict(), **facts}, indent=1))
+    """Record the finished cluster (written last, so a half-built one has no state file; whole or not at all)."""
+    write_whole(layout.state_file, json.dumps({"layout": layout.to_dict(), **facts}, indent=1).encode(), 0o644)
 
 
 def lock_path(name: str) -> Path:
@@ -148,14 +150,107 @@ def lock_path(name: str) -> Path:
 def locked(name: str, remove: bool = False):
     """Hold the cluster's lock (up and down of one cluster never overlap); ``remove`` deletes it on the way out.
 
-    The file is opened close-on-exec, so daemons started meanwhile do not inherit it and hold the lock forever.
+    A locker that waited on a lock file since deleted (or replaced) takes the one now at the path instead, so
+    deleting it never lets two hold the lock. The file is opened close-on-exec, so daemons started meanwhile do not
+    inherit it and hold the lock forever.
     """
     path = lock_path(name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    while True:
+        fd = open_private(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, path):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # it was deleted while this waited: the lock is the file now at the path
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
         if remove:
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # still held: who waits on it sees it gone and takes the next
     finally:
         os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+class UnsafePath(RuntimeError):
+    """A folder or file ringlab would keep its own is a symbolic link, or belongs to another user."""
+
+
+def _refuse(path: Path, info: os.stat_result, kind: str) -> None:
+    """An UnsafePath if ``path`` (lstat ``info``) is not this user's own ``kind`` (a folder or a file)."""
+    wanted = stat.S_ISDIR if kind == "folder" else stat.S_ISREG
+    if stat.S_ISLNK(info.st_mode) or not wanted(info.st_mode):
+        raise UnsafePath(f"{path} is {'a symbolic link' if stat.S_ISLNK(info.st_mode) else 'not a ' + kind}, where "
+                         f"ringlab keeps a {kind} of its own: someone else put it there; remove it and run again")
+    if info.st_uid != os.geteuid():
+        raise UnsafePath(f"{path} belongs to user {info.st_uid}, not to this user ({os.geteuid()}): someone else "
+                         f"made it first, in a place others may write; remove it (as its owner or root) and run again, "
+                         "or set XDG_RUNTIME_DIR (or TMPDIR) to a folder of your own")
+
+
+def private_folder(path: Path, mode: int = 0o700) -> Path:
+    """The folder ``path``, made with ``mode`` if absent; one that is a symbolic link or another user's is refused
+    (UnsafePath, saying what to do), and one of this user's is given ``mode``."""
+    path = Path(path)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    _refuse(path, os.lstat(path), "folder")
+    if stat.S_IMODE(os.lstat(path).st_mode) != mode:
+        os.chmod(path, mode)
+    return path
+
+
+def check_private(path: Path, kind: str = "folder") -> None:
+    """Refuse ``path`` as :func:`private_folder` does, if it is there; absent is fine."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    _refuse(Path(path), info, kind)
+
+
+def open_private(path: Path, mode: int = 0o600) -> int:
+    """A descriptor (read and write, close-on-exec) of the file ``path``, made with ``mode`` if absent; never through
+    a symbolic link, and a file of another user's is refused (UnsafePath)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if os.path.islink(path):
+            raise UnsafePath(f"{path} is a symbolic link, where ringlab keeps a file of its own: someone else put it "
+                             "there; remove it and run again") from err
+        raise
+    try:
+        _refuse(Path(path), os.fstat(fd), "file")
+    except UnsafePath:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_whole(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write ``path`` whole or not at all: a new file of ``mode`` beside it (never readable by others meanwhile),
+    then renamed over it, so a reader sees the old contents or the new, and a failure leaves the old."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .layout import UnsafePath, check_private, private_folder, write_whole
+
 KEEPER = ("mount -t tmpfs ringlab /run && mkdir /run/netns && "
           "if [ -d /etc/netns ]; then mount -t tmpfs ringlab /etc/netns; else "
           "mkdir /run/etc-upper /run/etc-work && mount -t overlay ringlab "
@@ -26,7 +28,8 @@ UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--mount", "--propag
 
 
 def folder() -> Path:
-    """Where this user's keepers are recorded (``$XDG_RUNTIME_DIR``, else the temporary folder)."""
+    """Where this user's keepers are recorded (``$XDG_RUNTIME_DIR``, else the temporary folder): a folder of this
+    user's alone, which it makes (:func:`ringlab.cluster.layout.private_folder` refuses one someone else made)."""
     return Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"ringlab-cluster-{os.getuid()}"
 
 
@@ -57,14 +60,14 @@ def keeper(name: str) -> int | None:
 
 def start_keeper(name: str) -> int:
     """Start the keeper of cluster ``name`` and record it; a RuntimeError with what it said if it cannot."""
-    folder().mkdir(mode=0o700, exist_ok=True)
+    private_folder(folder())
     child = subprocess.Popen([*UNSHARE, "--", "sh", "-c", KEEPER], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     if child.stdout.readline().strip() != "ready":  # unshare and sh exec in turn: child.pid is the keeper
         child.kill()
         raise RuntimeError(f"could not make the cluster's namespaces as an ordinary user: {child.stderr.read().strip()}")
     child.stdout.close()
-    (folder() / f"{name}.keeper").write_text(str(child.pid))
+    write_whole(folder() / f"{name}.keeper", str(child.pid).encode())
     return child.pid
 
 
@@ -103,6 +106,10 @@ def main(args, argv: list[str]) -> int:
     why = why_not()
     if why:
         return error(f"needs root, or else {why}")
+    try:
+        check_private(folder())  # one another user made first could name a keeper of theirs, or collect ours
+    except UnsafePath as err:
+        return error(str(err))
     pid = keeper(args.name)
     if args.verb == "up":
         if args.slurm:

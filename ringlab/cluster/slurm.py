@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .layout import HEAD, SLOTS, Layout
+from .layout import HEAD, SLOTS, Layout, private_folder, write_whole
 from .netns import node_command
 
 PARTITION = "ringlab"
@@ -32,6 +32,12 @@ def folder(layout: Layout) -> Path:
     return layout.folder / "slurm"
 
 
+def private(layout: Layout) -> Path:
+    """munge's key, Slurm's state and spool folders, the daemons' logs and PIDs: root's alone (0700). The folder
+    above holds only what a job's user reads: slurm.conf and munge's socket."""
+    return folder(layout) / "private"
+
+
 def conf(layout: Layout) -> Path:
     return folder(layout) / "slurm.conf"
 
@@ -47,14 +53,12 @@ def env(layout: Layout) -> dict:
 
 def write_config(layout: Layout) -> None:
     """munge's key, slurm.conf, cgroup.conf and a task prolog that deals out GPUs, in the cluster's folder."""
-    where = folder(layout)
-    where.mkdir(mode=0o755, parents=True, exist_ok=True)
-    key = where / "munge.key"
-    key.write_bytes(secrets.token_bytes(1024))
-    key.chmod(0o600)
+    where = private_folder(folder(layout), 0o755)
+    own = private_folder(private(layout))
+    write_whole(own / "munge.key", secrets.token_bytes(1024), 0o400)  # never readable by others, not for a moment
     for host in layout.hosts:
-        (where / f"spool-{host}").mkdir(mode=0o755, exist_ok=True)
-    (where / "state").mkdir(mode=0o755, exist_ok=True)
+        private_folder(own / f"spool-{host}")
+    private_folder(own / "state")
     prolog = where / "task_prolog"
     cases = "".join(f"    {h}) echo export CUDA_VISIBLE_DEVICES={layout.gpus_of(h)} ;;\n" for h in layout.hosts
                     if layout.gpus_of(h) is not None)
@@ -71,12 +75,12 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={socket(layout)}
-StateSaveLocation={where}/state
-SlurmdSpoolDir={where}/spool-%n
-SlurmctldPidFile={where}/slurmctld.pid
-SlurmdPidFile={where}/slurmd-%n.pid
-SlurmctldLogFile={where}/slurmctld.log
-SlurmdLogFile={where}/slurmd-%n.log
+StateSaveLocation={own}/state
+SlurmdSpoolDir={own}/spool-%n
+SlurmctldPidFile={own}/slurmctld.pid
+SlurmdPidFile={own}/slurmd-%n.pid
+SlurmctldLogFile={own}/slurmctld.log
+SlurmdLogFile={own}/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -119,7 +123,7 @@ def _daemon(argv: list[str], log: Path, layout: Layout) -> int:
 def start(layout: Layout, timeout: float = 60) -> dict:
     """munged and slurmctld in the head, slurmd on every node; waits until Slurm calls every node idle.
     Returns the daemons' PIDs by name."""
-    where = folder(layout)
+    where = private(layout)
     pids = {"munged": _daemon(node_command(layout, HEAD, [
         "munged", "--foreground", "--force", f"--socket={socket(layout)}", f"--key-file={where / 'munge.key'}",
         f"--pid-file={where / 'munged.pid'}", f"--log-file={where / 'munged.log'}",

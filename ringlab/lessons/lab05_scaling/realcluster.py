@@ -129,13 +129,15 @@ def _one_at_a_time(name: str):
     notebook and its solution under test) take turns instead of bringing the same cluster up twice."""
     import fcntl
 
+    from ...cluster.layout import open_private
+
     path = Path(tempfile.gettempdir()) / f"ringlab-cluster-{name}-{os.getuid()}.lock"
-    with open(path, "w") as lock:
+    lock = open_private(path)  # in a folder all may write: never through a symbolic link, nor another user's file
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(lock)
 
 
 def _measure(ringlab: list[str], name: str, n: int, sizes, repeats: int, timeout: float) -> dict:
