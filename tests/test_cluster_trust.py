@@ -6,6 +6,7 @@ it), and take it down again; without root they skip, saying why."""
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import tempfile
@@ -135,6 +136,9 @@ def test_under_sudo_the_job_runs_as_the_user_who_ran_it_and_as_root_without(up, 
     assert done.returncode == 0 and done.stdout.split() == [NOBODY] * ranks, done.stdout + done.stderr
     done = cluster("run", *argv, env=root)
     assert done.returncode == 0 and done.stdout.split() == ["0"] * ranks, done.stdout + done.stderr
+    if how == "head":  # and its home is the user's, not root's (which sudo leaves)
+        home = cluster("run", "--", "sh", "-c", "echo $HOME", env={**root, "SUDO_UID": NOBODY, "SUDO_GID": NOBODY})
+        assert home.stdout.strip() == pwd.getpwuid(int(NOBODY)).pw_dir, home.stdout + home.stderr
 
 
 def others_can_read(path: Path, top: Path) -> bool:

@@ -205,6 +205,7 @@ def run(name: str, argv: list[str], nranks: int | None = None, nodes: int | None
             folder = tempfile.mkdtemp(prefix="run-", dir=layout.folder)
             os.chown(folder, *user)
             env[relay.ADDRESS] = os.path.join(folder, "ssh.sock")
+            env.update(relay.home_of(user[0]))
             listener = relay.serve(env[relay.ADDRESS], user[0], _starter(layout, tag, user))
             command = relay.as_user(*user, command)
         with _stopping_signals_raise():

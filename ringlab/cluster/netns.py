@@ -64,14 +64,6 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
     return targets
 
 
-def jobs(layout: Layout, daemons: dict) -> list[int]:
-    """The processes in the cluster's namespaces that are not its daemons (nor slurmctld's own helper,
-    slurmscriptd): what jobs left running."""
-    spared = set(daemons.values())
-    return [p for ns in namespaces(layout.prefix) for p in pids_in(ns)
-            if p not in spared and not (_name(p) == "slurmscriptd" and _parent(p) in spared)]
-
-
 def tagged(layout: Layout, entry: str) -> list[int]:
     """The processes in the cluster's namespaces whose environment holds ``entry`` (``NAME=VALUE``): those of one
     run, which inherit it from the command the run started."""
@@ -85,14 +77,6 @@ def _environment(pid: int) -> list[bytes]:
             return fh.read().split(b"\0")
     except OSError:
         return []
-
-
-def _name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split("(", 1)[1].rsplit(")", 1)[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def _parent(pid: int) -> int:

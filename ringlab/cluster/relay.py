@@ -27,6 +27,16 @@ def user_of(env) -> tuple[int, int] | None:
     return (uid, gid) if os.geteuid() == 0 and uid != 0 else None
 
 
+def home_of(uid: int) -> dict:
+    """HOME, USER and LOGNAME of ``uid`` (sudo leaves root's HOME, where a job of the user may not write); empty
+    when the system does not know the user."""
+    try:
+        known = pwd.getpwuid(uid)
+    except KeyError:
+        return {}
+    return {"HOME": known.pw_dir, "USER": known.pw_name, "LOGNAME": known.pw_name}
+
+
 def as_user(uid: int, gid: int, argv: list[str]) -> list[str]:
     """``argv`` run as ``uid``:``gid``, with the user's groups (none when the system does not know the user)."""
     try:
