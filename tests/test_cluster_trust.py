@@ -46,7 +46,8 @@ def up():
     if lacking or os.geteuid() != 0:
         pytest.skip("ringlab cluster needs " + "; and ".join(lacking or ["root, for these tests"]))
     try:
-        done = cluster("up", "--nodes", "2", *(["--slurm"] if WITH_SLURM else []), timeout=240)
+        done = cluster("up", "--nodes", "2", *(["--slurm"] if WITH_SLURM else []), timeout=240,
+                       preexec_fn=lambda: os.umask(0o077))  # a strict umask: what the job's user reads is readable
         assert done.returncode == 0, done.stderr
         yield control.layout_of(NAME)
     finally:

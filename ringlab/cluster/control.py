@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .launch import YIELDING_MPICH, find_mpiexec
 from . import netns, relay, rootless, slurm
-from .layout import HEAD, Layout, format_rate, locked, private_folder, read_state, write_state
+from .layout import HEAD, Layout, format_rate, locked, private_folder, read_state, write_state, write_whole
 
 RUN_TAG = "RINGLAB_RUN"  # every process of one `cluster run` inherits RINGLAB_RUN=<its own id>: how it is found
 TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp",
@@ -79,10 +79,9 @@ def up(layout: Layout) -> dict:
         try:
             private_folder(layout.folder, 0o755)  # a job's user reads its hostfile and ssh
             netns.build(layout)
-            bin_dir = layout.folder / "bin"
-            bin_dir.mkdir()
+            bin_dir = private_folder(layout.folder / "bin", 0o755)
             netns.write_ssh(layout, bin_dir)
-            layout.hostfile.write_text("".join(f"{h}\n" for h in layout.hosts))
+            write_whole(layout.hostfile, "".join(f"{h}\n" for h in layout.hosts).encode(), 0o644)
             daemons = {}
             if layout.slurm:
                 slurm.write_config(layout)
@@ -238,9 +237,9 @@ def _starter(layout: Layout, tag: str, user: tuple[int, int]):
         if host not in [HEAD, *layout.hosts]:
             raise ValueError(f"{host} is not a node of ringlab cluster {layout.name}")
         job_env = [f"{k}={v}" for k, v in {**env, RUN_TAG: tag}.items() if "=" not in k]
-        argv = relay.as_user(*user, ["env", "-i", *job_env, "sh", "-c", command])
+        argv = relay.as_user(*user, ["env", "-i", f"--chdir={cwd}", *job_env, "sh", "-c", command])  # as the user
         return subprocess.Popen(netns.node_command(layout, host, argv), stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                                cwd=cwd, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", RUN_TAG: tag})
+                                cwd="/", env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", RUN_TAG: tag})
     return start
 
 

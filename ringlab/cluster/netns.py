@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from . import relay
-from .layout import ETC_NETNS, HEAD, Layout
+from .layout import ETC_NETNS, HEAD, Layout, private_folder, write_whole
 
 SHAPED_QUEUE_MS = 50  # how long a packet may wait in the token bucket before the kernel drops it
 
@@ -123,8 +123,9 @@ def name_host(layout: Layout, host: str) -> None:
     keep.parent.mkdir(parents=True, exist_ok=True)
     keep.touch()
     sh("unshare", f"--uts={keep}", "hostname", host)
-    layout.etc(host).mkdir(parents=True, exist_ok=True)
-    (layout.etc(host) / "hosts").write_text(layout.hosts_text())
+    private_folder(ETC_NETNS, 0o755)  # every user of the node reads its hosts, whatever root's umask
+    private_folder(layout.etc(host), 0o755)
+    write_whole(layout.etc(host) / "hosts", layout.hosts_text().encode(), 0o644)
 
 
 def shape(namespace: str, device: str, bits_per_s: float, latency_ms: float = 0.0) -> None:

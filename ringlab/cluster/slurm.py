@@ -67,7 +67,7 @@ def write_config(layout: Layout) -> None:
     prolog.chmod(0o755)
     nodes = ",".join(layout.hosts)
     addresses = ",".join(layout.address(h) for h in layout.hosts)
-    conf(layout).write_text(f"""# ringlab cluster {layout.name}: written by `ringlab cluster up`, removed by `ringlab cluster down`
+    write_whole(conf(layout), f"""# ringlab cluster {layout.name}: written by `ringlab cluster up`, removed by `ringlab cluster down`
 ClusterName=ringlab{layout.name}
 SlurmctldHost={HEAD}({layout.address(HEAD)})
 SlurmUser=root
@@ -98,8 +98,8 @@ KillWait=5
 MinJobAge=5
 NodeName={nodes} NodeAddr={addresses} CPUs={SLOTS} State=UNKNOWN
 PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-""")
-    (where / "cgroup.conf").write_text(cgroup_conf())
+""".encode(), 0o644)  # srun and sbatch read it, as the job's user too
+    write_whole(where / "cgroup.conf", cgroup_conf().encode(), 0o644)
 
 
 def cgroup_conf(root: Path = Path("/sys/fs/cgroup")) -> str:
