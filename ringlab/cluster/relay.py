@@ -8,6 +8,7 @@ client half (standard library only, so that it starts quickly, as any user).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -39,11 +40,8 @@ def home_of(uid: int) -> dict:
 
 def as_user(uid: int, gid: int, argv: list[str]) -> list[str]:
     """``argv`` run as ``uid``:``gid``, with the user's groups (none when the system does not know the user)."""
-    try:
-        groups = ["--init-groups"] if pwd.getpwuid(uid) else []
-    except KeyError:
-        groups = ["--clear-groups"]
-    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", *groups, "--", *argv]
+    groups = "--init-groups" if home_of(uid) else "--clear-groups"
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", groups, "--", *argv]
 
 
 def serve(path: str, uid: int, start) -> socket.socket:
@@ -60,18 +58,18 @@ def serve(path: str, uid: int, start) -> socket.socket:
             if int.from_bytes(peer[4:8], sys.byteorder) not in (uid, 0):
                 return
             _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-            data = b"".join(iter(lambda: conn.recv(65536), b""))
             try:
-                asked = json.loads(data)
-                process = start(asked["host"], asked["command"], asked["env"], asked["cwd"], fds)
-                code = process.wait()
+                asked = json.loads(b"".join(iter(lambda: conn.recv(65536), b"")))
+                code = start(asked["host"], asked["command"], asked["env"], asked["cwd"], fds).wait()
             except Exception as err:  # says why on the caller's stderr, as ssh would
-                os.write(fds[2], f"ssh: {err}\n".encode()) if len(fds) == 3 else None
+                if len(fds) == 3:
+                    os.write(fds[2], f"ssh: {err}\n".encode())
                 code = 255
             finally:
                 for fd in fds:
                     os.close(fd)
-            conn.sendall(str(code if code >= 0 else 128 - code).encode())
+            with contextlib.suppress(OSError):  # the caller may be gone (ended with the run)
+                conn.sendall(str(code if code >= 0 else 128 - code).encode())  # killed by signal N: 128 + N
 
     def accept() -> None:
         while True:
