@@ -130,3 +130,28 @@ def test_ranks_of_reads_targets_without_eval(tmp_path):
     with pytest.raises(ValueError):
         cluster.ranks_of(f"__import__('os').system('touch {tmp_path / 'ran'}')")
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_whose_abort_handler_fails_still_ends_the_job():
+    """IPython drops a custom exception handler that raises, for good: then the rank that raised never aborts
+    and the rank waiting for it in a collective waits forever (a view.execute has no cell deadline). Here rank 1
+    loses the cluster's folder, where the handler writes what it raised, just before it raises."""
+    from ipyparallel.error import CompositeError, EngineError
+
+    from ringlab.lab.cluster import ERRORS
+
+    with MPICluster(2, activate=False) as ranks:
+        cell = ("import shutil\nimport numpy as np\nfrom mpi4py import MPI\n"
+                "if MPI.COMM_WORLD.Get_rank() == 1:\n"
+                f"    shutil.rmtree({os.path.join(ranks.profile_dir, ERRORS)!r})\n"
+                "    raise RuntimeError('boom on rank 1')\n"
+                "MPI.COMM_WORLD.Allreduce(np.ones(3), np.empty(3))\n")
+        started = time.monotonic()
+        with pytest.raises((CompositeError, EngineError)):
+            ranks.view.execute(cell, block=False).get(timeout=60)
+        assert time.monotonic() - started < 45  # the grace (5 s), the abort, ipyparallel noticing
+        deadline = time.monotonic() + 30
+        while ranks.alive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not ranks.alive()  # the job ended: both engines went

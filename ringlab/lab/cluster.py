@@ -141,30 +141,38 @@ def _abort_on_exception(errors: str, grace: float = GRACE_S, deadline: float | N
         if result.success:
             open(f"{errors}/done-{cell[0].partition('-')[2]}-rank-{rank}", "w").close()
 
-    def abort_with(name: str, value, text: str) -> None:
-        with open(f"{errors}/rank-{rank}.txt", "w") as fh:
-            fh.write(f"rank {rank} raised {name}: {value}\n{text}")
-        print(f"ringlab: rank {rank} raised {name}: {value}; aborting every rank", file=_sys.stderr)
-        _sys.stdout.flush()
-        _sys.stderr.flush()
-        _time.sleep(0.3)  # let the output reach the notebook before the job goes
-        MPI.COMM_WORLD.Abort(1)
+    def abort_with(name: str, value, text: str) -> None:  # never returns: the job ends
+        try:  # what the rank raised, for the notebook: nothing here may keep the job from ending
+            with open(f"{errors}/rank-{rank}.txt", "w") as fh:
+                fh.write(f"rank {rank} raised {name}: {value}\n{text}")
+            print(f"ringlab: rank {rank} raised {name}: {value}; aborting every rank", file=_sys.stderr)
+            _sys.stdout.flush()
+            _sys.stderr.flush()
+            _time.sleep(0.3)  # let the output reach the notebook before the job goes
+        finally:
+            MPI.COMM_WORLD.Abort(1)  # MPICH 5's returns, leaving the rest to mpiexec, and the rank ran on:
+            _os._exit(1)  # it ends here, and mpiexec ends a job one of whose ranks exits with an error all the same
 
     def on_exception(shell, etype, value, tb, tb_offset=None):
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-        seen = running[0]  # a silent execution (view.execute) leaves no marks: nobody can say it ended
-        mark_ended()
-        until = _time.monotonic() + grace
-        while seen and _time.monotonic() < until:
-            if all(has_ended(r) for r in range(size)):
-                return  # every rank got to the end of the cell: nobody waits for this one
-            _time.sleep(0.05)
-        if not seen:
-            _time.sleep(grace)  # as long as a cell's ranks would have had to end it
-        late = [r for r in range(size) if not has_ended(r)]
-        print(f"ringlab: rank{'s' * (len(late) > 1)} {', '.join(map(str, late))} did not end the cell within "
-              f"{grace:g} s (waiting in a collective for rank {rank}?)", file=_sys.stderr)
-        abort_with(etype.__name__, value, "".join(_traceback.format_exception(etype, value, tb)))
+        try:  # IPython drops a handler that raises for good, and then no rank would abort again: this one aborts
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+            seen = running[0]  # a silent execution (view.execute) leaves no marks: nobody can say it ended
+            mark_ended()
+            until = _time.monotonic() + grace
+            while seen and _time.monotonic() < until:
+                if all(has_ended(r) for r in range(size)):
+                    return  # every rank got to the end of the cell: nobody waits for this one
+                _time.sleep(0.05)
+            if not seen:
+                _time.sleep(grace)  # as long as a cell's ranks would have had to end it
+            late = [r for r in range(size) if not has_ended(r)]
+            print(f"ringlab: rank{'s' * (len(late) > 1)} {', '.join(map(str, late))} did not end the cell within "
+                  f"{grace:g} s (waiting in a collective for rank {rank}?)", file=_sys.stderr)
+        except BaseException as error:  # an interrupt in the grace too: the others may wait for this rank
+            said = f"{value} (and, while ringlab handled it, {type(error).__name__}: {error})"
+        else:
+            said = value
+        abort_with(etype.__name__, said, "".join(_traceback.format_exception(etype, value, tb)))
 
     shell = get_ipython()
     shell.set_custom_exc((Exception,), on_exception)
