@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -239,3 +240,20 @@ def test_the_state_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
         layout.write_state(ours, seconds=2)
     assert layout.read_state("state")["seconds"] == 1
     assert [p.name for p in ours.folder.iterdir()] == ["cluster.json"]  # nothing half-written left beside it
+
+
+def test_root_runs_the_systems_ip_and_nsenter_never_ones_from_the_jobs_path(up, tmp_path):
+    """The job's PATH leads with the cluster's ssh and the venv, and carries the user's: what root runs to enter
+    the nodes (ip, nsenter, setpriv) is the system's, found apart from it."""
+    marker = tmp_path / "ran-as-root"
+    for program in ("ip", "nsenter", "setpriv"):
+        fake = tmp_path / program
+        real = shutil.which(program, path="/usr/sbin:/usr/bin:/sbin:/bin")
+        fake.write_text(f"#!/bin/sh\necho {program} >> {marker}\nexec {real} \"$@\"\n")
+        fake.chmod(0o755)
+    path = f"{tmp_path}{os.pathsep}{os.environ['PATH']}"
+    root = {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
+    for env in ({**root, "PATH": path}, {**root, "PATH": path, "SUDO_UID": NOBODY, "SUDO_GID": NOBODY}):
+        done = cluster("run", "-n", "2", "--launcher", "mpiexec", "--timeout", "90", "--", "true", env=env)
+        assert done.returncode == 0, done.stderr
+    assert not marker.exists(), marker.read_text()

@@ -239,7 +239,7 @@ def _starter(layout: Layout, tag: str, user: tuple[int, int]):
         job_env = [f"{k}={v}" for k, v in {**env, RUN_TAG: tag}.items() if "=" not in k]
         argv = relay.as_user(*user, ["env", "-i", f"--chdir={cwd}", *job_env, "sh", "-c", command])  # as the user
         return subprocess.Popen(netns.node_command(layout, host, argv), stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                                cwd="/", env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", RUN_TAG: tag})
+                                cwd="/", env={"PATH": relay.SYSTEM_PATH, RUN_TAG: tag})
     return start
 
 

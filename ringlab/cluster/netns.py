@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,7 +149,13 @@ def shape(namespace: str, device: str, bits_per_s: float, latency_ms: float = 0.
 
 def node_command(layout: Layout, host: str, argv: list[str]) -> list[str]:
     """``argv`` run on ``host``: inside its network namespace (with its /etc/hosts) and its host name."""
-    return ["ip", "netns", "exec", layout.namespace(host), "nsenter", f"--uts={layout.uts_file(host)}", "--", *argv]
+    return [system("ip"), "netns", "exec", layout.namespace(host), system("nsenter"), f"--uts={layout.uts_file(host)}",
+            "--", *argv]
+
+
+def system(program: str) -> str:
+    """Where the system keeps ``program`` (root runs it: never one from a job's PATH, which leads with the venv)."""
+    return shutil.which(program, path=relay.SYSTEM_PATH) or program
 
 
 def write_ssh(layout: Layout, folder: Path) -> Path:
@@ -179,7 +186,7 @@ esac
 {gpus}if [ -n "$RINGLAB_RELAY" ] && [ "$(id -u)" != 0 ]; then  # a user's job under sudo: the run enters the node
     exec {sys.executable} -I {relay.__file__} "$host" "$*"
 fi
-exec ip netns exec {layout.prefix}$host nsenter --uts={layout.folder}/uts/$host -- sh -c "$*"
+exec {system("ip")} netns exec {layout.prefix}$host {system("nsenter")} --uts={layout.folder}/uts/$host -- sh -c "$*"
 """)
     path.chmod(0o755)
     return path

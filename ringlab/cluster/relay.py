@@ -12,10 +12,12 @@ import contextlib
 import json
 import os
 import pwd
+import shutil
 import socket
 import sys
 import threading
 
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # where root looks for ip, nsenter
 ADDRESS = "RINGLAB_RELAY"  # the socket the cluster's ssh hands its commands to, when its user is not root
 
 
@@ -41,7 +43,8 @@ def home_of(uid: int) -> dict:
 def as_user(uid: int, gid: int, argv: list[str]) -> list[str]:
     """``argv`` run as ``uid``:``gid``, with the user's groups (none when the system does not know the user)."""
     groups = "--init-groups" if home_of(uid) else "--clear-groups"
-    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", groups, "--", *argv]
+    setpriv = shutil.which("setpriv", path=SYSTEM_PATH) or "setpriv"  # root runs it: not one from the job's PATH
+    return [setpriv, f"--reuid={uid}", f"--regid={gid}", groups, "--", *argv]
 
 
 def serve(path: str, uid: int, start) -> socket.socket:
