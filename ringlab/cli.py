@@ -269,7 +269,9 @@ def _bandwidth(args, argv) -> int:
     from .mpi.devices import cupy_module
     from .cluster.launch import relaunch
 
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    if not sizes:
+        raise ValueError(f"--sizes lists no size ({args.sizes!r}): give them comma-separated, like 8,64,1K,4M")
     if args.nranks is not None and not in_mpi_job():
         check_nranks(args.nranks)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])

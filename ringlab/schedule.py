@@ -17,6 +17,7 @@ in a moment and a step's transfers exist only while something reads them.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -354,6 +355,7 @@ def make_schedule(collective: str, nranks: int, nchunks: int, steps: Sequence, *
 
 
 MAX_BYTES = 1 << 50  # 1 PiB: no rank's buffer is larger, and past 2**63 numpy's integers overflow
+MAX_RANKS = 1 << 24  # 16.8 million ranks: 100 times the largest machine modelled here (100,000 ranks, FACTS.md)
 
 
 def check_count(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
@@ -364,6 +366,32 @@ def check_count(name: str, value, minimum: int = 1, maximum: int | None = None) 
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return int(value)
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``"8"``, ``"1K"``, ``"64M"``, ``"1GiB"`` or ``"2 MB"`` (K, M, G are powers of 1024)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a size must be >= 0, got {text}")
+        return _at_most_max(text, text)
+    match = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([KMGT]?)(?:i?B)?\s*", str(text), flags=re.IGNORECASE)
+    if not match:
+        raise ValueError(f"cannot read {text!r} as a size: write bytes like 8, 1K, 64M or 1G")
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if value > MAX_BYTES:
+        return _at_most_max(value, text)
+    if value != int(value):
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def _at_most_max(value, text) -> int:
+    if value > MAX_BYTES:
+        raise ValueError(f"{text!r} is more than 1 PiB: no rank holds a buffer that large")
     return int(value)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..schedule import Schedule, check_count, check_root
+from ..schedule import MAX_RANKS, Schedule, check_count, check_root
 from .registry import ALGORITHMS, about, options_of, register
 
 
@@ -21,7 +21,7 @@ def checked_options(name: str, nranks: int, options: dict) -> dict:
         if key not in accepted:
             takes = ", ".join(accepted) or "no options"
             raise ValueError(f"{name} does not take option {key!r} (it takes: {takes})")
-    options = dict(options)
+    options = {k: v for k, v in options.items() if v is not None or k == "root"}  # None: the builder's default
     if "root" in options:
         options["root"] = check_root(options["root"], nranks)
     if options.get("segments") is not None:
@@ -55,7 +55,7 @@ def build(name: str, nranks: int, **options) -> Schedule:
         close = difflib.get_close_matches(str(name), ALGORITHMS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown algorithm {name!r}{hint}; known: {', '.join(sorted(ALGORITHMS))}")
-    nranks = check_count("nranks", nranks)
+    nranks = check_count("nranks", nranks, maximum=MAX_RANKS)
     return ALGORITHMS[name](nranks, **checked_options(name, nranks, options))
 
 

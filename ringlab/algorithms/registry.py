@@ -8,9 +8,12 @@ import functools
 import inspect
 from typing import Callable
 
+import numpy as np
+
 from ..schedule import ROOTED, Collective, LazySteps, Schedule
 
 ALGORITHMS: dict[str, Callable[..., Schedule]] = {}
+MOST = 1 << 40  # the largest whole-number option (segments, servers, rings, ranks per node) a builder is given
 
 
 def register(name: str):
@@ -28,6 +31,9 @@ def register(name: str):
 
         @functools.wraps(builder)
         def build_schedule(nranks: int, *args, **options) -> Schedule:
+            for key, value in options.items():  # past this, numpy's integers overflow before any check can say why
+                if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and abs(value) > MOST:
+                    raise ValueError(f"{name}: {key} must be at most {MOST:,}, got {value}")
             nchunks, steps = builder(nranks, *args, **options)
             bound = signature.bind(nranks, *args, **options)
             bound.apply_defaults()

@@ -54,6 +54,7 @@ def unavailable(name: str, dtype_name: str, op: str, gpu: bool) -> str | None:
 
 
 MOST_SIZES = 4096  # sizes in one sweep, at most: each is timed (iterations and warm-up) and checked
+MOST_ITERS = 1_000_000  # timed iterations a size, at most: a million 4 us calls is 4 s a size and 8 MB of timings
 
 
 def sweep(begin: int, end: int, factor: int | None = None, increment: int | None = None) -> list[int]:
@@ -355,8 +356,12 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
                                                                for name in algorithms))
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"iters must be at least 1 (the median of no timings is no number), got {iters!r}")
+    if iters > MOST_ITERS:
+        raise ValueError(f"iters must be at most {MOST_ITERS:,} (its timings are kept, one per iteration), got {iters}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be 0 or more, got {warmup!r}")
+    if warmup > MOST_ITERS:
+        raise ValueError(f"warmup must be at most {MOST_ITERS:,}, got {warmup}")
     if "mpi-ring" in algorithms and collective != "allreduce":
         raise ValueError("mpi-ring is MPICH's ring allreduce: use it with the allreduce collective")
     check_root(root, nranks)

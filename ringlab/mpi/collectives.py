@@ -193,7 +193,10 @@ def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, 
     key = (what, kind, algorithm if isinstance(algorithm, str) else _fingerprint(algorithm), x.shape, x.dtype,
            flags.c_contiguous, flags.writeable, in_place, out is None, transport,
            tuple(options.items()) if options else (), op)
-    call = remembered(state, key)
+    try:
+        call = remembered(state, key)
+    except TypeError:  # an option that cannot be a key (a list where a number belongs): the general way says why
+        return None
     if call is not None:
         return call
     if _problems(x, kind, in_place, timeout, out, op):

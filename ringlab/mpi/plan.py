@@ -58,6 +58,10 @@ def bounded(entries: int, weight, limit=cache_bytes):
         @functools.wraps(function)
         def cached(*args, **kwargs):
             key = (args, tuple(sorted(kwargs.items())))
+            try:
+                hash(key)
+            except TypeError:  # a list where a number belongs, say: the function says what is wrong with it
+                return function(*args, **kwargs)
             with lock:
                 if key in kept:
                     kept.move_to_end(key)

@@ -45,6 +45,7 @@ import weakref
 
 import numpy as np
 
+from ..schedule import parse_size
 from .deadlines import StepTimeout, allgather, deadline, seconds, wait, wait_all
 
 TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
@@ -234,8 +235,6 @@ def cache_bytes() -> int:
     raises or lowers the default of 64 MiB; what does not fit is made again when needed, never refused."""
     text = os.environ.get("RINGLAB_CACHE_BYTES", "")
     if text != _BUDGET[0]:
-        from ..measure.units import parse_size
-
         try:
             _BUDGET[:] = [text, parse_size(text.strip()) if text.strip() else CACHE_BYTES]
         except ValueError as err:

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from ..algorithms import build
 from ..algorithms.pattern import PatternSteps, check_fits
-from ..schedule import REDUCE, Schedule, bus_factor, chunk_bounds, check_count, nccl_tests_size
+from ..schedule import MAX_BYTES, REDUCE, Schedule, bus_factor, chunk_bounds, check_count, nccl_tests_size
 from ..topology import SwitchTopology, Topology
 from ..topology.clusters import ClusterTopology
 from .compact import channel_hardware, predict_steps
@@ -109,7 +109,7 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
         return min((predict(schedule, nbytes, topology, itemsize, rank_map, name, method)
                     for name in usable_protocols(schedule, topology, rank_map)), key=lambda p: p.seconds)
     chosen = None if protocol is None else find_protocol(protocol)
-    nbytes = check_count("nbytes", nbytes, minimum=0)
+    nbytes = check_count("nbytes", nbytes, minimum=0, maximum=MAX_BYTES)
     n = schedule.nranks
     if n > topology.nranks:
         raise ValueError(f"{schedule.name} needs {n} ranks; topology {topology.name} has {topology.nranks}")

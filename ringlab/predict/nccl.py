@@ -49,7 +49,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..schedule import bus_factor, check_count
+from ..schedule import MAX_BYTES, bus_factor, check_count
 from ..topology import Topology
 from ..topology.clusters import ClusterTopology
 from ..topology.machines import Machine
@@ -128,7 +128,7 @@ def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: st
     pick, else the one forced (ring, tree, nvls, nvlstree, collnet, pat; protocol LL, LL128, Simple)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"NCCL's model here covers {', '.join(COLLECTIVES)}; not {collective!r}")
-    nbytes = check_count("nbytes", nbytes, minimum=1)
+    nbytes = check_count("nbytes", nbytes, minimum=1, maximum=MAX_BYTES)
     facts = machine_facts(topology, nranks)
     if algorithm is not None and algorithm not in T.ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; NCCL's are: {', '.join(T.ALGORITHMS)}")

@@ -11,10 +11,13 @@ Presets carry published figures; they are labelled as such and never as measurem
 from __future__ import annotations
 
 import hashlib
+import math
 import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..schedule import MAX_RANKS, check_count
 
 GB = 1e9
 
@@ -221,6 +224,7 @@ def uniform(nranks: int, bandwidth: float, latency: float, reduce_rate: float = 
     ``bandwidth`` at once, through a non-blocking switch (the single-port, full-duplex model of
     MPICH's collective cost formulas). A message costs ``latency`` + bytes / ``bandwidth``."""
     _positive(nranks=nranks, bandwidth=bandwidth)
+    _latency(latency)
     ranks = tuple(f"rank{i}" for i in range(nranks))
     links = tuple(Link(r, "switch", bandwidth, latency / 2, "port") for r in ranks)
     return SwitchTopology(name or f"uniform-{nranks}", ranks, links, reduce_rate,
@@ -234,6 +238,7 @@ def joined_nodes(nranks: int, per_node: int, bandwidth: float, latency: float = 
     its own port of ``bandwidth`` each way into a non-blocking switch, ``latency`` a message: one network
     card per GPU, as on an HGX node. What ``RINGLAB_NODE_LINK_GBPS`` emulates between simulated nodes."""
     _positive(nranks=nranks, per_node=per_node, bandwidth=bandwidth)
+    _latency(latency)
     ranks = tuple(f"rank{i}" for i in range(nranks))
     inside = tuple(Link(r, f"node{i // per_node}", float("inf"), 0.0, "shared memory") for i, r in enumerate(ranks))
     ports = tuple(Link(r, "switch", bandwidth, latency / 2, "port") for r in ranks)
@@ -245,6 +250,7 @@ def ring(nranks: int, bandwidth: float, latency: float, reduce_rate: float = flo
          name: str | None = None) -> Topology:
     """Rank i linked to rank i+1 (mod n) only, each link ``bandwidth`` per direction."""
     _positive(nranks=nranks, bandwidth=bandwidth)
+    _latency(latency)
     ranks = tuple(f"rank{i}" for i in range(nranks))
     links = tuple(Link(ranks[i], ranks[(i + 1) % nranks], bandwidth, latency, "ring")
                   for i in range(nranks if nranks > 2 else nranks - 1))
@@ -263,6 +269,18 @@ def from_matrix(bandwidth, latency: float = 0.0, names=None, name: str = "matrix
 
 
 def _positive(**values):
+    """A ValueError naming the first of ``values`` that is not a finite number > 0 (ranks: a whole number)."""
     for key, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{key} must be > 0, got {value!r}")
+        if key in ("nranks", "per_node"):
+            check_count(key, value, maximum=MAX_RANKS)
+        elif (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
+              or not 0 < value < math.inf):
+            raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
+
+
+def _latency(latency):
+    """``latency`` (seconds), or a ValueError unless it is a finite number >= 0."""
+    if (isinstance(latency, bool) or not isinstance(latency, (int, float, np.integer, np.floating))
+            or not 0 <= latency < math.inf):
+        raise ValueError(f"latency must be a finite number of seconds >= 0, got {latency!r}")
+    return latency

@@ -10,10 +10,12 @@ generation, nodes and NICs, the host's CPU vendor, and whether the fabric can re
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..schedule import MAX_RANKS, check_count
 from .clusters import ClusterTopology, LinkRuns, Run, lowest_by_name
 from .graph import GB, SwitchTopology, Topology
 from .links import (A100_NVLINK, A100_REDUCE, ASSUMED, B200_NVLINK, B200_REDUCE, H100_NVLINK, H100_REDUCE,
@@ -95,14 +97,16 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
     if fabric not in FABRICS:
         raise ValueError(f"unknown fabric {fabric!r}; known: {', '.join(FABRICS)}")
     for key, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
+        check_count(key, value, maximum=MAX_RANKS)
+    if nodes * gpus_per_node > MAX_RANKS:
+        raise ValueError(f"nodes x gpus_per_node must be at most {MAX_RANKS:,} GPUs, got {nodes} x {gpus_per_node}")
     spec = GPUS[gpu]
     nics = gpus_per_node if nics_per_node is None else nics_per_node
-    if not isinstance(nics, int) or not 1 <= nics <= gpus_per_node:
+    if isinstance(nics, bool) or not isinstance(nics, (int, np.integer)) or not 1 <= nics <= gpus_per_node:
         raise ValueError(f"nics_per_node must be from 1 to the {gpus_per_node} GPUs of a node, got {nics_per_node!r}")
-    if not nic_gbps > 0:
-        raise ValueError(f"nic_gbps must be > 0, got {nic_gbps!r}")
+    if (isinstance(nic_gbps, bool) or not isinstance(nic_gbps, (int, float, np.integer, np.floating))
+            or not 0 < nic_gbps < math.inf):
+        raise ValueError(f"nic_gbps must be a finite number > 0, got {nic_gbps!r}")
     switch_reduce = spec.nvls if nvls is None else bool(nvls and spec.nvls)
     machine = Machine(gpu, spec.arch, nodes, gpus_per_node, nics, nic_gbps / 8 * GB, fabric, spec.cpu, sharp,
                       "nvlink" if spec.nvlink else "pcie", min(spec.gpus_per_host, gpus_per_node))
