@@ -37,7 +37,15 @@ def cluster(*args: str, timeout: float = 180, **kwargs) -> subprocess.CompletedP
 def started(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`ringlab cluster run --name trust ARGS`, started and left running."""
     return subprocess.Popen([sys.executable, "-m", "ringlab", "cluster", "run", "--name", NAME, *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal() -> None:
+    """Ctrl-C's signal as a command typed in a terminal gets it: pytest-xdist's workers ignore SIGINT, and a
+    process started ignoring it keeps ignoring it (Python installs its KeyboardInterrupt handler only where
+    SIGINT was not ignored), so a SIGINT sent to the run would never arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="module")

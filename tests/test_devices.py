@@ -45,6 +45,15 @@ CLAIMED = ["RINGLAB_CUDA_AWARE=1", "the library itself says it cannot", "segment
            "Unset RINGLAB_CUDA_AWARE to stage GPU buffers through host memory", "RINGLAB_CUDA_AWARE=force"]
 
 
+@pytest.fixture(autouse=True)
+def _gathered_by_the_fake(monkeypatch):
+    """The network path gathers with deadlines.allgather (non-blocking collectives, real MPI): here the fake
+    communicator below answers the gathering itself."""
+    from ringlab.mpi import transports
+
+    monkeypatch.setattr(transports, "allgather", lambda comm, obj, what, limit: comm.allgather(obj))
+
+
 class _Ranks:
     """A communicator of this rank (0) and others whose answers to an allgather are given."""
 

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +23,11 @@ import ringlab.cli as cli
 from ringlab.cluster.launch import run_mpi
 
 HERE = Path(__file__).parent / "mpi"
+# The same examples on every run (derandomize): a property test that draws new values on each CI run would fail
+# now and then on a value the last run never tried. To look further, run with RINGLAB_EXPLORE=1 (random draws,
+# more of them): what it finds goes into the code, and the value into CALLS or OPTIONS below if it is a new class.
+EXPLORE = bool(os.environ.get("RINGLAB_EXPLORE"))
+FIXED = {"derandomize": not EXPLORE, "database": None, **({"max_examples": 3000} if EXPLORE else {})}
 SOON = 2.0  # seconds: "at once", on a busy 2-core machine
 
 NOT_NUMBERS = st.sampled_from(["3", "", [], {}, b"1", object()])
@@ -74,7 +80,7 @@ CALLS = [
 ]
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, **FIXED)
 @given(st.data())
 def test_the_apis_numbers_refuse_bad_values_at_once(data):
     what, call, values, name = data.draw(st.sampled_from(CALLS), label="call")
@@ -113,7 +119,7 @@ class Started(Exception):
     """A process was about to start: the bad value was not refused first."""
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, **FIXED)
 @given(st.data())
 def test_the_command_lines_numbers_refuse_bad_values_before_starting_anything(data):
     command, option, values = data.draw(st.sampled_from(OPTIONS), label="option")
@@ -141,7 +147,7 @@ def test_the_command_lines_numbers_refuse_bad_values_before_starting_anything(da
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
-@settings(max_examples=3, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, **{**FIXED, "max_examples": 3})
 @given(values=st.lists(st.one_of(NOT_FINITE.map(float), NEGATIVE.map(float), HUGE_INTS,
                                  st.sampled_from([0, "3", "x", True, 2.5, None])), min_size=4, max_size=8))
 def test_bad_numbers_on_real_ranks_are_the_same_error_on_every_rank(nranks, values):

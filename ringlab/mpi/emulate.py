@@ -116,7 +116,7 @@ def emulation(machine, scale: float | None = None) -> Emulation:
 
 
 def _scale(scale) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale) or scale <= 0:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not 0 < scale < np.inf:
         raise ValueError(f"the emulation's scale must be a number > 0 (how many times slower), got {scale!r}")
     return float(scale)
 
