@@ -285,21 +285,23 @@ def emulated_payoff_lesson(rows: list[dict], machine: str = PAYOFF_MACHINE) -> F
     narrow, wide = min(rows, key=lambda row: row["hidden"]), max(rows, key=lambda row: row["hidden"])
     off = {row["hidden"]: abs(row["averaged"] / row["predicted"] - 1) for row in (narrow, wide)}
     narrow_beyond = narrow["comm_s"] - narrow["allreduce_s"]
-    if narrow["averaged"] < 1 - PAYS < 1 + PAYS < wide["averaged"]:
-        said.append(f"Data parallelism paid where the averaging was short next to the compute, and not where it was "
-                    f"long: width {wide['hidden']}'s step() took {wide['comm_s'] / wide['compute_s']:.0%} of its "
-                    f"compute, width {narrow['hidden']}'s {narrow['comm_s'] / narrow['compute_s']:.0%}. For width "
-                    f"{narrow['hidden']} the links alone would have let it pay ({narrow['predicted']:.2f}x): what "
-                    "this machine's CPU adds to every averaging on the emulated links (copies, additions, Python, "
-                    f"ranks waking from their sleeps: {us(narrow_beyond)} here) is longer than its compute, and the "
-                    "model leaves it out. A GPU's step is shorter still, which is one "
+    if narrow["averaged"] < 1 + PAYS < wide["averaged"]:  # the narrow width's verdict: not paying, or about even
+        said.append(f"Data parallelism paid where the averaging was short next to the compute, and did not clearly "
+                    f"pay where it was long: width {wide['hidden']}'s step() took "
+                    f"{wide['comm_s'] / wide['compute_s']:.0%} of its compute, width {narrow['hidden']}'s "
+                    f"{narrow['comm_s'] / narrow['compute_s']:.0%}. For width {narrow['hidden']} the links alone would "
+                    f"have let it pay ({narrow['predicted']:.2f}x): what this machine's CPU adds to every averaging on "
+                    "the emulated links (copies, additions, Python, ranks waking from their sleeps: "
+                    f"{us(narrow_beyond)} here, {narrow_beyond / narrow['compute_s']:.0%} of its compute) takes that "
+                    "away, and the model leaves it out. A GPU's step is shorter still, which is one "
                     "reason NCCL moves and adds the data in GPU kernels rather than in code on the CPU.")
     conclusions = [
         f"data parallelism pays for width {wide['hidden']} on the emulated machine" if wide["averaged"] > 1 + PAYS
         else f"data parallelism does not clearly pay for width {wide['hidden']} on the emulated machine",
-        f"data parallelism does not pay for width {narrow['hidden']} on the emulated machine"
-        if narrow["averaged"] < 1 - PAYS else
-        f"data parallelism does not clearly lose for width {narrow['hidden']} on the emulated machine",
+        # not "does not pay": width 64 measured 0.80 to 0.96x in CI's runs, either side of 1 - PAYS, so that verdict
+        # changed from run to run; that it does not clearly pay held in every one
+        f"data parallelism does not clearly pay for width {narrow['hidden']} on the emulated machine"
+        if narrow["averaged"] < 1 + PAYS else f"data parallelism pays for width {narrow['hidden']} on the emulated machine",
         f"the links' prediction holds better for width {wide['hidden']} than for width {narrow['hidden']} on the "
         "emulated machine" if off[wide["hidden"]] < off[narrow["hidden"]] else
         f"the links' prediction does not hold better for width {wide['hidden']} than for width {narrow['hidden']} on "
