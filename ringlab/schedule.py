@@ -395,6 +395,12 @@ def _at_most_max(value, text) -> int:
     return int(value)
 
 
+def positive_number(value) -> bool:
+    """Whether ``value`` is a finite real number > 0 (a rate, a scale; not a bool, not text, not NaN)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+            and 0 < value < float("inf"))
+
+
 def check_root(root, nranks: int) -> int:
     """``root`` as an int, or a ValueError when it is not one of ``nranks`` ranks."""
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schedule import chunk_bounds
+from ..schedule import chunk_bounds, positive_number
 
 SPEC_ENV = "RINGLAB_EMULATE"
 NAP = 50e-6           # how long a waiting rank sleeps between looks at its message, in seconds
@@ -116,7 +116,7 @@ def emulation(machine, scale: float | None = None) -> Emulation:
 
 
 def _scale(scale) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)) or not 0 < scale < np.inf:
+    if not positive_number(scale):
         raise ValueError(f"the emulation's scale must be a number > 0 (how many times slower), got {scale!r}")
     return float(scale)
 

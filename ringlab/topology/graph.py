@@ -11,13 +11,12 @@ Presets carry published figures; they are labelled as such and never as measurem
 from __future__ import annotations
 
 import hashlib
-import math
 import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..schedule import MAX_RANKS, check_count
+from ..schedule import MAX_RANKS, check_count, positive_number
 
 GB = 1e9
 
@@ -273,14 +272,12 @@ def _positive(**values):
     for key, value in values.items():
         if key in ("nranks", "per_node"):
             check_count(key, value, maximum=MAX_RANKS)
-        elif (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
-              or not 0 < value < math.inf):
+        elif not positive_number(value):
             raise ValueError(f"{key} must be a finite number > 0, got {value!r}")
 
 
 def _latency(latency):
     """``latency`` (seconds), or a ValueError unless it is a finite number >= 0."""
-    if (isinstance(latency, bool) or not isinstance(latency, (int, float, np.integer, np.floating))
-            or not 0 <= latency < math.inf):
+    if isinstance(latency, bool) or (latency != 0 and not positive_number(latency)):  # 0 is a latency too
         raise ValueError(f"latency must be a finite number of seconds >= 0, got {latency!r}")
     return latency

@@ -10,12 +10,11 @@ generation, nodes and NICs, the host's CPU vendor, and whether the fabric can re
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..schedule import MAX_RANKS, check_count
+from ..schedule import MAX_RANKS, check_count, positive_number
 from .clusters import ClusterTopology, LinkRuns, Run, lowest_by_name
 from .graph import GB, SwitchTopology, Topology
 from .links import (A100_NVLINK, A100_REDUCE, ASSUMED, B200_NVLINK, B200_REDUCE, H100_NVLINK, H100_REDUCE,
@@ -104,8 +103,7 @@ def cluster(gpu: str, nodes: int, gpus_per_node: int = 8, nics_per_node: int | N
     nics = gpus_per_node if nics_per_node is None else nics_per_node
     if isinstance(nics, bool) or not isinstance(nics, (int, np.integer)) or not 1 <= nics <= gpus_per_node:
         raise ValueError(f"nics_per_node must be from 1 to the {gpus_per_node} GPUs of a node, got {nics_per_node!r}")
-    if (isinstance(nic_gbps, bool) or not isinstance(nic_gbps, (int, float, np.integer, np.floating))
-            or not 0 < nic_gbps < math.inf):
+    if not positive_number(nic_gbps):
         raise ValueError(f"nic_gbps must be a finite number > 0, got {nic_gbps!r}")
     switch_reduce = spec.nvls if nvls is None else bool(nvls and spec.nvls)
     machine = Machine(gpu, spec.arch, nodes, gpus_per_node, nics, nic_gbps / 8 * GB, fabric, spec.cpu, sharp,
