@@ -160,10 +160,10 @@ def test_a_machine_too_small_or_ranks_that_disagree_raise_on_every_rank():
     mismatched = set(seen["mismatched"].values())
     assert mismatched == {"rl.allreduce: the ranks disagree (emulation: rank 0 has emulated uniform:0.2:500, rank 1 "
                           "has emulated uniform:0.2:400)"} and len(seen["mismatched"]) == 3, mismatched
-    too_slow = seen["too slow"]  # the emulated link needs longer than the call's deadline: a clear error everywhere
-    assert len(too_slow) == 3 and "StepTimeout" in too_slow.values() and set(too_slow.values()) <= {"StepTimeout",
-                                                                                                  "OutOfStep"}
-    then = seen["then"]  # and the calls after it are right (after at most one refused as out of step)
+    slow = seen["slow links"]  # virtual time: links that need 8 s a call never pass a 5 s deadline on this machine
+    assert len(slow) == 3 and all(said.startswith("right in ") and 14 <= int(said.split()[2]) <= 20
+                                  for said in slow.values()), slow
+    then = seen["then"]  # and the calls after them are right
     assert len(then) == 3 and all(said in ("right after 0 refused", "right after 1 refused") for said in then.values())
 
 

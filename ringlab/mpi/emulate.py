@@ -1,19 +1,42 @@
 """Emulated machines: run a schedule on the links of a :class:`~ringlab.topology.Topology`, not only predict it.
 
-Under ``with rl.emulate(topology, scale=1.0):`` (on every rank), or with ``RINGLAB_EMULATE=SPEC`` in the
-environment of an ``mpiexec`` job or of ``%%px`` engines, every message of ringlab's collectives is held
-back by the links it crosses: its route's latency plus, for its bytes, the time its busiest link needs
-for everything that crosses that link in the same step (concurrent messages share a link as the cost
-model shares it). A rank waits by sleeping, never by spinning, so eight ranks on two cores measure the
-links and not the CPU. This module says when each message is due (:class:`Pacing`); the transport binds
-those times to the call's messages and the run (:mod:`ringlab.mpi.run`) keeps them. The data really moves and is really reduced, and every result is checked
-against MPI's as before; what the CPU adds on top (reductions, Python) is measured, not hidden.
+Under ``with rl.emulate(topology, scale=1.0, compute="cpu"):`` (on every rank), or with ``RINGLAB_EMULATE=SPEC``
+(and ``RINGLAB_EMULATE_COMPUTE=cpu|model``) in the environment of an ``mpiexec`` job or of ``%%px`` engines,
+ringlab's collectives run in **virtual time**, as SimGrid's SMPI runs MPI programs: the data really moves
+and is really reduced (every result is checked against MPI's as before), but the time each rank reports is
+its own virtual clock (:func:`now`), not this machine's:
 
-Pacing comes from the links, never from a prediction: the emulated run is an independent check of the
-cost model. ``scale`` is how many times slower than the machine it emulates the run goes (every
-emulated time is multiplied by it), so that fast links can be emulated by a slow machine: a time
-measured here, divided by ``scale``, is in the emulated machine's units. Python's sleep is good to
-about 0.1 ms: keep ``latency x scale`` above that.
+- a message leaves when its sender's clock says it is sent, and arrives its link's time later: its route's
+  latency, plus, for its bytes, the time its busiest link needs for everything that crosses that link in
+  the same step (concurrent messages share a link as the cost model shares it); every message carries its
+  sender's time to the receiver (on a communicator of its own beside ringlab's);
+- a rank pays for its messages one after another, as the cost model says: each further peer it sends to or
+  receives from in a step adds its route's latency;
+- a receive completes at the later of the receiver's clock and the message's arrival;
+- with ``compute="cpu"`` (the default) computation advances the clock by the CPU time this thread used
+  (``time.thread_time``: what other processes do on the cores does not count), both the learner's code
+  between calls and, inside a call, the reductions and copies that land each message; waiting for a
+  message, ringlab's own bookkeeping and the argument agreement are never counted;
+- with ``compute="model"`` this CPU's time never counts: a call's own work is priced as the cost model
+  prices it (a reduction at the topology's ``reduce_rate``, the emulated GPU's memory bandwidth on a
+  preset; copies are free), and compute between calls is what :func:`elapse` says it is, so that an
+  emulated 8x H100 gives H100-like times whatever this CPU is and however busy it is.
+
+Nobody sleeps: an emulated run takes as long as its CPU work, and 16 ranks on 2 cores report the same
+times as on 16 cores. What it is not: a measurement of any network. It is real code and real data on
+modelled links (:mod:`ringlab.topology`), with this CPU's work counted as CPU time, or modelled.
+:func:`wall` is this machine's own clock, for what the CPU really took beside it.
+
+This module says when each message is due (:class:`Pacing`) and keeps the clocks (:class:`Clock`, one per
+thread, so that a communication thread overlaps the main thread's compute as a GPU's communication stream
+would); the transport binds the due times to the call's messages and the run (:mod:`ringlab.mpi.run`)
+keeps them. Pacing comes from the links, never from a prediction: the emulated run is an independent check
+of the cost model.
+
+``scale`` (or ``@SCALE`` after a SPEC) multiplies every link's time (and a modelled cost) but not this CPU's
+work: a run at scale 4 is this CPU beside links 4 times slower, and its times divided by 4
+(:meth:`Emulation.machine_seconds`) are the emulated machine's links beside a CPU 4 times faster than this
+one. In virtual time a scale is never needed to outrun the CPU; it is kept for what it says.
 
 SPEC is a preset name (``"hgx-h100-8"``), ``"uniform:GBPS:US"`` (every pair of ranks linked alike:
 bandwidth in GB/s, latency in microseconds) or ``"nodes:RANKS:GBPS:US"`` (nodes of RANKS ranks, free
@@ -21,7 +44,7 @@ inside, GBPS per rank between them), optionally followed by ``"@SCALE"``. How a 
 is ``ringlab.topology.from_spec`` (ringlab's package wires it in: this module reads only the links it
 is given). ``RINGLAB_NODE_LINK_GBPS=B`` with ``RINGLAB_RANKS_PER_NODE=L`` (slowed links between
 simulated nodes, :mod:`ringlab.mpi.nodes`) is the emulated machine ``nodes:L:B:0``: messages inside a
-node go at this machine's own speed, and a trace marks the others "(slowed)".
+node cost nothing, and a trace marks the others "(slowed)".
 """
 from __future__ import annotations
 
@@ -35,20 +58,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schedule import chunk_bounds, positive_number
+from .run import Clock, thread_clock
 
 SPEC_ENV = "RINGLAB_EMULATE"
-NAP = 50e-6           # how long a waiting rank sleeps between looks at its message, in seconds
+COMPUTE_ENV = "RINGLAB_EMULATE_COMPUTE"
+COMPUTES = ("cpu", "model")  # what a call's own work costs: this thread's CPU time, or the cost model's price
+NAP = 50e-6           # how long a parameter server's rank sleeps between looks at a message, in seconds
 _CACHE_SIZE = 64      # per-call link timings kept (schedule, size, machine), oldest dropped first
 SPEC_PARSER: list = []  # [ringlab.topology.from_spec], set by ringlab/__init__.py
 
 
 @dataclass(frozen=True)
 class Emulation:
-    """A machine to run on: its ``topology`` (or a ``spec`` resolved per job size) and the slow-down ``scale``."""
+    """A machine to run on: its ``topology`` (or a ``spec`` resolved per job size), the ``scale`` its links' times
+    are multiplied by, and how a call's own work is counted (``compute``: "cpu" or "model")."""
 
     topology: object | None
     scale: float = 1.0
     spec: str | None = None
+    compute: str = "cpu"
     name: str | None = None  # what the machine is called in messages and labels, when not its spec or topology
     mark: str = ""           # how a trace marks a message held back (16 characters hold it), when not the label
 
@@ -73,7 +101,8 @@ class Emulation:
             return self.name
         name = self.spec.split("@")[0] if self.spec else self.topology.name
         slower = "" if self.scale == 1 else f", {self.scale:g}x slower"
-        return f"emulated {name}{slower}"
+        modelled = ", modelled compute" if self.compute == "model" else ""
+        return f"emulated {name}{slower}{modelled}"
 
     def machine_seconds(self, measured: float) -> float:
         """A time measured here in the emulated machine's units."""
@@ -85,9 +114,9 @@ class Emulation:
         caches of its links' times: never the identity of an object that can die and leave its id to another
         machine. None for a topology without a fingerprint, whose times are then not kept."""
         if self.topology is None:
-            return ("spec", self.spec, self.scale)
+            return ("spec", self.spec, self.scale, self.compute)
         fingerprint = getattr(self.topology, "fingerprint", None)
-        return None if fingerprint is None else ("topology", fingerprint(), self.scale)
+        return None if fingerprint is None else ("topology", fingerprint(), self.scale, self.compute)
 
 
 _RESOLVED: OrderedDict = OrderedDict()  # (SPEC, ranks) -> its topology
@@ -102,17 +131,33 @@ def _parse(spec: str, nranks: int | None):
     return SPEC_PARSER[0](spec, nranks)
 
 
-def emulation(machine, scale: float | None = None) -> Emulation:
-    """An :class:`Emulation` of ``machine`` (a Topology, or a SPEC string) at ``scale``; a ValueError for a
-    bad SPEC or a scale that is not > 0."""
+def emulation(machine, scale: float | None = None, compute: str | None = None) -> Emulation:
+    """An :class:`Emulation` of ``machine`` (a Topology, or a SPEC string) at ``scale``, counting a call's own work
+    as ``compute`` says (None: ``RINGLAB_EMULATE_COMPUTE``, else "cpu"); a ValueError for a bad SPEC, a scale
+    that is not > 0 or a compute that is not "cpu" or "model"."""
+    compute = _compute(compute)
     if isinstance(machine, str):
         _, spec_scale = _parse(machine, None)  # checks the spec now, on every rank, before any work
         scale = spec_scale if scale is None else scale
-        return Emulation(None, _scale(scale), machine)
+        return Emulation(None, _scale(scale), machine, compute)
     if not hasattr(machine, "routes") or not hasattr(machine, "channel_rate"):
         raise ValueError(f"emulate a Topology (rl.topology.preset(...), rl.topology.uniform(...)) or a SPEC "
                          f"string, not {type(machine).__name__}")
-    return Emulation(machine, _scale(1.0 if scale is None else scale))
+    return Emulation(machine, _scale(1.0 if scale is None else scale), compute=compute)
+
+
+def _compute(compute) -> str:
+    """``compute`` checked, or the environment's (``RINGLAB_EMULATE_COMPUTE``), or "cpu"."""
+    if compute is None:
+        text = os.environ.get(COMPUTE_ENV, "").strip()
+        if text and text not in COMPUTES:
+            raise ValueError(f"{COMPUTE_ENV}={text!r}: say cpu (a call's own work counts as the CPU time it took) or "
+                             "model (priced by the cost model: a reduction at the topology's reduce_rate)")
+        return text or "cpu"
+    if compute not in COMPUTES:
+        raise ValueError(f"compute must be 'cpu' (a call's own work counts as the CPU time it took) or 'model' "
+                         f"(priced by the cost model: a reduction at the topology's reduce_rate), got {compute!r}")
+    return compute
 
 
 def _scale(scale) -> float:
@@ -122,9 +167,14 @@ def _scale(scale) -> float:
 
 
 @contextmanager
-def emulate(machine, scale: float | None = None):
-    """Run ringlab's collectives on ``machine``'s links inside the block (call it on every rank)."""
-    chosen = emulation(machine, scale)
+def emulate(machine, scale: float | None = None, compute: str | None = None):
+    """Run ringlab's collectives on ``machine``'s links, in virtual time, inside the block (call it on every
+    rank): ``machine`` a Topology or a SPEC string, ``scale`` how many times slower its links are made (None:
+    the SPEC's ``@SCALE``, else 1), ``compute`` "cpu" (a call's own work counts as the CPU time it took) or
+    "model" (priced as the cost model prices it); None: ``RINGLAB_EMULATE_COMPUTE``, else "cpu". Inside,
+    :func:`now` reads this rank's virtual clock, which starts counting this thread's CPU here."""
+    chosen = emulation(machine, scale, compute)
+    clock().restart()
     _ACTIVE.append(chosen)
     try:
         yield chosen
@@ -157,12 +207,13 @@ def current() -> Emulation | None:
         return _FROM_ENV[spec]
     if not spec:
         return None
-    if spec not in _FROM_ENV:
+    compute = os.environ.get(COMPUTE_ENV, "").strip()
+    if (spec, compute) not in _FROM_ENV:
         try:
-            _FROM_ENV[spec] = emulation(spec)
+            _FROM_ENV[(spec, compute)] = emulation(spec)
         except ValueError as err:
-            raise ValueError(f"{SPEC_ENV}={spec!r}: {err}") from None
-    return _FROM_ENV[spec]
+            raise ValueError(f"{SPEC_ENV}={spec!r}: {err}" if not str(err).startswith(COMPUTE_ENV) else str(err)) from None
+    return _FROM_ENV[(spec, compute)]
 
 
 def describe() -> str | None:
@@ -254,31 +305,45 @@ def hold_back(seconds: float | None, since: float) -> None:
 
 @dataclass(frozen=True)
 class Pacing:
-    """How an emulated machine holds one call's messages back: ``timings`` (per step, ``{(src, dst): (latency,
-    busy)}`` in seconds here, from :func:`link_timings`), the peers this rank reaches over ``free`` links (inside
-    a node of ``joined_nodes``: not held back, not marked), the ``machine``'s name and the ``mark`` a trace
-    gives a message it held back."""
+    """How an emulated machine times one call's messages: ``timings`` (per step, ``{(src, dst): (latency, busy)}``
+    in seconds here, from :func:`link_timings`), the peers this rank reaches over ``free`` links (inside a node
+    of ``joined_nodes``: they cost nothing, and are not marked), the ``machine``'s name, the ``mark`` a trace
+    gives a message that crossed a link, and for ``compute="model"`` the seconds a reduced byte costs
+    (``per_byte``: scale over the topology's reduce_rate; None: a call's own work counts as its CPU time)."""
 
     timings: list
     rank: int
     free: frozenset
     machine: str
     mark: str
-    nap: float = NAP
+    per_byte: float | None = None
+    itemsize: int = 1
 
     def dues(self, step) -> tuple[list[float], list[float]]:
-        """When each receive and each send of a plan's ``step`` is due, in seconds from the step's start. A rank
-        starts its messages one after another: each send leaves after the latency of this rank's messages so far
-        in the step (each peer's paid once, in the plan's order) plus its busiest link's busy time; a receive
-        arrives after its own route's latency and busy time."""
+        """When each receive and each send of a plan's ``step`` is due, in seconds from the step's start on this
+        rank's clock. A rank pays for its messages one after another, as the cost model says: each send arrives
+        after the latency of this rank's sends so far in the step (each peer's paid once, in the plan's order)
+        plus its busiest link's busy time; each receive is done no sooner than the latency of this rank's
+        receives so far plus its own busy time (and never before the message's own arrival, which its sender
+        says)."""
         links = self.timings[step.index]
-        due, spent = {}, 0.0
-        for m in step.sends:
-            if m.peer not in due:
-                latency, busy = links[(self.rank, m.peer)]
-                spent += latency
-                due[m.peer] = spent + busy
-        return [sum(links[(m.peer, self.rank)]) for m in step.recvs], [due[m.peer] for m in step.sends]
+        out = []
+        for messages, pair in ((step.recvs, lambda peer: (peer, self.rank)), (step.sends, lambda peer: (self.rank, peer))):
+            due, spent = {}, 0.0
+            for m in messages:
+                if m.peer not in due:
+                    latency, busy = links[pair(m.peer)]
+                    spent += latency
+                    due[m.peer] = spent + busy
+            out.append([due[m.peer] for m in messages])
+        return out[0], out[1]
+
+    def land_costs(self, step) -> list[float] | None:
+        """Per receive of ``step``, the modelled seconds its landing takes (a reduction's bytes at the reduce rate,
+        a copy nothing); None when a call's own work counts as its CPU time."""
+        if self.per_byte is None:
+            return None
+        return [(m.hi - m.lo) * self.itemsize * self.per_byte if m.op == "reduce" else 0.0 for m in step.recvs]
 
     def via(self, peer: int, route: str) -> str:
         """How a trace names the path of a message to or from ``peer`` that took ``route``."""
@@ -296,8 +361,12 @@ def pacing(schedule, count: int, itemsize: int, comm, transport: str) -> Pacing 
                          f"{transport!r} (CUDA IPC reads peer memory directly)")
     rank, size = comm.Get_rank(), comm.Get_size()
     topology = now.resolve(size)
+    per_byte = None
+    if now.compute == "model":
+        rate = float(getattr(topology, "reduce_rate", np.inf))
+        per_byte = now.scale / rate if np.isfinite(rate) else 0.0
     return Pacing(link_timings(schedule, count, itemsize, topology, now.scale), rank, _free(topology, rank, size),
-                  now.label, now.mark or now.label)
+                  now.label, now.mark or now.label, per_byte, itemsize)
 
 
 def _free(topology, rank: int, size: int) -> frozenset:
@@ -313,7 +382,8 @@ _STALLS: list[float] = []
 def straggling(seconds: float):
     """Within the block, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
     slower link or a busier GPU is late at every step (lab 07's straggler: the delay is injected, everything
-    else is measured). Calls inside take the general way, where each step is timed and can be held back."""
+    else is measured). On an emulated machine the pause is on its virtual clock (nobody sleeps); on this
+    machine the rank sleeps. Calls inside take the general way, where each step is timed and can be held back."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 10:
         raise ValueError(f"a pause of 0 to 10 s per step, got {seconds!r}")
     _STALLS.append(float(seconds))
@@ -332,3 +402,69 @@ def _sleep_until(moment: float) -> None:
     left = moment - time.monotonic()
     if left > 0:
         time.sleep(left)
+
+
+def clock() -> Clock:
+    """This thread's virtual clock, counting this thread's CPU time or not as the emulation in force says."""
+    ticking = thread_clock()
+    emulation_ = current()
+    if emulation_ is not None:
+        ticking.cpu = emulation_.compute == "cpu"
+    return ticking
+
+
+def elapse(seconds: float) -> None:
+    """``seconds`` of work pass on this rank's virtual clock (compute one models oneself, as with
+    ``compute="model"``, where this CPU's own time never counts); nothing on this machine's own clock."""
+    if not positive_number(seconds) and seconds != 0:
+        raise ValueError(f"elapse takes a number of seconds >= 0, got {seconds!r}")
+    if current() is not None:
+        clock().add(float(seconds))
+
+
+def now() -> float:
+    """The time for a timer to read, in seconds: this thread's virtual clock on an emulated machine (inside
+    ``rl.emulate``, or under ``RINGLAB_EMULATE``), this machine's ``time.perf_counter`` otherwise. Differences
+    are durations; the two clocks' origins mean nothing."""
+    return clock().now() if current() is not None else time.perf_counter()
+
+
+def wall() -> float:
+    """This machine's own clock (``time.perf_counter``), for what the CPU really took beside virtual time."""
+    return time.perf_counter()
+
+
+def clock_name() -> str:
+    """What :func:`now` reads, in words (for a timer's label)."""
+    now_ = current()
+    return "host (time.perf_counter)" if now_ is None else f"virtual ({now_.label}; compute: {now_.compute})"
+
+
+@contextmanager
+def inside():
+    """A ringlab call on an emulated machine: its own bookkeeping is not counted on the clock (nothing to do
+    on this machine's own)."""
+    if current() is None:
+        yield
+        return
+    ticking = clock()
+    ticking.enter()
+    try:
+        yield
+    finally:
+        ticking.leave()
+
+
+def synchronize(comm, limit: float | None = None) -> None:
+    """Set every rank's virtual clock to the latest of them (collective on ``comm``, within ``limit`` seconds):
+    a barrier that costs no emulated time, where a timer starts. On this machine's own clock, a barrier."""
+    from .deadlines import allgather, barrier
+
+    if current() is None:
+        barrier(comm, "the barrier a timer starts at", limit)
+        return
+    ticking = clock()
+    ticking.settle()
+    latest = max(allgather(comm, ticking.t, "the virtual clocks, to start a timer together", limit))
+    ticking.t = max(ticking.t, latest)
+    ticking.mark = time.thread_time()  # waiting for the others is not compute

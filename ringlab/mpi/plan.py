@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..schedule import REDUCE, Schedule, chunk_bounds, chunk_runs
+from . import emulate
 from .deadlines import barrier, gather
 from .devices import array_module
 from .private import cache_bytes, digest
@@ -245,7 +246,8 @@ def run_schedule(schedule: Schedule, x, comm, transport: str, *, in_place: bool,
     staged = peer_memory or (transport == "host" and xp is not np)
     plan = compile_plan(schedule, rank, count, itemsize, staged, pieces=not peer_memory)
     finish = op == "avg" and _holds_result(schedule, rank)
-    carrier = make(transport, xp, plan, flat.dtype, comm, combine, finish=finish, schedule=schedule, count=count)
+    carrier = make(transport, xp, plan, flat.dtype, comm, combine, finish=finish, schedule=schedule, count=count,
+                   timeout=timeout)
     recorder = _recorder(comm, xp is not np, itemsize, chunk_bounds(count, schedule.nchunks), timeout) if trace else None
     carrier.move(flat, timeout, recorder)
     if not trace:
@@ -260,6 +262,12 @@ def _recorder(comm, on_gpu: bool, itemsize: int, bounds, limit: float | None) ->
     the stream drains."""
     from mpi4py import MPI
 
+    if emulate.current() is not None:  # virtual time: every rank's clock set to the latest, then read as it moves
+        emulate.synchronize(comm, limit)
+        ticking = emulate.clock()
+        origin = ticking.now()
+        return Recorder(comm.Get_rank(), itemsize, lambda: ticking.now() - origin, bounds,
+                        f"virtual ({emulate.current().label}), from the clocks set alike", origin)
     barrier(comm, "the barrier a trace's clock starts at", limit)
     start = MPI.Wtime()
     if on_gpu:

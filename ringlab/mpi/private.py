@@ -107,6 +107,7 @@ class Private:
         self._notes: list = []              # the notices this rank left on them (kept until they are freed)
         self.heard: str | None = None       # the last notice found from another rank: who gave up on which call
         self._hooks: dict = {}
+        self._stamps = None                 # (the duplicate it belongs to, the communicator of virtual times)
         self.order = next(_ORDER)
         _LIVE.add(self)
 
@@ -131,6 +132,22 @@ class Private:
         dup.Set_attr(_keys()[1], self)
         self._dup = dup
         return dup
+
+    def stamps(self, what: str, limit: float | None):
+        """The communicator beside the private duplicate that carries emulated messages' virtual times (a
+        duplicate of it, made now within ``limit`` seconds if there is none: collective); a new one with each
+        new private duplicate, so that a failed call's times in flight never meet the next call's."""
+        dup = self.comm(what, limit)
+        if self._stamps is not None and self._stamps[0] is dup:
+            return self._stamps[1]
+        if self._stamps is not None:
+            self._set_aside.append(self._stamps[1])  # freed with this state, as the duplicate it belonged to
+        made, request = dup.Idup()
+        wait(request, deadline(limit), lambda: (
+            f"rank {dup.Get_rank()}: {what}: not every rank arrived within {limit:g} s to set up the communicator "
+            "that carries an emulated machine's virtual times"))
+        self._stamps = (dup, made)
+        return made
 
     def on_free(self, name: str, release) -> None:
         """Call ``release()`` when this state is forgotten (``name``: one hook per cache entry)."""
@@ -204,7 +221,12 @@ class Private:
                 dup.Free()
             except Exception:
                 pass
-        self._dup, self._set_aside, self._notes = None, [], []
+        if self._stamps is not None and self._stamps[1] not in self._set_aside:
+            try:
+                self._stamps[1].Free()
+            except Exception:
+                pass
+        self._dup, self._set_aside, self._notes, self._stamps = None, [], [], None
         _LIVE.discard(self)
 
 

@@ -17,6 +17,7 @@ within ``timeout`` seconds raises StepTimeout, naming the step, what this rank s
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -96,21 +97,20 @@ def run(bound, timeout: float | None = None, recorder: "Recorder | None" = None)
 
 def _step(bound, step, comm, timeout, recorder) -> None:
     """A step with more than plain messages: synchronised, staged, paced, handshaken, recorded or stalled."""
+    if bound.stamps is not None:
+        _virtual_step(bound, step, comm, timeout, recorder)
+        return
     if bound.stall:
         time.sleep(bound.stall)  # a straggler: late at every step
     deadline = None if timeout is None else time.monotonic() + timeout
-    nap = bound.nap
     if step.before:
         bound.stream.synchronize()  # what the last step landed is in memory: MPI may send it, readers may look
-    started = time.monotonic()  # an emulated link's due times count from here
     posted = recorder.clock() if recorder else 0.0
     nrecv = len(step.recv_args)
     recvs = [comm.Irecv(v, source=p, tag=t) if i < (step.window or nrecv) else None
              for i, (v, p, t) in enumerate(step.recv_args)]
     sends = [None] * len(step.send_args)
-    for i in step.send_order:  # in the order they are due: a rank starts its messages one after another
-        if step.send_due is not None:
-            _sleep_until(bound, step, started, step.send_due[i], deadline)
+    for i in step.send_order:
         for function, arguments in step.stages[i]:
             function(*arguments)
         v, p, t = step.send_args[i]
@@ -118,8 +118,7 @@ def _step(bound, step, comm, timeout, recorder) -> None:
 
     def finish_sends() -> None:
         for i, (m, request) in enumerate(zip(step.sends, sends)):
-            wait(request, deadline, lambda: _late(bound, step, timeout, f"for rank {m.peer} to take chunk {m.first}"),
-                 nap)
+            wait(request, deadline, lambda: _late(bound, step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
             if recorder:
                 recorder.record(step.index, m, "send", posted, recorder.clock(), step.via_send[i])
 
@@ -127,9 +126,7 @@ def _step(bound, step, comm, timeout, recorder) -> None:
         if step.sends_first:
             finish_sends()
         for i, m in enumerate(step.recvs):
-            if step.recv_due is not None:
-                _sleep_until(bound, step, started, step.recv_due[i], deadline)
-            wait(recvs[i], deadline, lambda: _late(bound, step, timeout, _receiving(m)), nap)
+            wait(recvs[i], deadline, lambda: _late(bound, step, timeout, _receiving(m)))
             for function, arguments in step.lands[i]:
                 function(*arguments)
             if recorder:
@@ -143,19 +140,19 @@ def _step(bound, step, comm, timeout, recorder) -> None:
         if not step.sends_first:
             finish_sends()
         if step.settle:
-            _hand_shake(bound, step, comm, deadline, timeout, nap)
+            _hand_shake(bound, step, comm, deadline, timeout)
     except StepTimeout as err:
         err.peers = err.peers or unfinished(step, recvs, sends)
         raise
 
 
-def _hand_shake(bound, step, comm, deadline, timeout, nap) -> None:
+def _hand_shake(bound, step, comm, deadline, timeout) -> None:
     """CUDA IPC's end of a step (see :meth:`ringlab.mpi.transports.BoundStep.hand_shake`)."""
     bound.stream.synchronize()  # every read of a peer's memory is done
     done = [comm.Isend(SIGNAL, dest=peer, tag=step.done_tag) for peer in step.sources]
     for peer in step.readers:
         wait(comm.Irecv(SIGNAL, source=peer, tag=step.done_tag), deadline,
-             lambda: _late(bound, step, timeout, f"for rank {peer} to finish reading this rank's data"), nap)
+             lambda: _late(bound, step, timeout, f"for rank {peer} to finish reading this rank's data"))
     for function, arguments in step.deferred:
         function(*arguments)
     for request in done:
@@ -170,16 +167,67 @@ def _finish_sends(bound, step, sends, deadline, timeout, waitall) -> None:
         wait(request, deadline, lambda: _late(bound, step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
 
 
-def _sleep_until(bound, step, started: float, due: float, deadline) -> None:
-    """Sleep until ``started + due``; past the step's deadline, a StepTimeout saying the emulated link is too slow."""
-    moment = started + due
-    if deadline is not None and moment > deadline:
-        raise StepTimeout(f"rank {bound.rank}: step {step.index} on {bound.machine} needs {due:.1f} s, past the "
-                          "step's deadline: give a longer timeout= (or RINGLAB_TIMEOUT), or a faster machine or smaller "
-                          "scale")
-    left = moment - time.monotonic()
-    if left > 0:
-        time.sleep(left)
+def _virtual_step(bound, step, comm, timeout, recorder) -> None:
+    """A step on an emulated machine, in virtual time (:mod:`ringlab.mpi.emulate`): each message is sent with
+    its arrival time on the sender's clock (its posting time plus its due time: its links' latency and busy
+    time), on the ``stamps`` communicator beside it, with the same peer and tag so that the two pair alike; a
+    receive moves this rank's clock to the later of the arrival and its own due time, and its landing adds its
+    CPU time (or its modelled cost); a send is done when it arrives. Nobody sleeps: only the clocks move."""
+    ticking, stamps = bound.clock, bound.stamps
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if step.before:
+        bound.stream.synchronize()
+    if bound.stall:
+        ticking.add(bound.stall)  # a straggler: late at every step, on its clock
+    start = ticking.now()
+    nrecv, nsend = len(step.recv_args), len(step.send_args)
+    recvs = [comm.Irecv(v, source=p, tag=t) if i < (step.window or nrecv) else None
+             for i, (v, p, t) in enumerate(step.recv_args)]
+    heard = np.empty(nrecv)  # each message's arrival, on its sender's clock
+    hearing = [stamps.Irecv(heard[i:i + 1], source=p, tag=t) for i, (_, p, t) in enumerate(step.recv_args)]
+    arrives, sends, telling = np.empty(nsend), [None] * nsend, [None] * nsend
+    costs = step.land_cost
+    for i in step.send_order:
+        if step.stages[i]:
+            ticking.work(step.stages[i], 0.0 if costs is not None else None)
+        arrives[i] = ticking.now() + step.send_due[i]
+        v, p, t = step.send_args[i]
+        sends[i] = comm.Isend(v, dest=p, tag=t)
+        telling[i] = stamps.Isend(arrives[i:i + 1], dest=p, tag=t)
+
+    def finish_sends() -> None:
+        for i, m in enumerate(step.sends):
+            late = (lambda m=m: _late(bound, step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
+            wait(sends[i], deadline, late)
+            wait(telling[i], deadline, late)
+            ticking.at_least(arrives[i])  # a send is done when it has arrived
+            if recorder:
+                recorder.record(step.index, m, "send", start - recorder.origin, arrives[i] - recorder.origin,
+                                step.via_send[i])
+
+    try:
+        if step.sends_first:
+            finish_sends()
+        for i, m in enumerate(step.recvs):
+            late = (lambda m=m: _late(bound, step, timeout, _receiving(m)))
+            wait(recvs[i], deadline, late)
+            wait(hearing[i], deadline, late)
+            ticking.at_least(max(float(heard[i]), start + step.recv_due[i]))
+            ticking.work(step.lands[i], None if costs is None else costs[i])
+            if recorder:
+                recorder.record(step.index, m, "recv", start - recorder.origin, ticking.now() - recorder.origin,
+                                step.via_recv[i])
+            later = i + step.window
+            if step.window and later < nrecv:  # its slot is free again: take the next message
+                if step.reuse:
+                    bound.stream.synchronize()
+                v, p, t = step.recv_args[later]
+                recvs[later] = comm.Irecv(v, source=p, tag=t)
+        if not step.sends_first:
+            finish_sends()
+    except StepTimeout as err:
+        err.peers = err.peers or unfinished(step, recvs, sends)
+        raise
 
 
 def _receiving(m) -> str:
@@ -212,11 +260,12 @@ def unfinished(step, recvs, sends) -> tuple[int, ...]:
 
 class Recorder:
     """Collects this rank's rows of a :class:`Trace`: rank, step, peer, chunk, bytes, side (send/recv), start,
-    end, via; ``bounds`` are the chunks' element boundaries, ``clock()`` the time now on the trace's clock."""
+    end, via; ``bounds`` are the chunks' element boundaries, ``clock()`` the time now on the trace's clock
+    (on an emulated machine the rows are times on the virtual clock less ``origin``)."""
 
-    def __init__(self, rank: int, itemsize: int, clock, bounds, clock_name: str = ""):
+    def __init__(self, rank: int, itemsize: int, clock, bounds, clock_name: str = "", origin: float = 0.0):
         self.rank, self.itemsize, self.clock, self.bounds, self.rows = rank, itemsize, clock, bounds, []
-        self.clock_name = clock_name
+        self.clock_name, self.origin = clock_name, origin  # origin: where a virtual clock's trace starts
 
     def record(self, step: int, message, side: str, start: float, end: float, via: str = "") -> None:
         bounds = self.bounds
@@ -259,3 +308,81 @@ class Trace:
 
     def __repr__(self) -> str:
         return f"Trace({self.schedule.name!r}: {len(self)} rows, {self.clock} clock)"
+
+
+class Clock:
+    """One thread's virtual clock on emulated machines, in seconds (see :mod:`ringlab.mpi.emulate`).
+
+    With ``cpu`` (compute="cpu") it runs with this thread's CPU time (``time.thread_time``) outside ringlab's
+    calls; inside one (:meth:`enter` to :meth:`leave`), or always without ``cpu`` (compute="model"), it stands
+    still but for what is added: messages' arrivals (:meth:`at_least`), a landing's work (:meth:`work`), a
+    straggler's pause or a modelled cost (:meth:`add`)."""
+
+    __slots__ = ("t", "mark", "inside", "cpu")
+
+    def __init__(self):
+        self.t, self.mark, self.inside, self.cpu = 0.0, time.thread_time(), 0, True
+
+    def now(self) -> float:
+        """The time on this clock."""
+        return self.t if self.inside or not self.cpu else self.t + (time.thread_time() - self.mark)
+
+    def settle(self) -> None:
+        """Count the CPU time used since the last look (outside a call, with ``cpu``)."""
+        if not self.inside:
+            cpu = time.thread_time()
+            if self.cpu:
+                self.t += cpu - self.mark
+            self.mark = cpu
+
+    def restart(self) -> None:
+        """Count from here on: the CPU this thread used before (outside any emulation) is not the emulated
+        machine's."""
+        if not self.inside:
+            self.mark = time.thread_time()
+
+    def enter(self) -> None:
+        """A ringlab call starts: the learner's compute so far is counted, the call's own bookkeeping is not."""
+        self.settle()
+        self.inside += 1
+
+    def leave(self) -> None:
+        """The call ends: the clock runs with this thread's CPU time again, from now."""
+        self.inside -= 1
+        if not self.inside:
+            self.mark = time.thread_time()
+
+    def at_least(self, moment: float) -> None:
+        """Not before ``moment`` (a message arrived then, or a thread handed work over then)."""
+        self.settle()
+        if moment > self.t:
+            self.t = moment
+
+    def add(self, seconds: float) -> None:
+        """``seconds`` pass on this clock (a straggler's pause, a modelled cost)."""
+        self.settle()
+        self.t += seconds
+
+    def work(self, calls, modelled: float | None) -> None:
+        """Make ``calls`` (``(function, arguments)`` pairs), counting the CPU time they take, or ``modelled``
+        seconds when it is given."""
+        if modelled is not None:
+            for function, arguments in calls:
+                function(*arguments)
+            self.t += modelled
+            return
+        cpu = time.thread_time()
+        for function, arguments in calls:
+            function(*arguments)
+        self.t += time.thread_time() - cpu
+
+
+_CLOCKS = threading.local()  # each thread's Clock
+
+
+def thread_clock() -> Clock:
+    """This thread's virtual clock (made at first use)."""
+    found = getattr(_CLOCKS, "clock", None)
+    if found is None:
+        found = _CLOCKS.clock = Clock()
+    return found

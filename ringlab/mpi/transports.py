@@ -11,8 +11,8 @@
   the GPUDirect peer-to-peer path. CUDA IPC cannot leave a node: when the ranks span several nodes (real
   ones, or simulated with ``RINGLAB_RANKS_PER_NODE``), ``ipc+host`` and ``ipc+cuda-aware`` use ipc between
   the ranks of a node and the network path (MPI, host or cuda-aware) between nodes.
-- on an emulated machine (:mod:`ringlab.mpi.emulate`), the MPI transports' messages are each held back by
-  the links they cross.
+- on an emulated machine (:mod:`ringlab.mpi.emulate`), the MPI transports' messages are timed in virtual
+  time by the links they cross: each carries its sender's clock to the receiver on a communicator of its own.
 
 The interface is one class, :class:`Transport`: made for a call's compiled plan, it binds the plan to the
 memory of the call (views of the buffer, scratch, pinned staging, the shared IPC buffer, due times, MPI
@@ -167,7 +167,7 @@ class BoundStep:
     MPI messages has nothing else (``plain``); the rest is per transport."""
 
     __slots__ = ("index", "label", "recvs", "sends", "recv_args", "send_args", "lands", "stages", "sends_first",
-                 "window", "whole", "requests", "first", "before", "reuse", "recv_due", "send_due", "send_order",
+                 "window", "whole", "requests", "first", "before", "reuse", "recv_due", "send_due", "send_order", "land_cost",
                  "via_recv", "via_send", "settle", "sources", "readers", "done_tag", "deferred", "plain", "parts")
 
     def __init__(self, step, recv_args, send_args, lands, *, stages=None, before: bool = False, reuse: bool = False,
@@ -183,6 +183,7 @@ class BoundStep:
             self.first = requests[:self.window] + requests[len(recv_args):]
         self.before, self.reuse = before, reuse
         self.recv_due = self.send_due = None  # seconds after the step starts: an emulated link's time
+        self.land_cost = None                 # modelled seconds of each landing (compute="model")
         self.send_order = range(len(send_args))
         self.via_recv, self.via_send = [via] * len(recv_args), [via] * len(send_args)
         self.settle, self.sources, self.readers, self.done_tag, self.deferred = False, (), (), 0, ()
@@ -196,9 +197,10 @@ class BoundStep:
         self.settle, self.sources, self.readers, self.done_tag, self.deferred = True, sources, readers, done_tag, deferred
         self.plain = False
 
-    def pace(self, recv_due, send_due) -> None:
-        """Hold each message back until its due time, seconds from the step's start (emulated links)."""
-        self.recv_due, self.send_due = recv_due, send_due
+    def pace(self, recv_due, send_due, land_cost=None) -> None:
+        """Time each message on an emulated link: due so many seconds from the step's start on this rank's
+        virtual clock; ``land_cost``: each landing's modelled seconds (None: its CPU time)."""
+        self.recv_due, self.send_due, self.land_cost = recv_due, send_due, land_cost
         self.send_order = sorted(range(len(send_due)), key=send_due.__getitem__)
         self.plain = False
 
@@ -207,16 +209,16 @@ class Bound:
     """A rank's plan bound to one call's memory: ``flat`` (the buffer the call's result ends in), ``steps``,
     the calls made ``begin`` and ``end`` (a copy in and out of a shared buffer, ``avg``'s division); on a GPU
     the ``stream`` its kernels run on, synchronised at the end so that the result is in memory when the call
-    returns; and for emulated links ``nap`` (seconds a waiting rank sleeps between looks) and ``machine`` (its
-    name, for a deadline it cannot meet); ``stall``: seconds this rank pauses before each step (a straggler,
-    :func:`ringlab.mpi.emulate.straggling`)."""
+    returns; for emulated links ``stamps`` (the communicator beside ``comm`` that carries each message's
+    arrival time on its sender's virtual clock) and ``machine`` (its name); ``stall``: seconds this rank
+    pauses before each step (a straggler, :func:`ringlab.mpi.emulate.straggling`)."""
 
-    __slots__ = ("rank", "comm", "flat", "steps", "begin", "end", "stream", "nap", "machine", "stall")
+    __slots__ = ("rank", "comm", "flat", "steps", "begin", "end", "stream", "stamps", "machine", "stall", "clock")
 
     def __init__(self, rank: int, comm, flat, steps, begin=(), end=(), stream=None):
         self.rank, self.comm, self.flat, self.steps = rank, comm, flat, steps
         self.begin, self.end, self.stream = tuple(begin), tuple(end), stream
-        self.nap, self.machine, self.stall = 0.0, "", 0.0
+        self.stamps, self.machine, self.stall, self.clock = None, "", 0.0, None
 
     def free(self) -> None:
         """Free its persistent requests."""
@@ -271,9 +273,10 @@ class Transport:
     finishes ``avg`` on its result (``finish``), and for an emulated machine its ``pacing``."""
 
     def __init__(self, name: str, xp, plan, dtype, comm, reduction: Reduction = SUM, *, finish: bool = False,
-                 pacing=None, shared=None, node: frozenset = frozenset()):
+                 pacing=None, shared=None, node: frozenset = frozenset(), stamps=None):
         self.name, self.xp, self.plan, self.dtype, self.comm = name, xp, plan, np.dtype(dtype), comm
         self.reduction, self.finish, self.pacing, self.shared, self.node = reduction, finish, pacing, shared, node
+        self.stamps = stamps  # emulated links: the communicator that carries the messages' virtual times
         self.network = name.split("+", 1)[1] if "+" in name else None  # between nodes, for ipc+host, ipc+cuda-aware
         self.pool = private.state(comm).cache.setdefault("pool", {})
         self.kept: OrderedDict = OrderedDict()  # (address, bytes) of a caller's buffer -> its Bound
@@ -350,7 +353,7 @@ class Transport:
             end.append((self.reduction.finish, (xp, flat, comm.Get_size())))
         bound = Bound(comm.Get_rank(), comm, flat, steps, begin, end, stream)
         if self.pacing is not None:
-            bound.nap, bound.machine = self.pacing.nap, self.pacing.machine
+            bound.stamps, bound.machine, bound.clock = self.stamps, self.pacing.machine, emulate.clock()
         bound.stall = emulate.stall()
         return bound
 
@@ -402,7 +405,7 @@ class Transport:
         bound = BoundStep(step, recv_args, send_args, lands, stages=stages, before=device, reuse=device,
                           via=self.name, requests=requests)
         if self.pacing is not None:
-            bound.pace(*self.pacing.dues(step))
+            bound.pace(*self.pacing.dues(step), self.pacing.land_costs(step))
             bound.via_recv = [self.pacing.via(m.peer, self.name) for m in step.recvs]
             bound.via_send = [self.pacing.via(m.peer, self.name) for m in step.sends]
         return bound
@@ -450,10 +453,12 @@ class Transport:
 
 
 def make(name: str, xp, plan, dtype, comm, reduction: Reduction = SUM, *, finish: bool = False, schedule=None,
-         count: int = 0) -> Transport:
+         count: int = 0, timeout: float | None = None) -> Transport:
     """The Transport ``name`` for ``plan`` on ``comm``: for ipc, with the node's shared buffer (collective:
-    every rank asks for the same ``count``); under an emulation, with the links' times of ``schedule``."""
+    every rank asks for the same ``count``); under an emulation, with the links' times of ``schedule`` and the
+    communicator that carries virtual times (collective the first time, within ``timeout``)."""
     pacing = emulate.pacing(schedule, count, np.dtype(dtype).itemsize, comm, name) if schedule is not None else None
+    stamps = private.state(comm).stamps("an emulated call", timeout) if pacing is not None else None
     shared, node = None, frozenset()
     if name.startswith("ipc"):
         ids = node_ids(comm)
@@ -461,7 +466,8 @@ def make(name: str, xp, plan, dtype, comm, reduction: Reduction = SUM, *, finish
         node = frozenset(r for r, g in enumerate(ids) if g == ids[comm.Get_rank()])
         if name == "ipc":
             node = frozenset(range(comm.Get_size()))
-    return Transport(name, xp, plan, dtype, comm, reduction, finish=finish, pacing=pacing, shared=shared, node=node)
+    return Transport(name, xp, plan, dtype, comm, reduction, finish=finish, pacing=pacing, shared=shared, node=node,
+                     stamps=stamps)
 
 
 def release_buffers(comm=None) -> None:
