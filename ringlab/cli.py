@@ -111,8 +111,14 @@ def parser() -> argparse.ArgumentParser:
                        help="run ringlab's algorithms on an emulated machine's links: a preset name (ringlab predict "
                             "--help lists them), uniform:GBPS:US, or nodes:RANKS:GBPS:US (nodes of RANKS ranks, free "
                             "inside, a port of GBPS a rank between them), optionally @SCALE (how many times slower); "
-                            "e.g. uniform:0.1:100, nodes:2:0.5:20 or hgx-h100-8@1000. MPI's own collective (mpi) is "
-                            "not emulated")
+                            "e.g. uniform:0.1:100, nodes:2:0.5:20 or hgx-h100-8. Timed in virtual time: each "
+                            "message takes its links' time, nobody sleeps, and this machine's wall time is printed "
+                            "beside. MPI's own collective (mpi) is not emulated")
+    bench.add_argument("--emulate-compute", choices=("cpu", "model"), default=None,
+                       help="with --emulate: how a call's own work (its reductions) counts on the virtual clock: cpu "
+                            "(the CPU time it took here; the default, or RINGLAB_EMULATE_COMPUTE) or model (its bytes "
+                            "at the emulated machine's reduce rate, as the cost model prices it: this CPU never "
+                            "counts, so the times hold on a busy machine)")
     bandwidth = commands.add_parser(
         "bandwidth", help="measure link bandwidth and latency, next to each link's theoretical peak",
         description="Measured here. Without GPUs: the memory copy rate, and MPI ping-pong between two ranks "
@@ -296,11 +302,12 @@ def _bench(args, argv) -> int:
     if args.nranks is not None and not in_mpi_job():  # every mistake said once, here, before a job starts
         check_nranks(args.nranks)
         check_arguments(args.collective, algorithms, args.datatype, args.iters, args.warmup, args.root, args.nranks,
-                        args.json, sizes=sizes, gpu=args.gpu, emulate=args.emulate, op=args.op)
+                        args.json, sizes=sizes, gpu=args.gpu, emulate=args.emulate, op=args.op,
+                        emulate_compute=args.emulate_compute)
         return relaunch(args.nranks, argv, ["-m", "ringlab"])
     run(args.collective, algorithms, sizes, args.datatype, args.iters,
         args.warmup, args.root, args.gpu, args.transport, args.json, command=["ringlab", *argv],
-        emulate=args.emulate, inplace=args.inplace, op=args.op)
+        emulate=args.emulate, inplace=args.inplace, op=args.op, emulate_compute=args.emulate_compute)
     return 0
 
 

@@ -175,11 +175,13 @@ def test_bench_emulate_records_the_machine_and_both_units(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["emulation"] == {"spec": "uniform:0.2:500@2", "label": "emulated uniform:0.2:500, 2x slower",
-                                   "scale": 2.0}
+                                   "scale": 2.0, "compute": "cpu", "clock": "virtual"}
     ring = [r for r in result["rows"] if r["algorithm"] == "ring"]
     assert all(r["emulated"] and r["machine_time_s"] == r["time_s"] / 2 and r["wrong"] == 0 for r in ring)
+    assert all(r["wall_time_s"] < r["time_s"] for r in ring)  # virtual time: nobody waits for the links
     assert all(not r["emulated"] and r["machine_time_s"] is None for r in result["rows"] if r["algorithm"] == "mpi")
-    assert "emulated uniform:0.2:500, 2x slower: each message" in done.stdout and "not emulated" in done.stdout
+    assert "emulated uniform:0.2:500, 2x slower: ringlab's algorithms run in virtual time" in done.stdout
+    assert "not emulated" in done.stdout and "wall (us)" in done.stdout
 
 
 def test_messages_sent_at_once_share_the_links_they_cross():

@@ -331,7 +331,8 @@ def memory_problem(sizes: list[int], ranks_here: int, available: int | None) -> 
 
 def check_arguments(collective: str, algorithms: list[str], dtype_name: str, iters: int, warmup: int, root: int,
                     nranks: int, json_path: str | None = None, sizes: list[int] | None = None,
-                    gpu: bool = False, emulate: str | None = None, op: str = "sum") -> None:
+                    gpu: bool = False, emulate: str | None = None, op: str = "sum",
+                    emulate_compute: str | None = None) -> None:
     """A ValueError naming the first argument of a sweep that cannot work, before anything runs (the sizes
     too, against this machine's memory, when given and not on GPUs)."""
     if collective not in BENCHED:
@@ -374,7 +375,9 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
     if emulate is not None:
         from ..mpi.emulate import emulation
 
-        emulation(emulate).resolve(nranks)  # a bad SPEC, or a machine with fewer ranks than the job
+        emulation(emulate, compute=emulate_compute).resolve(nranks)  # a bad SPEC or compute, or too few ranks
+    elif emulate_compute is not None:
+        raise ValueError("--emulate-compute says how an emulated machine counts a call's own work: give --emulate too")
     if json_path:  # now, not after a sweep of many minutes
         folder = os.path.dirname(os.path.abspath(json_path))
         if not os.path.isdir(folder):
@@ -386,9 +389,11 @@ def check_arguments(collective: str, algorithms: list[str], dtype_name: str, ite
 def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: str = "float32", iters: int = 20,
         warmup: int = 5, root: int = 0, gpu: bool = False, transport: str = "auto", json_path: str | None = None,
         command: list[str] | None = None, out=sys.stdout, emulate: str | None = None,
-        inplace: bool = False, op: str = "sum") -> dict | None:
+        inplace: bool = False, op: str = "sum", emulate_compute: str | None = None) -> dict | None:
     """The sweep, on every rank of COMM_WORLD; rank 0 prints the table and returns the results. With
-    ``emulate`` (a SPEC, see ``ringlab.mpi.emulate``) ringlab's algorithms run on that machine's links;
+    ``emulate`` (a SPEC, see ``ringlab.mpi.emulate``) ringlab's algorithms run on that machine's links, timed
+    in virtual time (``emulate_compute``: "cpu" or "model", how a call's own work counts; None: the
+    environment's ``RINGLAB_EMULATE_COMPUTE``, else cpu), with this machine's wall time beside;
     with ``inplace`` each implementation is also timed in place (the result overwriting the input), in
     the row's ``inplace_*`` columns, as nccl-tests prints both (None where it has no in-place form here).
     ``op`` is the reduction (sum, prod, max, min, avg: nccl-tests' ``-o``) of the collectives that reduce;
@@ -403,11 +408,11 @@ def run(collective: str, algorithms: list[str], sizes: list[int], dtype_name: st
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     check_arguments(collective, algorithms, dtype_name, iters, warmup, root, n, json_path if rank == 0 else None,
-                    emulate=emulate, gpu=gpu, op=op)
+                    emulate=emulate, gpu=gpu, op=op, emulate_compute=emulate_compute)
     problem = None if gpu else memory_problem(sizes, ranks_on_node(comm), available_memory())
     if any(comm.allgather(problem)):  # every rank refuses, the same way, before anything is allocated
         raise ValueError(next(p for p in comm.allgather(problem) if p))
-    with emulated.emulate(emulate) if emulate else nullcontext():
+    with emulated.emulate(emulate, compute=emulate_compute) if emulate else nullcontext():
         return _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, transport, json_path,
                     command, out, comm, emulated.current(), inplace, op)
 
@@ -451,15 +456,18 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
         from ..mpi.devices import cores, ranks_on_node
 
         local = ranks_on_node(comm)
-        if local > cores():
+        if local > cores() and emulation is None:  # virtual time does not see the scheduler
             print(f"# oversubscribed: {local} ranks share {cores()} cores on this node; waiting ranks yield the core "
                   "(MPICH: MPIR_CVAR_POLLS_BEFORE_YIELD, MPIR_CVAR_CH4_PROGRESS_THROTTLE), but the timings "
                   "include the scheduler", file=out)
         if emulation is not None:
-            print(f"# {emulation.label}: each message of ringlab's algorithms is held back by the links it crosses "
-                  f"(latency + bytes / bandwidth, shared as the cost model shares them); time here / {emulation.scale:g}"
-                  " = time on that machine. MPI's own collectives (mpi, mpi-ring) do not cross these links",
-                  file=out)
+            counted = ("this CPU's time never counts: a reduction costs its bytes at the machine's reduce rate"
+                       if emulation.compute == "model" else "this CPU's work counts as the CPU time it took")
+            print(f"# {emulation.label}: ringlab's algorithms run in virtual time, each message taking the time of "
+                  f"the links it crosses (latency + bytes / bandwidth, shared as the cost model shares them; {counted}); "
+                  + (f"time / {emulation.scale:g} = time on that machine; " if emulation.scale != 1 else "")
+                  + "wall: what this machine took. MPI's own "
+                  "collectives (mpi, mpi-ring) do not cross these links: their time is this machine's", file=out)
         if "mpi-ring" in algorithms:
             print("# mpi-ring: MPICH's own ring allreduce, forced while it is timed (MPIR_CVAR_ALLREDUCE_INTRA_"
                   "ALGORITHM=ring, MPIR_CVAR_DEVICE_COLLECTIVES=none), checked to take effect", file=out)
@@ -472,7 +480,7 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
             print("# memory: where the timed buffers were (mpi is MPI on a host copy of the data); time: every "
                   "implementation as nccl-tests times NCCL, CUDA events around calls launched back to back (the mpi "
                   "row: the host clock); the JSON's transport says how each row's bytes went", file=out)
-        there = f" {'emulated busbw':>15}" if emulation is not None else ""
+        there = f" {'emulated busbw':>15} {'wall (us)':>11}" if emulation is not None else ""
         if inplace:
             there += f" {'in place (us)':>13} {'busbw (GB/s)':>13} {'#wrong':>7}"
         print(f"# {'size (B)':>12} {'count':>11} {'type':>8} {'algorithm':>10} {'memory':>7} {'time (us)':>11} "
@@ -498,6 +506,9 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
             for name in algorithms:
                 on_device = xp is not np and not name.startswith("mpi")
 
+                crossed = emulation is not None and name not in OTHERS  # timed in virtual time
+                walls: list[float] = []
+
                 def checked_time(fn):
                     """(seconds, elements wrong on any rank): checked on its first call and again after the timed
                     loop, as nccl-tests checks (reuse must not break it)."""
@@ -505,7 +516,8 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
                         got = fn()
                         before = 0 if defined is None else _wrong(_as_host(got)[defined], reference[defined], dtype, n)
                         seconds = time_collective(fn, comm, warmup=warmup, iters=iters,
-                                                  buffer=x if on_device else None, back_to_back=back_to_back)
+                                                  buffer=x if on_device else None, back_to_back=back_to_back,
+                                                  virtual=crossed, walls=walls)
                         if getattr(fn, "reset", None) is not None:
                             fn.reset()
                         got = fn()
@@ -528,9 +540,9 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
                 elif inplace:
                     row.update(inplace_time_s=None, inplace_algbw_Bps=None, inplace_busbw_Bps=None, inplace_wrong=None)
                 if emulation is not None:  # the same run in the emulated machine's units, where it crossed its links
-                    crossed = name not in OTHERS
-                    row.update(emulated=crossed, machine_time_s=emulation.machine_seconds(seconds) if crossed else None,
-                               machine_busbw_Bps=busbw * emulation.scale if crossed else None)
+                    row.update(emulated=crossed, machine_time_s=emulation.machine_seconds(row["time_s"]) if crossed
+                               else None, machine_busbw_Bps=row["busbw_Bps"] * emulation.scale if crossed else None,
+                               wall_time_s=walls[0] if crossed else None)
                 rows.append(row)
                 if show:
                     _print_row(row, out, bar)
@@ -552,7 +564,8 @@ def _run(collective, algorithms, sizes, dtype_name, iters, warmup, root, gpu, tr
               "transports_used": sorted({r["transport"] for r in rows}),
               "machine": describe_machine(command), "rows": rows, "mean_busbw_Bps": means,
               "emulation": None if emulation is None else {"spec": emulation.spec, "label": emulation.label,
-                                                           "scale": emulation.scale}}
+                                                           "scale": emulation.scale, "compute": emulation.compute,
+                                                           "clock": "virtual"}}
     if json_path:
         save_json(json_path, result)
         print(f"# wrote {json_path}", file=out)
@@ -608,8 +621,9 @@ def _print_row(row: dict, out, bar) -> None:
     line = (f"  {row['bytes']:>12} {row['count']:>11} {row['dtype']:>8} {row['algorithm']:>10} {row['memory']:>7} "
             f"{row['time_s'] * 1e6:>11.1f} {row['algbw_Bps'] / 1e9:>13.3f} {row['busbw_Bps'] / 1e9:>13.3f} "
             f"{row['wrong']:>7}")
-    if "emulated" in row:  # the busbw on the emulated machine (time here / scale), or why there is none
-        line += f" {row['machine_busbw_Bps'] / 1e9:>15.3f}" if row["emulated"] else f" {'not emulated':>15}"
+    if "emulated" in row:  # the busbw on the emulated machine (time / scale) and this machine's time, or why not
+        line += (f" {row['machine_busbw_Bps'] / 1e9:>15.3f} {row['wall_time_s'] * 1e6:>11.1f}" if row["emulated"]
+                 else f" {'not emulated':>15} {'':>11}")
     if "inplace_time_s" in row:
         line += (f" {row['inplace_time_s'] * 1e6:>13.1f} {row['inplace_busbw_Bps'] / 1e9:>13.3f} {row['inplace_wrong']:>7}"
                  if row["inplace_time_s"] is not None else f" {'(none)':>13} {'':>13} {'':>7}")

@@ -12,6 +12,10 @@ Three clocks, one per kind of work:
 
 Warm-up work is never counted: the device is synchronised after it, before the first barrier
 (and events are recorded on the stream after it).
+
+On an emulated machine (``rl.emulate``, ``RINGLAB_EMULATE``) ringlab's collectives are timed on the ranks'
+virtual clocks (:mod:`ringlab.mpi.emulate`), each call from a zero-cost barrier that sets them alike; MPI's
+own collectives, which do not cross the emulated links, keep this machine's clock (``virtual=False``).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import time
 
 import numpy as np
 
+from ..mpi import emulate
 from ..mpi.devices import cupy_module, is_device_array
 from ..schedule import bus_factor
 
@@ -30,7 +35,8 @@ def bandwidths(kind: str, nbytes: int, seconds: float, nranks: int) -> tuple[flo
     return algbw, algbw * factor
 
 
-def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None, back_to_back: bool = False) -> float:
+def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None, back_to_back: bool = False,
+                    virtual: bool | None = None, walls: list | None = None) -> float:
     """Seconds per call of ``run()`` on the slowest rank: the median over ``iters`` calls, each from
     a barrier (or, with ``back_to_back``, the mean of ``iters`` calls launched in a row, as
     nccl-tests does for asynchronous GPU collectives).
@@ -39,6 +45,11 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
     each call is timed by CUDA events on the current stream (recorded before and after it, the end
     one waited for) or, back to back, by events before the first call and after the last. Call on
     every rank; all get the same number.
+
+    On an emulated machine (``virtual``: None says whether one is in force; False times on this machine's
+    clock whatever is) each call is timed on the virtual clocks, from a barrier that sets them alike, and
+    ``walls`` (a list), when given, gets the median of this machine's own seconds per call appended: what this
+    CPU took beside the emulated time.
     """
     from mpi4py import MPI
 
@@ -47,6 +58,10 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
         run()
     if cp is not None:
         cp.cuda.Device().synchronize()  # the warm-up's work is done before the first timed call starts
+    if virtual is None:
+        virtual = emulate.current() is not None
+    if virtual:
+        return _virtual_seconds(run, comm, iters, cp, walls)
     if back_to_back:
         comm.Barrier()
         if cp is not None:  # the stream's time from before the first call to after the last
@@ -73,6 +88,27 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=MPI.MAX)
     return float(np.median(slowest))
+
+
+def _virtual_seconds(run, comm, iters: int, cp, walls: list | None) -> float:
+    """The median over ``iters`` calls of the slowest rank's virtual seconds, each call from a barrier that sets
+    the clocks alike; this machine's median per call appended to ``walls``."""
+    from mpi4py import MPI
+
+    times, wall = np.empty(iters), np.empty(iters)
+    for i in range(iters):
+        emulate.synchronize(comm)
+        start, began = emulate.now(), time.perf_counter()
+        run()
+        if cp is not None:
+            cp.cuda.get_current_stream().synchronize()
+        times[i], wall[i] = emulate.now() - start, time.perf_counter() - began
+    both = np.concatenate([times, wall])
+    slowest = np.empty_like(both)
+    comm.Allreduce(both, slowest, op=MPI.MAX)
+    if walls is not None:
+        walls.append(float(np.median(slowest[iters:])))
+    return float(np.median(slowest[:iters]))
 
 
 def _host_seconds(run) -> float:
