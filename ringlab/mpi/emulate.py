@@ -172,9 +172,11 @@ def emulate(machine, scale: float | None = None, compute: str | None = None):
     rank): ``machine`` a Topology or a SPEC string, ``scale`` how many times slower its links are made (None:
     the SPEC's ``@SCALE``, else 1), ``compute`` "cpu" (a call's own work counts as the CPU time it took) or
     "model" (priced as the cost model prices it); None: ``RINGLAB_EMULATE_COMPUTE``, else "cpu". Inside,
-    :func:`now` reads this rank's virtual clock, which starts counting this thread's CPU here."""
+    :func:`now` reads this rank's virtual clock, which starts counting this thread's CPU at the outermost
+    block (blocks nest: the innermost machine carries the calls, one clock runs through them all)."""
     chosen = emulation(machine, scale, compute)
-    clock().restart()
+    if current() is None:  # the outermost block: what this thread did before ran on no emulated machine
+        thread_clock().restart()
     _ACTIVE.append(chosen)
     try:
         yield chosen

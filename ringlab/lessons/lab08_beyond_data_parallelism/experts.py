@@ -23,7 +23,7 @@ def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: f
     import torch
     from mpi4py import MPI
 
-    from ...mpi.emulate import emulate
+    from ...mpi.emulate import emulate, now, synchronize
     from ...train.experts import ExpertParallel, MixtureOfExperts
     from ...train.task import one_thread
 
@@ -42,11 +42,11 @@ def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: f
             seconds = []
             with emulate(machine):
                 for step in range(steps + 1):  # the first is a warm-up
-                    comm.Barrier()
-                    start = MPI.Wtime()
+                    synchronize(comm)  # virtual time: every rank's clock set to the latest, at no cost
+                    start = now()
                     layer(x).sum().backward()
-                    comm.Barrier()
-                    seconds.append(MPI.Wtime() - start)
+                    synchronize(comm)
+                    seconds.append(now() - start)
                     if step == 0:
                         layer.sent.clear()
             last = layer.last

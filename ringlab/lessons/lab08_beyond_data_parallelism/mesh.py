@@ -60,6 +60,7 @@ def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: in
     import torch
     from mpi4py import MPI
 
+    from ...mpi.emulate import emulate, now, synchronize
     from ...train.mesh import MeshTrainer, make_stack
     from ...train.tensor import device_mesh
 
@@ -75,12 +76,13 @@ def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: in
         trainer.tensor_sent.clear()
         trainer.data_sent.clear()
         seconds = []
-        for _ in range(steps):
-            comm.Barrier()
-            start = MPI.Wtime()
-            trainer.step(x, y)
-            comm.Barrier()
-            seconds.append(MPI.Wtime() - start)
+        with emulate(d_spec):  # one virtual clock through the step; each group's collectives on its own links
+            for _ in range(steps):
+                synchronize(comm)  # every rank's clock set to the latest, at no cost
+                start = now()
+                trainer.step(x, y)
+                synchronize(comm)
+                seconds.append(now() - start)
         row = {
             "mapping": "tensor inside nodes" if inner else "tensor across nodes",
             "tensor_gpus": [[placement[r] for r in g] for g in mesh.tensor_groups],

@@ -54,7 +54,7 @@ def measure_sharding(comm=None, steps: int = 3, machine: str = MACHINE) -> dict:
     import torch
     from mpi4py import MPI
 
-    from ...mpi.emulate import emulate
+    from ...mpi.emulate import emulate, now, synchronize
     from ...train import DistributedOptimizer, ZeroOptimizer
     from ...train.task import one_thread
     from ...train.zero import model_memory, sent_bytes, zero_memory
@@ -78,12 +78,12 @@ def measure_sharding(comm=None, steps: int = 3, machine: str = MACHINE) -> dict:
             with emulate(machine):
                 for step in range(steps + 1):  # the first is a warm-up
                     opt.zero_grad()
-                    comm.Barrier()
-                    start = MPI.Wtime()
+                    synchronize(comm)  # virtual time: every rank's clock set to the latest, at no cost
+                    start = now()
                     model(x).pow(2).mean().backward()
                     opt.step()
-                    comm.Barrier()
-                    seconds.append(MPI.Wtime() - start)
+                    synchronize(comm)
+                    seconds.append(now() - start)
                     if step == 0 and variant != "data parallel":
                         opt.sent.clear()
             held = opt.memory() if variant != "data parallel" else model_memory(model, adam)
