@@ -78,7 +78,7 @@ class Emulation:
     spec: str | None = None
     compute: str = "cpu"
     name: str | None = None  # what the machine is called in messages and labels, when not its spec or topology
-    mark: str = ""           # how a trace marks a message held back (16 characters hold it), when not the label
+    mark: str = ""           # how a trace marks a message that crossed its links (16 characters hold it), when not the label
 
     def resolve(self, nranks: int):
         """The topology for a job of ``nranks`` ranks, or a ValueError saying why there is none."""
@@ -385,7 +385,7 @@ def straggling(seconds: float):
     """Within the block, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
     slower link or a busier GPU is late at every step (lab 07's straggler: the delay is injected, everything
     else is measured). On an emulated machine the pause is on its virtual clock (nobody sleeps); on this
-    machine the rank sleeps. Calls inside take the general way, where each step is timed and can be held back."""
+    machine the rank sleeps. Calls inside take the general way, where each step is timed and can be paused."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 10:
         raise ValueError(f"a pause of 0 to 10 s per step, got {seconds!r}")
     _STALLS.append(float(seconds))

@@ -8,10 +8,9 @@ tried on one machine, clearly labelled as such.
 ``RINGLAB_NODE_LINK_GBPS=B`` (with simulated nodes only) makes the link between simulated nodes
 slow, as a network card is next to NVLink: it is the emulated machine ``nodes:L:B:0``
 (:mod:`ringlab.mpi.emulate`, :func:`ringlab.topology.joined_nodes`), in which every rank has its own
-port of B GB/s between nodes and messages inside a node cost nothing more than this machine's own
-copies. Every message to a rank of another node is held back as long as its bytes take on those
-ports, shared with the step's other messages. What is measured then is this machine with that delay
-added, and is labelled so.
+port of B GB/s between nodes, timed in virtual time as every emulated machine is: a message inside a
+node costs only this machine's CPU work to land it, and a message to a rank of another node takes as
+long as its bytes take on those ports, shared with the step's other messages. It is labelled so.
 
 ``rl.allreduce(x, "hierarchical")`` takes its ranks per node from :func:`ranks_per_node` unless
 ``local=`` is given.
