@@ -36,4 +36,4 @@ def test_the_fit_of_an_emulated_run_is_set_against_its_links():
     assert "against links of 2.00 ms and 100 MB/s: the fit recovers the links." in said
     slow = run([t + 0.002 * (S + 2) for t, S in zip(exact["chain"], SEGMENTS)], MACHINE)  # 2 ms more a step
     said = describe_emulated_fit(slow, fit_chain(slow))
-    assert "ms a step beyond the links' latency is this machine's own cost of a step" in said
+    assert "ms a step beyond the links' latency is this machine's own work in a step, counted as the CPU time" in said

@@ -78,11 +78,22 @@ chain_time = check_chain_time(chain_time)  # yours when it is right, else the re
 # %% [markdown]
 # As S grows the time tends to K/B, the time to send the buffer once, whatever n is. But each
 # step also pays a latency, so too many segments cost more than they save. On four real ranks, first
-# on this machine as it is, then on an emulated machine beside it: the same code and the same data,
-# with every message held back by links of known speed (`rl.emulate`, here `MACHINE` from the lab's
-# room: 100 MB/s each way per rank and 2 ms a message). On a laptop the ranks share a few cores and
-# copy through memory, so the CPU, not a link, may set this machine's times; the cell says so from
-# its own numbers.
+# on this machine as it is, then on an emulated machine beside it (`rl.emulate`, here `MACHINE` from
+# the lab's room: 100 MB/s each way per rank and 2 ms a message).
+#
+# The emulated run is the same code moving the same data, timed in **virtual time**: each rank keeps
+# a clock, a message arrives on it its links' time after it was sent (the latency, plus its bytes
+# over the bandwidth), a receive completes at the later of the rank's clock and the arrival, and the
+# rank's own work (here, the copy that lands each segment) counts as the CPU time it took
+# (`compute="cpu"`, the default; `compute="model"` prices it by the cost model instead). Nobody
+# sleeps: the run takes as long as this machine's work, and four ranks sharing a laptop's cores, or a
+# busy machine, still give the links' times. It measures real code on modelled links, not a network.
+# (A machine's SPEC may end in `@SCALE`, as in `uniform:0.1:2000@4`: links that many times slower,
+# this CPU's work unchanged. In virtual time no lab needs it.)
+#
+# On this machine the ranks share a few cores and copy through memory, so the CPU, not a link, may
+# set its times; the cell says so from its own numbers, and shows beside the emulated times what this
+# machine took to run them (wall time).
 
 # %%
 from ringlab.lab.cluster import MPICluster
@@ -107,6 +118,8 @@ print(pipelining(raw, emulated))
 for run in (raw, emulated):
     print(f"{run_machine(run)}: tree {run['tree'] * 1e3:.1f} ms; chain by S:",
           ", ".join(f"{S}: {t * 1e3:.1f} ms" for S, t in zip(run["segments"], run["chain"])))
+print("this machine's wall time for the emulated calls: tree", f"{emulated['tree_wall'] * 1e3:.1f} ms; chain by S:",
+      ", ".join(f"{S}: {t * 1e3:.1f} ms" for S, t in zip(emulated["segments"], emulated["chain_wall"])))
 
 # %% [markdown]
 # The emulated machine's links are known, so the cost model predicts it directly (the printout's best

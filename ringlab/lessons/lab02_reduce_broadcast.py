@@ -21,7 +21,12 @@ GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 
 # --- what the lab measures ------------------------------------------------------------------------------
 
-MACHINE = "uniform:0.1:2000"  # the lab's emulated machine: 100 MB/s each way per rank, 2 ms a message
+# The lab's emulated machine: 100 MB/s each way per rank and 2 ms a message, so that for 4 MiB over 4 ranks the best
+# segment count, near sqrt((n-2) K / (alpha B)) = 6.5, falls inside the grid with room on both sides (too few segments
+# leave the pipeline empty, too many pay 2 ms each). It runs in virtual time with this CPU's work counted as the CPU
+# time it took (compute="cpu"): a chain step's only work is the copy that lands its segment, a few percent of the
+# step at most, so the emulated machine's times are its links' whatever else this machine is doing.
+MACHINE = "uniform:0.1:2000"
 SEGMENTS = (1, 2, 4, 8, 16, 32, 64)
 PAYS = 0.8  # pipelining pays when the best segment count takes at most 80% of the time of one segment
 
@@ -29,17 +34,22 @@ PAYS = 0.8  # pipelining pays when the best segment count takes at most 80% of t
 def measure_chain(comm, nbytes: int, segments=SEGMENTS, machine: str | None = None, iters: int = 5) -> dict:
     """On every rank of ``comm``: the chain broadcast of ``nbytes`` from rank 0 at each segment count, and the
     binomial tree, each the median of ``iters`` calls, on this machine or (``machine``, a SPEC) on emulated
-    links. Every rank returns the same dict."""
+    links, in virtual time, with this machine's own (wall) time per call beside (``chain_wall``, ``tree_wall``;
+    on this machine the two are the same). Every rank returns the same dict."""
     from ..mpi.collectives import broadcast
     from ..mpi.emulate import emulate
     from ..measure.timing import time_collective
 
     x = np.ones(nbytes // 4, np.float32)
+    chain, chain_wall, tree_wall = [], [], []
     with emulate(machine) if machine else nullcontext():
-        chain = [time_collective(lambda: broadcast(x, 0, "chain", segments=S, agree=False), comm, warmup=1,
-                                 iters=iters) for S in segments]
-        tree = time_collective(lambda: broadcast(x, 0, "tree", agree=False), comm, warmup=1, iters=iters)
+        for S in segments:
+            chain.append(time_collective(lambda: broadcast(x, 0, "chain", segments=S, agree=False), comm, warmup=1,
+                                         iters=iters, walls=chain_wall))
+        tree = time_collective(lambda: broadcast(x, 0, "tree", agree=False), comm, warmup=1, iters=iters,
+                               walls=tree_wall)
     return {"nbytes": x.nbytes, "nranks": comm.Get_size(), "segments": list(segments), "chain": chain, "tree": tree,
+            "chain_wall": chain_wall or list(chain), "tree_wall": tree_wall[0] if tree_wall else tree,
             "machine": machine}
 
 
@@ -68,6 +78,14 @@ def pipelining(raw: dict, emulated: dict) -> Finding:
                         "Python, MPI and the scheduler that costs more than the copy it overlaps: the CPU, not a "
                         "link, sets those times, so this machine cannot show what pipelining is for. Links of known "
                         "speed can.")
+    if "chain_wall" in emulated:
+        walls = dict(zip(emulated["segments"], emulated["chain_wall"]))
+        first, last = emulated["segments"][0], emulated["segments"][-1]
+        said.append(f"Those times are the emulated machine's (virtual time: each message takes its links' time on the "
+                    f"ranks' clocks, and only the CPU time that lands a segment counts besides); this machine took "
+                    f"{walls[first] * 1e3:.1f} ms of wall time a call at S = {first} and {walls[last] * 1e3:.1f} ms at "
+                    f"S = {last} to run them, no rank sleeping for a link: the wall time is this machine's own cost "
+                    "per step (Python, MPI, ranks sharing cores), which the virtual clocks leave out.")
     predicted = predicted_chain(emulated)
     grid = emulated["segments"]
     want = grid[int(np.argmin(predicted))]
@@ -77,7 +95,7 @@ def pipelining(raw: dict, emulated: dict) -> Finding:
                 f"ms); measured there, S = {got}: " + (
                     "the measurement finds the model's pipeline (within one step of the grid)." if close else
                     "more than one step of the grid apart, so something the model leaves out (this machine's own "
-                    "cost per step) shows."))
+                    "work per step, counted as CPU time) shows."))
     conclusions.append("the emulated best S is the predicted one" if close else
                        "the emulated best S is not the predicted one")
     return Finding(" ".join(said), tuple(conclusions), tuple(observed))
@@ -88,7 +106,7 @@ def run_machine(run: dict) -> str:
     if not run.get("machine"):
         return "measured on its own cores"
     topology, scale = from_spec(run["machine"], run["nranks"])
-    return f"links of {topology.name}" + (f", {scale:g}x slower" if scale != 1 else "")
+    return f"emulated links of {topology.name}" + (f", {scale:g}x slower" if scale != 1 else "") + ", virtual time"
 
 
 def fit_chain(run: dict):
@@ -105,7 +123,8 @@ def describe_emulated_fit(run: dict, fitted) -> str:
             f"against links of {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s")
     if fitted.alpha > 1.15 * alpha:
         said += (f": the bandwidth is the links', and the {(fitted.alpha - alpha) * 1e3:.2f} ms a step beyond the "
-                 "links' latency is this machine's own cost of a step (Python, MPI, waking a sleeping rank).")
+                 "links' latency is this machine's own work in a step, counted as the CPU time it took (the copy that "
+                 "lands a segment).")
     else:
         said += ": the fit recovers the links."
     return said + ("" if fitted.usable else f" It misses one measurement by {fitted.worst_residual:.0%}: too loose to "
