@@ -15,9 +15,9 @@
 # %%
 import numpy as np
 import ringlab as rl
-from ringlab.lessons.lab03_allreduce import (MACHINE, OPTIMAL, OVER_RANKS, bandwidth_optimal, busbw_over_ranks,
-                                             check_bus_factor, check_reduce_scatter_rule, links_of, scaling_lesson,
-                                             scaling_rows, sweep_lesson)
+from ringlab.lessons.lab03_allreduce import (MACHINE, OPTIMAL, OVER_RANKS, RANKS, bandwidth_optimal,
+                                             busbw_over_ranks, check_bus_factor, check_reduce_scatter_rule, links_of,
+                                             scaling_lesson, scaling_rows, sweep_lesson)
 from ringlab.measure.bench import in_machine_units
 from ringlab.measure.tables import table
 from ringlab.mpi.devices import cores
@@ -143,10 +143,12 @@ print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 # first. Bus bandwidth is bytes/time x 2(n-1)/n: what each rank's link carries, so that a
 # bandwidth-optimal allreduce shows the link's speed whatever n is. Then the same sweep on an
 # emulated machine (`MACHINE` of the lab's room: every pair of ranks joined by links of 200 MB/s
-# and 0.5 ms a message, `rl.emulate`, run four times slower so that the cores' own work stays small
-# beside the links; its times are shown in its own units): the same code and data, every message
-# held back by its link, because four ranks on a laptop's cores copy through memory and the CPU may
-# set their pace.
+# and 0.5 ms a message, `rl.emulate`, met in lab 02), because four ranks on a laptop's cores copy
+# through memory and the CPU may set their pace. There the same code moves the same data in
+# virtual time: each message takes its links' time on the ranks' clocks, and each rank's additions
+# count as the CPU time they took (`compute="cpu"`), a few percent of a step on these links. Nobody
+# sleeps, so the emulated sweep takes this machine only as long as its work; the text below sets
+# the two clocks side by side.
 
 # %%
 # %%px
@@ -172,10 +174,10 @@ ranks.stop()
 fits = {name: fit_rows(rows, name, nranks) for name in ("ring", "naive")}
 fitted_busbw_plot(rows, fits, title=f"markers: allreduce busbw measured here on {nranks} CPU ranks; "
                                     "lines: the cost model fitted to them").show()
-emulated_rows = in_machine_units(emulated)  # in the emulated machine's units
+emulated_rows = in_machine_units(emulated)  # the emulated machine's times (virtual; over its scale, if any)
 emulated_fits = {name: fit_rows(emulated_rows, name, nranks) for name in ("ring", "naive")}
-fitted_busbw_plot(emulated_rows, emulated_fits, title=f"markers: measured on {emulated['emulation']['label']}, in its "
-                                                      "units; lines: the cost model fitted to them").show()
+fitted_busbw_plot(emulated_rows, emulated_fits, title=f"markers: measured on {emulated['emulation']['label']}, in "
+                                                      "virtual time; lines: the cost model fitted to them").show()
 
 # %% [markdown]
 # What your numbers say. Every sentence below is computed from the measurements above: where
@@ -225,15 +227,19 @@ table([{"kind": kind, **{n: bus_factor(kind, n) for n in (2, 4, 8)}} for kind in
 # %% [markdown]
 # Why report busbw at all? As ranks are added, each rank's link carries 2(n-1)/n of the buffer, so the
 # same link takes longer per byte of result: algbw falls even on a perfect network, while busbw stays
-# at the link's rate. Measured on an emulated machine at 2, 4 and 8 ranks (one MPI job each, `ringlab
-# bench --emulate`), beside the cost model's lines for the same links. `OVER_RANKS` runs its links ten
-# times slower than it says (`@10`), because eight ranks on a laptop's two cores would otherwise
-# measure the cores as much as the links; times and rates are shown in the emulated machine's units.
+# at the link's rate. Measured on an emulated machine at 2, 4, 8 and 16 ranks (one MPI job each,
+# `ringlab bench --emulate OVER_RANKS --emulate-compute model`), beside the cost model's lines for the
+# same links. `OVER_RANKS` has links of 200 MB/s and 20 us a message, so that at 4 MiB the ring's
+# 2(n-1) latencies stay under 2% of a call even on 16 ranks. It runs with `compute="model"`: this
+# CPU's work never counts (sixteen ranks share two cores here, and a reduction costs nothing on
+# these links), so the times are the links' alone, message by message, as the cost model prices
+# them. With `compute="cpu"` each rank's additions would add their CPU time, a few percent at
+# every rank count. Beside the virtual times, the text says what this machine took (wall time).
 
 # %%
-over_ranks = busbw_over_ranks(OVER_RANKS)
-alpha, bandwidth = links_of(OVER_RANKS, 8)
-algbw_busbw_plot(scaling_rows(alpha, bandwidth), measured=over_ranks,
+over_ranks = busbw_over_ranks(OVER_RANKS, RANKS)
+alpha, bandwidth = links_of(OVER_RANKS, max(RANKS))
+algbw_busbw_plot(scaling_rows(alpha, bandwidth, ranks=RANKS), measured=over_ranks,
                  title=f"lines: predicted (cost model) for the links of {OVER_RANKS.split('@')[0]}; markers: ring "
                        "allreduce measured on those emulated links").show()
 

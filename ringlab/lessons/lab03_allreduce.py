@@ -24,16 +24,23 @@ from ..simulate import ScheduleError, check, traffic
 from ..topology import from_spec, uniform
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
-# The lab's emulated machine: 200 MB/s each way per rank, 0.5 ms a message, run four times slower so that
-# what four ranks on a laptop's cores add to each step (copies, additions, waking up) stays small beside it.
-MACHINE = "uniform:0.2:500@4"
-EMULATED_SIZES = [1 << k for k in range(16, 25, 2)]  # 64 KiB .. 16 MiB: its largest takes a quarter second
+# The lab's emulated machine: 200 MB/s each way per rank and 0.5 ms a message, so that its sweep runs from
+# latency-bound (at 64 KiB a ring step's 16 KiB chunk takes 0.08 ms on the link, beside 0.5 ms of latency) to
+# bandwidth-bound (at 16 MiB, 21 ms beside it). It runs in virtual time with this CPU's work counted as the CPU
+# time it took (compute="cpu", the default): a ring step's addition of its chunk takes a few percent of that step's
+# link time, and naive's root adds n-1 whole buffers, so what the CPU adds is in the numbers, and stays small.
+MACHINE = "uniform:0.2:500"
+EMULATED_SIZES = [1 << k for k in range(16, 25, 2)]  # 64 KiB .. 16 MiB: its largest takes a quarter second there
 AGREES = 0.2  # a measured ratio within 20% of what the byte counts give agrees with them
-FLAT = 0.15  # busbw within 15% across rank counts stays flat
-# For the rank counts: links of 200 MB/s with 0.1 ms a message (so that latency hardly weighs at 4 MiB even
-# on 8 ranks), run twenty times slower, since eight ranks on two cores each copy and add their chunk at the
-# same moment of every step: the links' time, and not the cores', must set each step.
-OVER_RANKS = "uniform:0.2:100@20"
+FLAT = 0.05  # busbw within 5% across rank counts stays flat
+# For the rank counts: links of 200 MB/s with 20 us a message, so that at 4 MiB the 2(n-1) latencies of a ring
+# stay under 2% of the call even on 16 ranks (busbw = B / (1 + alpha n B / K)): what busbw shows is the bytes on
+# each link. compute="model" (OVER_RANKS_COMPUTE): this CPU's work never counts, and a reduction costs nothing on
+# these links (no reduce rate given), so 16 ranks sharing 2 cores time the links alone, as the cost model prices
+# them; with compute="cpu" each rank's additions would add their CPU time, a few percent at every rank count.
+OVER_RANKS = "uniform:0.2:20"
+OVER_RANKS_COMPUTE = "model"
+RANKS = (2, 4, 8, 16)
 
 # the bandwidth-optimal schedule of each collective, whose traffic nccl-tests' factor describes
 OPTIMAL = {"allreduce": ("allreduce.ring", {}), "reduce_scatter": ("reduce_scatter.ring", {}),
@@ -91,37 +98,57 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
     top = max(set(ring) & set(naive))
     ratio, counted = ring[top] / naive[top], busiest_rank_bytes("naive", m) / busiest_rank_bytes("ring", m)
     topology, scale = from_spec(emulated["emulation"]["spec"], m)
-    expected = (predict(build("allreduce.naive", m), top, topology, itemsize=4).seconds /
-                predict(build("allreduce.ring", m), top, topology, itemsize=4).seconds)
+    times = {name: {k: predict(build(f"allreduce.{name}", m), k, topology, itemsize=4).seconds for k in sorted(ring)}
+             for name in ("ring", "naive")}
+    expected = times["naive"][top] / times["ring"][top]
+    ahead = [k for k in sorted(ring) if times["ring"][k] < times["naive"][k]]
     agrees = abs(ratio / expected - 1) <= AGREES
     fitted = fit_rows(rows, "ring", m)
     alpha, bandwidth = links_of(emulated["emulation"]["spec"], m)
     recovered = abs(fitted.bandwidth / bandwidth - 1) <= 0.25
-    said += [f"On the emulated machine ({emulated['emulation']['label']}, {m} ranks; times in its units): "
-             f"{'the ring overtakes naive' if cross.size is not None else 'the ring does not overtake naive'} "
-             f"({cross}); at {format_bytes(top)} its busbw was {ratio:.2f}x naive's. The busiest ranks' bytes differ "
+    passes = (f"overtakes naive at {format_bytes(cross.size)}" if cross.within else
+              "is ahead of naive at every size measured" if cross.size is not None else
+              f"is not ahead of naive at {format_bytes(top)}")
+    wall = next((r.get("wall_time_s") for r in rows if r["algorithm"] == "ring" and r["bytes"] == top), None)
+    said += [f"On the emulated machine ({emulated['emulation']['label']}, {m} ranks; times in virtual time, its links' "
+             f"times with this CPU's additions counted as the CPU time they took): the ring {passes}; the cost model "
+             "puts it " + (f"ahead from {format_bytes(ahead[0])}" if ahead and ahead[-1] == max(ring) else
+                           "behind at the largest size")
+             + (" (on these links naive's root pays a latency for each of its n-1 messages in and n-1 out, as many as "
+                "the ring's 2(n-1) steps, and carries more bytes)" if ahead and ahead[0] == min(ring) else "")
+             + f". At {format_bytes(top)} the ring's busbw was {ratio:.2f}x naive's. The busiest ranks' bytes differ "
              f"{counted:.2f}x (n/2), and on these full-duplex links the ring sends and receives at once while naive's "
              f"root first only receives, then only sends: the cost model predicts {expected:.2f}x for these links. "
              + (f"Measured within {AGREES:.0%} of it: the ring behaves as bandwidth-optimal once links set the pace."
                 if agrees else f"Measured more than {AGREES:.0%} from it: something besides the links (this "
-                "machine's own cost per step, the root's additions) sets the pace there."),
+                "machine's own work per step, the root's additions) sets the pace there.")
+             + (f" That {format_bytes(top)} ring took {ring_time(rows, top) * 1e3:.1f} ms on the emulated machine; "
+                f"this machine took {wall * 1e3:.1f} ms of wall time to run it." if wall else ""),
              f"Fitted to the emulated ring's times: alpha {fitted.alpha * 1e3:.2f} ms and {fitted.bandwidth / 1e6:.0f} "
              f"MB/s, against links of {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s (the fit misses its worst "
              f"measurement by {fitted.worst_residual:.0%}): " + (
                  "it recovers the links' bandwidth." if recovered else "it does not recover the links' bandwidth.")]
     observed = [f"the ring {'overtakes' if measured_crossover(raw['rows']).size is not None else 'does not overtake'} "
                 "naive on this machine"]
-    conclusions = [f"the ring {'overtakes' if cross.size is not None else 'does not overtake'} naive on the emulated "
-                   "machine", f"the ring's advantage {'matches' if agrees else 'does not match'} the prediction on "
-                   "the emulated machine", f"the fit {'recovers' if recovered else 'does not recover'} the emulated "
-                   "links' bandwidth"]
+    conclusions = [f"the ring {'stays ahead of' if cross.size is not None else 'does not stay ahead of'} naive at large "
+                   "sizes on the emulated machine", f"the ring's advantage {'matches' if agrees else 'does not match'} the "
+                   "prediction on the emulated machine", f"the fit {'recovers' if recovered else 'does not recover'} the "
+                   "emulated links' bandwidth"]
     return Finding("\n".join(said), tuple(conclusions), tuple(observed))
 
 
-def busbw_over_ranks(machine: str = OVER_RANKS, ranks=(2, 4, 8), nbytes: int = 4 * MiB, iters: int = 5) -> list[dict]:
+def ring_time(rows: list[dict], nbytes: int) -> float:
+    """The ring's time at ``nbytes`` in sweep ``rows``."""
+    return next(r["time_s"] for r in rows if r["algorithm"] == "ring" and r["bytes"] == nbytes)
+
+
+def busbw_over_ranks(machine: str = OVER_RANKS, ranks=RANKS, nbytes: int = 4 * MiB, iters: int = 5,
+                     compute: str = OVER_RANKS_COMPUTE) -> list[dict]:
     """The ring allreduce of ``nbytes`` measured on the emulated ``machine`` at each rank count, one MPI job each
-    (``ringlab bench --emulate``): rows of ranks, bytes, and time_s, algbw_Bps and busbw_Bps in the emulated
-    machine's units (measured time / its scale), with ``measured_s``, the time here."""
+    (``ringlab bench --emulate --emulate-compute``), in virtual time with a call's own work counted as ``compute``
+    says: rows of ranks, bytes, compute, and time_s, algbw_Bps and busbw_Bps in the emulated machine's units (the
+    virtual time / its scale), with ``measured_s`` (the virtual time) and ``wall_time_s`` (what this machine took
+    a call)."""
     import json
     import tempfile
     from pathlib import Path
@@ -133,10 +160,11 @@ def busbw_over_ranks(machine: str = OVER_RANKS, ranks=(2, 4, 8), nbytes: int = 4
         for n in ranks:
             out = Path(folder) / f"{n}.json"
             done = run_mpi(n, ["-m", "ringlab", "bench", "-a", "ring", "-b", str(nbytes), "-e", str(nbytes), "--iters",
-                               str(iters), "-w", "1", "--emulate", machine, "--json", str(out)], timeout=600)
+                               str(iters), "-w", "1", "--emulate", machine, "--emulate-compute", compute, "--json",
+                               str(out)], timeout=600)
             if done.returncode != 0:
                 raise RuntimeError(f"the {n}-rank run failed:\n{done.stderr[-2000:]}")
-            rows += [dict(r, ranks=n) for r in in_machine_units(json.loads(out.read_text()))]
+            rows += [dict(r, ranks=n, compute=compute) for r in in_machine_units(json.loads(out.read_text()))]
     return rows
 
 
@@ -151,17 +179,25 @@ def scaling_lesson(measured: list[dict], machine: str = OVER_RANKS) -> Finding:
                                                      sizes=(final["bytes"],))}
     flat = spread <= FLAT
     slower = f", run {from_spec(machine)[1]:g}x slower, in its units" if "@" in machine else ""
-    text = (f"Measured on the emulated machine ({machine.split('@')[0]}{slower}) at {format_bytes(final['bytes'])}: from "
-            f"{first['ranks']} to "
+    compute = first.get("compute")
+    counted = {"model": "; compute='model': this CPU's work never counts, so the times are the links' alone",
+               "cpu": "; compute='cpu': each rank's additions count as the CPU time they took"}.get(compute, "")
+    text = (f"Measured on the emulated machine ({machine.split('@')[0]}{slower}, in virtual time{counted}) at "
+            f"{format_bytes(final['bytes'])}: from {first['ranks']} to "
             f"{final['ranks']} ranks algbw went from {first['algbw_Bps'] / 1e6:.0f} to {final['algbw_Bps'] / 1e6:.0f} "
             f"MB/s, because each rank's link carries 2(n-1)/n of the buffer; busbw went "
             + ", ".join(f"{r['busbw_Bps'] / 1e6:.0f} MB/s at {r['ranks']}" for r in last) +
             " (predicted for the same links: " + ", ".join(f"{predicted[r['ranks']]['busbw_Bps'] / 1e6:.0f}"
                                                             for r in last) +
-            f"), within {spread:.0%} of each other: " + (
+            f"), within {spread:.1%} of each other: " + (
                 f"busbw stays near the link's {bandwidth / 1e6:.0f} MB/s whatever n is." if flat else
-                f"more than the {FLAT:.0%} a flat line allows: the 2(n-1) steps' latency, or this machine's own cost "
+                f"more than the {FLAT:.0%} a flat line allows: the 2(n-1) steps' latency, or this machine's own work "
                 "per step, weighs at this size."))
+    walls = [r for r in last if r.get("wall_time_s")]
+    if walls:
+        text += (" This machine took " + ", ".join(f"{r['wall_time_s'] * 1e3:.0f} ms" for r in walls) + " of wall "
+                 "time a call at " + ", ".join(str(r["ranks"]) for r in walls) + " ranks to run them: its own "
+                 "cores' work, shared by more ranks, which the virtual clocks leave out.")
     return Finding(text, (f"busbw {'stays flat' if flat else 'does not stay flat'} across ranks on the emulated "
                           "machine", "algbw falls as ranks are added" if final["algbw_Bps"] < first["algbw_Bps"]
                           else "algbw does not fall as ranks are added"))
