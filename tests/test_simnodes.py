@@ -25,26 +25,23 @@ def test_the_measurement_checks_and_times_both_algorithms_on_every_size(nranks):
     assert ring["time_s"] >= (1 << 16) * factor / 0.05e9 * 0.99
 
 
-def test_the_topology_is_fast_inside_a_node_and_slow_between():
-    topology = simnodes.simulated_topology(4, 2, alpha=1e-5, bandwidth=8e9, link_Bps=1e9)
-    speeds = {tuple(sorted((link.a, link.b))): link.bandwidth for link in topology.links}
-    assert speeds[("rank0", "rank1")] == 8e9 and speeds[("rank2", "rank3")] == 8e9
-    assert speeds[("rank0", "rank2")] == 1e9 and speeds[("rank1", "rank3")] == 1e9 and len(speeds) == 6
-
-
-def test_the_model_prefers_the_hierarchy_when_the_link_is_slow_and_not_when_it_is_not():
+def test_the_prediction_is_the_emulated_machine_free_inside_a_node_and_slow_between():
+    assert simnodes.simulated_spec(2, 1e9) == "nodes:2:1.0:0"
     sizes = [1 << 20, 1 << 24]
-    slow = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=9e9, link_Bps=1e9)
-    even = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=1e9, link_Bps=1e9)
-    time = {(r["algorithm"], r["bytes"]): r["time_s"] for r in slow}
-    assert time[("ring", 1 << 24)] > 2 * time[("hierarchical", 1 << 24)]
-    flat = {(r["algorithm"], r["bytes"]): r["time_s"] for r in even}
-    assert flat[("hierarchical", 1 << 24)] >= flat[("ring", 1 << 24)] * 0.99  # no slow link: nothing to gain
-    text = simnodes.describe_simulated(slow, slow, 1.0, 4, 2)
+    model = simnodes.predicted_on_simulated(sizes, 4, 2, link_Bps=1e9)
+    time = {(r["algorithm"], r["bytes"]): r["time_s"] for r in model}
+    # the flat ring sends 2(n-1)/n of the buffer across the link, one chunk a step; the hierarchy 2(G-1)/n: 3x less
+    assert time[("ring", 1 << 24)] == pytest.approx(6 * (1 << 24) / 4 / 1e9)
+    assert time[("ring", 1 << 24)] == pytest.approx(3 * time[("hierarchical", 1 << 24)])
+    text = simnodes.describe_simulated(model, model, 1.0, 4, 2)
     assert "as predicted" in text and "within 1.5x" in text and "2(n-1)/n = 1.50" in text and "2(G-1)/n = 0.50" in text
-    worse = [dict(r, time_s=r["time_s"] * (10 if r["algorithm"] == "hierarchical" else 1)) for r in slow]
-    text = simnodes.describe_simulated(worse, slow, 1.0, 4, 2)
+    assert "measured here, in virtual time" in text and "wall time" not in text
+    walled = [dict(r, wall_time_s=0.002) for r in model]
+    assert "This machine took 2.0 and 2.0 ms of wall time" in simnodes.describe_simulated(walled, model, 1.0, 4, 2)
+    worse = [dict(r, time_s=r["time_s"] * (10 if r["algorithm"] == "hierarchical" else 1)) for r in model]
+    text = simnodes.describe_simulated(worse, model, 1.0, 4, 2)
     assert "was not faster, though the model predicts" in text and "below the predicted one" in text
+    assert "this CPU's additions, counted as the CPU time they took, are not in the model" in text
 
 
 def test_the_ratio_comes_from_the_presets_figures():
@@ -56,7 +53,7 @@ def test_side_by_side_sets_the_simulated_nodes_beside_the_h100_prediction_and_th
     from ringlab.lessons.lab05_scaling.predictions import hierarchical_against_flat
 
     sizes = [1 << 16, 1 << 20]
-    model = simnodes.predicted_on_simulated(sizes, 4, 2, alpha=1e-6, bandwidth=9e9, link_Bps=1e9)
+    model = simnodes.predicted_on_simulated(sizes, 4, 2, link_Bps=1e9)
     measured = [dict(r, time_s=r["time_s"] * 2) for r in model]  # twice as slow, same ratio
     h100 = hierarchical_against_flat("ib-2x8-h100", [1 << k for k in range(16, 31)], local=8)
     rows = simnodes.side_by_side(measured, model, 1.0, 4, 2, h100)
@@ -75,11 +72,20 @@ def test_measure_here_runs_one_job_and_returns_rank_zeros_checked_rows():
     assert all(r["time_s"] > 0 for r in rows)
 
 
-def test_measure_here_names_a_failed_job_and_bad_input():
+def test_measure_here_names_a_failed_job_and_bad_input(monkeypatch):
     with pytest.raises(ValueError, match="simulated nodes of 3"):
         simnodes.measure_here([1 << 12], per_node=3, link_gbps=1.0, nranks=4)
     with pytest.raises(ValueError, match="link_gbps"):
         simnodes.measure_here([1 << 12], per_node=2, link_gbps=0.0, nranks=4)
-    # a link so slow that one step needs longer than the call's deadline: the ranks' StepTimeout reaches the caller
-    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit status.*past the step's deadline"):
-        simnodes.measure_here([1 << 26], per_node=2, link_gbps=1e-4, nranks=4, repeats=1, timeout=120)
+    # a job whose ranks fail (here: an emulated machine in the environment beside the simulated nodes' own link,
+    # which every rank refuses) is named with what the ranks said
+    monkeypatch.setenv("RINGLAB_EMULATE", "uniform:1:1")
+    with pytest.raises(RuntimeError, match=r"(?s)failed \(exit status.*has links of its own"):
+        simnodes.measure_here([1 << 12], per_node=2, link_gbps=1.0, nranks=4, repeats=1, timeout=120)
+
+
+def test_a_link_slower_than_the_deadline_allows_still_measures_in_virtual_time():
+    """Virtual time: a step of 3 s on the slowed link passes within the ranks' deadline, nobody waiting for it."""
+    rows = simnodes.measure_here([1 << 22], per_node=2, link_gbps=1e-3, nranks=4, repeats=1, timeout=120)
+    ring = next(r for r in rows if r["algorithm"] == "ring")
+    assert ring["time_s"] >= 6 * (1 << 20) / 1e6 * 0.99 and ring["wall_time_s"] < ring["time_s"] / 10

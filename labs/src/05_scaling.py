@@ -48,9 +48,10 @@ sizes = [1 << k for k in range(10, 23, 2)]  # 1 KiB .. 4 MiB
 # checked; one raw 8-byte MPI message from rank 0 to rank 1, to set the fitted latency against; and
 # the ring again on an emulated machine beside this one (`MACHINE` of the lab's room: links of
 # 200 MB/s and 1 ms a message, `rl.emulate`), where links and not this machine's cores set the pace,
-# from 4 KiB to 64 MiB so that its largest messages are long against its latency. It runs four times
-# slower than those links (`@4`), so that the cores' own work stays small beside them; its times are
-# shown in its own units.
+# from 4 KiB to 64 MiB so that its largest messages are long against its latency. Its times are
+# virtual (lab 02): each message takes its links' time on the ranks' clocks, and each rank's additions
+# count as the CPU time they took (`compute="cpu"`), a few percent of a step on these links. Nobody
+# sleeps, so the emulated sweep takes this machine only as long as its own work.
 
 # %%
 MEASURE = ("from mpi4py import MPI\nfrom ringlab.measure.bandwidth import pingpong\n"
@@ -63,7 +64,7 @@ for n in (2, 4):
     with MPICluster(n) as ranks:
         ranks.view.execute(MEASURE, block=True)
         rows[n], raw[n] = ranks.pull_rank0("result")["rows"], ranks.pull_rank0("raw")[0]["one_way_s"]
-        emulated[n] = in_machine_units(ranks.pull_rank0("emulated"))  # in the emulated machine's units
+        emulated[n] = in_machine_units(ranks.pull_rank0("emulated"))  # the emulated machine's (virtual) times
 busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks, this machine") for n in rows for r in rows[n]]
            + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE.split('@')[0]}") for n in emulated
               for r in emulated[n]],
@@ -317,21 +318,24 @@ print(describe_hierarchy(hierarchy, 1 << 28))
 # them: `RINGLAB_RANKS_PER_NODE=2` and `RINGLAB_NODE_LINK_GBPS=B` in a job's environment, or
 # `ringlab.mpi.nodes.simulated_nodes(2, B)` in code. Below, one MPI job of 4 ranks (`measure_here`:
 # `measure_on_simulated_nodes` on every rank) becomes 2 simulated nodes of 2.
-# Inside a node the ranks talk through shared memory at the bandwidth you fitted above; between the
-# nodes every message is held back as long as its bytes take on a link 9 times slower, the ratio of an
-# H100's NVLink to its 400 Gbit/s network card (public figures): the emulated machine `nodes:2:B:0`, one
-# such port per rank, shared by the messages of a step that cross it. These are **simulated nodes**: what is
-# measured is this machine with that delay added, not a network. Each result is checked against MPI's
-# `Allreduce` before it is timed; the cost model predicts the same setup from your fitted alpha and B.
+# That is the emulated machine `nodes:2:B:0` (lab 02's virtual time): between the nodes each message
+# takes its bytes' time on its rank's port of B GB/s, shared by the messages of a step that cross it,
+# with B set 9 times below the bandwidth you fitted above, the ratio of an H100's NVLink to its
+# 400 Gbit/s network card (public figures); inside a node a message costs nothing on the virtual
+# clocks but this CPU's work of adding it, counted as the CPU time it took, as if the node's own links
+# were far faster still. These are **simulated nodes**: real code and data on a modelled link, not a
+# network. Each result is checked against MPI's `Allreduce` before it is timed; the cost model
+# predicts the same emulated machine, without this CPU's additions.
 
 # %%
 per_node, link_gbps = 2, float(fitted.bandwidth / nvlink_to_nic() / 1e9)
 node_sizes = [1 << k for k in range(16, 23, 2)]  # 64 KiB .. 4 MiB per rank
 on_nodes = measure_here(node_sizes, per_node, link_gbps, nranks=4, repeats=3)  # one MPI job of 4 ranks
-model = predicted_on_simulated(node_sizes, 4, per_node, fitted.alpha, fitted.bandwidth, link_gbps * 1e9)
+model = predicted_on_simulated(node_sizes, 4, per_node, link_gbps * 1e9)  # the cost model on the same links
 busbw_plot([dict(r, algorithm=f"{r['algorithm']}: measured here") for r in on_nodes] +
            [dict(r, algorithm=f"{r['algorithm']}: predicted") for r in model],
-           title=f"4 ranks as 2 simulated nodes, link slowed to {link_gbps:.2g} GB/s: measured here and predicted").show()
+           title=f"4 ranks as 2 simulated nodes, link slowed to {link_gbps:.2g} GB/s: measured here (virtual time) and "
+                 "predicted").show()
 print(describe_simulated(on_nodes, model, link_gbps, 4, per_node))
 
 # %% [markdown]

@@ -1,10 +1,12 @@
 """Lab 05's two nodes on one machine: the flat ring against the hierarchical allreduce, measured on
-simulated nodes with a slowed link between them, and predicted by the cost model for the same setup.
+simulated nodes with a slowed link between them, and predicted by the cost model for the same links.
 
-The nodes are simulated (``ringlab.mpi.nodes``): every rank runs here, and the link between the
-nodes is this machine's shared memory with a delay added, at a bandwidth chosen in the same ratio to
-the fitted in-node bandwidth as an H100's NVLink to its 400 Gbit/s network card. Measured figures
-are this machine with that delay; they say nothing about InfiniBand itself.
+The nodes are simulated (``ringlab.mpi.nodes``): every rank runs here, and the link between the nodes is
+the emulated machine ``nodes:RANKS:B:0`` (:mod:`ringlab.mpi.emulate`), timed in virtual time. Between the
+nodes each message takes its bytes' time on its rank's port of B; inside a node a message costs nothing on
+the virtual clocks but this CPU's work of landing it (an addition, counted as the CPU time it took). B is
+chosen in the same ratio to the bandwidth fitted here as an H100's NVLink to its 400 Gbit/s network card.
+Measured figures are this code and data on those modelled links; they say nothing about InfiniBand itself.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 from ...algorithms import build
 from ...predict.costmodel import predict
 from ...schedule import bus_factor
-from ...topology.graph import from_matrix
+from ...topology import from_spec
 from ...topology.presets import H100_NVLINK, IB_400G
 
 ALGORITHMS = ("ring", "hierarchical")
@@ -27,9 +29,11 @@ def nvlink_to_nic() -> float:
 def measure_on_simulated_nodes(sizes: list[int], per_node: int, link_gbps: float, repeats: int = 5,
                                comm=None, timeout: float = 60) -> list[dict]:
     """Call on every rank: the flat ring and the hierarchical allreduce at each size (bytes of float64
-    per rank) on nodes of ``per_node`` simulated ranks with a ``link_gbps`` link between them. Every
-    result is checked against MPI's Allreduce first; then the median of ``repeats`` timed calls (the
-    slowest rank's time, from a barrier). Rows ``algorithm, bytes, time_s, busbw_Bps``, on every rank."""
+    per rank) on nodes of ``per_node`` simulated ranks with a ``link_gbps`` link between them (the emulated
+    machine ``nodes:per_node:link_gbps:0``, in virtual time). Every result is checked against MPI's Allreduce
+    first; then the median of ``repeats`` timed calls (the slowest rank's virtual time, from a barrier that
+    sets the clocks alike), with this machine's wall time beside. Rows ``algorithm, bytes, time_s, busbw_Bps,
+    wall_time_s``, on every rank."""
     from mpi4py import MPI
 
     from ...mpi.nodes import simulated_nodes
@@ -63,7 +67,8 @@ def measure_here(sizes: list[int], per_node: int, link_gbps: float, nranks: int 
             done = run_mpi(nranks, ["-m", __name__, arguments], timeout=timeout)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the measurement on {nranks} ranks in simulated nodes took longer than {timeout:g} s "
-                               "and was ended; try fewer sizes, a faster link or a longer timeout") from None
+                               "and was ended; try fewer or smaller sizes, or a longer timeout (the link's speed does "
+                               "not change how long it takes here: its time is virtual)") from None
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"the measurement on {nranks} ranks in simulated nodes failed (exit status "
                                f"{done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
@@ -73,7 +78,8 @@ def measure_here(sizes: list[int], per_node: int, link_gbps: float, nranks: int 
 def checked_and_timed(sizes: list[int], repeats: int, comm, timeout: float, where: str = "") -> list[dict]:
     """Call on every rank: each of :data:`ALGORITHMS` at each size (bytes of float64 per rank), checked
     against MPI's Allreduce (an AssertionError naming the rank if not), then the median of ``repeats``
-    timed calls, each from a barrier, the slowest rank's time. Rows ``algorithm, bytes, time_s, busbw_Bps``."""
+    timed calls, each from a barrier, the slowest rank's time (virtual on an emulated machine, with this
+    machine's own beside as ``wall_time_s``). Rows ``algorithm, bytes, time_s, busbw_Bps, wall_time_s``."""
     from ...measure.timing import time_collective
     from ...mpi import collectives
 
@@ -85,27 +91,25 @@ def checked_and_timed(sizes: list[int], repeats: int, comm, timeout: float, wher
         for algorithm in ALGORITHMS:
             if not np.allclose(collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), want):
                 raise AssertionError(f"rank {comm.Get_rank()}: {algorithm} {where}differs from MPI's Allreduce")
+            walls: list[float] = []
             seconds = time_collective(lambda: collectives.allreduce(x, algorithm, comm=comm, timeout=timeout), comm,
-                                      warmup=0, iters=repeats)
+                                      warmup=0, iters=repeats, walls=walls)
             rows.append({"algorithm": algorithm, "bytes": x.nbytes, "time_s": seconds,
-                         "busbw_Bps": x.nbytes / seconds * bus_factor("allreduce", n)})
+                         "busbw_Bps": x.nbytes / seconds * bus_factor("allreduce", n),
+                         "wall_time_s": walls[0] if walls else seconds})
     return rows
 
 
-def simulated_topology(nranks: int, per_node: int, alpha: float, bandwidth: float, link_Bps: float):
-    """The cost model's picture of the simulated setup: every pair of ranks linked, at ``bandwidth``
-    inside a node and ``link_Bps`` between nodes, ``alpha`` per message."""
-    node = np.arange(nranks) // per_node
-    matrix = np.where(node[:, None] == node[None, :], bandwidth, link_Bps)
-    np.fill_diagonal(matrix, 0)
-    return from_matrix(matrix, latency=alpha, name=f"{nranks} ranks in simulated nodes of {per_node}",
-                       source="fitted here (in a node); the simulated link (between nodes)")
+def simulated_spec(per_node: int, link_Bps: float) -> str:
+    """The emulated machine that simulated nodes of ``per_node`` ranks with a ``link_Bps`` link between them run on
+    (``RINGLAB_NODE_LINK_GBPS``: free inside a node, a port of that rate per rank between nodes, no latency)."""
+    return f"nodes:{per_node}:{link_Bps / 1e9!r}:0"
 
 
-def predicted_on_simulated(sizes: list[int], nranks: int, per_node: int, alpha: float, bandwidth: float,
-                           link_Bps: float) -> list[dict]:
-    """Rows like :func:`measure_on_simulated_nodes`', predicted by the cost model on :func:`simulated_topology`."""
-    topology = simulated_topology(nranks, per_node, alpha, bandwidth, link_Bps)
+def predicted_on_simulated(sizes: list[int], nranks: int, per_node: int, link_Bps: float) -> list[dict]:
+    """Rows like :func:`measure_on_simulated_nodes`', predicted by the cost model on the same emulated machine
+    (:func:`simulated_spec`): what its links alone take, without this CPU's additions."""
+    topology, _ = from_spec(simulated_spec(per_node, link_Bps), nranks)
     rows = []
     for algorithm in ALGORITHMS:
         options = {"local": per_node} if algorithm == "hierarchical" else {}
@@ -133,13 +137,16 @@ def describe_simulated(measured: list[dict], predicted: list[dict], link_gbps: f
                "the hierarchical allreduce was not faster, though the model predicts it would be" if model > 1 else
                "the model itself predicts no gain here")
     close = abs(np.log(got / model)) < np.log(1.5)
+    walls = {r["algorithm"]: r["wall_time_s"] for r in measured if r["bytes"] == nbytes and "wall_time_s" in r}
     return (f"At {nbytes / 2**20:.2f} MiB per rank, with the link between the simulated nodes slowed to "
             f"{link_gbps:.3g} GB/s, the flat ring took {at(measured, 'ring', nbytes) * 1e3:.1f} ms and the hierarchical "
-            f"allreduce {at(measured, 'hierarchical', nbytes) * 1e3:.1f} ms (measured here): {got:.2f}x; "
-            f"the cost model predicted {model:.2f}x. So {verdict}"
+            f"allreduce {at(measured, 'hierarchical', nbytes) * 1e3:.1f} ms (measured here, in virtual time): {got:.2f}x; "
+            f"the cost model predicted {model:.2f}x for the same links. So {verdict}"
             + (", and the measured ratio is within 1.5x of the predicted one." if close else
                f"; the measured ratio is {'above' if got > model else 'below'} the predicted one by more than 1.5x "
-               "(ranks sharing this machine's cores, and sleeps that overshoot, are not in the model).")
+               "(this CPU's additions, counted as the CPU time they took, are not in the model).")
+            + (f" This machine took {walls['ring'] * 1e3:.1f} and {walls['hierarchical'] * 1e3:.1f} ms of wall time to "
+               "run the two calls: nobody waits for the slowed link." if len(walls) == 2 else "")
             + f" Across the slow link the flat ring's boundary ranks each send 2(n-1)/n = {ring_share:.2f} of the "
               f"buffer, one chunk every step; in the hierarchy every rank sends 2(G-1)/n = {hier_share:.2f} of it, "
               f"with G = {nodes} nodes.")
@@ -165,7 +172,8 @@ def side_by_side(measured: list[dict], predicted: list[dict], link_gbps: float, 
 
     here = (f"{nranks} ranks as {-(-nranks // per_node)} simulated nodes here, link slowed to {link_gbps:.3g} GB/s")
     out = []
-    for source, rows in (("measured here", measured), ("predicted (cost model, alpha and B fitted here)", predicted)):
+    for source, rows in (("measured here (virtual time)", measured),
+                         ("predicted (cost model, on the same emulated links)", predicted)):
         nbytes, value = ratio(of(rows, "ring"), of(rows, "hierarchical"), "time_s")
         out.append({"setup": here, "source": source, "bytes": nbytes, "speedup": value})
     flat = next(rows for label, rows in h100.items() if label.startswith("flat"))

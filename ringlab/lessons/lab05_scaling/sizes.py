@@ -9,9 +9,11 @@ from ...measure.units import format_bytes
 from ...predict.fitting import fit_rows
 from ...topology import from_spec
 
-# The lab's emulated machine: 200 MB/s each way per rank, 1 ms a message, run four times slower so that what
-# the ranks on a laptop's cores add to each step stays small beside its links' time.
-MACHINE = "uniform:0.2:1000@4"
+# The lab's emulated machine: 200 MB/s each way per rank and 1 ms a message, so that its sweep shows both ends:
+# at 4 KiB a ring step's chunk takes 5 us on the link beside 1 ms of latency, at 64 MiB 84 ms beside it. It runs in
+# virtual time with this CPU's work counted as the CPU time it took (compute="cpu", the default): a step's addition
+# of its chunk is a few percent of the step's link time, in the numbers and small.
+MACHINE = "uniform:0.2:1000"
 EMULATED_SIZES = [1 << k for k in range(12, 27, 2)]  # 4 KiB .. 64 MiB: at 1 ms a message the top flattens from 16 MiB
 CLIMBS = 10.0  # busbw at the largest size at least 10x that at the smallest: the small ones were latency-bound
 FLAT = 0.15  # busbw at the two largest sizes within 15%: the large ones were bandwidth-bound
@@ -28,8 +30,9 @@ def shape(rows: list[dict], algorithm: str = "ring") -> tuple[float, float, int,
 
 def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: str = MACHINE) -> Finding:
     """The ring's busbw over sizes on ``nranks`` ranks of this machine (``raw`` rows) and of the emulated
-    ``machine`` (``emulated`` rows, in its units: ``ringlab.measure.bench.in_machine_units``), read back: does
-    busbw climb, does it flatten, what the fits recover."""
+    ``machine`` (``emulated`` rows, its virtual times in its units: ``ringlab.measure.bench.in_machine_units``, with
+    this machine's wall time beside when the rows have it), read back: does busbw climb, does it flatten, what the
+    fits recover."""
     topology, _ = from_spec(machine, nranks)
     alpha = topology.channel_latency[list(topology.route(0, 1))].sum()
     bandwidth = topology.channel_rate[0]
@@ -39,7 +42,7 @@ def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: st
         climbs, flat = climb >= CLIMBS, abs(last) <= FLAT
         fitted = fit_rows(rows, "ring", nranks)
         said.append(
-            f"On {where} ({nranks} ranks" + (f", links of {machine.split('@')[0]}, in its units" if rows is emulated
+            f"On {where} ({nranks} ranks" + (f", links of {machine.split('@')[0]}, in virtual time" if rows is emulated
                                             else "") + f"): busbw at "
             f"{format_bytes(hi)} was {climb:.0f}x that at {format_bytes(lo)}, " +
             ("so the small messages were latency-bound" if climbs else
@@ -50,6 +53,11 @@ def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: st
             f" The alpha-beta fit: alpha {fitted.alpha * 1e3:.2f} ms, {fitted.bandwidth / 1e6:.0f} MB/s, missing its "
             f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)") +
             (f"; the links: {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s." if rows is emulated else "."))
+        top = next((r for r in rows if r["algorithm"] == "ring" and r["bytes"] == hi), {})
+        if rows is emulated and top.get("wall_time_s"):
+            said.append(f"(The {format_bytes(hi)} call took {top['time_s'] * 1e3:.1f} ms on the emulated machine; this "
+                        f"machine took {top['wall_time_s'] * 1e3:.1f} ms of wall time to run it, nobody waiting for a "
+                        "link.)")
         facts = [f"busbw {'climbs' if climbs else 'does not climb'} with size on {where}",
                  f"busbw {'flattens' if flat else 'does not flatten'} at large sizes on {where}"]
         if rows is emulated:
