@@ -73,6 +73,14 @@ def test_a_slowed_rank_is_named_from_a_real_trace_and_a_plain_one_is_not():
     assert gaps[1].sum() >= 6 * 0.02 * 0.9
     assert diagnose.describe_straggler(traces["slowed"]).startswith("Rank 1 is the straggler")
     assert diagnose.describe_straggler(traces["as it is"]).startswith("No rank stands out")
+    assert traces["slowed"].wall_s >= 6 * 0.02  # on this machine the pause is slept
+
+
+def test_an_emulated_straggler_pauses_on_its_virtual_clock_and_nobody_sleeps():
+    traces = diagnose.straggler_traces(nranks=4, slow_rank=2, pause=0.5, machine="uniform:1:10")
+    took = float(traces["slowed"].records["end"].max())
+    assert took >= 6 * 0.5 and traces["slowed"].wall_s < 1.0  # six pauses of 0.5 s, none slept
+    assert diagnose.describe_straggler(traces["slowed"]).startswith("Rank 2 is the straggler")
 
 
 def test_a_bad_emulated_machine_is_refused_before_any_job_starts():
@@ -114,7 +122,13 @@ def test_the_straggler_lesson_words_what_the_traces_show_beside_both_models():
                                 "the call is not link-bound on the emulated machine",
                                 "the straggler's pace differs from the lockstep model on the emulated machine")
     assert slow.observations == ("the straggler is not named on this machine",)
-    assert "(2.00x; the rest is this machine's CPU: reductions and Python)" in str(slow)
+    assert "(2.00x; the rest is this CPU's additions, counted as the CPU time they took)" in str(slow)
+    assert "wall time" not in str(slow)  # model traces carry no wall time
+    walled = traces(step, 0.02)
+    for name, wall in (("as it is", 0.004), ("slowed", 0.005)):
+        walled[name].wall_s = wall
+    found = diagnose.straggler_lesson(traces(1e-4, 0.02), walled)
+    assert "This machine took 4.0 ms of wall time to run the call as it is and 5.0 ms with the straggler" in str(found)
 
 
 def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():

@@ -168,17 +168,21 @@ for name, trace in traces.items():
 # ### The same straggler on an emulated network
 #
 # On this machine a step's transfers are copies through shared memory, timed by four ranks sharing its
-# cores. On a cluster they are set by the links. The next job runs the same two traced calls on an
-# emulated network (`STRAGGLER_MACHINE`, `uniform:0.005:1000`: every rank on its own 5 MB/s port, 1 ms
-# a message, so that a step's 64 KiB chunk takes about 14 ms of link time): every message is held back
-# for as long as its link needs, while the data really moves and is really reduced
-# (`straggler_traces(..., machine=)`, `rl.emulate`, met in lab 02). Beside it: `rl.predict`'s time for the call
-# on those links, and the lockstep model's for the call with the straggler (every step waits for the
-# slowest rank: the links' time plus one pause a step).
+# cores, and the straggler's pause is really slept. On a cluster they are set by the links. The next job
+# runs the same two traced calls on an emulated network (`STRAGGLER_MACHINE`, `uniform:0.005:1000`: every
+# rank on its own 5 MB/s port, 1 ms a message, so that a step's 64 KiB chunk takes about 14 ms of link
+# time, of the order of the 20 ms pause), in virtual time (`rl.emulate`, met in lab 02): each message
+# takes its links' time on the ranks' clocks, the pause is added to rank 2's clock before each step, and
+# the data really moves and is really reduced, its additions counted as the CPU time they took
+# (`straggler_traces(..., machine=)`). Nobody sleeps: the timeline below is virtual time, and the text
+# says what this machine took to run it (wall time). Beside it: `rl.predict`'s time for the call on those
+# links, and the lockstep model's for the call with the straggler (every step waits for the slowest rank:
+# the links' time plus one pause a step).
 
 # %%
 emulated = straggler_traces(nranks=4, slow_rank=2, pause=0.02, machine=STRAGGLER_MACHINE)  # measured, on emulated links
-timeline(emulated["slowed"], title=f"measured on emulated links ({STRAGGLER_MACHINE}): rank 2 pausing 20 ms a step")
+timeline(emulated["slowed"], title=f"measured on emulated links ({STRAGGLER_MACHINE}), virtual time: rank 2 pausing "
+                                  "20 ms a step")
 
 # %%
 straggler_lesson(traces, emulated, slow_rank=2, pause=0.02)  # the sentences are computed from both machines' traces

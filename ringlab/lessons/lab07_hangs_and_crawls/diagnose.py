@@ -40,7 +40,9 @@ ABSENT = 2           # the rank that never comes in "skip" and "skip-unchecked"
 TIMEOUT_S = 1.0      # the lab's StepTimeout: a step that waits longer raises
 ELEMENTS = 30        # the mistakes' buffers: small, so every message is sent eagerly
 # The straggler's emulated machine: 5 MB/s links with 1 ms latency, where a step of the traced ring (a 64 KiB
-# chunk) takes about 14 ms of link time, well above the 1 to 3 ms that 4 ranks on 2 cores add to it
+# chunk) takes about 14 ms of link time, of the order of the straggler's 20 ms pause, so that the timeline shows
+# both. In virtual time with this CPU's work counted as CPU time (compute="cpu"), a step's only work is adding
+# its 64 KiB chunk, tens of microseconds: the call is the links' and the pauses' time, however busy this machine.
 STRAGGLER_MACHINE = "uniform:0.005:1000"
 PACE_TOLERANCE = 0.25   # the slowed call within 25% of the lockstep model counts as paced by the straggler
 LINK_TOLERANCE = 1.5    # the call without a straggler within 1.5x of the links' predicted time counts as link-bound
@@ -214,7 +216,8 @@ def check_culprit(culprit):
 
 def slowed(seconds: float):
     """While inside, this rank pauses ``seconds`` before each step of ringlab's collectives, as a rank on a
-    slower link or a busier GPU is late at every step (the delay is injected; everything else is measured)."""
+    slower link or a busier GPU is late at every step (the delay is injected; everything else is measured). On
+    this machine it sleeps; on an emulated machine the pause is added to its virtual clock."""
     from ...mpi.emulate import straggling
 
     return straggling(seconds)
@@ -225,7 +228,9 @@ def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, e
     """A ring allreduce traced on ``nranks`` real MPI ranks, first as it is, then with ``slow_rank`` pausing
     ``pause`` seconds before each step: {"as it is": Trace, "slowed": Trace} (rank 0's, with every rank's rows).
     With ``machine`` (an emulation SPEC such as :data:`STRAGGLER_MACHINE`) both run on that emulated machine's
-    links (``rl.emulate``): every message is held back by the links it crosses."""
+    links (``rl.emulate``), in virtual time: each message takes its links' time on the ranks' clocks, the pause is
+    on the straggler's clock (nobody sleeps), and each Trace's ``wall_s`` is what this machine took for the call
+    (the slowest rank's; on this machine, where the pause is slept, it is the trace's own time)."""
     from ...algorithms import build
     from ...mpi.run import Trace
     from ...cluster.launch import run_mpi
@@ -245,30 +250,41 @@ def straggler_traces(nranks: int = 4, slow_rank: int = 2, pause: float = 0.02, e
             raise RuntimeError(f"the traced job wrote no traces; its errors:\n{done.stderr[-2000:]}")
         saved = pickle.loads(path.read_bytes())
     schedule = build("allreduce.ring", nranks)
-    return {name: Trace(rows, schedule, clock, itemsize) for name, (rows, clock, itemsize) in saved.items()}
+    out = {}
+    for name, (rows, clock, itemsize, wall) in saved.items():
+        out[name] = Trace(rows, schedule, clock, itemsize)
+        out[name].wall_s = wall
+    return out
 
 
 def measure_straggler(comm=None, slow_rank: int = 2, pause: float = 0.02, elements: int = 1 << 16,
                       machine: str | None = None) -> dict | None:
     """On every rank of ``comm`` (default: MPI's world) at once: :func:`straggler_traces`'s two traced ring
-    allreduces, in this job. Rank 0 gets {"as it is": Trace, "slowed": Trace}; the other ranks None."""
+    allreduces, in this job. Rank 0 gets {"as it is": Trace, "slowed": Trace}, each with ``wall_s``, the seconds
+    this machine took for the call (the slowest rank's); the other ranks None."""
     import ringlab as rl
     from mpi4py import MPI
 
+    from ...mpi.emulate import synchronize
+
     comm = MPI.COMM_WORLD if comm is None else comm
     x = np.ones(elements, np.float32)
+    traces = {}
     with rl.emulate(machine) if machine else nullcontext():
         rl.allreduce(x, "ring", comm=comm)  # warm-up: plans compiled, buffers made
-        _, plain = rl.allreduce(x, "ring", comm=comm, trace=True, timeout=30)
-        with slowed(pause if comm.Get_rank() == slow_rank else 0.0):
-            _, late = rl.allreduce(x, "ring", comm=comm, trace=True, timeout=30)
-    return {"as it is": plain, "slowed": late} if comm.Get_rank() == 0 else None
+        for name, mine in (("as it is", 0.0), ("slowed", pause if comm.Get_rank() == slow_rank else 0.0)):
+            synchronize(comm)  # a barrier (on an emulated machine, one that costs no virtual time)
+            began = time.perf_counter()
+            with slowed(mine):
+                _, traces[name] = rl.allreduce(x, "ring", comm=comm, trace=True, timeout=30)
+            traces[name].wall_s = comm.allreduce(time.perf_counter() - began, op=MPI.MAX)
+    return traces if comm.Get_rank() == 0 else None
 
 
 def _trace_on_rank(folder: str, slow_rank: int, pause: float, elements: int, machine: str) -> None:
     traces = measure_straggler(None, slow_rank, pause, elements, machine or None)
     if traces is not None:
-        saved = {name: (t.records.tolist(), t.clock, t.itemsize) for name, t in traces.items()}
+        saved = {name: (t.records.tolist(), t.clock, t.itemsize, t.wall_s) for name, t in traces.items()}
         Path(folder, "traces.pickle").write_bytes(pickle.dumps(saved))  # a Schedule does not pickle: rows only
 
 
@@ -353,10 +369,12 @@ def straggler_lesson(raw: dict, emulated: dict, slow_rank: int = 2, pause: float
     paced = abs(took["slowed"] / lockstep - 1) <= PACE_TOLERANCE
     said = [f"On this machine, with rank {slow_rank} pausing {ms(pause)} before each step: "
             f"{describe_straggler(raw['slowed'])}",
-            f"On the emulated {machine} (every message held back by its link), as it is: the call took "
+            f"On the emulated {machine} (virtual time: each message takes its links' time on the ranks' clocks, "
+            f"and the pause is on rank {slow_rank}'s clock, nobody sleeping), as it is: the call took "
             f"{ms(took['as it is'])}, against {ms(predicted)} predicted for its {steps} steps on those links by "
             f"rl.predict ({took['as it is'] / predicted:.2f}x"
-            + ("; the rest is this machine's CPU: reductions and Python)." if took["as it is"] > predicted else ")."),
+            + ("; the rest is this CPU's additions, counted as the CPU time they took)." if took["as it is"] > predicted
+               else ")."),
             f"With rank {slow_rank} pausing: {describe_straggler(late)}",
             f"The lockstep model (each step waits for its slowest rank) predicts {ms(lockstep)} for that call: "
             f"{ms(predicted)} of links plus {steps} pauses of {ms(pause)}. Measured: {ms(took['slowed'])} "
@@ -364,6 +382,11 @@ def straggler_lesson(raw: dict, emulated: dict, slow_rank: int = 2, pause: float
             + (f"the straggler set the pace, adding its pause to every step of every rank."
                if paced else f"further from the model than {PACE_TOLERANCE:.0%}, so the pace was not the "
                              "straggler's alone here.")]
+    walls = [getattr(emulated[name], "wall_s", None) for name in ("as it is", "slowed")]
+    if None not in walls:
+        said.append(f"Those are the emulated machine's times. This machine took {ms(walls[0])} of wall time to run the "
+                    f"call as it is and {ms(walls[1])} with the straggler: the links' time and the {steps} pauses are "
+                    "virtual, so neither is waited for here.")
     conclusions = [
         "the straggler is named on the emulated machine" if named["emulated"] else
         "the straggler is not named on the emulated machine",
