@@ -108,13 +108,13 @@ def test_bad_inputs_are_the_same_clear_error_on_every_rank(nranks, tmp_path):
     assert same_everywhere(everyone, "after") == "right"
 
 
-def test_a_slowed_link_keeps_to_the_deadline(tmp_path):
+def test_a_slowed_link_takes_virtual_time_not_this_machines(tmp_path):
+    """800 KB a rank over 1 KB/s links: the ring's 4/3 x 800 KB need about 1070 s on the emulated machine, which
+    the ranks' clocks say, while this machine takes well under the call's 2 s deadline: nobody waits for a link."""
     everyone = run("slow-link", 3, tmp_path, RINGLAB_RANKS_PER_NODE="1", RINGLAB_NODE_LINK_GBPS="1e-6")
     for seen in everyone:
-        assert seen["allreduce"].startswith("StepTimeout: rank "), seen
-        assert seen["seconds"] < 15
-    assert any("on simulated nodes joined by slowed links (RINGLAB_NODE_LINK_GBPS=1e-06) needs" in seen["allreduce"]
-               for seen in everyone)
+        assert seen["allreduce"] == "right", seen
+        assert 1000 < seen["virtual"] < 1150 and seen["seconds"] < 2, seen
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
