@@ -214,11 +214,17 @@ def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, 
 def _run(kind: str | None, x, *args, **kwargs):
     """:func:`_call`, leaving the caller's current GPU current when it returns (or raises)."""
     device = getattr(x, "device", None) if is_device_array(x) else None
-    with emulate.inside():  # on an emulated machine, the call's own bookkeeping is not counted on the clock
+    ticking = emulate.clock() if emulate.current() is not None else None
+    if ticking is not None:  # on an emulated machine the call's own bookkeeping is not counted on the clock
+        ticking.enter()
+    try:
         if device is None or not hasattr(device, "__enter__"):
             return _call(kind, x, *args, **kwargs)
         with device:  # cupy's Device makes x's GPU current and restores the caller's on exit
             return _call(kind, x, *args, **kwargs)
+    finally:
+        if ticking is not None:
+            ticking.leave()
 
 
 def _call(kind: str | None, x, algorithm, comm, transport: str, options: dict, *, in_place: bool, agree: bool,
