@@ -259,3 +259,16 @@ def test_release_buffers_empties_the_pools_but_for_the_users_arrays(nranks):
         assert r["before"]["total"] > r["total"], r
         assert r["total"] == r["used"] == -(-r["keep_bytes"] // 512) * 512, r  # the user's array, nothing else
         assert r["pinned_free_blocks"] == 0 and r["keep_intact"], r
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_gpu_buffers_on_emulated_links_give_mpis_sum_in_virtual_time(nranks):
+    """cupy buffers staged through the host on emulated links: MPI's sum in both compute modes; with
+    compute="model" the virtual time is rl.predict's for those links (this CPU and the stand-in never count)."""
+    done = run_gpusim(nranks, [str(SCRIPTS / "vt_gpu_emulated.py")], timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert set(seen) == {"cpu", "model"}, done.stdout
+    assert all(said.startswith("right ") for said in seen.values()), seen
+    assert float(seen["cpu"].split()[1]) >= 0.999, seen  # never faster than its links
+    assert abs(float(seen["model"].split()[1]) - 1) < 0.01, seen
