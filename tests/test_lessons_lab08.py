@@ -18,7 +18,7 @@ def _sharding_result(stage3_s=0.03, stage2_s=0.02):
              "measured_s": stage2_s, "predicted_s": 0.018, "formula": 200},
             {"variant": "ZeRO stage 3", "held": held(40, 40, 80), "sent": [120, 120], "calls": 9,
              "measured_s": stage3_s, "predicted_s": 0.027, "formula": 160}]
-    return {"rows": rows, "machine": "uniform:0.05:20@10", "ranks": 2, "nparams": 10}
+    return {"rows": rows, "machine": "uniform:0.05:20", "ranks": 2, "nparams": 10}
 
 
 def test_the_sharding_lesson_follows_its_numbers():
@@ -26,6 +26,11 @@ def test_the_sharding_lesson_follows_its_numbers():
     assert finding.conclusions == ("each stage holds less than the one before", "stage 3 sends 1.5x what data "
                                    "parallelism sends", "stages 1 and 2 take about as long on the emulated machine",
                                    "stage 3 is the slowest on the emulated machine")
+    assert "On the emulated links a step took, in virtual time, 20.0 ms with plain data parallelism" in finding.text
+    assert "wall time" not in finding.text
+    walled = _sharding_result()
+    walled["rows"] = [dict(r, wall_s=0.05 * (i + 1)) for i, r in enumerate(walled["rows"])]
+    assert "This machine took 50.0, 100.0, 150.0, 200.0 ms of wall time a step" in sharding.sharding_lesson(walled).text
     slow = sharding.sharding_lesson(_sharding_result(stage3_s=0.021, stage2_s=0.02))
     assert "stage 3 is not clearly the slowest on the emulated machine" in slow.conclusions
     assert [r["ratio"] for r in sharding.memory_rows(_sharding_result())] == [1.0, 1.0, 1.0, 1.0]
@@ -49,6 +54,12 @@ def test_the_mapping_lesson_follows_its_numbers():
     assert good.conclusions == ("the tensor group carries most of the bytes",
                                 "the tensor-inside-nodes mapping is faster on the emulated machine",
                                 "the measured steps match the predictions on the emulated machine")
+    assert "the rest is this CPU's work (compute, Python), counted as the CPU time it took" in good.text
+    modelled = mesh.mapping_lesson([dict(row("tensor inside nodes", 1.0, 0.8, 0.2), compute="model", wall_s=0.1),
+                                    dict(row("tensor across nodes", 3.0, 2.9, 0.1), compute="model", wall_s=0.2)])
+    assert modelled.conclusions == good.conclusions
+    assert "within 0.0% of the predicted collectives: with compute='model' this CPU's work never counts" in modelled.text
+    assert "This machine took 100.0 and 200.0 ms of wall time a step" in modelled.text
     tie = mesh.mapping_lesson([row("tensor inside nodes", 2.0, 0.8, 0.2), row("tensor across nodes", 2.1, 2.9, 0.1)])
     assert "the two mappings take about as long on the emulated machine" in tie.conclusions
     assert "the measured steps do not match the predictions on the emulated machine" in tie.conclusions
@@ -59,6 +70,20 @@ def test_group_machines_are_the_presets_links():
 
     spec, bandwidth, latency = mesh.group_machine(preset("ib-2x8-h100"), [0, 8], scale=100)
     assert spec == f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}@100" and bandwidth == pytest.approx(48e9)
+    spec, _, _ = mesh.group_machine(preset("ib-2x8-h100"), [0, 8])  # the lesson's: the H100s' own speed
+    assert spec == f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}"
+
+
+def test_counted_sets_the_groups_compute_and_restores_it(monkeypatch):
+    from ringlab.mpi.emulate import COMPUTE_ENV, emulation
+
+    monkeypatch.setenv(COMPUTE_ENV, "cpu")
+    with mesh.counted("model"):
+        assert emulation("uniform:1:1").compute == "model"
+    assert emulation("uniform:1:1").compute == "cpu"
+    with pytest.raises(ValueError, match="compute must be one of cpu, model"):
+        with mesh.counted("gpu"):
+            pass
 
 
 def test_the_imbalance_lesson_follows_its_numbers():
@@ -69,6 +94,11 @@ def test_the_imbalance_lesson_follows_its_numbers():
     assert finding.conclusions == ("the skewed router loads its busiest expert more",
                                    "the skewed router's all-to-alls move more bytes",
                                    "the skewed layer takes longer on the emulated machine")
+    assert "it did not grow with the busiest expert's load here" in finding.text
+    computed = experts.imbalance_lesson([dict(row("as initialised", [2, 2], 1, 10, 1.0), predicted_s=0.9, wall_s=0.1),
+                                         dict(row("skewed", [4, 0], 3, 30, 2.0), predicted_s=1.7, padded=3)])
+    assert "this CPU's work came to 100.0 ms a step as initialised and 300.0 ms skewed: it grew" in computed.text
+    assert "this machine took 100.0 ms of wall time" in computed.text and "(3 padded ones)" in computed.text
 
 
 def test_the_attention_lesson_says_equal_and_observes_the_overlap():

@@ -14,7 +14,8 @@
 #
 # **What you need:** labs 03, 05 and 06, and torch. Everything runs on this machine's CPU; where the
 # laptop's two cores cannot show a principle, the same code runs on an emulated machine beside it
-# (`rl.emulate`: every message of ringlab's collectives held back by its link), and the lab says which.
+# (`rl.emulate`, lab 02: in virtual time, each message of ringlab's collectives taking its links' time
+# on the ranks' clocks), and the lab says which, and how this CPU's own work is counted there.
 
 # %%
 import ringlab as rl
@@ -113,8 +114,12 @@ table(ranks.pull_rank0("same"), {"optimizer": "optimizer", "ZeRO stage": "stage"
 # each stage, a few steps each. Every rank reports the bytes of the tensors it holds after a step
 # (`ZeroOptimizer.memory()`: measured from its tensors, not computed), and the bytes it sent, counted
 # from the schedules it ran. The steps run on an **emulated machine** (`MACHINE` in the lab's room:
-# every pair of ranks joined by 50 MB/s links, 20 us a message, run 10 times slower): four ranks on
-# this laptop's two cores would otherwise time their CPUs, not their traffic.
+# every pair of ranks joined by 50 MB/s links, 20 us a message), timed in virtual time: four ranks on
+# this laptop's two cores would otherwise time their CPUs, not their traffic. There each rank's own
+# work (forward, backward, Adam, the optimizer's Python around its collectives) counts as the CPU
+# time it took (`compute="cpu"`), so a step is its collectives on those links plus that work: the
+# table sets it beside the cost model's time for the collectives alone, and beside what this machine
+# took (wall time).
 
 # %%
 # %%px
@@ -194,9 +199,11 @@ mesh_groups = check_mesh_groups(mesh_groups)  # yours when it is right, else the
 # `ib-2x8-h100` preset (GPUs 0, 1, 8 and 9): a 2 x 2 mesh that trains a stack of tensor-parallel MLP
 # blocks on 4096 tokens a data rank. Each group's collectives run on an emulated machine made of the
 # links between its GPUs in the preset (`group_machine`: NVLink inside a node, the network card across),
-# 20,000 times slower than the H100s so that the laptop's CPU work stays small beside them. First with
-# the tensor groups inside the nodes, then across them; beside each, the cost model's time for the same
-# collectives on the same links.
+# at the H100s' full speed, in virtual time with `compute="model"`: this CPU's work never counts (its
+# forward and backward would outweigh a few microseconds of NVLink a thousandfold, and a laptop is no
+# H100), so a step's time is its collectives alone, each message taking its links' time; the stack's
+# own arithmetic is left out. First with the tensor groups inside the nodes, then across them; beside
+# each, the cost model's time for the same collectives on the same links, and what this machine took.
 
 # %%
 # %%px
@@ -246,7 +253,9 @@ padded_bytes = check_padded_bytes(padded_bytes)  # yours when it is right, else 
 # %% [markdown]
 # A router is rarely even. Here four experts (one a rank) with the router as initialised, and then
 # with its bias pushed towards expert 0, on the emulated machine of the ZeRO section; forward and
-# backward of the layer, timed.
+# backward of the layer, timed in virtual time with this CPU's work (the router's, the experts')
+# counted as the CPU time it took, so that both costs of imbalance show: the padded all-to-alls, and
+# the busiest expert's rank computing while the others wait for it.
 
 # %%
 # %%px

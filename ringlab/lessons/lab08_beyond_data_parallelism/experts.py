@@ -18,14 +18,17 @@ COSTLIER = 1.3  # the skewed layer at least 1.3x as long: imbalance costs
 
 
 def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: float = SKEW) -> list[dict]:
-    """Forward and backward of the expert-parallel layer (one expert a rank) on ``machine``'s emulated links, with the
-    router as initialised and skewed (``skew`` added to expert 0's bias); a row for each, on every rank."""
+    """Forward and backward of the expert-parallel layer (one expert a rank) on ``machine``'s emulated links, in
+    virtual time (this CPU's work, the router's and the experts', counted as the CPU time it took), with the router
+    as initialised and skewed (``skew`` added to expert 0's bias); a row for each, on every rank, with this
+    machine's wall time a step beside."""
     import torch
     from mpi4py import MPI
 
-    from ...mpi.emulate import emulate, now, synchronize
+    from ...mpi.emulate import emulate, now, synchronize, wall
     from ...train.experts import ExpertParallel, MixtureOfExperts
     from ...train.task import one_thread
+    from ...train.zero import sent_bytes
 
     comm = MPI.COMM_WORLD if comm is None else comm
     n = comm.Get_size()
@@ -39,25 +42,32 @@ def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: f
                 with torch.no_grad():
                     moe.router.bias[0] += skew
             layer = ExpertParallel(moe, comm)
-            seconds = []
+            seconds, walls = [], []
             with emulate(machine):
                 for step in range(steps + 1):  # the first is a warm-up
                     synchronize(comm)  # virtual time: every rank's clock set to the latest, at no cost
-                    start = now()
+                    start, began = now(), wall()
                     layer(x).sum().backward()
                     synchronize(comm)
                     seconds.append(now() - start)
+                    walls.append(wall() - began)
                     if step == 0:
                         layer.sent.clear()
             last = layer.last
             block = last["capacity"] * FEATURES * 8  # bytes of one padded block
-            calls = [("alltoall.pairwise", n * n * block)] * 4 + [("alltoall.pairwise", n * n * last["capacity"] * 8),
-                                                                  ("allreduce.ring", (n + 1) * n * 8)]
+            ids = ("alltoall.pairwise", n * n * last["capacity"] * 8)  # which expert each slot is for
+            sent = layer.sent["alltoall"] / steps
+            # the padded all-to-alls a step ran, counted from the bytes this rank sent: dispatch and combine, and
+            # combine's gradient backward (the tokens here need no gradient, so dispatch's backward never runs)
+            padded = round((sent - sent_bytes(ids[0], n, ids[1], 8)[comm.Get_rank()]) /
+                           sent_bytes("alltoall.pairwise", n, n * n * block, 8)[comm.Get_rank()])
+            calls = [("alltoall.pairwise", n * n * block)] * padded + [ids, ("allreduce.ring", (n + 1) * n * 8)]
             per_expert = last["per_expert"]
             rows.append({"router": router, "per_expert": per_expert, "capacity": last["capacity"],
                          "mean_pair": TOKENS / n, "imbalance": max(per_expert) / statistics.mean(per_expert),
-                         "sent": comm.allreduce(layer.sent["alltoall"], op=MPI.MAX) / steps,
+                         "sent": comm.allreduce(sent, op=MPI.MAX), "padded": padded,
                          "measured_s": comm.allreduce(statistics.median(seconds[1:]), op=MPI.MAX) / scale,
+                         "wall_s": comm.allreduce(statistics.median(walls[1:]), op=MPI.MAX),
                          "predicted_s": sum(predict(build(name, n), nbytes, topology).seconds for name, nbytes in calls)})
     return rows
 
@@ -70,12 +80,22 @@ def imbalance_lesson(rows: list[dict]) -> Finding:
         said.append(f"Router {r['router']}: the experts got {r['per_expert']} tokens (the busiest "
                     f"{r['imbalance']:.1f}x the mean); the largest block one rank sent another held {r['capacity']} "
                     f"tokens against a mean of {r['mean_pair']:.0f}, so every block was padded to it and each rank "
-                    f"sent {format_bytes(r['sent'])} a step in all-to-alls; a step took {r['measured_s'] * 1e3:.1f} ms "
-                    f"on the emulated links ({r['predicted_s'] * 1e3:.1f} ms predicted for its collectives).")
+                    f"sent {format_bytes(r['sent'])} a step in all-to-alls"
+                    + (f" ({r['padded']} padded ones)" if "padded" in r else "")
+                    + f"; a step took {r['measured_s'] * 1e3:.1f} ms on the emulated links, in virtual time "
+                    f"({r['predicted_s'] * 1e3:.1f} ms predicted for its collectives; the rest is this CPU's work, the "
+                    "router's and the experts', counted as the CPU time it took"
+                    + (f"; this machine took {r['wall_s'] * 1e3:.1f} ms of wall time)." if r.get("wall_s") else ")."))
     ratio = skewed["measured_s"] / even["measured_s"]
     said.append(f"Skewing the router made the busiest expert {skewed['imbalance'] / even['imbalance']:.1f}x as busy, "
                 f"the all-to-alls {skewed['sent'] / even['sent']:.1f}x as heavy and the step {ratio:.1f}x as long "
-                f"(predicted {skewed['predicted_s'] / even['predicted_s']:.1f}x).")
+                f"(predicted {skewed['predicted_s'] / even['predicted_s']:.1f}x for the collectives alone).")
+    extra = {r["router"]: r["measured_s"] - r["predicted_s"] for r in rows}
+    said.append(f"Beyond the collectives, this CPU's work came to {extra[even['router']] * 1e3:.1f} ms a step as "
+                f"initialised and {extra[skewed['router']] * 1e3:.1f} ms skewed: "
+                + ("it grew with the busiest expert's load, whose rank computes longest while the others wait for it "
+                   "in the combine: imbalance costs twice." if extra[skewed["router"]] > extra[even["router"]] else
+                   "it did not grow with the busiest expert's load here."))
     conclusions = ("the skewed router loads its busiest expert more" if skewed["imbalance"] > even["imbalance"] else
                    "the skewed router does not load its busiest expert more",
                    "the skewed router's all-to-alls move more bytes" if skewed["sent"] > even["sent"] else
@@ -126,5 +146,6 @@ def against_one_rank(comm=None) -> dict:
 
 
 IMBALANCE_COLUMNS = {"router": "router", "tokens per expert": "per_expert", "busiest / mean": ("imbalance", ".2f"),
-                     "block (tokens)": "capacity", "all-to-all a step (KiB)": "sent", "measured (ms)": "measured_s",
-                     "predicted (ms)": "predicted_s"}
+                     "block (tokens)": "capacity", "all-to-all a step (KiB)": "sent",
+                     "measured step, virtual (ms)": "measured_s", "predicted collectives (ms)": "predicted_s",
+                     "this machine's step, wall (ms)": "wall_s"}

@@ -2,6 +2,8 @@
 groups inside the nodes or across them, predicted and measured on emulated links; the exercise on its groups."""
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 
 import numpy as np
@@ -14,18 +16,25 @@ from ...topology import preset, uniform
 
 MACHINE = "ib-2x8-h100"
 PLACEMENT = (0, 1, 8, 9)  # world rank -> the preset's GPU: two GPUs of each of its two nodes
-SCALE = 20000  # run 20000x slower than the H100s, so that 4 ranks' CPU work on 2 cores stays small beside the links
+# The H100s' own links at full speed, in virtual time with compute="model": this CPU's work never counts (a laptop's
+# CPU is no H100, and its forward and backward would outweigh microseconds of NVLink a thousandfold), so a step is
+# its collectives alone, each message taking its links' time, as the cost model prices them. The stack's own
+# arithmetic (6 x parameters x tokens a step) is not modelled: nothing calls rl.emulate's elapse for it.
+SCALE = 1.0
+COMPUTE = "model"
 TOKENS, HIDDEN, BLOCKS = 4096, 8, 2  # a data rank's batch (256 KiB of activations), a narrow width (little compute), blocks
 FASTER = 1.5  # one mapping's step at least 1.5x the other's: the mapping matters
 CLOSE = 0.3  # measured within 30% of the prediction
 
 
 def group_machine(topology, gpus, scale: float = SCALE) -> tuple[str, float, float]:
-    """(SPEC for rl.emulate, bytes/s, seconds): the links a group of the preset's GPUs talks over, as a uniform machine."""
+    """(SPEC for rl.emulate, bytes/s, seconds): the links a group of the preset's GPUs talks over, as a uniform machine
+    (``scale`` times slower, when not 1)."""
     from ...train.tensor import group_link
 
     bandwidth, latency = group_link(topology, list(gpus))
-    return f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}@{scale:g}", bandwidth, latency
+    slower = "" if scale == 1 else f"@{scale:g}"
+    return f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}{slower}", bandwidth, latency
 
 
 def _predicted(counter, steps: int, nranks: int, bandwidth: float, latency: float) -> float:
@@ -35,14 +44,15 @@ def _predicted(counter, steps: int, nranks: int, bandwidth: float, latency: floa
                for key, count in counter.items() if isinstance(key, tuple))
 
 
-def measure_mappings(comm=None, steps: int = 2, machine: str = MACHINE, placement=PLACEMENT, scale: float = SCALE):
-    """Train the mesh a few steps with each mapping on emulated links; rows (on every rank), one per mapping."""
+def measure_mappings(comm=None, steps: int = 2, machine: str = MACHINE, placement=PLACEMENT, scale: float = SCALE,
+                     compute: str = COMPUTE):
+    """Train the mesh a few steps with each mapping on emulated links, in virtual time with a call's own work
+    counted as ``compute`` says (``"model"``: this CPU's never counts), this machine's wall time beside; rows (on
+    every rank), one per mapping."""
     import torch
     from mpi4py import MPI
 
-    from ...train.mesh import MeshTrainer, make_stack
     from ...train.task import one_thread
-    from ...train.tensor import device_mesh
 
     comm = MPI.COMM_WORLD if comm is None else comm
     if comm.Get_size() != len(placement):
@@ -50,19 +60,40 @@ def measure_mappings(comm=None, steps: int = 2, machine: str = MACHINE, placemen
     topology = preset(machine)
     gen = torch.Generator().manual_seed(7)
     rows = []
-    with one_thread():  # a rank's share of a core
+    with one_thread(), counted(compute):  # a rank's share of a core; every group's machine counts work alike
         for inner in (True, False):
-            rows.append(_one_mapping(comm, inner, topology, placement, scale, steps, gen, machine))
+            rows.append(_one_mapping(comm, inner, topology, placement, scale, steps, gen, machine, compute))
     return rows
 
 
-def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: int, gen, machine: str) -> dict:
-    import torch
-    from mpi4py import MPI
+@contextlib.contextmanager
+def counted(compute: str):
+    """Within the block, emulated machines made without a ``compute`` of their own (the trainer's groups') count a
+    call's own work as ``compute`` says: ``RINGLAB_EMULATE_COMPUTE``, set and then restored."""
+    from ...mpi.emulate import COMPUTE_ENV, COMPUTES
 
-    from ...mpi.emulate import emulate, now, synchronize
+    if compute not in COMPUTES:
+        raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
+    saved = os.environ.get(COMPUTE_ENV)
+    os.environ[COMPUTE_ENV] = compute
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(COMPUTE_ENV, None)
+        else:
+            os.environ[COMPUTE_ENV] = saved
+
+
+def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: int, gen, machine: str,
+                 compute: str) -> dict:
+    import torch
+
+    from ...mpi.emulate import emulate, now, synchronize, wall
     from ...train.mesh import MeshTrainer, make_stack
     from ...train.tensor import device_mesh
+
+    from mpi4py import MPI
 
     if True:
         mesh = device_mesh(comm, 2, 2, tensor_inner=inner)
@@ -75,14 +106,15 @@ def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: in
         trainer.step(x, y)  # warm-up
         trainer.tensor_sent.clear()
         trainer.data_sent.clear()
-        seconds = []
-        with emulate(d_spec):  # one virtual clock through the step; each group's collectives on its own links
+        seconds, walls = [], []
+        with emulate(d_spec, compute=compute):  # one virtual clock through the step; each group's collectives on its links
             for _ in range(steps):
                 synchronize(comm)  # every rank's clock set to the latest, at no cost
-                start = now()
+                start, began = now(), wall()
                 trainer.step(x, y)
                 synchronize(comm)
                 seconds.append(now() - start)
+                walls.append(wall() - began)
         row = {
             "mapping": "tensor inside nodes" if inner else "tensor across nodes",
             "tensor_gpus": [[placement[r] for r in g] for g in mesh.tensor_groups],
@@ -92,7 +124,8 @@ def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: in
             "tensor_calls": sum(c for k, c in trainer.tensor_sent.items() if isinstance(k, tuple)) / steps,
             "predicted_tensor_s": _predicted(trainer.tensor_sent, steps, 2, t_bw, t_lat),
             "predicted_data_s": _predicted(trainer.data_sent, steps, 2, d_bw, d_lat),
-            "measured_s": statistics.median(seconds) / scale, "scale": scale, "machine": machine}
+            "measured_s": statistics.median(seconds) / scale, "scale": scale, "machine": machine, "compute": compute,
+            "wall_s": comm.allreduce(statistics.median(walls), op=MPI.MAX)}
         row["predicted_s"] = row["predicted_tensor_s"] + row["predicted_data_s"]
         mesh.free()
     return row
@@ -104,9 +137,9 @@ def mapping_lesson(rows: list[dict]) -> Finding:
     said, conclusions = [], []
     for r in (good, bad):
         said.append(f"{r['mapping'].capitalize()} (tensor groups on GPUs {r['tensor_gpus']}, data groups on "
-                    f"{r['data_gpus']}): {r['measured_s'] * 1e6:.0f} us a step measured on the emulated links, "
-                    f"{r['predicted_s'] * 1e6:.0f} us predicted for its collectives "
-                    f"({r['predicted_tensor_s'] * 1e6:.0f} tensor, {r['predicted_data_s'] * 1e6:.0f} data).")
+                    f"{r['data_gpus']}): {r['measured_s'] * 1e6:.1f} us a step measured on the emulated links, in "
+                    f"virtual time, {r['predicted_s'] * 1e6:.1f} us predicted for its collectives "
+                    f"({r['predicted_tensor_s'] * 1e6:.1f} tensor, {r['predicted_data_s'] * 1e6:.1f} data).")
     ratio, predicted_ratio = bad["measured_s"] / good["measured_s"], bad["predicted_s"] / good["predicted_s"]
     share = good["tensor_bytes"] / (good["tensor_bytes"] + good["data_bytes"])
     said.append(f"Each rank sends {good['tensor_bytes'] / 2**20:.1f} MiB a step in its tensor group "
@@ -123,9 +156,15 @@ def mapping_lesson(rows: list[dict]) -> Finding:
     conclusions.append("the measured steps match the predictions on the emulated machine" if close else
                        "the measured steps do not match the predictions on the emulated machine")
     worst = max(abs(r["measured_s"] / r["predicted_s"] - 1) for r in rows)
-    said.append(f"The measured steps are within {worst:.0%} of the predicted collectives: "
-                + ("the rest is this machine's CPU work (compute, Python), divided by the scale." if close else
-                   f"more than {CLOSE:.0%} apart, so this machine's CPU work is not small beside the emulated links."))
+    modelled = all(r.get("compute") == "model" for r in rows)
+    said.append(f"The measured steps are within {worst:.1%} of the predicted collectives: "
+                + ("with compute='model' this CPU's work never counts, so a step is its collectives alone, timed "
+                   "message by message on the links, an independent check of the cost model's sum." if modelled and close
+                   else "the rest is this CPU's work (compute, Python), counted as the CPU time it took." if close else
+                   f"more than {CLOSE:.0%} apart, so this CPU's work is not small beside the emulated links."))
+    if all(r.get("wall_s") for r in rows):
+        said.append(f"This machine took {good['wall_s'] * 1e3:.1f} and {bad['wall_s'] * 1e3:.1f} ms of wall time a "
+                    "step to run them: the H100s' microseconds are virtual.")
     return Finding(" ".join(said), tuple(conclusions))
 
 
@@ -179,7 +218,8 @@ def split_against_whole(comm=None) -> list[dict]:
 
 MAPPING_COLUMNS = {"mapping": "mapping", "tensor groups (GPUs)": "tensor_gpus", "tensor links": "tensor_link",
                    "data links": "data_link", "tensor MiB a step": ("tensor_mib", ".2f"),
-                   "data MiB a step": ("data_mib", ".3f"), "measured (us)": "measured_s", "predicted (us)": "predicted_s"}
+                   "data MiB a step": ("data_mib", ".3f"), "measured step, virtual (us)": "measured_s",
+                   "predicted collectives (us)": "predicted_s", "this machine's step, wall (ms)": "wall_s"}
 
 
 def mapping_rows(rows: list[dict]) -> list[dict]:
