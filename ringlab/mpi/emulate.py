@@ -171,9 +171,12 @@ def emulate(machine, scale: float | None = None, compute: str | None = None):
     """Run ringlab's collectives on ``machine``'s links, in virtual time, inside the block (call it on every
     rank): ``machine`` a Topology or a SPEC string, ``scale`` how many times slower its links are made (None:
     the SPEC's ``@SCALE``, else 1), ``compute`` "cpu" (a call's own work counts as the CPU time it took) or
-    "model" (priced as the cost model prices it); None: ``RINGLAB_EMULATE_COMPUTE``, else "cpu". Inside,
+    "model" (priced as the cost model prices it); None: the enclosing block's, else ``RINGLAB_EMULATE_COMPUTE``,
+    else "cpu". Inside,
     :func:`now` reads this rank's virtual clock, which starts counting this thread's CPU at the outermost
     block (blocks nest: the innermost machine carries the calls, one clock runs through them all)."""
+    if compute is None and _ACTIVE:  # a block inside another counts compute as the one around it does
+        compute = _ACTIVE[-1].compute
     chosen = emulation(machine, scale, compute)
     if current() is None:  # the outermost block: what this thread did before ran on no emulated machine
         thread_clock().restart()
