@@ -1,6 +1,6 @@
 """Emulated machines held to the cost model, in virtual time: each time measured on emulated links over rl.predict.
 
-    python benchmarks/emulated_vs_model.py                      # the acceptance run of issue 48 (about 15 minutes)
+    python benchmarks/emulated_vs_model.py                      # the acceptance run of issue 48 (10-15 minutes)
     python benchmarks/emulated_vs_model.py --ranks 2,4 --sizes 1K,1M --no-busy --presets '' --json out.json
 
 Under ``rl.emulate(machine, compute=...)`` ringlab's collectives run in virtual time (``ringlab.mpi.emulate``):
@@ -25,9 +25,10 @@ of 2 ranks), the chain broadcast in 8 segments and the tree reduce, 1 KiB to 64 
   which no emulated ring can use).
 
 Every ratio is of numbers measured in this run, and the goals say met or NOT met from them. The wall time of
-each job is printed beside the virtual time it emulated: an emulated run takes as long as its CPU work (about
-15 minutes on this project's 2 cores shared with other jobs, load average 9 to 26: the 16-rank jobs take most
-of it; the other jobs stretch the wall time, never a model-mode number). Every rank count here takes part in every step of every algorithm alike; on 3 or 5 ranks
+each job is printed beside the virtual time it emulated: an emulated run takes as long as its CPU work (10 to 15
+minutes on this project's 2 cores shared with other jobs, load average 9 to 26, recorded in
+results/emulated_vs_model_issue48.txt: the 8- and 16-rank jobs take most of it; the other jobs stretch the
+wall time, never a model-mode number). Every rank count here takes part in every step of every algorithm alike; on 3 or 5 ranks
 in nodes of 2, the hierarchical allreduce's short node runs ahead of the cost model's lockstep steps
 (tests/test_virtual_time.py).
 """

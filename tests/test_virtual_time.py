@@ -23,9 +23,9 @@ ALGORITHMS = {"allreduce.ring", "allreduce.naive", "broadcast.chain", "reduce.tr
               "allreduce.hierarchical"}
 
 
-def cases(nranks: int, mode: str, env: dict | None = None) -> dict[str, tuple[str, float, float, float]]:
-    """{case: (right or WRONG, measured/predicted, virtual s, wall s)} of one job of tests/mpi/vt_model_check.py,
-    and under "said" the job's other lines."""
+def cases(nranks: int, mode: str, env: dict | None = None) -> tuple[dict[str, tuple], list[str]]:
+    """One job of tests/mpi/vt_model_check.py: ({case: (right or WRONG, measured/predicted, virtual s, wall s)},
+    the job's other lines)."""
     done = run_mpi(nranks, [str(SCRIPT), mode], timeout=180, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out, said = {}, []
