@@ -169,12 +169,13 @@ def sharding_lesson(result: dict) -> Finding:
            f"; stage 3 was not clearly slower ({three / two:.1f}x stage 2)."))
     overhead = (time["ZeRO stage 1"] - row["ZeRO stage 1"]["predicted_s"]) - \
                (time["data parallel"] - row["data parallel"]["predicted_s"])
-    observed = ("ZeRO's collectives cost more than the model predicts, beside data parallelism's one"
+    observed = ("stage 1 spends clearly more beyond its collectives than data parallelism"
                 if overhead > 0.25 * row["data parallel"]["predicted_s"] else
-                "ZeRO's collectives cost what the model predicts, beside data parallelism's one")
-    said.append(f"The model puts stages 1 and 2 within {row['ZeRO stage 1']['predicted_s'] / row['data parallel']['predicted_s'] - 1:.0%} "
-                f"of data parallelism (the same bytes; a few more latencies). Measured, stage 1 spent {overhead * 1e3:+.1f} ms "
-                "more beyond its prediction than data parallelism did. Beyond its collectives a step's virtual time is "
+                "stage 1 spends about as much beyond its collectives as data parallelism")
+    apart = row["ZeRO stage 1"]["predicted_s"] / row["data parallel"]["predicted_s"] - 1
+    said.append(f"The model puts stages 1 and 2 within {apart:.0%} of data parallelism (the same bytes; a few more "
+                f"latencies). Measured, stage 1 spent {abs(overhead) * 1e3:.1f} ms {'more' if overhead >= 0 else 'less'} "
+                "beyond its prediction than data parallelism did. Beyond its collectives a step's virtual time is "
                 "this CPU's own work, counted as the CPU time it took: forward, backward and Adam, alike in both, and "
                 f"the optimizer's Python around each of its {row['ZeRO stage 1']['calls']} collectives, where data "
                 "parallelism runs one (FSDP and DeepSpeed bucket their units for the same reason).")
