@@ -32,6 +32,8 @@ it in place, and hands back the blocks this rank ends with:
 """
 from __future__ import annotations
 
+from time import thread_time
+
 import numpy as np
 
 from ..algorithms import ALGORITHMS, build
@@ -214,9 +216,10 @@ def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, 
 def _run(kind: str | None, x, *args, **kwargs):
     """:func:`_call`, leaving the caller's current GPU current when it returns (or raises)."""
     device = getattr(x, "device", None) if is_device_array(x) else None
+    cpu = thread_time()  # on an emulated machine the learner's compute ends here: the rest is the call's own
     ticking = emulate.clock() if emulate.current() is not None else None
-    if ticking is not None:  # on an emulated machine the call's own bookkeeping is not counted on the clock
-        ticking.enter()
+    if ticking is not None:  # its own bookkeeping is not counted on the clock
+        ticking.enter(cpu)
     try:
         if device is None or not hasattr(device, "__enter__"):
             return _call(kind, x, *args, **kwargs)

@@ -449,11 +449,12 @@ def clock_name() -> str:
 def inside():
     """A ringlab call on an emulated machine: its own bookkeeping is not counted on the clock (nothing to do
     on this machine's own)."""
+    cpu = time.thread_time()  # the learner's compute ends here: finding the emulation is the call's own work
     if current() is None:
         yield
         return
     ticking = clock()
-    ticking.enter()
+    ticking.enter(cpu)
     try:
         yield
     finally:

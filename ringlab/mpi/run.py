@@ -327,10 +327,10 @@ class Clock:
         """The time on this clock."""
         return self.t if self.inside or not self.cpu else self.t + (time.thread_time() - self.mark)
 
-    def settle(self) -> None:
-        """Count the CPU time used since the last look (outside a call, with ``cpu``)."""
+    def settle(self, cpu: float | None = None) -> None:
+        """Count the CPU time used since the last look, up to ``cpu`` when given (outside a call, with ``cpu``)."""
         if not self.inside:
-            cpu = time.thread_time()
+            cpu = time.thread_time() if cpu is None else cpu
             if self.cpu:
                 self.t += cpu - self.mark
             self.mark = cpu
@@ -341,9 +341,10 @@ class Clock:
         if not self.inside:
             self.mark = time.thread_time()
 
-    def enter(self) -> None:
-        """A ringlab call starts: the learner's compute so far is counted, the call's own bookkeeping is not."""
-        self.settle()
+    def enter(self, cpu: float | None = None) -> None:
+        """A ringlab call starts: the learner's compute so far (up to ``cpu``, when the call read it first) is
+        counted, the call's own bookkeeping is not."""
+        self.settle(cpu)
         self.inside += 1
 
     def leave(self) -> None:
