@@ -241,7 +241,7 @@ over_ranks = busbw_over_ranks(OVER_RANKS, RANKS)
 alpha, bandwidth = links_of(OVER_RANKS, max(RANKS))
 algbw_busbw_plot(scaling_rows(alpha, bandwidth, ranks=RANKS), measured=over_ranks,
                  title=f"lines: predicted (cost model) for the links of {OVER_RANKS.split('@')[0]}; markers: ring "
-                       "allreduce measured on those emulated links").show()
+                       "allreduce measured on those emulated links, in virtual time").show()
 
 # %%
 print(scaling_lesson(over_ranks, OVER_RANKS))

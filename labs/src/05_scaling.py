@@ -66,7 +66,7 @@ for n in (2, 4):
         rows[n], raw[n] = ranks.pull_rank0("result")["rows"], ranks.pull_rank0("raw")[0]["one_way_s"]
         emulated[n] = in_machine_units(ranks.pull_rank0("emulated"))  # the emulated machine's (virtual) times
 busbw_plot([dict(r, algorithm=f"{r['algorithm']} on {n} ranks, this machine") for n in rows for r in rows[n]]
-           + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE.split('@')[0]}") for n in emulated
+           + [dict(r, algorithm=f"ring on {n} ranks, emulated {MACHINE.split('@')[0]} (virtual time)") for n in emulated
               for r in emulated[n]],
            title="measured here: allreduce bus bandwidth, on this machine and on emulated links").show()
 
