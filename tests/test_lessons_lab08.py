@@ -74,18 +74,6 @@ def test_group_machines_are_the_presets_links():
     assert spec == f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}"
 
 
-def test_counted_sets_the_groups_compute_and_restores_it(monkeypatch):
-    from ringlab.mpi.emulate import COMPUTE_ENV, emulation
-
-    monkeypatch.setenv(COMPUTE_ENV, "cpu")
-    with mesh.counted("model"):
-        assert emulation("uniform:1:1").compute == "model"
-    assert emulation("uniform:1:1").compute == "cpu"
-    with pytest.raises(ValueError, match="compute must be one of cpu, model"):
-        with mesh.counted("gpu"):
-            pass
-
-
 def test_the_imbalance_lesson_follows_its_numbers():
     row = lambda router, per_expert, capacity, sent, seconds: {
         "router": router, "per_expert": per_expert, "capacity": capacity, "mean_pair": 2, "sent": sent,

@@ -2,8 +2,6 @@
 groups inside the nodes or across them, predicted and measured on emulated links; the exercise on its groups."""
 from __future__ import annotations
 
-import contextlib
-import os
 import statistics
 
 import numpy as np
@@ -60,29 +58,10 @@ def measure_mappings(comm=None, steps: int = 2, machine: str = MACHINE, placemen
     topology = preset(machine)
     gen = torch.Generator().manual_seed(7)
     rows = []
-    with one_thread(), counted(compute):  # a rank's share of a core; every group's machine counts work alike
+    with one_thread():  # a rank's share of a core
         for inner in (True, False):
             rows.append(_one_mapping(comm, inner, topology, placement, scale, steps, gen, machine, compute))
     return rows
-
-
-@contextlib.contextmanager
-def counted(compute: str):
-    """Within the block, emulated machines made without a ``compute`` of their own (the trainer's groups') count a
-    call's own work as ``compute`` says: ``RINGLAB_EMULATE_COMPUTE``, set and then restored."""
-    from ...mpi.emulate import COMPUTE_ENV, COMPUTES
-
-    if compute not in COMPUTES:
-        raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
-    saved = os.environ.get(COMPUTE_ENV)
-    os.environ[COMPUTE_ENV] = compute
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(COMPUTE_ENV, None)
-        else:
-            os.environ[COMPUTE_ENV] = saved
 
 
 def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: int, gen, machine: str,
@@ -107,7 +86,9 @@ def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: in
         trainer.tensor_sent.clear()
         trainer.data_sent.clear()
         seconds, walls = [], []
-        with emulate(d_spec, compute=compute):  # one virtual clock through the step; each group's collectives on its links
+        # one virtual clock through the step; each group's collectives on its own links, in blocks of the trainer's
+        # that count a call's work as this one does
+        with emulate(d_spec, compute=compute):
             for _ in range(steps):
                 synchronize(comm)  # every rank's clock set to the latest, at no cost
                 start, began = now(), wall()
