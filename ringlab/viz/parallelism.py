@@ -38,7 +38,7 @@ def mapping_bars(rows: list[dict]) -> go.Figure:
                 marker_color=qualitative.Plotly[1], offsetgroup="predicted")
     fig.add_bar(x=names, y=[r["predicted_data_s"] * 1e6 for r in rows], name="predicted: data group's allreduce",
                 marker_color=qualitative.Plotly[2], offsetgroup="predicted", base=[r["predicted_tensor_s"] * 1e6 for r in rows])
-    fig.update_layout(title=f"a training step on 4 GPUs of {rows[0]['machine']} (emulated, in its units)",
+    fig.update_layout(title=f"a training step on 4 GPUs of {rows[0]['machine']} (emulated links, virtual time)",
                       yaxis_title="microseconds a step", legend=dict(orientation="h", y=-0.2))
     return fig
 
