@@ -1,7 +1,9 @@
 """One slow worker, made on purpose: its compute takes ``factor`` times as long, plus ``extra_seconds`` a step.
 
 The parameter server (``ParameterServer(..., straggler=)``) and lab 04's ring allreduce run
-(:func:`ringlab.lessons.lab04_parameter_servers.wallclock.race`) slow their worker the same way, by sleeping after it computes.
+(:func:`ringlab.lessons.lab04_parameter_servers.wallclock.race`) slow their worker the same way, after it computes:
+on this machine it sleeps; on an emulated machine (``rl.emulate``) the delay passes on its virtual clock
+(:func:`ringlab.mpi.emulate.elapse`), and nobody sleeps.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ MAX_EXTRA_SECONDS = 30.0     # below the default deadline (60 s) of the ranks th
 
 @dataclass(frozen=True)
 class Straggler:
-    """Worker ``worker`` computes ``factor`` times as slowly, then sleeps ``extra_seconds`` more, every step."""
+    """Worker ``worker`` computes ``factor`` times as slowly, then waits ``extra_seconds`` more, every step."""
     worker: int
     factor: float = 1.0
     extra_seconds: float = 0.0
@@ -38,12 +40,18 @@ class Straggler:
         raise ValueError(f"straggler must be None, a Straggler or a (worker, factor) pair, got {straggler!r}")
 
     def slow_down(self, worker: int, spent: float) -> float:
-        """On ``worker``, after computing for ``spent`` seconds: sleep if it is the straggler; the step's
-        compute seconds in all (``spent`` on every other worker)."""
+        """On ``worker``, after computing for ``spent`` seconds: if it is the straggler, sleep (on an emulated
+        machine, let the time pass on its virtual clock instead); the step's compute seconds in all (``spent``
+        on every other worker)."""
+        from ..mpi import emulate
+
         if worker != self.worker:
             return spent
         extra = spent * (self.factor - 1) + self.extra_seconds
-        time.sleep(extra)
+        if emulate.current() is not None:
+            emulate.elapse(extra)
+        else:
+            time.sleep(extra)
         return spent + extra
 
     def __str__(self) -> str:
