@@ -1,5 +1,9 @@
 """ringlab.train.overlap: the bucket sizes swept, and the sweep measured on 2 real MPI ranks (a few steps each)."""
 import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the train e
 from ringlab.cluster.launch import run_mpi  # noqa: E402
 from ringlab.train.overlap import bucket_sizes, gradient_bytes, make_wide_model, measure_overlap  # noqa: E402
 
+HERE = Path(__file__).parent / "mpi"
 LAYER = 512 * 512 * 4 + 512 * 4  # a hidden layer's weight and bias, float32
 
 SWEEP = """
@@ -58,3 +63,41 @@ def test_the_sweep_on_two_ranks():
         assert r["step_s"] > 0 and r["backward_s"] > 0 and r["allreduce_s"] > 0 and r["waited_s"] >= 0
         assert r["skew_s"] >= 0
     assert [t["bytes"] for t in result["timed"]] == [4096, 1 << 20] and all(t["time_s"] > 0 for t in result["timed"])
+
+
+@contextmanager
+def busy_processes(count: int):
+    """``count`` processes that spin on the cores while the block runs (ended by their PIDs after it)."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("compute, busy", [("model", 2), ("cpu", 0), ("cpu", 2)])
+def test_overlap_on_emulated_links_hides_communication_in_virtual_time(tmp_path, compute, busy):
+    """The optimizer's two threads keep a clock each: with compute="model" (4 layers of 0.1 s forward and 0.2 s
+    backward, one bucket a layer, one bucket's allreduce about 0.2 s on the links) a step takes 4 x (0.1 + 0.2)
+    + one allreduce with overlap and 4 x (0.1 + 0.2 + one allreduce) without, to 5%, whatever else runs on the
+    cores, and nobody sleeps (wall time under half of it); with compute="cpu" (the wide MLP's CPU time, on links
+    where averaging takes half of it) overlap's step is clearly the shorter."""
+    out = tmp_path / "overlap.json"
+    with busy_processes(busy):
+        done = run_mpi(2, [str(HERE / "vt_train_overlap.py"), str(out), compute], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    off, on = seen["rows"]["False"], seen["rows"]["True"]
+    assert off["buckets"] == on["buckets"] >= 4
+    if compute == "model":
+        layers, a = seen["layers"], seen["bucket_allreduce"]
+        computing = layers * (seen["forward"] + seen["backward"])
+        assert off["step_s"] == pytest.approx(computing + layers * a, rel=0.05), seen
+        assert on["step_s"] == pytest.approx(computing + a, rel=0.05), seen
+        assert on["comm_s"] == pytest.approx(a, rel=0.05) and off["comm_s"] == pytest.approx(layers * a, rel=0.05)
+        assert max(off["wall_s"], on["wall_s"]) < 0.5 * on["step_s"], seen  # nobody sleeps
+    else:
+        assert on["step_s"] < 0.95 * off["step_s"], seen
+        assert on["comm_s"] < off["comm_s"], seen

@@ -8,6 +8,8 @@ import time
 import numpy as np
 import torch
 
+from ..mpi import emulate
+
 
 def array_of(tensor: torch.Tensor):
     """The same memory as a numpy array (CPU) or cupy array (GPU), through DLPack: no copy."""
@@ -64,16 +66,25 @@ TRACE_DTYPE = np.dtype([("kind", "U9"), ("name", "U64"), ("bucket", "i4"), ("ran
 
 
 class Tracer:
-    """The rows of :meth:`ringlab.train.DistributedOptimizer.trace_records`, on one clock from a barrier."""
+    """The rows of :meth:`ringlab.train.DistributedOptimizer.trace_records`, on one clock from a barrier: on an
+    emulated machine (in force when the tracer is made) each thread's virtual clock, from clocks set alike
+    (:func:`ringlab.mpi.emulate.synchronize`); else this machine's ``time.perf_counter``."""
 
-    def __init__(self, comm):
-        comm.Barrier()
-        self.origin, self.rank = time.perf_counter(), comm.Get_rank()
+    def __init__(self, comm, limit: float | None = None):
+        self.virtual = emulate.current() is not None
+        if self.virtual:
+            emulate.synchronize(comm, limit)
+        else:
+            comm.Barrier()
+        self.origin, self.rank = self._now(), comm.Get_rank()
         self.rows, self.step = [], 0
         self.mark = 0.0  # the latest backward start, gradient hook or step end: where the next backward row starts
 
+    def _now(self) -> float:
+        return emulate.clock().now() if self.virtual else time.perf_counter()
+
     def clock(self) -> float:
-        return time.perf_counter() - self.origin
+        return self._now() - self.origin
 
     def backward(self, name: str, bucket: int, nbytes: int) -> None:
         now = self.clock()
@@ -98,6 +109,7 @@ class Bucket:
         self.seen = [0] * len(params)  # backward passes accumulated into each gradient since the last step
         self.queued = False            # handed to the communication thread this step
         self.issued = self.started = self.ended = np.nan  # trace clock: handed over, allreduce began, ended
+        self.handed = self.finished = 0.0  # emulate.now(): handed to communication, averaged (for virtual time)
         self.ready = threading.Event()  # set: the thread may reduce it
         self.done = threading.Event()   # set: reduced
 

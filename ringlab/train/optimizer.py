@@ -16,18 +16,27 @@ nothing; ``skip_synchronize()`` is refused, since there is nothing left to skip.
 
 With ``trace=True`` it records when each gradient became ready and when each bucket was averaged
 (:meth:`DistributedOptimizer.trace_records`).
+
+On an emulated machine (``rl.emulate`` or ``RINGLAB_EMULATE``) every thread keeps virtual time
+(:mod:`ringlab.mpi.emulate`): the main thread's clock runs with the backward pass's compute, and the
+communication thread's with the allreduces, as a GPU's communication stream runs beside its compute. A bucket
+handed over carries the main thread's time; the communication thread starts it no sooner, and the end of the
+backward pass waits until the time the communication thread finished it (waiting costs no CPU: an Event).
+The optimizer's own bookkeeping (its hooks, its checks) is not counted, as a collective's is not; the division
+of the averaged gradients is, as the arithmetic it is (compute="cpu": its CPU time; "model": nothing, as the
+cost model prices it). ``comm_seconds`` and the trace read :func:`ringlab.mpi.emulate.now`: virtual time
+there, ``time.perf_counter`` on this machine.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import threading
-import time
 
 import numpy as np
 import torch
 
-from ..mpi import private
+from ..mpi import emulate, private
 from ..mpi.collectives import allreduce, broadcast
 from ..mpi.deadlines import DEFAULT, StepTimeout, seconds
 from ..mpi.devices import is_device_array
@@ -68,7 +77,8 @@ class DistributedOptimizer:
     ``find_unused_parameters`` does. To accumulate gradients over several backward passes, run all but
     the last inside ``with opt.no_sync():`` (as with DDP), or give ``backward_passes_per_step=k`` (as
     with Horovod); a second backward pass into gradients already sent is an error, not a wrong average.
-    ``comm_seconds`` accumulates the time spent waiting for communication at the end of backward passes.
+    ``comm_seconds`` accumulates the time spent waiting for communication at the end of backward passes
+    (virtual time on an emulated machine).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, named_parameters, algorithm="ring", comm=None,
@@ -91,7 +101,8 @@ class DistributedOptimizer:
         named = stepped_parameters(optimizer, named_parameters)
         if not named:
             problems.append("no parameters that require gradients in the optimizer's param groups")
-        self._comm = private.duplicate(self.comm, "DistributedOptimizer", timeout)  # collective: every rank comes
+        with emulate.inside():  # setting up is not the emulated machine's compute
+            self._comm = private.duplicate(self.comm, "DistributedOptimizer", timeout)  # collective: every rank comes
         label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
         hyper = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
         options = {"algorithm": label, "transport": transport, "bucket_bytes": bucket_bytes, "overlap": overlap,
@@ -113,7 +124,7 @@ class DistributedOptimizer:
         self._passes_done, self._callback_queued = 0, False
         self._error: BaseException | None = None   # raised by the communication thread, surfaces in the main one
         self._broken: str | None = None            # why the optimizer refuses to go on
-        self._tracer = Tracer(self._comm) if trace else None
+        self._tracer = Tracer(self._comm, seconds(timeout)) if trace else None
         self._first_call = private.state(self._comm).calls  # the same on every rank: steps are counted from it
         self._thread = None
         if overlap:
@@ -194,6 +205,10 @@ class DistributedOptimizer:
 
     def _make_hook(self, bucket: Bucket, i: int):
         def ready(param):
+            with emulate.inside():  # on an emulated machine, the optimizer's bookkeeping is not compute
+                arrived(param)
+
+        def arrived(param):
             if self._closed:
                 return
             if self._tracer is not None:
@@ -227,6 +242,7 @@ class DistributedOptimizer:
                 self.synchronize()
 
     def _send(self, bucket: Bucket) -> None:
+        bucket.handed = emulate.now()  # on an emulated machine the communication thread starts it no sooner
         if self._tracer is not None:
             bucket.issued = self._tracer.clock()
         if bucket.flat.device in self._gpu:
@@ -246,8 +262,10 @@ class DistributedOptimizer:
         def allreduce_bucket():
             allreduce(bucket.array, self.algorithm, comm=self._comm, transport=self.transport, in_place=True,
                       timeout=self.timeout)
-            bucket.array /= self._comm.Get_size()
+            _arithmetic(bucket.array.__itruediv__, self._comm.Get_size())  # the average, in place
 
+        if emulate.current() is not None:  # not before the main thread handed it over (its own clock, if it did)
+            emulate.clock().at_least(bucket.handed)
         if self._tracer is not None:
             bucket.started = self._tracer.clock()
         order = self._gpu.get(bucket.flat.device)
@@ -279,10 +297,12 @@ class DistributedOptimizer:
                     return
                 try:
                     if self._error is None:  # after a failure in this step, the rest is not sent
-                        self._reduce(bucket)
+                        with emulate.inside():  # the allreduce's own times are on this thread's clock
+                            self._reduce(bucket)
                 except BaseException as err:  # surfaces at the end of the backward pass, on the main thread
                     self._error = err
                 finally:
+                    bucket.finished = emulate.now()  # this thread's clock: when the main thread may go on
                     bucket.done.set()
 
     def _check_parameters(self) -> None:
@@ -301,18 +321,19 @@ class DistributedOptimizer:
         if self._final:
             return
         try:
-            self._check_parameters()
-            self._average()
+            with emulate.inside():  # waiting and bookkeeping: not compute on an emulated machine
+                self._check_parameters()
+                self._average()
         except BaseException as err:
             self._broken = f"{type(err).__name__}: {err}"
             raise
         self._final = True
 
     def _average(self) -> None:
-        start = time.perf_counter()
+        start = emulate.now()
         limit = seconds(self.timeout)
         for bucket in self.buckets:
-            waiting = time.perf_counter()
+            waiting = emulate.now()
             if not bucket.queued:
                 for i in range(len(bucket.params)):
                     self._adopt(bucket, i)  # parameters unused in this step keep the gradient they hold
@@ -331,13 +352,15 @@ class DistributedOptimizer:
                 if not bucket.done.wait(None if limit is None else limit * (len(self.buckets) + 1)):
                     raise RuntimeError(f"DistributedOptimizer: bucket {bucket.index}'s allreduce did not end within "
                                        "its deadline (the communication thread is stuck)")
+                if emulate.current() is not None:  # the communication thread's clock when it finished
+                    emulate.clock().at_least(bucket.finished)
             if self._tracer is not None:
-                self._tracer.allreduce(bucket, time.perf_counter() - waiting)
+                self._tracer.allreduce(bucket, emulate.now() - waiting)
         for bucket in self.buckets:
             if bucket.averaged is not None:
                 self._gpu[bucket.flat.device].before_step(bucket)
                 bucket.gradients_ready = bucket.averaged = None
-        self.comm_seconds += time.perf_counter() - start
+        self.comm_seconds += emulate.now() - start
         if self._error is not None:
             raise self._error
 
@@ -376,3 +399,14 @@ class DistributedOptimizer:
 
     def __getattr__(self, name):  # param_groups, state, state_dict ... of the wrapped optimizer
         return getattr(self.optimizer, name)
+
+
+def _arithmetic(function, *arguments) -> None:
+    """``function(*arguments)``: arithmetic on the gradients. Inside the optimizer's bookkeeping on an emulated
+    machine it still counts: its CPU time (compute="cpu"), or nothing (compute="model": the cost model prices
+    no division)."""
+    if emulate.current() is None:
+        function(*arguments)
+        return
+    ticking = emulate.clock()
+    ticking.work([(function, arguments)], None if ticking.cpu else 0.0)
