@@ -10,9 +10,10 @@ overlap off and on, on the ranks of a communicator, each step traced (lab 06).
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
+
+from ..mpi import emulate
 
 WIDTH, HIDDEN_LAYERS, PER_RANK = 512, 5, 16
 LR = 0.01
@@ -48,15 +49,20 @@ def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None
     """Train :func:`make_wide_model` at every bucket size of ``sizes``, overlap off and then on, ``warmup`` +
     ``steps`` steps each (``per_rank`` samples a rank, plain SGD), on every rank of ``comm`` (default COMM_WORLD).
 
-    Every step starts from a barrier and is traced; the settings take turns, one step each (starting each round
-    with the next one), so that a load on the machine that comes and goes falls on all of them alike.
+    Every step starts from a barrier (on an emulated machine, every rank's clock set to the latest:
+    :func:`ringlab.mpi.emulate.synchronize`) and is traced; the settings take turns, one step each (starting each
+    round with the next one), so that a load on the machine that comes and goes falls on all of them alike.
+    Every time is :func:`ringlab.mpi.emulate.now`'s: virtual time on an emulated machine (its links' time plus
+    this CPU's compute counted as CPU time), this machine's clock otherwise.
 
     Rank 0 returns ``{"rows": [...], "traces": [...]}``, a row per setting and, beside it, every rank's trace
     rows of its timed steps (``DistributedOptimizer.trace_records``); other ranks return None. A row holds
     medians over the timed steps, each step's figure taken on its slowest rank: ``step_s``; ``waited_s`` in
     ``step()`` waiting for communication; ``backward_s`` from the backward pass's start to its last gradient;
     ``allreduce_s`` the buckets' allreduces summed; ``skew_s`` how far apart the ranks began the first
-    bucket's allreduce. ``load`` is the machine's 1-minute load average at the end.
+    bucket's allreduce; ``wall_step_s`` the step on this machine's own clock (what the CPU took: the same as
+    ``step_s`` but on an emulated machine); ``clock`` what the other times read. ``load`` is the machine's
+    1-minute load average at the end.
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
@@ -86,14 +92,14 @@ def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None
     for step in range(warmup + steps):
         turn = step % len(runs)  # each step starts with another setting, so none always follows the same one
         for model, opt, seconds in runs[turn:] + runs[:turn]:
-            comm.Barrier()
-            start = time.perf_counter()
+            emulate.synchronize(comm)
+            start, wall = emulate.now(), emulate.wall()
             opt.zero_grad()
             inputs, targets = batch(rank, step)
             opt.backward(loss_fn(model(inputs), targets))
             opt.step()
-            seconds.append(time.perf_counter() - start)
-    rows, traces = [], []
+            seconds.append((emulate.now() - start, emulate.wall() - wall))
+    rows, traces, clock = [], [], emulate.clock_name()
     for (bucket_bytes, overlap), (model, opt, seconds) in zip(settings, runs):
         opt.close()
         records = opt.trace_records()
@@ -102,8 +108,9 @@ def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None
         everyone = comm.gather((np.array(seconds[warmup:]), records), root=0)
         if rank == 0:
             trace = np.concatenate([r for _, r in everyone])
-            rows.append(_row(trace, np.max([s for s, _ in everyone], axis=0), bucket_bytes, overlap,
-                             len(opt.buckets), gradient_bytes(model), size))
+            slowest = np.max([s for s, _ in everyone], axis=0)  # (step, [virtual or host, wall])
+            rows.append(dict(_row(trace, slowest[:, 0], bucket_bytes, overlap, len(opt.buckets), gradient_bytes(model),
+                                  size), wall_step_s=float(np.median(slowest[:, 1])), clock=clock))
             traces.append(trace)
     if rank != 0:
         return None

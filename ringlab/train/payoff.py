@@ -8,18 +8,20 @@ running this module::
     mpiexec -n 2 python -m mpi4py -m ringlab.train.payoff --widths 64,256,1024 --steps 30
 
 Every rank takes PER_RANK samples a step (n ranks: n times the samples per step), and the
-DistributedOptimizer averages the gradients after backward (``overlap=False``), as the cost model
-assumes. A step lasts as long as its slowest rank's; the time kept is the fastest timed step's, as
-timeit keeps the best of its runs: other work on the machine can slow a step, never speed one up.
+DistributedOptimizer averages the gradients after backward in one allreduce (``overlap=False``, one
+bucket), as the cost model assumes. A step lasts as long as its slowest rank's; the time kept is the fastest
+timed step's, as timeit keeps the best of its runs: other work on the machine can slow a step, never speed one up.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
-import time
 
 import numpy as np
+
+from ..mpi import emulate
 
 from .scaling import PER_RANK
 from .task import one_thread
@@ -34,8 +36,10 @@ def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None, per_ran
 
     Alone (``comm`` None): plain SGD, all compute. On every rank of ``comm``: a DistributedOptimizer
     (ring, no overlap) whose ``step()`` time is the communication. Returns ``hidden``,
-    ``gradient_bytes``, ``step_s`` (the fastest step, each step as slow as its slowest rank) and ``comm_s``
-    (that step's seconds in ``step()`` on that rank). Each rank takes ``per_rank`` samples a step.
+    ``gradient_bytes``, ``step_s`` (the fastest step, each step as slow as its slowest rank), ``comm_s``
+    (that step's seconds in ``step()`` on that rank) and ``wall_step_s`` (that step on this machine's own clock).
+    Each rank takes ``per_rank`` samples a step. Times are :func:`ringlab.mpi.emulate.now`'s: virtual time on an
+    emulated machine (its links' time plus this CPU's compute counted as CPU time), this machine's otherwise.
     """
     import torch
 
@@ -51,25 +55,28 @@ def time_steps(hidden: int, steps: int = 30, warmup: int = 5, comm=None, per_ran
     batch = batches(x, y, 1 if comm is None else comm.Get_size(), per_rank)
     model = make_model(hidden=hidden)
     sgd = torch.optim.SGD(model.parameters(), lr=LR)
-    opt = sgd if comm is None else DistributedOptimizer(sgd, model.named_parameters(), comm=comm, overlap=False)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    opt = sgd if comm is None else DistributedOptimizer(sgd, model.named_parameters(), comm=comm, overlap=False,
+                                                        bucket_bytes=nbytes)  # one allreduce, as the model has it
     loss_fn = torch.nn.CrossEntropyLoss()
-    seconds = np.zeros((steps, 2))  # (step, in step() communicating) per timed step
+    seconds = np.zeros((steps, 3))  # (step, in step() communicating, the step's wall time) per timed step
     for step in range(warmup + steps):
-        began, comm_before = time.perf_counter(), getattr(opt, "comm_seconds", 0.0)
+        began, wall, comm_before = emulate.now(), emulate.wall(), getattr(opt, "comm_seconds", 0.0)
         opt.zero_grad()
         inputs, targets = batch(rank, step)
         loss_fn(model(inputs), targets).backward()
         opt.step()
         if step >= warmup:
-            seconds[step - warmup] = time.perf_counter() - began, getattr(opt, "comm_seconds", 0.0) - comm_before
+            seconds[step - warmup] = (emulate.now() - began, getattr(opt, "comm_seconds", 0.0) - comm_before,
+                                      emulate.wall() - wall)
     if comm is not None:
         opt.close()
-        ranks = np.array(comm.allgather(seconds))  # (rank, step, [step, in step()])
+        ranks = np.array(comm.allgather(seconds))  # (rank, step, [step, in step(), wall])
         slowest = ranks[:, :, 0].argmax(axis=0)  # a step lasts as long as its slowest rank's: take that rank's
         seconds = ranks[slowest, np.arange(steps)]
-    step_s, comm_s = seconds[np.argmin(seconds[:, 0])]  # the fastest step, and its communicating
-    return {"hidden": hidden, "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-            "step_s": float(step_s), "comm_s": float(comm_s)}
+    step_s, comm_s, wall_s = seconds[np.argmin(seconds[:, 0])]  # the fastest step, its communicating, its wall
+    return {"hidden": hidden, "gradient_bytes": nbytes, "step_s": float(step_s), "comm_s": float(comm_s),
+            "wall_step_s": float(wall_s)}
 
 
 def run_ranks(widths=WIDTHS, steps: int = 30, per_rank: int = PER_RANK) -> dict | None:
@@ -96,11 +103,12 @@ def default_rank_counts(cores: int) -> tuple[int, ...]:
 
 def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: float = 300,
                    machine: str | None = None, per_rank: int = PER_RANK) -> dict:
-    """One rank timed in this process (each width twice, the faster kept), then one MPI job per rank count (each at least 2; by default 2
-    up to this machine's cores, at most 4: a core per rank). With ``machine`` (an emulation SPEC) the jobs
-    run on that emulated machine's links (``RINGLAB_EMULATE``): their sweep and their gradients' allreduces
-    are held back by its links, while the compute is this machine's. Every rank takes ``per_rank`` samples
-    a step.
+    """One rank timed in this process (each width twice, the faster kept), then one MPI job per rank count (each at
+    least 2; by default 2 up to this machine's cores, at most 4: a core per rank). With ``machine`` (an emulation
+    SPEC) the one rank and the jobs keep virtual time on that emulated machine (``rl.emulate`` here,
+    ``RINGLAB_EMULATE`` in the jobs): their sweep and their gradients' allreduces take its links' time, and the
+    compute counts as this CPU's time (each thread's CPU time, so that ranks sharing a core, or other processes
+    on the cores, do not lengthen it). Every rank takes ``per_rank`` samples a step.
 
     Returns ``{"cores", "per_rank", "machine", "one_rank": [time_steps rows], "runs": [run_ranks results]}``.
     """
@@ -116,10 +124,10 @@ def measure_payoff(rank_counts=None, widths=WIDTHS, steps: int = 30, timeout: fl
         from ..topology import from_spec
 
         from_spec(machine, None)  # a bad SPEC is said here, before any job starts
-    with one_thread():
-        # every width twice, a pass over all of them apart, the faster kept: otherwise a few milliseconds of
-        # something else on the cores are timed into one rank's compute (width 64's 10 steps last 5 ms; CI once
-        # timed them at 898 us a step, and at 515-538 us in the four runs after it)
+    with one_thread(), (emulate.emulate(machine) if machine is not None else contextlib.nullcontext()):
+        # every width twice, a pass over all of them apart, the faster kept: on this machine's clock a few
+        # milliseconds of something else on the cores are timed into one rank's compute otherwise (width 64's 10
+        # steps last 5 ms; CI once timed them at 898 us a step, and at 515-538 us in the four runs after it)
         passes = [[time_steps(hidden, steps, per_rank=per_rank) for hidden in widths] for _ in range(2)]
         alone = [min(timed, key=lambda row: row["step_s"]) for timed in zip(*passes)]
     runs = []

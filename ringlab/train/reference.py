@@ -21,7 +21,9 @@ def ddp_weights(model: torch.nn.Module, batch, steps: int, lr: float, comm=None,
 
 def ddp_train(model: torch.nn.Module, batch, steps: int, lr: float, comm=None, loss_fn=None) -> float:
     """As :func:`ddp_weights`, training ``model`` in place; return the seconds the ``steps`` steps took on
-    this rank (the process group's start and DDP's first broadcast left out)."""
+    this rank (the process group's start and DDP's first broadcast left out), on this machine's clock even on
+    an emulated machine: torch's own messages (gloo) do not cross the emulated links, so virtual time would
+    count its compute and none of its communication."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD if comm is None else comm

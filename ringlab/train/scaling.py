@@ -6,7 +6,9 @@
 
 Every rank takes 32 samples per step (linear learning-rate scaling: lr 0.05 per 32 samples); rank 0
 prints one JSON row: samples per second, the share of each step spent communicating, the test
-accuracy reached, all measured in that run.
+accuracy reached, all measured in that run. Times are :func:`ringlab.mpi.emulate.now`'s: virtual time on
+an emulated machine (``RINGLAB_EMULATE``: its links' time plus this CPU's compute counted as CPU time),
+with ``wall_seconds`` beside them, this machine's own clock.
 
 n ranks averaging their gradients compute what one process computes on the n slices together:
 :func:`train_in_one_process` trains that way, to check that the ranks themselves change nothing
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+
+from ..mpi import emulate
 
 PER_RANK, LR, MOMENTUM = 32, 0.05, 0.9
 
@@ -51,20 +54,22 @@ def train_and_time(steps: int, algorithm: str = "ring", comm=None) -> dict | Non
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=plan["lr"], momentum=plan["momentum"]),
                                model.named_parameters(), algorithm=algorithm, comm=comm)
     loss_fn = torch.nn.CrossEntropyLoss()
-    comm.Barrier()
-    start = time.perf_counter()
+    emulate.synchronize(comm)  # a barrier; on an emulated machine every rank's clock set to the latest
+    start, wall = emulate.now(), emulate.wall()
     for step in range(steps):
         opt.zero_grad()
         inputs, targets = batch(rank, step)
         loss_fn(model(inputs), targets).backward()
         opt.step()
-    seconds = time.perf_counter() - start
+    seconds, wall = emulate.now() - start, emulate.wall() - wall
     opt.close()
     slowest = comm.allreduce(seconds, op=MPI.MAX)
+    wall = comm.allreduce(wall, op=MPI.MAX)
     comm_share = comm.allreduce(opt.comm_seconds / seconds, op=MPI.SUM) / size
     if rank != 0:
         return None
-    return {"ranks": size, "steps": steps, "algorithm": algorithm, "seconds": slowest, **plan,
+    return {"ranks": size, "steps": steps, "algorithm": algorithm, "seconds": slowest, "wall_seconds": wall,
+            "clock": emulate.clock_name(), **plan,
             "samples": steps * plan["batch"], "train_points": len(y), "test_points": len(y_test),
             "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
             "samples_per_s": steps * plan["batch"] / slowest, "comm_share": comm_share,
