@@ -157,8 +157,8 @@ def test_the_overlap_lesson_concludes_from_the_emulated_sweep_and_observes_this_
     finding = overlap_lesson(competed, hid, cores=2)
     raw_text, emulated_text = finding.text.split("\n\n")
     assert raw_text == "On this machine: " + describe_overlap(competed, 2)
-    assert emulated_text.startswith("On the emulated uniform:0.05:200 (every allreduce's messages held back by the "
-                                    "links they cross; the backward pass is this machine's own): 2 ranks on 2 cores")
+    assert emulated_text.startswith("On the emulated uniform:0.25:50, in virtual time (its links' time plus this CPU's "
+                                    "compute counted as CPU time, each thread's its own): 2 ranks on 2 cores")
     assert "Overlap hid communication here: that step was 18% shorter" in emulated_text
     assert finding.conclusions == ("overlap hid communication on the emulated machine",)
     assert finding.observations == ("overlap did not clearly hide communication on this machine",)
@@ -166,3 +166,21 @@ def test_the_overlap_lesson_concludes_from_the_emulated_sweep_and_observes_this_
     assert "On the emulated uniform:1:50" in finding.text
     assert finding.conclusions == ("overlap did not clearly hide communication on the emulated machine",)
     assert finding.observations == ("overlap hid communication on this machine",)
+
+
+def test_a_sweep_in_virtual_time_says_so_and_puts_the_wall_time_beside_it():
+    """Rows measured on an emulated machine (their clock is virtual): threads do not wait for each other's cores
+    there, so the load and the cores are not what the words blame; the wall time of a step is shown beside."""
+    rows = [dict(r, clock="virtual (emulated uniform:0.25:50; compute: cpu)", wall_step_s=0.9, load=30.0)
+            for r in sweep({1: (101, 30, 40, 30), 2: (82, 12, 41, 33)})]
+    lines = describe_overlap(rows, cores=2).splitlines()
+    assert lines[0] == ("2 ranks, each running its backward pass on one thread and, with overlap, its allreduces on "
+                        "another, each thread's compute counted as its own CPU time: however many of them share 2 "
+                        "cores, neither waits for the other's core, as a GPU's compute and communication streams do "
+                        "not. (On this machine's own clock a step took 900 ms here: what its CPU took, not the "
+                        "emulated machine's time.)")
+    assert "load average" not in lines[0]
+    slowed = [dict(r, clock="virtual (emulated uniform:0.25:50; compute: cpu)")
+              for r in sweep({1: (120, 30, 40, 30), 2: (118, 33, 52, 45)})]
+    said = describe_overlap(slowed, cores=2)
+    assert "in virtual time each thread counts only its own CPU time" in said and "compete" not in said

@@ -88,6 +88,15 @@ def test_the_target_and_who_reached_it():
     assert "Not waiting won" in text
 
 
+def test_a_race_in_virtual_time_says_which_clock_and_the_wall_time_beside_it():
+    virtual = "virtual (emulated uniform:0.125:50; compute: cpu)"
+    runs = {m: dict(r, clock=virtual, wall_seconds=w) for (m, r), w in zip({"sync": SYNC, "ring": RING}.items(),
+                                                                             (1.5, 2.25))}
+    assert ("the ring allreduce after 0.33 s (measured in virtual time on the emulated machine: its links' time plus "
+            "this CPU's compute counted as CPU time; this machine took 1.50 to 2.25 s of wall time a run).") in (
+        describe_race(runs))
+
+
 def test_the_words_follow_the_numbers_when_async_loses():
     slow = dict(ASYNC, seconds=[t * 10 for t in ASYNC["seconds"]])
     text = describe_race({"sync": SYNC, "async": slow, "ring": RING})
@@ -167,6 +176,17 @@ def test_the_emulated_servers_bottleneck_is_worded_from_the_rows():
                                    "the server's steps miss the prediction on the emulated machine")
     with pytest.raises(ValueError, match="1, 2 and more workers"):
         server_bottleneck_lesson(rows[:2])
+
+
+def test_the_emulated_servers_bottleneck_is_said_in_virtual_time_with_the_wall_time_beside_it():
+    rows = [emulated_row(1, 0.030, None), emulated_row(2, 0.060, 0.016), emulated_row(4, 0.120, 0.025)]
+    rows[-1].update(ps_wall_seconds=0.2, ring_wall_seconds=0.05)
+    text = server_bottleneck_lesson(rows).text
+    assert text.startswith("Measured on the emulated uniform:0.02:500, in virtual time (its links' time plus this "
+                           "CPU's compute counted as CPU time): a worker waited 30.0 ms")
+    assert ("On this machine's own clock a step of the server's took 200.0 ms with 4 workers and a ring allreduce "
+            "50.0 ms: what its CPU took to run every rank's code on its cores, not the emulated machine's time.") in text
+    assert "held back" not in text
 
 
 def test_the_emulated_load_figure_shows_measured_beside_predicted():

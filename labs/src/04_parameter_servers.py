@@ -180,12 +180,14 @@ print(describe_server_load(load, nranks=ranks.n, cores=cores()))
 # Ranks that share a few cores and talk through memory, as on a laptop, time mostly the CPU (the
 # sentences above say whether yours shared cores): that cannot show the lesson of the table at the top,
 # that the server's *link* carries every worker's gradient. So run the same synchronous server on an emulated network
-# (`serverload.EMULATED`, `uniform:0.02:500`: every rank on its own 20 MB/s port to a switch, 500 us a
-# message). Every push and every answer really moves and is really added, but its sender holds it back
-# for as long as its links need, and pushes that arrive together share the server's one port. Beside it,
-# a ring allreduce of the same gradients among the same workers on the same network, and the cost
-# model's prediction of both for that network. What is measured is real code on links of known speed,
-# not your network.
+# (`serverload.EMULATED`, `uniform:0.125:50`: every rank on its own 1 Gb/s Ethernet port to a switch, 50 us a
+# message) in **virtual time**. Every push and every answer really moves and is really added, but each rank
+# keeps a clock of its own: a message arrives its links' time after its sender posted it (pushes that
+# arrive together share the server's one port), and computing adds this CPU's time for it (the thread's
+# CPU time, so ranks sharing your cores do not lengthen it); nobody sleeps. Beside it, a ring allreduce of
+# the same gradients among the same workers on the same network, and the cost model's prediction of both
+# for that network. What is measured is real code on links of known speed, with this CPU's compute
+# counted as CPU time: not your network. The wall time your machine took is printed beside it.
 
 # %%
 # %%px

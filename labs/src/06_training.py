@@ -194,13 +194,14 @@ print(describe_payoff(speedups, payoff))
 #
 # On this machine the "network" is a memory copy and the ranks share its cores, so the allreduce's time
 # is partly the CPU's. The next measurement runs the 2-rank job on an emulated network
-# (`payoff.PAYOFF_MACHINE`, `uniform:1:100`: every rank on its own 1 GB/s port, 100 us a message, `rl.emulate`)
-# with 256 samples a rank a step, so that the compute is longer: the gradients' allreduces are held
-# back by those links while the data really moves and is really averaged, and the compute is this
-# machine's own. The prediction beside each width comes from the links' own figures (`rl.predict`),
-# not from a fit. Each verdict sets the averaging that `step()` measured beside one rank's compute; the
-# end-to-end step is printed too, and where the ranks computed slower than one rank alone (another
-# process on the cores) the sentence says so.
+# (`payoff.PAYOFF_MACHINE`, `uniform:1:500`: every rank on its own 1 GB/s port, 500 us a message, `rl.emulate`)
+# with 256 samples a rank a step, in **virtual time**: the data really moves and is really averaged, but
+# every rank keeps a clock of its own, to which each message adds its links' time and each computation
+# this CPU's time for it (the thread's CPU time, so ranks sharing cores, or other processes, do not
+# lengthen it); nobody sleeps. The one rank alone is timed the same way. The prediction beside each width
+# comes from the links' own figures (`rl.predict`), not from a fit. Each verdict sets the averaging that
+# `step()` measured beside one rank's compute; the end-to-end step is printed too, and so is what this
+# machine's own clock (wall time) said, which is not the emulated machine's time.
 
 # %%
 emulated_payoff = measure_emulated_payoff()  # one rank here, then a 2-rank job on the emulated links
@@ -296,11 +297,13 @@ overlap_timeline(timeline_traces(measured))
 # Whether overlap paid above depends on this machine: where a rank's backward pass and its communication
 # thread share one core, and MPI copies and adds on that core, what runs side by side runs slower. On a
 # GPU box the bytes cross links and NICs while the GPU computes. The cell above also ran the sweep on an
-# emulated network (`overlap.MACHINE`, `uniform:0.05:200`: every rank on its own 50 MB/s port, 200 us a
-# message), where each allreduce's messages are held back by their links and a waiting thread sleeps,
-# with 1024 samples a rank so that a backward pass is long enough to hide a good part of averaging the
-# gradients, at three bucket sizes: one layer, two layers and the whole model. The gradients really move and are
-# really added on this machine's cores; only the links are emulated.
+# emulated network (`overlap.MACHINE`, `uniform:0.25:50`: every rank on its own 0.25 GB/s port, 50 us a
+# message) in virtual time: each thread keeps a clock, the backward pass's counting its own CPU time and
+# the communication thread's the allreduces' link time (and its own additions), as a GPU's compute and
+# communication streams run side by side; nobody sleeps. With 256 samples a rank a backward pass takes
+# about as long as averaging the gradients over those links, at three bucket sizes: one layer, two layers
+# and the whole model. The gradients really move and are really added on this machine's cores; the times
+# are the emulated machine's: its links' time plus this CPU's compute counted as CPU time.
 
 # %%
 table(emulated["rows"], OVERLAP_COLUMNS)

@@ -15,7 +15,11 @@ NAMES = {"sync": "the synchronous server", "async": "the asynchronous server", "
 def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int = 32, comm=None) -> dict:
     """Train lab 04's MLP with ``method`` on every rank of ``comm`` (default COMM_WORLD); every rank
     returns the run: the test loss after every update against the seconds since the start, and the
-    straggler as plain values (``worker``, ``factor``, ``extra_seconds``, and ``said``: it in words).
+    straggler as plain values (``worker``, ``factor``, ``extra_seconds``, and ``said``: it in words). The
+    seconds are :func:`ringlab.mpi.emulate.now`'s: on an emulated machine (``rl.emulate``, ``RINGLAB_EMULATE``)
+    virtual time, its links' time plus this CPU's compute counted as CPU time (the straggler's delay on its
+    clock), with ``wall_seconds`` beside them, the whole run on this machine's own clock, and ``clock``
+    naming what they read.
 
     ``"sync"`` and ``"async"``: rank 0 serves and ranks 1.. work (:class:`ringlab.train.ParameterServer`).
     ``"ring"``: ranks 1.. average their gradients with ringlab's ring allreduce
@@ -28,6 +32,7 @@ def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int =
     from mpi4py import MPI
     from torch.nn.utils import parameters_to_vector
 
+    from ...mpi import emulate
     from ...train import DistributedOptimizer, ParameterServer
     from ...train.straggler import Straggler
     from ...train.task import batches, make_data, make_model
@@ -42,6 +47,7 @@ def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int =
     x, y, x_test, y_test = make_data()
     batch, loss_fn, model = batches(x, y, workers, per_worker), torch.nn.CrossEntropyLoss(), make_model()
     run = {"method": method, "workers": workers, "steps": steps, "lr": lr, "staleness": None,
+           "clock": emulate.clock_name(), "wall_seconds": None,
            "straggler": None if straggler is None else {"worker": straggler.worker, "factor": straggler.factor,
                                                         "extra_seconds": straggler.extra_seconds,
                                                         "said": str(straggler)}}
@@ -53,18 +59,19 @@ def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int =
             opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr), model.named_parameters(),
                                        comm=group, overlap=False)
             history.append((0.0, parameters_to_vector(model.parameters()).detach().numpy().copy()))
-            group.Barrier()
-            start = time.perf_counter()
+            emulate.synchronize(group)  # a barrier; on an emulated machine every rank's clock set to the latest
+            start, wall = emulate.now(), emulate.wall()
             for step in range(steps):
-                began = time.perf_counter()
+                began = emulate.now()
                 opt.zero_grad()
                 inputs, targets = batch(worker, step)
                 loss_fn(model(inputs), targets).backward()
                 if straggler is not None:
-                    straggler.slow_down(worker, time.perf_counter() - began)
+                    straggler.slow_down(worker, emulate.now() - began)
                 opt.step()
-                history.append((time.perf_counter() - start,
+                history.append((emulate.now() - start,
                                 parameters_to_vector(model.parameters()).detach().numpy().copy()))
+            run["wall_seconds"] = emulate.wall() - wall
             opt.close()
             group.Free()
         barrier(comm, idle=rank == 0)
@@ -73,6 +80,7 @@ def race(method: str, steps: int, straggler, lr: float = 0.05, per_worker: int =
         ps = ParameterServer(model, servers=1, mode=method, lr=lr, straggler=straggler, history=True, comm=comm)
         record = ps.run(steps, batch, loss_fn)
         history = record.get("history", [])
+        run["wall_seconds"] = record["wall_seconds"]
         if method == "async" and rank == 0:
             run["staleness"] = record["staleness"]
         keeper = 0
@@ -152,7 +160,7 @@ def describe_race(runs: dict, target: float | None = None) -> str:
         lines.append(f"{NAMES[first].capitalize()} reached it first, after {reached[first]:.2f} s"
                      + "".join(f"; {NAMES[m]} after {reached[m]:.2f} s" for m in rest)
                      + "".join(f"; {NAMES[m]} never did (lowest {min(runs[m]['loss']):.3f})"
-                               for m in runs if reached[m] is None) + " (measured here).")
+                               for m in runs if reached[m] is None) + f" ({_clock_words(runs)}).")
     else:
         lines.append("No run reached it.")
     per_step = {m: run["seconds"][-1] / max(len(run["seconds"]) - 1, 1) for m, run in runs.items()}
@@ -176,6 +184,18 @@ def describe_race(runs: dict, target: float | None = None) -> str:
     if "async" in runs:
         lines.append(_async_sentences(runs, reached, per_step, straggler))
     return "\n".join(lines)
+
+
+def _clock_words(runs: dict) -> str:
+    """Which clock the runs' seconds are on: this machine's, or virtual time on an emulated machine (with the
+    wall time beside it)."""
+    virtual = [run for run in runs.values() if str(run.get("clock", "")).startswith("virtual")]
+    if not virtual:
+        return "measured here"
+    walls = [run["wall_seconds"] for run in virtual if run.get("wall_seconds") is not None]
+    took = f"; this machine took {min(walls):.2f} to {max(walls):.2f} s of wall time a run" if walls else ""
+    return ("measured in virtual time on the emulated machine: its links' time plus this CPU's compute counted as "
+            "CPU time" + took)
 
 
 def _async_sentences(runs: dict, reached: dict, per_step: dict, straggler) -> str:
