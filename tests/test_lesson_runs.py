@@ -9,7 +9,6 @@ import pytest
 
 from ringlab.cluster.launch import run_mpi
 
-pytestmark = pytest.mark.quiet  # its numbers are timings: `dev.py test` runs it alone, after the rest
 
 SCRIPT = Path(__file__).parent / "mpi" / "lesson_runs.py"
 RUNS = 5
@@ -75,4 +74,4 @@ def test_the_payoff_on_emulated_links_draws_the_same_conclusions_five_times():
     assert findings[0].conclusions == (
         "data parallelism pays for width 1024 on the emulated machine",
         "data parallelism does not clearly pay for width 64 on the emulated machine",
-        "the links' prediction holds better for width 1024 than for width 64 on the emulated machine"), findings[0].text
+        "the links' prediction holds for widths 64 and 1024 on the emulated machine"), findings[0].text

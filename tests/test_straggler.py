@@ -8,8 +8,8 @@ def test_only_the_straggler_is_slowed_by_its_factor_and_extra_seconds():
     slow = Straggler(2, factor=3.0, extra_seconds=0.004)
     assert slow.slow_down(0, 0.001) == 0.001  # another worker: as it was
     assert slow.slow_down(2, 0.001) == pytest.approx(0.001 * 3 + 0.004)
-    assert str(slow) == "worker 2 computes 3x as slowly and sleeps 4 ms more every step"
-    assert str(Straggler(0, extra_seconds=0.02)) == "worker 0 sleeps 20 ms more every step"
+    assert str(slow) == "worker 2 computes 3x as slowly and takes 4 ms more every step"
+    assert str(Straggler(0, extra_seconds=0.02)) == "worker 0 takes 20 ms more every step"
     assert str(Straggler(1)) == "worker 1 runs at full speed"
 
 

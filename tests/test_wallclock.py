@@ -38,7 +38,7 @@ def test_the_three_trainers_start_alike_and_sync_and_ring_agree_step_by_step(mea
     pushes = runs["async"]["staleness"]
     assert sorted(w for w, _ in pushes) == [0] * 6 + [1] * 6 and all(s >= 0 for _, s in pushes)
     assert all(run["straggler"] == {"worker": 1, "factor": 1.0, "extra_seconds": 0.005,
-                                    "said": "worker 1 sleeps 5 ms more every step"} for run in runs.values())
+                                    "said": "worker 1 takes 5 ms more every step"} for run in runs.values())
     assert runs["sync"]["staleness"] is None and runs["ring"]["staleness"] is None
 
 
@@ -139,7 +139,7 @@ def test_the_figures_show_the_runs_and_the_load():
     assert [t.name for t in fig.data] == ["synchronous server (4 updates)", "asynchronous server (12 updates)"]
     assert list(fig.data[1].x) == ASYNC["seconds"] and list(fig.data[1].y) == ASYNC["loss"]
     assert fig.layout.shapes[0].y0 == 1.35  # the target
-    assert "worker 2 sleeps 80 ms more every step" in fig.layout.title.text
+    assert "worker 2 takes 80 ms more every step" in fig.layout.title.text
     rows = [load_row(1, 0.001), load_row(2, 0.002), load_row(4, 0.004)]
     fig = server_load_plot(rows)
     shown = {t.name: t for t in fig.data}

@@ -137,7 +137,7 @@ print(describe_staleness(pushes, straggler=3))
 from ringlab.lessons.lab04_parameter_servers.wallclock import METHODS, race
 from ringlab.train.straggler import Straggler
 
-slow = Straggler(3, extra_seconds=0.02)  # worker 3 sleeps 20 ms more every step
+slow = Straggler(3, extra_seconds=0.02)  # worker 3 takes 20 ms more every step (a sleep here, its virtual clock on an emulated machine)
 runs = {method: race(method, steps=30, straggler=slow, lr=0.3) for method in METHODS}
 
 # %%

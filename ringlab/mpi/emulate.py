@@ -63,7 +63,6 @@ from .run import Clock, thread_clock
 SPEC_ENV = "RINGLAB_EMULATE"
 COMPUTE_ENV = "RINGLAB_EMULATE_COMPUTE"
 COMPUTES = ("cpu", "model")  # what a call's own work costs: this thread's CPU time, or the cost model's price
-NAP = 50e-6           # how long a parameter server's rank sleeps between looks at a message, in seconds
 _CACHE_SIZE = 64      # per-call link timings kept (schedule, size, machine), oldest dropped first
 SPEC_PARSER: list = []  # [ringlab.topology.from_spec], set by ringlab/__init__.py
 
@@ -280,7 +279,7 @@ def message_times(messages, comm) -> dict | None:
     ranks: ``{(src, dst): seconds}``, each one's route latency plus its busiest link's time for all that
     crosses that link (messages that share a link share its rate), in this machine's seconds (times the
     scale); None when no emulation is in force. For code that sends its own messages (a parameter server):
-    the sender holds each message back that long, as ringlab's collectives do."""
+    each message arrives that long after its sender's clock when it was posted, as in ringlab's collectives."""
     now = current()
     if now is None:
         return None
@@ -300,12 +299,6 @@ def message_times(messages, comm) -> dict | None:
 
 
 _MESSAGES: OrderedDict = OrderedDict()
-
-
-def hold_back(seconds: float | None, since: float) -> None:
-    """Sleep until ``since + seconds`` (time.monotonic's clock); nothing when ``seconds`` is None."""
-    if seconds is not None:
-        _sleep_until(since + seconds)
 
 
 @dataclass(frozen=True)
@@ -403,12 +396,6 @@ def stall() -> float:
     return _STALLS[-1] if _STALLS else 0.0
 
 
-def _sleep_until(moment: float) -> None:
-    left = moment - time.monotonic()
-    if left > 0:
-        time.sleep(left)
-
-
 def clock() -> Clock:
     """This thread's virtual clock, counting this thread's CPU time or not as the emulation in force says."""
     ticking = thread_clock()
@@ -442,7 +429,7 @@ def wall() -> float:
 def clock_name() -> str:
     """What :func:`now` reads, in words (for a timer's label)."""
     now_ = current()
-    return "host (time.perf_counter)" if now_ is None else f"virtual ({now_.label}; compute: {now_.compute})"
+    return "host (time.perf_counter)" if now_ is None else f"virtual ({now_.label})"
 
 
 @contextmanager

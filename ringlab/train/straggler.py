@@ -56,5 +56,5 @@ class Straggler:
 
     def __str__(self) -> str:
         slower = ([f"computes {self.factor:g}x as slowly"] if self.factor != 1 else []) + (
-            [f"sleeps {self.extra_seconds * 1e3:g} ms more every step"] if self.extra_seconds else [])
+            [f"takes {self.extra_seconds * 1e3:g} ms more every step"] if self.extra_seconds else [])
         return f"worker {self.worker} " + (" and ".join(slower) if slower else "runs at full speed")
