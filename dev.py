@@ -15,8 +15,9 @@ commands are safe to repeat. Extra arguments go to the tool underneath:
 
 `dev.py test` without arguments runs the suite in two parts: first everything but the tests marked
 `quiet` on several workers at once (pytest-xdist, one file per worker at a time, one worker per
-core), then the `quiet` tests alone, whose numbers are timings (emulated links, deadlines,
-shaped links) that another worker's load would disturb. It fails if either part fails; both run.
+core), then the `quiet` tests alone, whose numbers are timings (deadlines, links shaped by the kernel)
+that another worker's load would disturb. Emulated machines run in virtual time, which no load
+disturbs, so their tests run with the rest. It fails if either part fails; both run.
 """
 from __future__ import annotations
 
