@@ -193,9 +193,12 @@ REOPENED = """() => {
 def reopen_without_kernel(page, saved) -> dict:
     """Save the notebook (with its widgets' state), shut its kernel down, reload the page and count what the
     saved notebook shows (``REOPENED``): what a learner sees opening it again another day."""
+    before = saved.stat().st_mtime_ns
     page.keyboard.press("Control+s")
     deadline = time.monotonic() + 30
-    while "application/vnd.jupyter.widget-state+json" not in saved.read_text():
+    # wait for this save to land: an earlier one (while Run All went on) may hold widget state already, taken
+    # before the last widgets' models reached the page; reopened from it, those widgets had no state and said so
+    while saved.stat().st_mtime_ns == before or "application/vnd.jupyter.widget-state+json" not in saved.read_text():
         if time.monotonic() > deadline:
             break  # a notebook without widgets saves no widget state
         time.sleep(0.5)

@@ -158,7 +158,7 @@ def test_nobody_sleeps_a_call_of_many_virtual_seconds_takes_a_fraction_of_them(n
 def test_ringlab_emulate_compute_model_in_the_environment_runs_the_job_in_modelled_time():
     found, said = cases(2, "environment", env={"RINGLAB_EMULATE": "uniform:0.1:50", "RINGLAB_EMULATE_COMPUTE": "model"})
     assert said == ["machine: emulated uniform:0.1:50, modelled compute; compute model; clock virtual (emulated "
-                    "uniform:0.1:50, modelled compute; compute: model)"], said
+                    "uniform:0.1:50, modelled compute)"], said
     assert set(found) == {"env allreduce.ring 1048576", "env allreduce.naive 1048576"}, found
     assert all(v == "right" and abs(r - 1) <= 0.05 for v, r, _, _ in found.values()), found
 
@@ -183,7 +183,7 @@ def test_bad_compute_values_are_value_errors_that_say_what_to_write(monkeypatch)
     with pytest.raises(ValueError, match=r"RINGLAB_EMULATE_COMPUTE='bogus'"):
         emulate.current()
     monkeypatch.setenv("RINGLAB_EMULATE_COMPUTE", " model ")
-    assert emulate.current().compute == "model" and emulate.clock_name().endswith("compute: model)")
+    assert emulate.current().compute == "model" and emulate.clock_name().endswith("modelled compute)")
     monkeypatch.delenv("RINGLAB_EMULATE_COMPUTE")
     assert emulate.current().compute == "cpu"
     assert os.environ.get("RINGLAB_EMULATE_COMPUTE") is None

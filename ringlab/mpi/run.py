@@ -104,7 +104,7 @@ def _step(bound, step, comm, timeout, recorder) -> None:
         time.sleep(bound.stall)  # a straggler: late at every step
     deadline = None if timeout is None else time.monotonic() + timeout
     if step.before:
-        bound.stream.synchronize()  # what the last step landed is in memory: MPI may send it, readers may look
+        _drain(bound)  # what the last step landed is in memory: MPI may send it, readers may look
     posted = recorder.clock() if recorder else 0.0
     nrecv = len(step.recv_args)
     recvs = [comm.Irecv(v, source=p, tag=t) if i < (step.window or nrecv) else None
@@ -134,7 +134,7 @@ def _step(bound, step, comm, timeout, recorder) -> None:
             later = i + step.window
             if step.window and later < nrecv:  # its slot is free again: take the next message
                 if step.reuse:
-                    bound.stream.synchronize()  # the kernel that landed the slot reads it asynchronously
+                    _drain(bound)  # the kernel that landed the slot reads it asynchronously
                 v, p, t = step.recv_args[later]
                 recvs[later] = comm.Irecv(v, source=p, tag=t)
         if not step.sends_first:
@@ -144,6 +144,13 @@ def _step(bound, step, comm, timeout, recorder) -> None:
     except StepTimeout as err:
         err.peers = err.peers or unfinished(step, recvs, sends)
         raise
+
+
+def _drain(bound) -> None:
+    """Wait for the bound plan's GPU stream: before a step's messages (what the last step landed is in memory)
+    and before a window's slot takes its next message (the kernel that landed it has read it); the same in
+    both loops, on this machine and on an emulated one."""
+    bound.stream.synchronize()
 
 
 def _hand_shake(bound, step, comm, deadline, timeout) -> None:
@@ -176,7 +183,7 @@ def _virtual_step(bound, step, comm, timeout, recorder) -> None:
     ticking, stamps = bound.clock, bound.stamps
     deadline = None if timeout is None else time.monotonic() + timeout
     if step.before:
-        bound.stream.synchronize()
+        _drain(bound)
     if bound.stall:
         ticking.add(bound.stall)  # a straggler: late at every step, on its clock
     start = ticking.now()
@@ -220,7 +227,7 @@ def _virtual_step(bound, step, comm, timeout, recorder) -> None:
             later = i + step.window
             if step.window and later < nrecv:  # its slot is free again: take the next message
                 if step.reuse:
-                    bound.stream.synchronize()
+                    _drain(bound)
                 v, p, t = step.recv_args[later]
                 recvs[later] = comm.Irecv(v, source=p, tag=t)
         if not step.sends_first:
