@@ -2,12 +2,10 @@
 equal to MPI's; every message really takes its links' time (a lower bound that load cannot break); bad
 machines are refused on every rank. How close measured comes to predicted is benchmarks/emulated_vs_model.py's."""
 import json
-import subprocess
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from busy_support import busy_processes
 
 import ringlab as rl
 from ringlab.mpi.emulate import emulation, link_timings, message_times
@@ -200,18 +198,6 @@ def test_messages_sent_at_once_share_the_links_they_cross():
         alone = message_times([(1, 2, 1_000_000)], Comm())
     assert pushes == pytest.approx({(w, 0): 2.0 * (10e-6 + 3e6 / 1e9) for w in (1, 2, 3)})
     assert alone == pytest.approx({(1, 2): 2.0 * (10e-6 + 1e6 / 1e9)})
-
-
-@contextmanager
-def busy_processes(count: int):
-    """``count`` processes that spin on the cores while the block runs (ended by their PIDs after it)."""
-    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for process in spinning:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.parametrize("nranks, compute, busy", [(2, "model", 2), (3, "model", 2), (3, "cpu", 2)])

@@ -1,11 +1,9 @@
 """ringlab.train.overlap: the bucket sizes swept, and the sweep measured on 2 real MPI ranks (a few steps each)."""
 import json
-import subprocess
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from busy_support import busy_processes
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the train extra)")
 
@@ -63,18 +61,6 @@ def test_the_sweep_on_two_ranks():
         assert r["step_s"] > 0 and r["backward_s"] > 0 and r["allreduce_s"] > 0 and r["waited_s"] >= 0
         assert r["skew_s"] >= 0
     assert [t["bytes"] for t in result["timed"]] == [4096, 1 << 20] and all(t["time_s"] > 0 for t in result["timed"])
-
-
-@contextmanager
-def busy_processes(count: int):
-    """``count`` processes that spin on the cores while the block runs (ended by their PIDs after it)."""
-    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for process in spinning:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.parametrize("compute, busy", [("model", 2), ("cpu", 0), ("cpu", 2)])

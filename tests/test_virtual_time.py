@@ -7,11 +7,10 @@ the links' time. Nobody sleeps: a call that emulates many seconds takes a fracti
 none of it may depend on a quiet machine. The whole grid, 2 to 16 ranks, is benchmarks/emulated_vs_model.py's.
 """
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from busy_support import busy_processes
 
 import ringlab as rl
 from ringlab.cluster.launch import run_mpi
@@ -42,13 +41,8 @@ def cases(nranks: int, mode: str, env: dict | None = None) -> tuple[dict[str, tu
 @pytest.fixture
 def two_busy_processes():
     """Two processes that keep both cores busy for the length of a test, stopped by their PIDs."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        yield [hog.pid for hog in hogs]
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+    with busy_processes(2) as pids:
+        yield pids
 
 
 def dataflow(schedule, nbytes: int, topology, itemsize: int = 4) -> float:
