@@ -186,7 +186,7 @@ def test_resolve_names():
     assert resolve("allreduce", "allreduce.rhd", 4).name == "allreduce.rhd"
     assert resolve("broadcast", "chain", 4, root=1, segments=3).options == {"root": 1, "segments": 3}
     with pytest.raises(ValueError, match="unknown allreduce algorithm 'chain'; choose one of: "
-                                         "dbtree, hierarchical, naive, ps, rhd, ring, rings, tree"):
+                                         "dbtree, hierarchical, naive, oneshot, ps, rhd, ring, rings, tree, twoshot"):
         resolve("allreduce", "chain", 4)
     with pytest.raises(ValueError, match="this schedule is for reduce, not allreduce"):
         resolve("allreduce", rl.build("reduce.tree", 4), 4)

@@ -60,6 +60,6 @@ def build(name: str, nranks: int, **options) -> Schedule:
 
 
 # Importing the pages registers their builders.
-from . import broadcast, reduce, ring, allreduce, dbtree, channels, hierarchical, gather, scatter, alltoall, pat  # noqa: E402,F401,E501
+from . import broadcast, reduce, ring, allreduce, dbtree, channels, hierarchical, gather, scatter, alltoall, pat, symmetric  # noqa: E402,F401,E501
 
 __all__ = ["ALGORITHMS", "register", "options_of", "about", "checked_options", "build"]

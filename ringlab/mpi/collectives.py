@@ -39,7 +39,7 @@ import numpy as np
 from ..algorithms import ALGORITHMS, build
 from ..schedule import Schedule, check_root
 from ..simulate import ScheduleError, check
-from . import emulate, nodes, private
+from . import emulate, nodes, private, symmetric
 from . import reduction as reductions
 from .deadlines import DEFAULT, seconds, usable
 from .devices import array_module, bind_device, is_device_array, wait_for_gpu
@@ -47,6 +47,7 @@ from .plan import Call, bounded, remember, remembered, run_schedule
 from .reduction import is_bfloat16, is_number_type
 from .transports import choose
 
+SYMMETRIC = symmetric.NAMES  # allreduce through a shared window on one node
 BLOCKS = ("gather", "scatter", "alltoall")  # their blocks are laid out in a work buffer, which the schedule runs on
 
 _WORLD: list = []
@@ -186,8 +187,8 @@ def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, 
     words), a transport other than host, an emulated machine or a straggler, or a problem."""
     if type(x) is not np.ndarray or transport not in ("auto", "host") or not usable(timeout) or is_bfloat16(x.dtype):
         return None
-    if emulate.current() or emulate.stall():  # emulated links (and slowed links between simulated nodes), and a
-        return None                            # straggler's pauses, are the general way's
+    if (emulate.possible() and emulate.current()) or emulate.stall():  # emulated links (and slowed links between
+        return None  # simulated nodes), and a straggler's pauses, are the general way's
     if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
                                 and out.flags.c_contiguous and out.flags.writeable and not in_place):
         return None
@@ -215,11 +216,13 @@ def _remembered(state, kind, x, algorithm, comm, transport: str, options: dict, 
 
 def _run(kind: str | None, x, *args, **kwargs):
     """:func:`_call`, leaving the caller's current GPU current when it returns (or raises)."""
-    device = getattr(x, "device", None) if is_device_array(x) else None
-    cpu = thread_time()  # on an emulated machine the learner's compute ends here: the rest is the call's own
-    ticking = emulate.clock() if emulate.current() is not None else None
-    if ticking is not None:  # its own bookkeeping is not counted on the clock
-        ticking.enter(cpu)
+    ticking = None
+    if emulate.possible():  # on an emulated machine the learner's compute ends here: the rest is the call's own,
+        cpu = thread_time()  # and its bookkeeping is not counted on the clock
+        if emulate.current() is not None:
+            ticking = emulate.clock()
+            ticking.enter(cpu)
+    device = getattr(x, "device", None) if type(x) is not np.ndarray and is_device_array(x) else None
     try:
         if device is None or not hasattr(device, "__enter__"):
             return _call(kind, x, *args, **kwargs)
@@ -247,6 +250,13 @@ def _call(kind: str | None, x, algorithm, comm, transport: str, options: dict, *
                 options = dict(options, root=check_root(options["root"], comm.Get_size()))
             except ValueError as err:
                 options, problems, bad_root = dict(options, root=repr(options["root"])), problems + [str(err)], True
+        if kind == "allreduce" and not trace and not problems and type(algorithm) is str and algorithm in SYMMETRIC:
+            result = _symmetric(state, x, algorithm, comm, transport, options, in_place, out, agree, timeout, limit,
+                                what, op)
+            if result is not _MESSAGES:
+                return result
+            if state.cache.get("agreed") == state.calls:
+                agree = False  # this call's message agreement is done
         if not trace and not problems and kind not in BLOCKS:
             call = _remembered(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what, op)
             if call is not None:
@@ -271,6 +281,96 @@ def _call(kind: str | None, x, algorithm, comm, transport: str, options: dict, *
         result = run_schedule(schedule, work, comm, name, in_place=in_place or blocks, trace=trace, timeout=limit,
                               out=out, op=op)
         return _hand_back(kind, result, comm, options, trace)
+
+
+_MESSAGES = object()  # a symmetric algorithm's call that runs as messages
+
+
+def _symmetric(state, x, algorithm: str, comm, transport: str, options: dict, in_place: bool, out, agree: bool,
+               timeout, limit, what: str, op: str):
+    """``allreduce.oneshot`` or ``twoshot`` through the shared window of ranks on one node
+    (:mod:`ringlab.mpi.symmetric`), its agreement in the window's headers; :data:`_MESSAGES` when this call
+    runs as messages (not numpy in host memory, bfloat16, bigger than the window, an emulated machine or a
+    straggler, ranks on several nodes, or something to report: the general way says what)."""
+    if (type(x) is not np.ndarray or transport not in ("auto", "host") or options or is_bfloat16(x.dtype)
+            or (emulate.possible() and emulate.current()) or emulate.stall()):
+        return _MESSAGES
+    found = state.cache.get("symmetric")
+    if found is False:
+        return _MESSAGES
+    if out is not None and not (type(out) is np.ndarray and out.shape == x.shape and out.dtype == x.dtype
+                                and out.flags.c_contiguous and out.flags.writeable and not in_place):
+        return _MESSAGES
+    if in_place and not (x.flags.c_contiguous and x.flags.writeable):
+        return _MESSAGES
+    signatures = state.cache.setdefault("signatures", {})
+    key = (algorithm, x.shape, x.dtype, in_place, out is None, op)
+    sig = signatures.get(key)
+    if sig is None:
+        if _problems(x, "allreduce", in_place, timeout, out, op):
+            return _MESSAGES
+        schedule = resolve("allreduce", algorithm, comm.Get_size())
+        text = private.as_text(_fields("allreduce", x, algorithm, schedule, transport, in_place, options, [], op))
+        sig = signatures[key] = symmetric.Signature(text, x, op, symmetric.NAMES[algorithm] == "twoshot",
+                                                    comm.Get_size())
+    for attempt in range(2):
+        if found is None:  # the first such call on this duplicate: agreed by messages, then the window is made
+            private.agree(state, what, sig.text, sig.digest, limit)
+            state.cache["agreed"] = state.calls
+            found = symmetric.open_window(state, what, limit)
+            if not found:
+                return _MESSAGES
+        result = symmetric.run(state, found, sig, x, out, in_place, what, limit)
+        if result is not None:
+            return result
+        # a peer is in the message agreement: it names what differs, or who is out of step; if it agrees, the
+        # peers have no window on this duplicate (one failed part-way): every rank makes a new one
+        private.agree(state, what, sig.text, sig.digest, limit)
+        state.cache.pop("symmetric", None)
+        found = None
+    raise RuntimeError(f"{what}: the ranks could not meet on the shared window twice in a row")
+
+
+_LAST: list = [None, None]  # the communicator of the last thin call, and ringlab's state for it
+
+
+def _lane(x, algorithm: str, comm, in_place: bool, out, op: str, timeout):
+    """The thin way of a one-shot or two-shot allreduce that was called like this before on this communicator:
+    its window and signature are there, so the call is the window's rounds and little else (:data:`_MESSAGES`
+    for any other: the general way, which makes them)."""
+    if emulate.possible() or emulate.stall():
+        return _MESSAGES
+    if comm is None:
+        comm = _world(None)
+    state = _LAST[1] if comm is _LAST[0] else None
+    if state is None or state.freed:
+        state = private.state(comm)
+        _LAST[:] = comm, state
+    found = state.cache.get("symmetric")
+    sig = state.cache.get("signatures", {}).get((algorithm, x.shape, x.dtype, in_place, out is None, op)) if found \
+        else None
+    if sig is None or (in_place and out is not None):
+        return _MESSAGES
+    if out is not None:
+        flags = out.flags if type(out) is np.ndarray else None
+        if flags is None or not (flags.c_contiguous and flags.writeable and out.shape == x.shape
+                                 and out.dtype == x.dtype):
+            return _MESSAGES
+    elif in_place:
+        flags = x.flags
+        if not (flags.c_contiguous and flags.writeable):
+            return _MESSAGES
+    with private.entered.on(state, "rl.allreduce", timeout):
+        limit = seconds(timeout)
+        result = symmetric.run(state, found, sig, x, out, in_place, "rl.allreduce", limit)
+        if result is None:  # a peer is on the message path: meet it there (see _symmetric)
+            private.agree(state, "rl.allreduce", sig.text, sig.digest, limit)
+            state.cache.pop("symmetric", None)
+            result = _symmetric(state, x, algorithm, state.comm("rl.allreduce", limit), "auto", {}, in_place, out,
+                                True, timeout, limit, "rl.allreduce", op)
+            if result is _MESSAGES:
+                raise RuntimeError("rl.allreduce: the ranks left the shared window for messages part-way")
+        return result
 
 
 def _checked(kind, x, algorithm, comm, options: dict, in_place: bool, timeout, out, op: str, bad_root: bool,
@@ -363,6 +463,12 @@ def allreduce(x, algorithm="ring", comm=None, transport: str = "auto", *, in_pla
     ranks: floats divided, integers rounded toward zero as NCCL does). ``x`` may be bfloat16 (an
     ``ml_dtypes.bfloat16`` array), reduced in bfloat16 as NCCL reduces it.
     """
+    if (type(algorithm) is str and algorithm in SYMMETRIC and type(x) is np.ndarray and not trace
+            and transport == "auto" and root is None and servers is None and segments is None and rings is None
+            and orders is None and local is None):
+        result = _lane(x, algorithm, comm, in_place, out, op, timeout)
+        if result is not _MESSAGES:
+            return result
     if local is None and algorithm in ("hierarchical", "allreduce.hierarchical"):
         local = "nodes"  # the nodes, found from the ranks on ringlab's own communicator
     options = {}

@@ -58,10 +58,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schedule import chunk_bounds, positive_number
+from .deadlines import raw_setting
 from .run import Clock, thread_clock
 
 SPEC_ENV = "RINGLAB_EMULATE"
 COMPUTE_ENV = "RINGLAB_EMULATE_COMPUTE"
+_SPEC_BYTES, _LINK_BYTES = SPEC_ENV.encode(), b"RINGLAB_NODE_LINK_GBPS"  # what current() looks at first
 COMPUTES = ("cpu", "model")  # what a call's own work costs: this thread's CPU time, or the cost model's price
 _CACHE_SIZE = 64      # per-call link timings kept (schedule, size, machine), oldest dropped first
 SPEC_PARSER: list = []  # [ringlab.topology.from_spec], set by ringlab/__init__.py
@@ -189,10 +191,18 @@ def emulate(machine, scale: float | None = None, compute: str | None = None):
 _FROM_ENV: dict[str, Emulation] = {}
 
 
+def possible() -> bool:
+    """Whether an emulation may be in force (False: certainly not), in a tenth of a microsecond: an ``emulate``
+    block, or ``RINGLAB_EMULATE`` or ``RINGLAB_NODE_LINK_GBPS`` set. :func:`current` says which, or that none is."""
+    return bool(_ACTIVE) or bool(raw_setting(_SPEC_BYTES) or raw_setting(_LINK_BYTES))
+
+
 def current() -> Emulation | None:
     """The emulation in force: the innermost ``emulate`` block, else ``RINGLAB_EMULATE``, else the slowed link
     between simulated nodes that ``RINGLAB_NODE_LINK_GBPS`` asks for (``nodes:RANKS:GBPS:0``), else None.
     Asking for both a machine and a slowed link between simulated nodes is a ValueError."""
+    if not possible():
+        return None  # the raw machine (most calls): two looks at the environment, nothing parsed
     from . import nodes
 
     rate = nodes.simulated_link()  # a bad value is a ValueError here

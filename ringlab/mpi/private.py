@@ -283,6 +283,13 @@ class entered:
     def __init__(self, comm, what: str, timeout):
         self.private, self.what, self.timeout = state(comm), what, timeout
 
+    @classmethod
+    def on(cls, private: "Private", what: str, timeout) -> "entered":
+        """The same, for a communicator whose state the caller has already looked up."""
+        made = cls.__new__(cls)
+        made.private, made.what, made.timeout = private, what, timeout
+        return made
+
     def __enter__(self) -> Private:
         private = self.private
         if not private.lock.acquire(blocking=False):

@@ -39,6 +39,7 @@ from .nodes import node_ids
 from .private import TAG_LIMIT
 from .reduction import SUM, Reduction, copy_in
 from .run import SIGNAL, run
+from .symmetric import release as release_window
 
 TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 BUFFERS_KEPT = 4       # caller's buffers a transport keeps bound plans for
@@ -472,8 +473,8 @@ def make(name: str, xp, plan, dtype, comm, reduction: Reduction = SUM, *, finish
 
 def release_buffers(comm=None) -> None:
     """Free what ringlab keeps between calls on ``comm`` (every communicator when None): the remembered
-    calls with their persistent requests, scratch and pinned buffers, transport choices, and the IPC
-    buffers shared over it (and those they outgrew). Call it on every rank of the communicators:
+    calls with their persistent requests, scratch and pinned buffers, transport choices, the IPC
+    buffers shared over it (and those they outgrew), and the shared window of one-shot and two-shot. Call it on every rank of the communicators:
     releasing IPC buffers is collective. (All of it is also freed when the communicator is.)
 
     With cupy, what ringlab dropped would stay in cupy's memory pools, so then the pools' unused blocks
@@ -486,6 +487,7 @@ def release_buffers(comm=None) -> None:
             continue
         gpus.update(device for device, _ in found.cache.get("transports", {}))
         release_ipc(found)
+        release_window(found)
         found.forget()
     cp = devices.cupy_module()
     if cp is not None:  # only now: the blocks ringlab held are back in the pools, unused

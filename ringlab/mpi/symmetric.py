@@ -1,0 +1,300 @@
+"""Symmetric memory on one node: one-shot and two-shot allreduce through a shared window.
+
+NCCL 2.27 added kernels for buffers registered in every rank's address space alike ("symmetric memory"):
+a rank reads its peers' buffers directly, so a small allreduce needs one synchronisation instead of a ring's
+2(n-1) steps. PyTorch's ``SymmetricMemory`` gives the same one-shot and two-shot allreduce. This module is
+their CPU analogue. Ranks of one node map one shared window (``MPI.Win.Allocate_shared``); each rank owns a
+segment of it:
+
+    flags (64 B): posted, reduced, done     (int64 each: call numbers; only the owner writes them)
+    region 0, region 1: header (64 B: call, bytes, digest of the arguments) then data (``capacity`` bytes)
+
+A call numbered c on this communicator uses region c mod 2. **One-shot**: copy the input into the region,
+write the header, set ``posted`` = c, wait until every rank's ``posted`` >= c, then add up every rank's
+region (in rank order, so every rank gets the same bits). **Two-shot**: the same first half, then rank r adds
+up chunk r of every region only, leaves the sum in its own region's chunk r (no one else reads that chunk),
+sets ``reduced`` = c, waits for every rank's ``reduced`` >= c and copies the other ranks' finished chunks.
+Then ``done`` = c. A region is written again (two calls later) only once every rank's ``done`` has passed
+the call that last used it, so no one still reads it.
+
+**The argument agreement rides in the header**: every rank reads every rank's header anyway, so every rank
+sees the same digests and raises the same ValueError when they differ, at no extra round trip. A rank whose
+peers are at another call, or on the message path (a call that is not one of these, or too big for the
+window), meets them in the message agreement (:func:`ringlab.mpi.private.agree`), which names what differs
+or which ranks are out of step. Waiting spins on the flags, and gives the core away at each look
+(``sched_yield``) when the node runs more ranks than cores; past the call's deadline it is a StepTimeout
+naming the ranks it waited for.
+
+The window is made collectively by the first such call on a communicator (after that call's message
+agreement, and only when every rank is on one node: simulated nodes and several real ones run the
+schedules as messages), and freed by ``rl.release_buffers()`` (collective) or when MPI finalizes; a
+call that fails part-way leaves its window to MPI_Finalize with the duplicate it belonged to.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from ..schedule import chunk_bounds
+from . import private
+from .deadlines import StepTimeout
+
+NAMES = {"oneshot": "oneshot", "twoshot": "twoshot", "allreduce.oneshot": "oneshot",
+         "allreduce.twoshot": "twoshot"}
+CAPACITY = 1 << 20  # bytes of data a rank's region holds, unless RINGLAB_SYMMETRIC_BYTES says otherwise
+LINE = 64           # a cache line: the flags, and each region's header
+POSTED, REDUCED, DONE = 0, 1, 2
+_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum, "avg": np.add}
+_MPI: list = []
+
+
+def capacity() -> int:
+    """The bytes of one call's data the window holds per rank (``RINGLAB_SYMMETRIC_BYTES``, default 1 MiB):
+    a bigger call runs the same schedule as messages."""
+    text = os.environ.get("RINGLAB_SYMMETRIC_BYTES", "").strip()
+    if not text:
+        return CAPACITY
+    from ..schedule import parse_size
+    try:
+        return max(parse_size(text), 0)
+    except ValueError as err:
+        raise ValueError(f"RINGLAB_SYMMETRIC_BYTES={text!r}: {err}") from None
+
+
+class Window:
+    """The shared window of one communicator's private duplicate (made collectively: every rank at once)."""
+
+    def __init__(self, comm, capacity_bytes: int):
+        if not _MPI:
+            from mpi4py import MPI
+            _MPI.append(MPI)
+        MPI = _MPI[0]
+        self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
+        self.capacity = -(-capacity_bytes // LINE) * LINE
+        self.region = LINE + self.capacity
+        segment = LINE + 2 * self.region
+        self.win = MPI.Win.Allocate_shared(segment, 1, comm=comm)
+        self.memory = []
+        for q in range(self.size):
+            buffer, _ = self.win.Shared_query(q)
+            self.memory.append(np.frombuffer(buffer, np.uint8, count=segment))
+        self.memory[self.rank][:LINE] = 0
+        # memoryviews of int64: a flag read or written through one takes half the time numpy's indexing takes
+        self.flags = [memoryview(m[:LINE]).cast("q") for m in self.memory]
+        self.headers = [[m[LINE + p * self.region:LINE + p * self.region + LINE] for m in self.memory] for p in (0, 1)]
+        self.win.Lock_all()  # a passive epoch, so that Sync orders this rank's loads and stores with the others'
+        self.sync = self.win.Sync
+        self.last = [0, 0]  # the call that last used each region
+        self.stamped = [None, None]  # whose header each region holds (a Signature's views), besides the call
+        self.others = [q for q in range(self.size) if q != self.rank]
+        from .devices import oversubscribed
+        self.give_way = oversubscribed()
+        comm.Barrier()  # every rank's flags are zero before anyone looks at them
+
+    def data(self, p: int, q: int, nbytes: int) -> np.ndarray:
+        start = LINE + p * self.region + LINE
+        return self.memory[q][start:start + nbytes]
+
+    def free(self) -> None:
+        """Give the window back (collective: every rank of the duplicate)."""
+        try:
+            self.win.Unlock_all()
+            self.win.Free()
+        except Exception:  # MPI already finalized
+            pass
+
+    def wait(self, flag: int, least: int, what: str, state, limit: float | None) -> str | None:
+        """Until every other rank's ``flag`` is at least ``least``. Returns None, or "message" when a peer is in
+        the message agreement instead (it is on the message path, or out of step), so that this rank meets it
+        there; past ``limit`` seconds a StepTimeout naming the ranks still behind."""
+        flags, polls, give_way, deadline = self.flags, 0, self.give_way, None
+        for q in self.others:
+            f = flags[q]
+            while f[flag] < least and (flag != DONE or f[POSTED] >= least):  # (DONE: only those who took part)
+                polls += 1
+                if give_way:
+                    os.sched_yield()
+                if polls & 1023 == 0 or (give_way and polls & 63 == 0):
+                    if _peer_in_agreement(state):
+                        return "message"
+                    said = state.given_up()
+                    if said:
+                        raise StepTimeout(f"{what}: {said}; this rank left the shared window too")
+                    if deadline is None and limit is not None:
+                        deadline = time.monotonic() + limit
+                    elif deadline is not None and time.monotonic() > deadline:
+                        behind = [r for r in self.others if flags[r][flag] < least
+                                  and (flag != DONE or flags[r][POSTED] >= least)]
+                        stage = {POSTED: "to leave its data in the shared window",
+                                 REDUCED: "to finish its chunk", DONE: "to finish reading"}[flag]
+                        raise StepTimeout(f"rank {self.rank}: {what} did not finish within {limit:g} s: still waiting "
+                                          f"for rank{'s' * (len(behind) > 1)} {', '.join(map(str, behind))} {stage} "
+                                          f"(call {least // ROUNDS} on this communicator)", peers=behind)
+        self.sync()
+        return None
+
+
+def _peer_in_agreement(state) -> bool:
+    """Whether a peer's message agreement waits on this duplicate (it took the message path for this call)."""
+    MPI = _MPI[0]
+    dup = state.comm("ringlab", None)
+    return bool(dup.Iprobe(MPI.ANY_SOURCE, private.AGREE_TAG) or dup.Iprobe(MPI.ANY_SOURCE, private.AGREE_TAG))
+
+
+class Signature:
+    """What one repeated call needs on the window: its digest and text, its sizes, its reduction, and its
+    rounds: the pieces of the buffer that fit the window one after another (each with its chunk bounds for
+    two-shot)."""
+
+    __slots__ = ("text", "digest", "nbytes", "count", "dtype", "shape", "ufunc", "avg", "twoshot", "n", "room",
+                 "rounds", "cache", "window")
+
+    def __init__(self, text: str, x, op: str, twoshot: bool, n: int):
+        self.text, self.digest = text, private.digest(text)
+        self.nbytes, self.count, self.dtype, self.shape = x.nbytes, x.size, x.dtype, x.shape
+        self.ufunc, self.avg, self.twoshot, self.n = _UFUNCS[op], op == "avg", twoshot, n
+        self.room, self.rounds, self.cache, self.window = -1, [], {}, None
+
+    def views(self, w: "Window", p: int, count: int) -> tuple:
+        """For a round of ``count`` elements in region ``p`` of window ``w``: this rank's header as four int64
+        (call, bytes, digest: all but the call written here), its data, every rank's data, and the other ranks'
+        headers; made once per window, region and size."""
+        if self.window is not w:
+            self.cache, self.window = {}, w
+        cache = self.cache
+        found = cache.get((p, count))
+        if found is None:
+            nbytes = count * self.dtype.itemsize
+            stamp = memoryview(w.headers[p][w.rank][:32]).cast("q")
+            found = cache[(p, count)] = (stamp, w.data(p, w.rank, nbytes).view(self.dtype),
+                                         [w.data(p, q, nbytes).view(self.dtype) for q in range(w.size)],
+                                         [w.headers[p][q][:32].view(np.int64) for q in w.others])
+        if w.stamped[p] is not found:  # what the region's header says besides the call, unless it says it already
+            stamp = found[0]
+            stamp[1] = count * self.dtype.itemsize
+            stamp[2], stamp[3] = (int(v) for v in self.digest.view(np.int64))
+            w.stamped[p] = found
+        return found
+
+    def cut(self, room: int) -> list:
+        """The rounds for a window of ``room`` bytes a rank: (first, end, two-shot's chunk bounds) each."""
+        if room != self.room:
+            per = max(room // max(self.dtype.itemsize, 1), 1)  # elements a round carries
+            self.rounds = [(a, min(a + per, self.count),
+                            chunk_bounds(min(a + per, self.count) - a, self.n) if self.twoshot else None)
+                           for a in range(0, max(self.count, 1), per)]
+            self.room = room
+        return self.rounds
+
+
+def open_window(state, what: str, limit) -> "Window | bool":
+    """Make the window (collective, after a message agreement every rank passed): False when the ranks are
+    on several nodes, real or simulated, where these algorithms run as messages."""
+    from .nodes import node_ids
+
+    dup = state.comm(what, limit)
+    made: Window | bool = False
+    if max(node_ids(dup, limit)) == 0:
+        made = Window(dup, capacity())
+    state.cache["symmetric"] = made
+    if made:
+        state.on_free("symmetric", lambda: state.cache.pop("symmetric", None))  # left to MPI_Finalize (see above)
+    return made
+
+
+def release(state) -> None:
+    """Free the window of ``state`` (collective: ``rl.release_buffers``)."""
+    found = state.cache.pop("symmetric", None)
+    if found:
+        found.free()
+
+
+ROUNDS = 1 << 24  # a call's rounds are numbered within its tick: call c, round i is tick c * ROUNDS + i
+
+
+def run(state, window_: Window, sig: Signature, x, out, in_place: bool, what: str, limit):
+    """The call on the window, a round at a time. Returns the result, or None when a peer is on the message
+    path: then the caller meets it in the message agreement."""
+    w = window_
+    result = x if in_place else (out if out is not None else np.empty(sig.shape, sig.dtype))
+    flat, source = result.reshape(-1), x.reshape(-1)  # x's copy, if it is not contiguous, is made once
+    rounds, tick = sig.cut(w.capacity), state.calls * ROUNDS
+    if len(rounds) == 1:
+        if not _round(state, w, sig, tick, source, flat, rounds[0][2], what, limit):
+            return None
+    else:
+        for i, (a, b, bounds) in enumerate(rounds):
+            if not _round(state, w, sig, tick + i, source[a:b], flat[a:b], bounds, what, limit):
+                return None
+    if sig.avg:
+        from .reduction import Reduction
+        Reduction("avg").finish(np, flat, w.size)
+    return result
+
+
+def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, what: str, limit) -> bool:
+    """One round: ``source`` (this rank's piece) in, the piece's reduction out in ``flat``. False when a peer is
+    on the message path."""
+    p, me, flags = (tick // ROUNDS + tick) & 1, w.rank, w.flags  # regions alternate, call after call, round
+    last = w.last[p]                                                # after round
+    if last:
+        for q in w.others:  # someone who took part in the round that last used this region still reads it
+            if flags[q][DONE] < last <= flags[q][POSTED]:
+                if w.wait(DONE, last, what, state, limit):
+                    return False
+                break
+    stamp, mine, regions, heads = sig.views(w, p, source.size)
+    stamp[0] = tick
+    np.copyto(mine, source)
+    w.sync()
+    flags[me][POSTED] = tick
+    w.last[p] = tick
+    try:
+        for q in w.others:
+            if flags[q][POSTED] < tick:
+                if w.wait(POSTED, tick, what, state, limit):
+                    return False
+                break
+        else:
+            w.sync()
+        expected = stamp.tobytes()  # every rank's header: the same call, bytes and digest (checked whatever agree
+        for head in heads:          # says: the headers are read anyway)
+            if head.tobytes() != expected:
+                _disagree(state, w, p, sig, what, limit)
+        ufunc, n = sig.ufunc, w.size
+        if bounds is None:  # one-shot: every region, added up in rank order (the same bits on every rank)
+            if n == 1:
+                np.copyto(flat, regions[0])
+                return True
+            ufunc(regions[0], regions[1], flat)
+            for q in range(2, n):
+                ufunc(flat, regions[q], flat)
+            return True
+        lo, hi = int(bounds[me]), int(bounds[me + 1])  # two-shot: this rank's chunk of every region
+        piece = flat[lo:hi]
+        ufunc(regions[0][lo:hi], regions[1][lo:hi], out=piece) if n > 1 else np.copyto(piece, regions[0][lo:hi])
+        for q in range(2, n):
+            ufunc(piece, regions[q][lo:hi], out=piece)
+        mine[lo:hi] = piece  # only this rank reads its own chunk: the sum may take its place
+        w.sync()
+        flags[me][REDUCED] = tick
+        if w.wait(REDUCED, tick, what, state, limit):
+            raise StepTimeout(f"rank {me}: {what}: a peer left the shared window part-way through a call")
+        for q in w.others:
+            a, b = int(bounds[q]), int(bounds[q + 1])
+            flat[a:b] = regions[q][a:b]
+        return True
+    finally:
+        w.sync()
+        flags[me][DONE] = tick
+
+
+def _disagree(state, w: Window, p: int, sig: Signature, what: str, limit) -> None:
+    """The headers differ: every rank read the same ones, so every rank is here, and raises the same error."""
+    calls = [int(w.headers[p][q][:8].view(np.int64)[0]) // ROUNDS for q in range(w.size)]
+    if len(set(calls)) > 1:  # out of step: the message agreement says so on every rank
+        private.agree(state, what, sig.text, sig.digest, limit)
+    private.disagreement(state.comm(what, limit), what, sig.text, limit)
+    raise ValueError(f"{what}: the ranks disagree on their arguments")  # (disagreement raises first)
