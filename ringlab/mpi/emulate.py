@@ -194,7 +194,15 @@ _FROM_ENV: dict[str, Emulation] = {}
 def possible() -> bool:
     """Whether an emulation may be in force (False: certainly not), in a tenth of a microsecond: an ``emulate``
     block, or ``RINGLAB_EMULATE`` or ``RINGLAB_NODE_LINK_GBPS`` set. :func:`current` says which, or that none is."""
-    return bool(_ACTIVE) or bool(raw_setting(_SPEC_BYTES) or raw_setting(_LINK_BYTES))
+    if _ACTIVE:
+        return True
+    return bool(raw_setting(_SPEC_BYTES) or raw_setting(_LINK_BYTES))
+
+
+def plain() -> bool:
+    """Whether this is certainly the raw machine, with no straggler: no emulation possible (:func:`possible`)
+    and no :func:`straggling` pause; one look for the thinnest calls."""
+    return not (_ACTIVE or _STALLS or raw_setting(_SPEC_BYTES) or raw_setting(_LINK_BYTES))
 
 
 def current() -> Emulation | None:

@@ -308,14 +308,21 @@ class entered:
 
     def __exit__(self, kind, error, traceback) -> None:
         try:
-            if kind is not None and not issubclass(kind, (ValueError, OutOfStep)):
-                spare = ()
-                if issubclass(kind, StepTimeout):  # said before the notices, which a dead peer's transport may crash
-                    print(f"ringlab: {error}", file=sys.stderr, flush=True)
-                    spare = error.peers
-                self.private.set_aside(spare=spare)
+            if kind is not None:
+                failed(self.private, kind, error)
         finally:
             self.private.lock.release()
+
+
+def failed(private: Private, kind, error) -> None:
+    """After a call on ``private`` raised ``error`` (of class ``kind``): anything but a ValueError or OutOfStep,
+    which every rank raises alike after a completed agreement, sets the duplicate aside (see :class:`entered`)."""
+    if not issubclass(kind, (ValueError, OutOfStep)):
+        spare = ()
+        if issubclass(kind, StepTimeout):  # said before the notices, which a dead peer's transport may crash
+            print(f"ringlab: {error}", file=sys.stderr, flush=True)
+            spare = error.peers
+        private.set_aside(spare=spare)
 
 
 def duplicate(comm, what: str, timeout):

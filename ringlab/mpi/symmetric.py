@@ -33,13 +33,14 @@ call that fails part-way leaves its window to MPI_Finalize with the duplicate it
 from __future__ import annotations
 
 import os
+import platform
 import time
 
 import numpy as np
 
 from ..schedule import chunk_bounds
 from . import private
-from .deadlines import StepTimeout
+from .deadlines import StepTimeout, seconds
 
 NAMES = {"oneshot": "oneshot", "twoshot": "twoshot", "allreduce.oneshot": "oneshot",
          "allreduce.twoshot": "twoshot"}
@@ -61,6 +62,10 @@ def capacity() -> int:
         return max(parse_size(text), 0)
     except ValueError as err:
         raise ValueError(f"RINGLAB_SYMMETRIC_BYTES={text!r}: {err}") from None
+
+
+def _nothing() -> None:
+    pass
 
 
 class Window:
@@ -85,7 +90,10 @@ class Window:
         self.flags = [memoryview(m[:LINE]).cast("q") for m in self.memory]
         self.headers = [[m[LINE + p * self.region:LINE + p * self.region + LINE] for m in self.memory] for p in (0, 1)]
         self.win.Lock_all()  # a passive epoch, so that Sync orders this rank's loads and stores with the others'
-        self.sync = self.win.Sync
+        # x86 keeps stores in order and loads in order, and no store before an earlier load, which is all this
+        # protocol asks (data, then the flag; the flag, then the data; reads, then "done"): there a fence only
+        # costs time. Elsewhere (Arm: Grace, Graviton) MPI_Win_sync is the memory barrier between them.
+        self.sync = self.win.Sync if platform.machine().lower() not in ("x86_64", "amd64", "i686") else _nothing
         self.last = [0, 0]  # the call that last used each region
         self.stamped = [None, None]  # whose header each region holds (a Signature's views), besides the call
         self.others = [q for q in range(self.size) if q != self.rank]
@@ -110,6 +118,7 @@ class Window:
         the message agreement instead (it is on the message path, or out of step), so that this rank meets it
         there; past ``limit`` seconds a StepTimeout naming the ranks still behind."""
         flags, polls, give_way, deadline = self.flags, 0, self.give_way, None
+        limit = seconds(limit)  # (a call's timeout as given: worked out only when a rank has to wait)
         for q in self.others:
             f = flags[q]
             while f[flag] < least and (flag != DONE or f[POSTED] >= least):  # (DONE: only those who took part)
@@ -183,7 +192,7 @@ class Signature:
         if room != self.room:
             per = max(room // max(self.dtype.itemsize, 1), 1)  # elements a round carries
             self.rounds = [(a, min(a + per, self.count),
-                            chunk_bounds(min(a + per, self.count) - a, self.n) if self.twoshot else None)
+                            chunk_bounds(min(a + per, self.count) - a, self.n).tolist() if self.twoshot else None)
                            for a in range(0, max(self.count, 1), per)]
             self.room = room
         return self.rounds
@@ -215,12 +224,14 @@ ROUNDS = 1 << 24  # a call's rounds are numbered within its tick: call c, round 
 
 
 def run(state, window_: Window, sig: Signature, x, out, in_place: bool, what: str, limit):
-    """The call on the window, a round at a time. Returns the result, or None when a peer is on the message
-    path: then the caller meets it in the message agreement."""
+    """The call on the window, a round at a time, each wait within ``limit`` (a timeout as calls take it).
+    Returns the result, or None when a peer is on the message path: then the caller meets it in the message
+    agreement."""
     w = window_
     result = x if in_place else (out if out is not None else np.empty(sig.shape, sig.dtype))
-    flat, source = result.reshape(-1), x.reshape(-1)  # x's copy, if it is not contiguous, is made once
-    rounds, tick = sig.cut(w.capacity), state.calls * ROUNDS
+    flat = result if result.ndim == 1 else result.reshape(-1)
+    source = x if x.ndim == 1 else x.reshape(-1)  # x's copy, if it is not contiguous, is made once
+    rounds, tick = sig.rounds if sig.room == w.capacity else sig.cut(w.capacity), state.calls * ROUNDS
     if len(rounds) == 1:
         if not _round(state, w, sig, tick, source, flat, rounds[0][2], what, limit):
             return None
@@ -245,7 +256,8 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
                 if w.wait(DONE, last, what, state, limit):
                     return False
                 break
-    stamp, mine, regions, heads = sig.views(w, p, source.size)
+    found = sig.cache.get((p, source.size)) if sig.window is w and w.stamped[p] is not None else None
+    stamp, mine, regions, heads = found if found is not None and w.stamped[p] is found else sig.views(w, p, source.size)
     stamp[0] = tick
     np.copyto(mine, source)
     w.sync()
@@ -272,7 +284,7 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
             for q in range(2, n):
                 ufunc(flat, regions[q], flat)
             return True
-        lo, hi = int(bounds[me]), int(bounds[me + 1])  # two-shot: this rank's chunk of every region
+        lo, hi = bounds[me], bounds[me + 1]  # two-shot: this rank's chunk of every region
         piece = flat[lo:hi]
         ufunc(regions[0][lo:hi], regions[1][lo:hi], out=piece) if n > 1 else np.copyto(piece, regions[0][lo:hi])
         for q in range(2, n):
@@ -280,10 +292,15 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
         mine[lo:hi] = piece  # only this rank reads its own chunk: the sum may take its place
         w.sync()
         flags[me][REDUCED] = tick
-        if w.wait(REDUCED, tick, what, state, limit):
-            raise StepTimeout(f"rank {me}: {what}: a peer left the shared window part-way through a call")
         for q in w.others:
-            a, b = int(bounds[q]), int(bounds[q + 1])
+            if flags[q][REDUCED] < tick:
+                if w.wait(REDUCED, tick, what, state, limit):
+                    raise StepTimeout(f"rank {me}: {what}: a peer left the shared window part-way through a call")
+                break
+        else:
+            w.sync()
+        for q in w.others:
+            a, b = bounds[q], bounds[q + 1]
             flat[a:b] = regions[q][a:b]
         return True
     finally:
@@ -293,6 +310,7 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
 
 def _disagree(state, w: Window, p: int, sig: Signature, what: str, limit) -> None:
     """The headers differ: every rank read the same ones, so every rank is here, and raises the same error."""
+    limit = seconds(limit)
     calls = [int(w.headers[p][q][:8].view(np.int64)[0]) // ROUNDS for q in range(w.size)]
     if len(set(calls)) > 1:  # out of step: the message agreement says so on every rank
         private.agree(state, what, sig.text, sig.digest, limit)
