@@ -9,6 +9,9 @@
 - ``rings``: the ring order whose slowest link is fastest, as NCCL searches for it;
 - ``protocols``: NCCL's LL, LL128 and Simple as latency and rate terms (``predict(..., protocol=)``);
 - ``nvls``: allreduce added up inside NVSwitch, NCCL's NVLS, as a labelled closed form;
+- ``symmetric``: one-shot and two-shot allreduce as NCCL prices its symmetric-memory kernels (a kernel's base
+  latency plus its bytes over a bandwidth) and picks between them; ``predict`` uses it for
+  ``allreduce.oneshot`` and ``allreduce.twoshot`` on one host of GPUs all joined by NVLink;
 - ``nccl``: :func:`predict_nccl`, NCCL's own model of its algorithms (ring on every rail, Tree, NVLS,
   NVLSTree, CollNet, PAT) and protocols on a topology, and its tuner's choice; ``tuning``: NCCL's
   constants it rests on; ``harness``: what nccl-tests and PyTorch's benchmark add to a call;
@@ -27,7 +30,8 @@ from .nccl import NcclPrediction, predict_nccl
 from .nvls import nvls_allreduce, nvls_busbw
 from .protocols import PROTOCOLS
 from .rings import best_ring, ring_report
+from .symmetric import symmetric_seconds
 
 __all__ = ["predict", "Prediction", "best_segments", "crossover", "whatif", "fit", "fit_schedules", "Fit",
            "compare_trace", "best_ring", "ring_report", "nvls_allreduce", "nvls_busbw", "PROTOCOLS", "predict_nccl",
-           "NcclPrediction"]
+           "NcclPrediction", "symmetric_seconds"]

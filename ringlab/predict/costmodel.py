@@ -16,7 +16,9 @@ latency once (``predict.protocols`` says where the figures come from and why the
 
 On ``uniform`` topologies and without a protocol this reproduces the closed forms of MPICH's and
 NCCL's cost models (tests/test_costmodel.py holds it to them); on presets it shows where links
-are shared.
+are shared. One exception: ``allreduce.oneshot`` and ``allreduce.twoshot`` on one host of GPUs all
+joined by NVLink are NCCL's symmetric-memory kernels, which load from all peers at once, and are
+priced by NCCL's model of those kernels (``ringlab.predict.symmetric`` says where and why).
 
 Two ways to the same numbers (``method=``): ``"explicit"`` walks the schedule step by step, transfer
 by transfer, vectorised per step: the reference, and the way for a schedule written step by step. A
@@ -41,6 +43,7 @@ from ..topology import SwitchTopology, Topology
 from ..topology.clusters import ClusterTopology
 from .compact import channel_hardware, predict_steps
 from .protocols import AUTO, NVLINK, PROTOCOLS, Protocol, protocol as find_protocol
+from .symmetric import symmetric_kernel, symmetric_steps
 
 METHODS = ("auto", "compact", "explicit")
 PROGRESS_AFTER = 3.0  # seconds: a prediction that runs longer shows a progress bar
@@ -58,7 +61,9 @@ class Prediction:
     ``steps`` has columns latency, transfer, reduce, time (seconds), bottleneck (the directed
     channel that bounded the transfer part, -1 if none), messages and nbytes. Use
     :meth:`bottleneck_link` to name a channel. ``protocol`` is the NCCL protocol modelled (None
-    for the bare model) and ``overhead`` its latency per call, paid once on top of the steps.
+    for the bare model) and ``overhead`` its latency per call, paid once on top of the steps. ``kernel``: the
+    NCCL symmetric-memory kernel whose model of itself priced the call (``ringlab.predict.symmetric``), None
+    where the links did.
     """
 
     schedule: Schedule
@@ -67,6 +72,7 @@ class Prediction:
     steps: np.ndarray
     protocol: str | None = None
     overhead: float = 0.0
+    kernel: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -87,7 +93,7 @@ class Prediction:
         return f"{a}->{b} ({link.kind}, {link.rate / 1e9:.4g} GB/s{rated}{duplex})"
 
     def __repr__(self) -> str:
-        how = f", {self.protocol}" if self.protocol else ""
+        how = f", {self.protocol}" if self.protocol else f", NCCL's {self.kernel}" if self.kernel else ""
         return (f"Prediction({self.schedule.name} on {self.topology.name}{how}, {self.nbytes} B: "
                 f"{self.seconds * 1e6:.1f} us over {len(self.steps)} steps)")
 
@@ -102,18 +108,26 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
     NCCL's costs of that protocol, ``"auto"`` for the fastest of those NCCL would use here.
     ``method``: ``"auto"`` prices a registered algorithm's compact steps and walks any other schedule,
     ``"compact"`` insists on the first, ``"explicit"`` walks transfer by transfer (the reference).
+
+    ``allreduce.oneshot`` and ``allreduce.twoshot`` on one host whose GPUs are all joined by NVLink (the
+    NVSwitch boxes, ``cluster("h100", nodes=1)``), with ``protocol`` None or ``"auto"``, are NCCL's
+    symmetric-memory kernels there, and are priced as NCCL prices them (``ringlab.predict.symmetric``: a
+    kernel's base latency plus its bytes over a bandwidth, all peers at once); everywhere else, and for
+    every other schedule, the links are walked as above.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
-    if protocol is not None and str(protocol).lower() == AUTO:
-        return min((predict(schedule, nbytes, topology, itemsize, rank_map, name, method)
-                    for name in usable_protocols(schedule, topology, rank_map)), key=lambda p: p.seconds)
-    chosen = None if protocol is None else find_protocol(protocol)
+    auto = protocol is not None and str(protocol).lower() == AUTO
     nbytes = check_count("nbytes", nbytes, minimum=0, maximum=MAX_BYTES)
     n = schedule.nranks
     if n > topology.nranks:
         raise ValueError(f"{schedule.name} needs {n} ranks; topology {topology.name} has {topology.nranks}")
     place = _placement(n, topology, rank_map)
+    kernel = symmetric_kernel(schedule, topology, place) if protocol is None or auto else None
+    if auto and kernel is None:
+        return min((predict(schedule, nbytes, topology, itemsize, rank_map, name, method)
+                    for name in usable_protocols(schedule, topology, rank_map)), key=lambda p: p.seconds)
+    chosen = None if protocol is None or auto else find_protocol(protocol)
     compact = isinstance(schedule.steps, PatternSteps)
     if method == "compact" and not compact:
         raise ValueError(f"{schedule.name}: its steps were written one by one, so there is no compact form to "
@@ -129,8 +143,10 @@ def predict(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int =
                    "Use method='auto', which prices a registered algorithm without its transfers"
                    if compact else "Use fewer ranks, or build it with rl.build, whose schedules predict compactly")
         out = _walk(schedule, nbytes, topology, itemsize, place, chosen)
+    if kernel is not None:  # NCCL's own model of the kernel that runs it here (ringlab.predict.symmetric)
+        out = symmetric_steps(kernel, nbytes, itemsize, n, topology.machine.arch, out)
     return Prediction(schedule, topology, nbytes, out, chosen.name if chosen else None,
-                      chosen.base_latency if chosen else 0.0)
+                      chosen.base_latency if chosen else 0.0, kernel)
 
 
 STEP_STAGES = ("pieces", "messages", "latency", "reduce", "transfer")  # what predict_steps reports done
