@@ -5,12 +5,14 @@
 # ringlab's own reduce-scatter and allgather ([ZeRO](glossary.md), and [FSDP](glossary.md)'s full sharding); split an MLP's
 # matrices over ranks ([tensor parallelism](glossary.md)) on a 2-D [device mesh](glossary.md); send tokens to experts
 # and back with an [all-to-all](glossary.md) ([mixture of experts](glossary.md)); compute attention over a sequence
-# split across ranks ([ring attention](glossary.md)); and read how NCCL picks its algorithm and protocol.
+# split across ranks ([ring attention](glossary.md)); read how NCCL picks its algorithm and protocol; and
+# measure one-shot and two-shot allreduce, which read a peer's memory instead of sending it messages.
 #
 # **What you'll learn:** what each of these saves and what it sends, checked equal to the unsplit model
 # on real ranks; where the memory of a training step goes and what sharding it costs in traffic; why a
 # mesh puts its tensor dimension on a node's fast links and its data dimension on the network; what an
-# unbalanced router costs; and which algorithm and protocol NCCL runs at which size, and why.
+# unbalanced router costs; which algorithm and protocol NCCL runs at which size, and why; and when one
+# synchronisation beats a ring's 2(n-1) steps.
 #
 # **What you need:** labs 03, 05 and 06, and torch. Everything runs on this machine's CPU; where the
 # laptop's two cores cannot show a principle, the same code runs on an emulated machine beside it
@@ -33,6 +35,10 @@ from ringlab.lessons.lab08_beyond_data_parallelism.nccl import (PAT_COLUMNS, PUB
 from ringlab.lessons.lab08_beyond_data_parallelism.sharding import (MEMORY_COLUMNS, SCALE_COLUMNS, TRAFFIC_COLUMNS,
                                                                     at_scale, check_zero_bytes, describe_at_scale,
                                                                     memory_rows, sharding_lesson, traffic_rows)
+from ringlab.lessons.lab08_beyond_data_parallelism.symmetric import (COUNTED_COLUMNS, PREDICTED_COLUMNS,
+                                                                     SYMMETRIC_COLUMNS, counted_rows, describe_predicted,
+                                                                     measure_symmetric, predicted_rows, symmetric_lesson,
+                                                                     symmetric_plot, symmetric_rows)
 from ringlab.measure.tables import table
 from ringlab.viz import StepThrough, use_renderer
 from ringlab.viz.parallelism import (choice_map, expert_load_bars, mapping_bars, memory_bars, protocol_plot,
@@ -411,6 +417,72 @@ table(pats, PAT_COLUMNS)
 print(describe_pat(pats))
 
 # %% [markdown]
+# ## Symmetric memory: one-shot and two-shot
+#
+# Every allreduce so far moves data in messages, and a ring pays a latency at each of its 2(n-1) steps. Inside
+# one node a GPU can instead read and write its peers' memory directly. NCCL 2.27 added kernels for buffers that
+# every GPU has registered as a [symmetric memory](glossary.md) window, "allowing buffers with identical virtual
+# addresses across GPUs to benefit from optimized collective operations" (NVIDIA's blog on NCCL 2.27,
+# published). A flag or a barrier in memory, not a message, tells a peer that the data is there, so an allreduce
+# needs one or two synchronisations in all:
+#
+# - **[one-shot allreduce](glossary.md)**: every rank makes its whole buffer visible to the others, and each
+#   adds up all n buffers itself. One synchronisation; each rank reads n-1 whole buffers and adds them in.
+#   NCCL's kernel is `AllReduce_AGxLL_R`: each GPU stores its whole buffer into every peer with LL's flags, then
+#   reduces all the copies locally.
+# - **[two-shot allreduce](glossary.md)**: rank r adds up chunk r of every buffer (a reduce-scatter in one
+#   step), then every rank copies the others' finished chunks (an all-gather in one step). Two
+#   synchronisations; each rank reads 2(n-1)/n of the buffer, as in a ring, and adds 1/n of what one-shot adds.
+#   NCCL's kernel is `AllReduce_RSxLD_AGxST`: each GPU loads its slice from every peer and reduces it, then
+#   stores the result into every peer.
+#
+# The kernels are in NCCL's `src/symmetric.cc` and `src/device/symmetric/all_reduce.cuh` (v2.27.3; from 2.28
+# `src/sym_kernels.cc`). NVIDIA reports "up to 9x reduction in latency for small message sizes" with them
+# (published: https://developer.nvidia.com/blog/enabling-fast-inference-and-resilient-training-with-nccl-2-27/),
+# inside a node only: the first release "supports non-network communicators only (P2P and NVLS transports)".
+# PyTorch's `SymmetricMemory` has the same pair (`one_shot_all_reduce`, `two_shot_all_reduce`), and its
+# intra-node allreduce picks by size: one-shot up to 256 KiB, two-shot up to 10 MiB, NCCL above
+# (`kOneShotThreshBytes` and `kTwoShotThreshBytes` in `torch/csrc/distributed/c10d/symm_mem/intra_node_comm.cu`,
+# published).
+#
+# ringlab has both as schedules (`allreduce.oneshot`, `allreduce.twoshot`), so the simulator checks them and
+# the widget steps through them: two-shot on 4 ranks, and then what each costs a rank, counted from the
+# schedules, on this lab's 2 ranks and on the 8 GPUs of a node.
+
+# %%
+StepThrough(rl.build("allreduce.twoshot", 4))
+
+# %%
+table(counted_rows(), COUNTED_COLUMNS)
+
+# %% [markdown]
+# On ranks of one node, `rl.allreduce(x, "oneshot")` and `"twoshot"` run through a shared MPI window
+# (`MPI.Win.Allocate_shared`, 1 MiB a rank unless `RINGLAB_SYMMETRIC_BYTES` says otherwise): a rank copies its
+# buffer into its own slot and sets its flag to the call's number, and the others, watching the flags, read the
+# slots in place. No message is sent: the CPU's analogue of the kernels above. Measured on this machine on 2 ranks
+# against ringlab's ring and MPI's own allreduce, 8 B to 1 MiB: every algorithm and size is timed in 20 short
+# bursts spread over the run and keeps its best burst's median, so that other work on a shared machine spoils a
+# burst rather than the result; every result is checked against MPI's (a second or two on a quiet machine):
+
+# %%
+symmetric = measure_symmetric()
+table(symmetric_rows(symmetric), SYMMETRIC_COLUMNS)
+print(symmetric_lesson(symmetric))
+symmetric_plot(symmetric)
+
+# %% [markdown]
+# These are CPU processes sharing memory, not GPUs on NVLink: what carries over is the count of
+# synchronisations and of bytes each rank reads and adds, not the sizes at which one overtakes another. For
+# GPUs, NCCL's own model of these kernels (`queryModel` in `src/symmetric.cc`, re-implemented in
+# `ringlab.predict.symmetric`, fitted to nothing) predicts on 8 H100s, beside what NCCL's tuner picks without
+# symmetric memory:
+
+# %%
+predicted = predicted_rows()
+table(predicted, PREDICTED_COLUMNS)
+print(describe_predicted(predicted))
+
+# %% [markdown]
 # ## Summary
 #
 # - ZeRO shards what data parallelism replicates: stage 1 the optimizer state, stage 2 the gradients,
@@ -427,6 +499,11 @@ print(describe_pat(pats))
 #   softmax: exact, with two blocks held at a time.
 # - NCCL picks algorithm and protocol per call by latency + bytes / bandwidth: LL for small messages,
 #   LL128 and Simple for large ones; trees and NVLS where they beat the ring; PAT at many nodes.
+# - Inside a node, symmetric memory lets a rank read its peers' buffers: one-shot synchronises once and has
+#   every rank add all n buffers, two-shot synchronises twice and splits the additions n ways, the ring takes
+#   2(n-1) steps. For small messages the count of synchronisations sets the time; as messages grow, two-shot's
+#   split additions pay for its second one. NCCL (from 2.27) and PyTorch's SymmetricMemory pick between the two
+#   by size; across nodes, where no GPU reads another's memory, the ring and the tree take over.
 #
 # ## Exercises
 #
@@ -440,6 +517,9 @@ print(describe_pat(pats))
 #    busiest expert?
 # 5. `rl.predict_nccl("allgather", nbytes, rl.topology.cluster("h100", 1000, gpus_per_node=1))`: up to what size
 #    does the model pick PAT at a thousand nodes?
+# 6. Run `symmetric_lesson(measure_symmetric(nranks=4))`: on 4 ranks one-shot reads and adds 3 whole buffers a
+#    rank (`counted_rows((4,))`). Does two-shot overtake one-shot sooner than on 2? (Four ranks share this
+#    machine's cores: the times include the scheduler.)
 
 # %% [markdown]
 # ## Quiz

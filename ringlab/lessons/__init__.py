@@ -17,7 +17,8 @@ is not about one lab lives in the layer that owns it (``measure``, ``predict``, 
 - ``lab07_hangs_and_crawls``: ``diagnose`` (a missing rank, a straggler), ``checklist`` (NCCL's
   settings, P2P, links), ``quiz``;
 - ``lab08_beyond_data_parallelism``: ``sharding`` (ZeRO), ``mesh`` (tensor parallelism on a mesh), ``experts``,
-  ``attention`` (ring attention), ``nccl`` (how NCCL picks; PAT), ``quiz``.
+  ``attention`` (ring attention), ``nccl`` (how NCCL picks; PAT), ``symmetric`` (one-shot and two-shot allreduce),
+  ``quiz``.
 
 :func:`quiz` finds a lab's quiz by its number (``quiz(3)``, ``quiz("03_allreduce")``).
 """

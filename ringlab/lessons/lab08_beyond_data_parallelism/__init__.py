@@ -8,5 +8,7 @@
 - ``attention``: ring attention against full attention (exercise: :func:`~.attention.check_merge`);
 - ``nccl``: how NCCL picks algorithm and protocol, held against published sweeps; PAT (exercise:
   :func:`~.nccl.check_fastest_protocol`);
+- ``symmetric``: one-shot and two-shot allreduce (symmetric memory) measured against the ring and MPI's own on this
+  machine, counted from their schedules, and predicted by NCCL's model of its symmetric kernels;
 - ``quiz``: the lab's questions.
 """
