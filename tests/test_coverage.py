@@ -80,6 +80,8 @@ KEY_TERMS = {
         ["RingAttention", "online softmax"],
     "how NCCL picks its algorithm and protocol (LL, LL128, Simple), and channels": ["predict_nccl", "fastest_protocol"],
     "PAT: all-gather and reduce-scatter in log2 n steps": ["allgather.pat", "Parallel Aggregated Trees"],
+    "symmetric memory: one-shot and two-shot allreduce through a shared window, against the ring and MPI's own":
+        ["oneshot", "twoshot", "symmetric memory"],
 }
 
 

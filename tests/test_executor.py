@@ -300,3 +300,29 @@ def test_a_timed_out_step_names_every_peer_whose_message_had_not_finished():
     assert unfinished(step, [Request(True), Request(False), None], [Request(False), Request(True)]) == (2, 4)
     assert unfinished(step, [Request(True)] * 3, [Request(True)] * 2) == ()
     assert rl.StepTimeout("late").peers == ()
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_out_of_place_calls_read_their_input_where_it_is(nranks):
+    """From plan.SOURCE_BYTES an out= call sends and adds its input from the caller's array (no copy into the
+    result first): every allreduce, reduce and broadcast algorithm, against MPI's, the input untouched."""
+    done = run_mpi(nranks, [str(HERE / "input_in_place.py")], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    oks = [line for line in done.stdout.splitlines() if ": ok " in line]
+    assert len(oks) == nranks and all(int(line.rsplit(" ", 1)[1]) > 200 for line in oks), done.stdout
+
+
+def test_sources_say_where_the_input_is_read():
+    """The ring on 2 ranks: step 0 sends and adds the input itself; step 1 sends what landed; nothing is left
+    untouched. The naive root adds the first arrival to its input and the next to the sum."""
+    from ringlab.mpi.plan import sources
+
+    plan = compile_plan(rl.build("allreduce.ring", 2), 0, 1000, 8)
+    found = sources(plan, 1000)
+    assert [set(s) for s in found.sends] == [{True}, {False}]
+    assert [set(r) for r in found.reduces] == [{True}, {False}]
+    assert found.untouched == ()
+    root = sources(compile_plan(rl.build("allreduce.naive", 3), 0, 1000, 8), 1000)
+    assert root.reduces[0] == (True, False)
+    bcast = sources(compile_plan(rl.build("broadcast.chain", 3), 0, 1000, 8), 1000)
+    assert bcast.untouched == ((0, 1000),)  # the root lands nothing: its input is copied at the end

@@ -9,9 +9,12 @@ a full registered name (``"allreduce.ring"``) or a Schedule of your own.
 A call checks its arguments, agrees with the other ranks, chooses the schedule and the transport, and
 hands the array down once (:mod:`ringlab.mpi.plan`); the result comes back once. Every call runs on
 ringlab's private duplicate of ``comm`` (:mod:`ringlab.mpi.private`), so a message of the user's own still
-pending on ``comm`` is never matched by ringlab's. Before any data moves the ranks compare what they were
-given (size, dtype, algorithm, root, what is wrong) and the number of the call on this communicator, and all
-raise the same ValueError if they disagree or any rank's arguments are wrong (``agree=False`` skips this).
+pending on ``comm`` is never matched by ringlab's. Before anything lands in a buffer the ranks compare what
+they were given (size, dtype, algorithm, root, what is wrong) and the number of the call on this communicator,
+and all raise the same ValueError if they disagree or any rank's arguments are wrong (``agree=False`` skips
+this). A call made like this before on numpy buffers sends its digest beside its first step's messages, with
+no round trip of its own; one-shot and two-shot on one node carry it in the shared window's headers
+(:mod:`ringlab.mpi.symmetric`); a first call, or any other, compares before its first message.
 Every wait has a deadline (``timeout``, by default :data:`ringlab.mpi.deadlines.DEFAULT_SECONDS` or
 ``RINGLAB_TIMEOUT``; None: no limit): a step that never finishes is a StepTimeout naming the step and the
 peer. Run scripts as ``python -m mpi4py script.py``: then an exception on one rank aborts the whole job
@@ -161,7 +164,7 @@ def _out_problems(x, out, in_place: bool) -> list[str]:
 
 def _fields(kind, x, algorithm, schedule, transport: str, in_place: bool, options: dict, problems: list,
             op: str = "sum") -> dict:
-    """What the ranks compare before any data moves."""
+    """What the ranks compare before anything lands."""
     label = algorithm if isinstance(algorithm, str) else getattr(algorithm, "name", repr(algorithm))
     fields = {"collective": kind or getattr(schedule, "name", "?"), **_array_fields(x), "algorithm": label,
               "transport": transport, "in_place": in_place, **options, "emulation": emulate.describe(),
@@ -259,10 +262,10 @@ def _call(kind: str | None, x, algorithm, comm, transport: str, options: dict, *
                 agree = False  # this call's message agreement is done
         if not trace and not problems and kind not in BLOCKS:
             call = _remembered(state, kind, x, algorithm, comm, transport, options, in_place, out, timeout, what, op)
-            if call is not None:
-                if agree:
-                    private.agree(state, what, call.text, call.digest, limit)
-                result = call.run(x, out, in_place, limit)
+            if call is not None:  # the agreement rides beside the first step's messages: no round trip of its own
+                first = (private.agree_alongside(state, what, call.text, call.digest, limit, call.first_sources)
+                         if agree else None)
+                result = call.run(x, out, in_place, limit, first)
                 return result if kind == "allreduce" or kind == "broadcast" else _hand_back(kind, result, comm,
                                                                                             options, False)
         schedule, problems = _checked(kind, x, algorithm, comm, options, in_place, timeout, out, op, bad_root, problems)

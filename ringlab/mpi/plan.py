@@ -40,6 +40,7 @@ from .run import Recorder, Trace
 from .transports import Transport, make
 
 PIECE_BYTES = 1 << 20    # reduce messages travel in pieces of this size
+SOURCE_BYTES = 64 << 10  # from this size an out= call reads its input where it is, instead of copying it first
 CALLS_KEPT = 64          # signatures remembered per communicator (and their bytes within cache_bytes())
 MESSAGE_BYTES = 400      # a compiled plan's memory per message (383 B measured with tracemalloc, 64-rank ring)
 
@@ -208,6 +209,67 @@ def compile_plan(schedule: Schedule, rank: int, count: int, itemsize: int, stage
     return RankPlan(rank, tuple(steps), scratch, staging)
 
 
+@dataclass(frozen=True)
+class Sources:
+    """Where a rank's plan can read its input from the caller's array instead of from a copy of it in the result
+    buffer (so that an out-of-place call needs no copy of its whole input first): per step, which sends read
+    the input (what they send has not been landed on in an earlier step), which reducing receives add to
+    the input (``result = input + arrived``: the first landing on those elements), and the element ranges
+    nothing ever lands on, copied from the input at the end."""
+
+    sends: tuple[tuple[bool, ...], ...]
+    reduces: tuple[tuple[bool, ...], ...]
+    untouched: tuple[tuple[int, int], ...]
+
+
+def _covered(landed: list[tuple[int, int]], lo: int, hi: int) -> str:
+    """How much of ``lo:hi`` the sorted disjoint ranges ``landed`` cover: "none", "all" or "part"."""
+    inside = 0
+    for a, b in landed:
+        inside += max(0, min(b, hi) - max(a, lo))
+    return "none" if inside == 0 else "all" if inside == hi - lo else "part"
+
+
+def _land(landed: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``landed`` with ``lo:hi`` added, merged."""
+    merged = []
+    for a, b in sorted(landed + [(lo, hi)]):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def sources(plan: RankPlan, count: int) -> Sources | None:
+    """The :class:`Sources` of ``plan`` on a buffer of ``count`` elements, or None where a message reads or
+    reduces into elements of which only a part has been landed on (then the input is copied in first)."""
+    landed: list[tuple[int, int]] = []
+    sends, reduces = [], []
+    for step in plan.steps:
+        reading = []
+        for m in step.sends:
+            seen = _covered(landed, m.lo, m.hi)
+            if seen == "part":
+                return None
+            reading.append(seen == "none")
+        adding = []
+        for m in step.recvs:  # in the order they land
+            seen = _covered(landed, m.lo, m.hi)
+            if m.op == REDUCE and seen == "part":
+                return None
+            adding.append(m.op == REDUCE and seen == "none")
+            landed = _land(landed, m.lo, m.hi)
+        sends.append(tuple(reading))
+        reduces.append(tuple(adding))
+    untouched, start = [], 0
+    for a, b in landed + [(count, count)]:
+        if a > start:
+            untouched.append((start, a))
+        start = max(start, b)
+    return Sources(tuple(sends), tuple(reduces), tuple(untouched))
+
+
 def _windowed(recvs: list[Message], limit: int) -> tuple[list[Message], int, int]:
     """``recvs`` reordered to take one message from each peer in turn (each peer's own order kept, as
     MPI matches messages from one source in order), with a window of as many as fit in ``limit``
@@ -296,12 +358,16 @@ class Call:
         finish = op == "avg" and _holds_result(schedule, rank)
         self.transport: Transport = make("host", np, self.plan, dtype, comm, reduction(op, dtype), finish=finish)
         self.spare = None  # (last fresh result, its reference count when only this Call holds it)
+        self.sources = False  # where the plan may read the input in place (plan.sources; False: not worked out)
+        # the peers whose messages this rank may hear first: a stale call's would be queued before its notices
+        self.first_sources = len({m.peer for m in self.plan.steps[0].recvs}) if self.plan.steps else 0
         self.counted = False  # whether its scratch has been fitted in the cache's bytes (after its first run)
 
-    def run(self, x, out, in_place: bool, timeout):
-        """The call on this rank's ``x``: its result in ``out``, in ``x`` itself, or in a fresh array."""
+    def run(self, x, out, in_place: bool, timeout, first=None):
+        """The call on this rank's ``x``: its result in ``out``, in ``x`` itself, or in a fresh array; ``first``:
+        the agreement carried alongside the first step (:func:`ringlab.mpi.private.agree_alongside`)."""
         try:
-            result = self._move(x, out, in_place, timeout)
+            result = self._move(x, out, in_place, timeout, first)
         except BaseException:
             self.forget()  # a step may have left requests active: nothing bound here may be started again
             raise
@@ -310,30 +376,35 @@ class Call:
             _make_room(self.private, self, 0)
         return result
 
-    def _move(self, x, out, in_place: bool, timeout):
+    def _move(self, x, out, in_place: bool, timeout, first=None):
         keep, move = self.keep, self.transport.move
+        if out is not None and keep and x.nbytes >= SOURCE_BYTES and x.flags.c_contiguous:
+            if self.sources is False:
+                self.sources = sources(self.plan, x.size)
+            if self.sources is not None and not np.may_share_memory(x, out):
+                return move(out, timeout, None, "buffer", source=x, sources=self.sources, first=first)
         if in_place or out is not None:
             buf = x if in_place else out
             if out is not None:
                 np.copyto(out, x)
-            return move(buf, timeout, None, "buffer" if keep else None)
+            return move(buf, timeout, None, "buffer" if keep else None, first=first)
         spare = self.spare
         if keep and spare is not None and sys.getrefcount(spare[0]) == spare[1]:
             buf = spare[0]  # the caller has let go of the last result: it is ours again
             np.copyto(buf, x)
-            return move(buf, timeout, None, "spare")
+            return move(buf, timeout, None, "spare", first=first)
         if keep and spare is not None:  # the caller still holds the last result: it is the caller's now
             self._drop_spare()
         if keep and _make_room(self.private, self, x.nbytes):
             buf = x.copy()  # may come back free next time: see below
-            move(buf, timeout, None, "new spare")
+            move(buf, timeout, None, "new spare", first=first)
             # Now: this frame's name (1) and getrefcount's argument (1); the bound plan sees the memory through
             # raw views that hold no reference. Later, with nobody else holding it: the spare tuple (1) instead
             # of this name, and the argument. More than that, and the caller still holds it.
             free = sys.getrefcount(buf)  # on a line of its own: in the tuple's display, buf is on the stack too
             self.spare = (buf, free)
             return buf
-        return move(x.copy(), timeout, None, None)
+        return move(x.copy(), timeout, None, None, first=first)
 
     def _drop_spare(self) -> None:
         if self.spare is not None:

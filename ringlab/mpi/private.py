@@ -24,9 +24,15 @@ notice would go unread, and one of them may be dead: MPICH's UCX transport (it h
 ends a process that starts a send to a peer it has seen die with signal 11. A notice to a dead rank
 that this rank was not waiting for may still do that, which is why the reason is written first.
 
-Before any data moves, the ranks compare what they were given (:func:`agree`): every rank sends a 16-byte
-digest of its arguments, with the number of the call, to every other (:class:`Agreement`), so a rank that
-never comes is named in a StepTimeout; the full arguments follow only when the digests differ, to say what.
+The ranks compare what they were given (:func:`agree`): every rank sends a 16-byte digest of its arguments,
+with the number of the call, to every other (:class:`Agreement`), so a rank that never comes is named in a
+StepTimeout; the full arguments follow only when the digests differ, to say what. A first call compares before
+its first message; a call made like this before sends its digests beside its first step's messages and compares
+them once those are posted, before anything lands (:func:`agree_alongside`), so that the comparison costs no
+round trip of its own, and a rank that receives nothing in its first step is covered all the same: it waits
+for every rank's digest before its first landing. On any disagreement (other arguments, other call numbers)
+every rank sees the same digests, so every rank leaves the duplicate for a fresh one (a call's first messages
+may be in flight on it) and raises the same error there.
 
 Tags on a duplicate: a step of a schedule uses its index (below :data:`TAG_LIMIT`), the agreement
 :data:`AGREE_TAG`, the notices :data:`NOTICE_TAG`. A utility of every layer of :mod:`ringlab.mpi`.
@@ -188,8 +194,10 @@ class Private:
                 if not r.Test():
                     r.Free()
 
-    def given_up(self) -> str | None:
-        """Whether another rank gave up on a call of the current duplicate (a notice waits): what it said."""
+    def given_up(self, looks: int = 2) -> str | None:
+        """Whether another rank gave up on a call of the current duplicate (a notice waits): what it said.
+        ``looks``: how many times to look; each look moves MPI's queue of arrived messages along, and a notice
+        queued behind others (a gave-up call's first messages) needs a look more for each."""
         if self._dup is None:
             return None
         if not _MPI:
@@ -198,8 +206,10 @@ class Private:
         MPI = _MPI[0]
         status = MPI.Status()
         # a first Iprobe may only move messages along (MPICH): a notice that has arrived is seen by the second
-        if not (self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status)
-                or self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status)):
+        for _ in range(looks):
+            if self._dup.Iprobe(MPI.ANY_SOURCE, NOTICE_TAG, status):
+                break
+        else:
             return None
         note = np.empty(1, np.int64)
         self._dup.Recv(note, source=status.Get_source(), tag=NOTICE_TAG)
@@ -377,12 +387,22 @@ class Agreement:
     def exchange(self, mine: np.ndarray, call: int, what: str, timeout: float | None) -> tuple[bool, list[int]]:
         """Whether every rank's digest equals ``mine``, and every rank's call number (this one's: ``call``);
         a rank missing past ``timeout`` is a StepTimeout."""
+        self.start(mine, call)
+        return self.finish(what, timeout)
+
+    def start(self, mine: np.ndarray, call: int) -> None:
+        """Send this rank's digest and call number to every other rank, and post the receives of theirs."""
         if mine is not self.last:  # a call like the last one sends the same 16 bytes again
             self.mine[:DIGEST_BYTES] = mine
             self.last = mine
         self.call[0] = call
         self.everyone[self.rank] = self.mine
         self.startall(self.all)
+
+    def finish(self, what: str, timeout: float | None) -> tuple[bool, list[int]]:
+        """After :meth:`start`: wait for every rank's digest (a rank missing past ``timeout`` is a StepTimeout),
+        then whether they all equal this one's, and every rank's call number."""
+        call = int(self.call[0])
         if timeout is None:
             self.waitall(self.all)
         else:
@@ -428,29 +448,71 @@ def agreement(private) -> Agreement:
     return found
 
 
-def agreed(private, mine: np.ndarray, what: str, timeout: float | None) -> bool:
-    """Whether every rank's digest equals ``mine``. Ranks at different calls on this communicator all
-    raise :class:`OutOfStep`, and are in step again from the next call."""
-    same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
-    said = private.given_up()
+def _verdict(private, what: str, text: str, mine: np.ndarray, timeout: float | None, same: bool,
+             calls: list[int], said: str | None = None, looks: int = 2) -> None:
+    """After an exchange of digests: nothing when every rank agrees, else the same error on every rank.
+
+    Every rank of the exchange saw the same table, so all take the same way: on a disagreement (other
+    arguments, other call numbers) all leave this duplicate for a fresh one (a call's first messages may be
+    in flight on it: :func:`agree_alongside`) and raise there, ranks at different calls :class:`OutOfStep`,
+    in step again from the next call. A rank that finds another's notice that it gave up on this duplicate
+    meets the others on a fresh one, where the call numbers say who is where."""
+    said = said or private.given_up(looks)
+    if same and len(set(calls)) == 1 and not said:
+        return
     if said:  # the others have left this duplicate: meet them on a fresh one, where the call numbers tell
-        private.set_aside(notify=False)
-        private.comm(what, timeout)
+        _move_on(private, what, timeout)
         same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
-    if len(set(calls)) > 1 or said:
-        private.calls = max(calls)
-        detail = ", ".join(f"rank {r} at call {c}" for r, c in enumerate(calls))
-        raise OutOfStep(f"{what}: the ranks are at different calls on this communicator ({detail}"
-                        f"{'; ' + said if said else ''}): a call failed or timed out on some ranks only, or a rank "
-                        "skipped one. This call is refused on every rank; the next one is in step again", calls)
-    return same
+        if len(set(calls)) > 1:  # the others in that exchange saw it too: they leave it with this rank
+            _move_on(private, what, timeout)
+        _out_of_step(private, what, calls, said)
+    _move_on(private, what, timeout)
+    if len(set(calls)) > 1:
+        _out_of_step(private, what, calls, None)
+    disagreement(private.comm(what, None), what, text, timeout)
+
+
+def _move_on(private, what: str, timeout: float | None) -> None:
+    """Every rank, having seen the same disagreement, leaves this duplicate for a fresh one (collective)."""
+    private.set_aside(notify=False)
+    private.comm(what, timeout)
+
+
+def _out_of_step(private, what: str, calls: list[int], said: str | None) -> None:
+    private.calls = max(calls)
+    detail = ", ".join(f"rank {r} at call {c}" for r, c in enumerate(calls))
+    raise OutOfStep(f"{what}: the ranks are at different calls on this communicator ({detail}"
+                    f"{'; ' + said if said else ''}): a call failed or timed out on some ranks only, or a rank "
+                    "skipped one. This call is refused on every rank; the next one is in step again", calls)
+
+
+def agree_alongside(private, what: str, text: str, mine: np.ndarray, timeout: float | None, sources: int = 1):
+    """The agreement carried alongside a call's first messages: the digests leave now, with no wait; the
+    function returned waits for the others' (they travel beside the first step's data, so they are there, or
+    nearly, when that step's messages are) and compares them (:func:`_verdict`). The call's run calls it once
+    the first step's messages are posted and before anything lands, so that on a disagreement no buffer of the
+    caller's has changed. A notice that another rank gave up on this duplicate is looked for first, before
+    this call's messages are posted: then the call is refused at once, as :func:`agree` refuses it."""
+    said = private.given_up()
+    if said:
+        same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+        _verdict(private, what, text, mine, timeout, same, calls, said)
+    agreement(private).start(mine, private.calls)
+
+    def finish() -> None:
+        same, calls = agreement(private).finish(what, timeout)
+        # a notice of a rank that gave up on this very call waits behind that call's first messages to this
+        # rank (one from each peer it hears from first, at most): a look more for each
+        _verdict(private, what, text, mine, timeout, same, calls, looks=2 + sources)
+    return finish
 
 
 def agree(private, what: str, text: str, mine: np.ndarray, timeout: float | None) -> None:
     """Inside a call that has entered ``private``: every rank compares ``mine`` (the digest of ``text``, its
-    arguments as JSON); every rank raises the same ValueError, saying what differs, when they disagree."""
-    if not agreed(private, mine, what, timeout):
-        disagreement(private.comm(what, None), what, text, timeout)
+    arguments as JSON) before the call's first message; every rank raises the same ValueError, saying what
+    differs (or :class:`OutOfStep`), when they disagree (:func:`_verdict`)."""
+    same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
+    _verdict(private, what, text, mine, timeout, same, calls)
 
 
 def disagreement(comm, what: str, text: str, limit: float | None) -> None:

@@ -30,9 +30,11 @@ SIGNAL = np.empty(0, np.uint8)  # an empty message: "ready to be read", or "done
 _MPI: list = []  # Startall and Waitall, looked up once
 
 
-def run(bound, timeout: float | None = None, recorder: "Recorder | None" = None) -> None:
+def run(bound, timeout: float | None = None, recorder: "Recorder | None" = None, agreeing=None) -> None:
     """Carry out ``bound`` on this rank, each step within ``timeout`` seconds (None: no limit), recording every
-    message's times in ``recorder`` when given."""
+    message's times in ``recorder`` when given. ``agreeing()``, when given, is called once the first step's
+    messages are posted and before anything lands (the argument agreement carried alongside them, which
+    raises when the ranks disagree)."""
     if not _MPI:
         from mpi4py import MPI
         _MPI.extend((MPI.Prequest.Startall, MPI.Request.Waitall))
@@ -43,6 +45,9 @@ def run(bound, timeout: float | None = None, recorder: "Recorder | None" = None)
             function(*arguments)
     for step in bound.steps:
         if watched or not step.plain:
+            if agreeing is not None:
+                agreeing()
+                agreeing = None
             _step(bound, step, comm, timeout, recorder)
             continue
         # plain MPI messages: as little Python as a step allows
@@ -55,6 +60,9 @@ def run(bound, timeout: float | None = None, recorder: "Recorder | None" = None)
             requests = ([comm.Irecv(v, source=p, tag=t) if i < (window or nrecv) else None
                          for i, (v, p, t) in enumerate(recv_args)]
                         + [comm.Isend(v, dest=p, tag=t) for v, p, t in send_args])
+        if agreeing is not None:
+            agreeing()
+            agreeing = None
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if whole:
@@ -88,6 +96,8 @@ def run(bound, timeout: float | None = None, recorder: "Recorder | None" = None)
         except StepTimeout as err:  # which peers it still waited for: a rank that gives up tells them nothing
             err.peers = err.peers or unfinished(step, requests[:nrecv], requests[nrecv:])
             raise
+    if agreeing is not None:  # no step at all
+        agreeing()
     if bound.end:
         for function, arguments in bound.end:
             function(*arguments)

@@ -116,7 +116,8 @@ class Window:
     def wait(self, flag: int, least: int, what: str, state, limit: float | None) -> str | None:
         """Until every other rank's ``flag`` is at least ``least``. Returns None, or "message" when a peer is in
         the message agreement instead (it is on the message path, or out of step), so that this rank meets it
-        there; past ``limit`` seconds a StepTimeout naming the ranks still behind."""
+        there (looked for while waiting for ``POSTED`` only: a rank that left this call's data in the window is
+        on the window for this call); past ``limit`` seconds a StepTimeout naming the ranks still behind."""
         flags, polls, give_way, deadline = self.flags, 0, self.give_way, None
         limit = seconds(limit)  # (a call's timeout as given: worked out only when a rank has to wait)
         for q in self.others:
@@ -126,11 +127,10 @@ class Window:
                 if give_way:
                     os.sched_yield()
                 if polls & 1023 == 0 or (give_way and polls & 63 == 0):
-                    if _peer_in_agreement(state):
+                    if not give_way:  # a peer kept from its core by other work gets it now and then (as MPICH
+                        os.sched_yield()  # yields every 1000 polls)
+                    if flag == POSTED and _in_agreement(state, [r for r in self.others if flags[r][POSTED] < least]):
                         return "message"
-                    said = state.given_up()
-                    if said:
-                        raise StepTimeout(f"{what}: {said}; this rank left the shared window too")
                     if deadline is None and limit is not None:
                         deadline = time.monotonic() + limit
                     elif deadline is not None and time.monotonic() > deadline:
@@ -145,11 +145,14 @@ class Window:
         return None
 
 
-def _peer_in_agreement(state) -> bool:
-    """Whether a peer's message agreement waits on this duplicate (it took the message path for this call)."""
+def _in_agreement(state, behind: list[int]) -> bool:
+    """Whether a rank of ``behind`` (those that have not left this call's data in the window) has sent its
+    digest for the message agreement instead: it took the message path for this call. (Digests of earlier calls
+    were all taken by their own agreements; a rank ahead, already at its next call, is never asked: its flag
+    says it has left this call's data.)"""
     MPI = _MPI[0]
     dup = state.comm("ringlab", None)
-    return bool(dup.Iprobe(MPI.ANY_SOURCE, private.AGREE_TAG) or dup.Iprobe(MPI.ANY_SOURCE, private.AGREE_TAG))
+    return any(dup.Iprobe(q, private.AGREE_TAG) or dup.Iprobe(q, private.AGREE_TAG) for q in behind)
 
 
 class Signature:
@@ -314,5 +317,6 @@ def _disagree(state, w: Window, p: int, sig: Signature, what: str, limit) -> Non
     calls = [int(w.headers[p][q][:8].view(np.int64)[0]) // ROUNDS for q in range(w.size)]
     if len(set(calls)) > 1:  # out of step: the message agreement says so on every rank
         private.agree(state, what, sig.text, sig.digest, limit)
+    private._move_on(state, what, limit)  # as every rank does on a disagreement (see private.agree_alongside)
     private.disagreement(state.comm(what, limit), what, sig.text, limit)
     raise ValueError(f"{what}: the ranks disagree on their arguments")  # (disagreement raises first)

@@ -45,6 +45,10 @@ TRANSPORTS = ("auto", "host", "cuda-aware", "ipc")
 BUFFERS_KEPT = 4       # caller's buffers a transport keeps bound plans for
 
 
+def _NONE():  # what a weak reference to no array gives back
+    return None
+
+
 _NOTICED: set[str] = set()
 
 
@@ -284,12 +288,18 @@ class Transport:
         self.last = None   # (weak reference to the caller's buffer of the last call, its Bound)
         self.spare = None  # the Bound of ringlab's spare result
 
-    def move(self, buf, timeout, recorder=None, keep: str | None = None):
+    def move(self, buf, timeout, recorder=None, keep: str | None = None, source=None, sources=None, first=None):
         """Carry the plan out on ``buf`` (the call's result, already holding this rank's input), each step within
         ``timeout`` seconds, recording its messages in ``recorder`` when given; return ``buf``. ``keep``:
         ``"buffer"`` keeps the bound plan for this buffer (a caller's ``out=`` or in-place numpy array),
-        ``"new spare"`` for ringlab's spare result, which ``"spare"`` uses again; None binds for this call only."""
-        if keep == "buffer":
+        ``"new spare"`` for ringlab's spare result, which ``"spare"`` uses again; None binds for this call only.
+        With ``source`` (numpy, C-contiguous, apart from ``buf``) and its plan's ``sources``
+        (:func:`ringlab.mpi.plan.sources`), ``buf`` does not hold the input yet: the plan reads it from
+        ``source`` where it has not landed anything (kept per buffer and source, with ``keep="buffer"``).
+        ``first``: see :func:`ringlab.mpi.run.run`."""
+        if source is not None:
+            bound = self._kept(buf, source, sources)
+        elif keep == "buffer":
             bound = self._kept(buf)
         elif keep == "spare":
             bound = self.spare
@@ -298,15 +308,16 @@ class Transport:
             bound = self.spare = self._bind(_raw(buf.reshape(-1)), persistent=True)
         else:
             bound = self._bind(buf.reshape(-1), persistent=False)
-        run(bound, timeout, recorder)
+        run(bound, timeout, recorder, first)
         return buf
 
-    def _kept(self, buf) -> Bound:
-        """The bound plan kept for the caller's buffer ``buf``, made now if there is none."""
+    def _kept(self, buf, source=None, sources=None) -> Bound:
+        """The bound plan kept for the caller's buffer ``buf`` (and input ``source``), made now if there is none."""
         last = self.last
-        if last is not None and last[0]() is buf:  # the same array as last time: the same memory
+        if last is not None and last[0]() is buf and last[2]() is source:  # the same arrays as last time
             return last[1]
-        key = (buf.__array_interface__["data"][0], buf.nbytes)
+        key = (buf.__array_interface__["data"][0], buf.nbytes,
+               None if source is None else source.__array_interface__["data"][0])
         bound = self.kept.get(key)
         if bound is None:
             if len(self.kept) >= BUFFERS_KEPT:
@@ -314,10 +325,13 @@ class Transport:
                 dropped.free()
                 if self.last is not None and self.last[1] is dropped:
                     self.last = None
-            bound = self.kept[key] = self._bind(_raw(buf.reshape(-1)), persistent=True)
+            bound = self.kept[key] = self._bind(_raw(buf.reshape(-1)), persistent=True,
+                                                source=None if source is None else _raw(source.reshape(-1)),
+                                                sources=sources)
         else:
             self.kept.move_to_end(key)
-        self.last = (weakref.ref(buf), bound)  # a weak reference: the caller's array may still go
+        # weak references: the caller's arrays may still go
+        self.last = (weakref.ref(buf), bound, _NONE if source is None else weakref.ref(source))
         return bound
 
     def drop_spare(self) -> None:
@@ -335,7 +349,7 @@ class Transport:
 
     # Binding: the plan's messages on this call's memory
 
-    def _bind(self, flat, persistent: bool) -> Bound:
+    def _bind(self, flat, persistent: bool, source=None, sources=None) -> Bound:
         xp, plan, comm = self.xp, self.plan, self.comm
         device = xp is not np
         stream = xp.cuda.get_current_stream() if device else None
@@ -350,6 +364,10 @@ class Transport:
             steps = [self._network_step(step, work, persistent, device) for step in plan.steps]
         else:
             steps = [self._ipc_step(step, work) for step in plan.steps]
+        if source is not None:  # the input read where it is, not copied into the result first
+            steps = [self._from_source(bound, step, work, source, reading, adding)
+                     for bound, step, reading, adding in zip(steps, plan.steps, sources.sends, sources.reduces)]
+            end.extend((np.copyto, (work[a:b], source[a:b])) for a, b in sources.untouched)
         if self.finish:  # avg: the sum divided by the number of ranks, on the ranks that hold the result
             end.append((self.reduction.finish, (xp, flat, comm.Get_size())))
         bound = Bound(comm.Get_rank(), comm, flat, steps, begin, end, stream)
@@ -390,6 +408,28 @@ class Transport:
             host = self.send_host[m.slot:m.slot + m.size]
             return (host, m.peer, tag), ((functools.partial(work[m.lo:m.hi].get, out=host), ()),)
         return (work[m.lo:m.hi], m.peer, tag), ()
+
+    def _from_source(self, bound: BoundStep, step, work, source, reading, adding) -> BoundStep:
+        """``bound`` (a host step on numpy memory), its sends that ``reading`` marks sending from ``source`` and
+        its receives that ``adding`` marks adding ``source`` to what arrived (the first landing on those elements:
+        ``work = source + arrived``), persistent requests made again for the memory they now use."""
+        send_args = [(source[m.lo:m.hi], p, t) if read else (v, p, t)
+                     for m, read, (v, p, t) in zip(step.sends, reading, bound.send_args)]
+        ufunc = getattr(np, self.reduction.ufunc)
+        lands = []
+        for m, add, land in zip(step.recvs, adding, bound.lands):
+            if add:
+                into = land[0][1][1]  # the scratch the message arrived in: (ufunc, (target, arrived, target))
+                land = ((ufunc, (source[m.lo:m.hi], into, work[m.lo:m.hi])),)
+            lands.append(land)
+        requests = None
+        if bound.requests is not None:
+            for request in bound.requests:
+                request.Free()
+            comm = self.comm
+            requests = ([comm.Recv_init(v, source=p, tag=t) for v, p, t in bound.recv_args]
+                        + [comm.Send_init(v, dest=p, tag=t) for v, p, t in send_args])
+        return BoundStep(step, bound.recv_args, send_args, lands, via=self.name, requests=requests)
 
     def _network_step(self, step, work, persistent: bool, device: bool) -> BoundStep:
         """A step of MPI messages: host memory, staged through it, or handed to a CUDA-aware MPI."""
