@@ -491,12 +491,7 @@ def agree_alongside(private, what: str, text: str, mine: np.ndarray, timeout: fl
     function returned waits for the others' (they travel beside the first step's data, so they are there, or
     nearly, when that step's messages are) and compares them (:func:`_verdict`). The call's run calls it once
     the first step's messages are posted and before anything lands, so that on a disagreement no buffer of the
-    caller's has changed. A notice that another rank gave up on this duplicate is looked for first, before
-    this call's messages are posted: then the call is refused at once, as :func:`agree` refuses it."""
-    said = private.given_up()
-    if said:
-        same, calls = agreement(private).exchange(mine, private.calls, what, timeout)
-        _verdict(private, what, text, mine, timeout, same, calls, said)
+    caller's has changed."""
     agreement(private).start(mine, private.calls)
 
     def finish() -> None:
