@@ -9,21 +9,22 @@ segment of it:
     flags (64 B): posted, reduced, done     (int64 each: call numbers; only the owner writes them)
     region 0, region 1: header (64 B: call, bytes, digest of the arguments) then data (``capacity`` bytes)
 
-A call numbered c on this communicator uses region c mod 2. **One-shot**: copy the input into the region,
-write the header, set ``posted`` = c, wait until every rank's ``posted`` >= c, then add up every rank's
-region (in rank order, so every rank gets the same bits). **Two-shot**: the same first half, then rank r adds
-up chunk r of every region only, leaves the sum in its own region's chunk r (no one else reads that chunk),
-sets ``reduced`` = c, waits for every rank's ``reduced`` >= c and copies the other ranks' finished chunks.
-Then ``done`` = c. A region is written again (two calls later) only once every rank's ``done`` has passed
-the call that last used it, so no one still reads it.
+A call numbered c on this communicator uses region c mod 2; a call bigger than a region goes in rounds, each
+in the other region from the round before (its tick: the call's number times :data:`ROUNDS`, plus the round's).
+**One-shot**: copy the input into the region, write the header, set ``posted`` = c, wait until every rank's
+``posted`` >= c, then add up every rank's region (in rank order, so every rank gets the same bits).
+**Two-shot**: the same first half, then rank r adds up chunk r of every region only, leaves the sum in its own
+region's chunk r (no one else reads that chunk), sets ``reduced`` = c, waits for every rank's ``reduced`` >= c
+and copies the other ranks' finished chunks. Then ``done`` = c. A region is written again only once every rank
+that took part in its last use has set ``done`` past it, so no one still reads it.
 
 **The argument agreement rides in the header**: every rank reads every rank's header anyway, so every rank
-sees the same digests and raises the same ValueError when they differ, at no extra round trip. A rank whose
-peers are at another call, or on the message path (a call that is not one of these, or too big for the
-window), meets them in the message agreement (:func:`ringlab.mpi.private.agree`), which names what differs
-or which ranks are out of step. Waiting spins on the flags, and gives the core away at each look
-(``sched_yield``) when the node runs more ranks than cores; past the call's deadline it is a StepTimeout
-naming the ranks it waited for.
+sees the same digests and raises the same ValueError when they differ, at no extra round trip (every rank then
+leaves the duplicate for a fresh one, as on any disagreement). A rank whose peers are at another call, or on
+the message path (a call that is not one of these), meets them in the message agreement
+(:func:`ringlab.mpi.private.agree`), which names what differs or which ranks are out of step. Waiting spins
+on the flags, gives the core away at each look (``sched_yield``) when the node runs more ranks than cores and
+every 1024 looks otherwise; past the call's deadline it is a StepTimeout naming the ranks it waited for.
 
 The window is made collectively by the first such call on a communicator (after that call's message
 agreement, and only when every rank is on one node: simulated nodes and several real ones run the
@@ -52,8 +53,8 @@ _MPI: list = []
 
 
 def capacity() -> int:
-    """The bytes of one call's data the window holds per rank (``RINGLAB_SYMMETRIC_BYTES``, default 1 MiB):
-    a bigger call runs the same schedule as messages."""
+    """The bytes of data the window holds per rank and region (``RINGLAB_SYMMETRIC_BYTES``, default 1 MiB): a
+    bigger call goes through it in rounds of this size."""
     text = os.environ.get("RINGLAB_SYMMETRIC_BYTES", "").strip()
     if not text:
         return CAPACITY
