@@ -151,7 +151,6 @@ def _in_agreement(state, behind: list[int]) -> bool:
     digest for the message agreement instead: it took the message path for this call. (Digests of earlier calls
     were all taken by their own agreements; a rank ahead, already at its next call, is never asked: its flag
     says it has left this call's data.)"""
-    MPI = _MPI[0]
     dup = state.comm("ringlab", None)
     return any(dup.Iprobe(q, private.AGREE_TAG) or dup.Iprobe(q, private.AGREE_TAG) for q in behind)
 
