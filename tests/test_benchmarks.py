@@ -125,3 +125,30 @@ def test_predict_scale_times_both_methods_in_fresh_processes_and_they_agree(tmp_
                              for m in ("compact", "explicit"))
         assert compact["predicted_s"] == pytest.approx(explicit["predicted_s"], rel=1e-9)
     assert "load average" in done.stdout and "compact / explicit prediction: 1.000000000000" in done.stdout
+
+
+def test_small_messages_benchmark_measures_every_goal_and_says_met_or_not(tmp_path):
+    out = tmp_path / "small.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "small_messages.py"), "--ranks", "2",
+                           "--iters", "2", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["provenance"]["ringlab_commit"] and "cores" in report["provenance"]["machine"]
+    rows = report["sweeps"]["2"]
+    assert {r["algorithm"] for r in rows} == {"mpi", "oneshot", "twoshot", "ring", "rhd"}
+    assert all(r["wrong"] == 0 for r in rows)  # every result checked against MPI's Allreduce
+    goals = report["goals"]
+    assert len(goals) == 12 and all(g["ratio"] > 0 for g in goals)
+    for g in goals:  # the verdict follows the ratio and the goal's bound
+        bound = float(g["goal"].split("<= " if "<=" in g["goal"] else ">= ")[1].split()[0].rstrip("x,"))
+        assert g["met"] == (g["ratio"] <= bound if "<=" in g["goal"] else g["ratio"] >= bound), g
+    assert f"# {sum(g['met'] for g in goals)} of 12 goals met" in done.stdout
+
+
+def test_call_path_benchmark_takes_a_small_call_apart():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "call_path.py")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.endswith("x")]
+    assert len(lines) == 9 and lines[0].split()[-1] == "1.00x"
+    assert all(float(line.split()[-3]) > 0 for line in lines)
