@@ -334,7 +334,7 @@ def _symmetric(state, x, algorithm: str, comm, transport: str, options: dict, in
     raise RuntimeError(f"{what}: the ranks could not meet on the shared window twice in a row")
 
 
-_LAST: list = [None, None]  # the communicator of the last thin call, and ringlab's state for it
+_LAST: list = [(None, None)]  # (the communicator of the last thin call, ringlab's state for it)
 
 
 def _lane(x, algorithm: str, comm, in_place: bool, out, op: str, timeout):
@@ -345,10 +345,11 @@ def _lane(x, algorithm: str, comm, in_place: bool, out, op: str, timeout):
         return _MESSAGES
     if comm is None:
         comm = _world(None)
-    state = _LAST[1] if comm is _LAST[0] else None
+    last = _LAST[0]  # one read of one tuple: another thread may replace it meanwhile, never half of it
+    state = last[1] if last[0] is comm else None
     if state is None or state.freed:
         state = private.state(comm)
-        _LAST[:] = comm, state
+        _LAST[0] = (comm, state)
     found = state.cache.get("symmetric")
     sig = state.cache.get("signatures", {}).get((algorithm, x.shape, x.dtype, in_place, out is None, op)) if found \
         else None
