@@ -1,7 +1,7 @@
 """Small messages against MPI's own allreduce, measured side by side in one run: the goals of issue 49.
 
     python benchmarks/small_messages.py                 # 2 and 4 ranks
-    python benchmarks/small_messages.py --json small.json
+    python benchmarks/small_messages.py --json small.json   # (not into results/: its JSON files are GPU recordings)
 
 For 2 and 4 ranks it runs ``ringlab bench`` over 8 B .. 16 MiB (MPI's own allreduce, one-shot, two-shot,
 the ring and halving-doubling; each call timed from a barrier, the median of ``--iters``, every result checked
@@ -155,6 +155,7 @@ def provenance(argv) -> dict:
 def main(argv=None) -> int:
     args = arguments(argv)
     counts = [int(v) for v in args.ranks.split(",")]
+    print("# measured: " + ", ".join(f"{k} {v}" for k, v in provenance(argv).items()))
     print(f"# small messages against MPI on CPU ranks, measured on this machine: {cores()} cores; more ranks than "
           "cores are oversubscribed (waiting ranks yield the core)")
     sweeps = {n: sweep(n, args.iters) for n in counts}

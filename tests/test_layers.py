@@ -13,9 +13,9 @@ from ringlab.cluster.launch import run_mpi
 from test_architecture import PACKAGE, module_graph, modules
 
 # top to bottom: a module imports only modules of its own layer or of the layers below it
-MPI_LAYERS = (("collectives",), ("plan",), ("transports", "ipc", "emulate"), ("run",))
+MPI_LAYERS = (("collectives",), ("plan",), ("transports", "ipc", "emulate", "symmetric"), ("run",))
 MPI_UTILITIES = ("private", "deadlines", "devices", "nodes", "reduction")  # used by every layer; import none
-MOST_MODULES = 12  # in ringlab/mpi/, its __init__ counted
+MOST_MODULES = 13  # in ringlab/mpi/, its __init__ counted (the 13th: the shared window of one-shot and two-shot)
 MOST_ENTERED = 8   # modules the array of rl.allreduce(x) enters, utilities counted
 
 

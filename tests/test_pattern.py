@@ -48,13 +48,16 @@ def canonical(schedule) -> str:
 
 
 RECORDED = sorted({key.split(" ")[0] for key in DIGESTS["schedules"]})
+# written as terms from the start, after the recording: the simulator checks them (tests/test_symmetric.py)
+TERMS_FROM_THE_START = {"allreduce.oneshot", "allreduce.twoshot"}
 
 
 def test_the_schedules_recorded_are_those_written_as_terms():
     """The digests were recorded from the step-by-step builders before the schedules were rewritten as terms;
-    a schedule still written step by step (PAT) has nothing to be compared with."""
+    a schedule still written step by step (PAT) has nothing to be compared with, nor one written as terms
+    from the start."""
     as_terms = {name for name in rl.ALGORITHMS if isinstance(rl.build(name, 5).steps, PatternSteps)}
-    assert as_terms == set(RECORDED)
+    assert as_terms == set(RECORDED) | TERMS_FROM_THE_START
 
 
 @pytest.mark.parametrize("name", RECORDED)
