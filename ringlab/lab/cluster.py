@@ -305,6 +305,19 @@ def cluster_kwargs(n: int, launcher: str = "local", hosts=None, launcher_options
     return kwargs
 
 
+def _no_transient_progress() -> None:
+    """``%%px`` without ipyparallel's progress bar. The bar is a widget that appears only when a cell runs longer
+    than 2 s, so whether a notebook holds it depends on how busy the machine was; reopened from a save, such a
+    bar has been seen to say "Error displaying widget: model not found". A cell's output streams as it runs."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and "pxconfig" in shell.magics_manager.magics["line"]:
+        shell.run_line_magic("pxconfig", "--progress-after -1")
+
+
 class MPICluster:
     """``n`` MPI ranks as ipyparallel engines; ``activate=True`` makes ``%%px`` target them.
 
@@ -362,6 +375,7 @@ class MPICluster:
         self.view.block = True  # %%px waits for every rank, so an error fails its own cell
         if self.activate:
             self.view.activate()
+            _no_transient_progress()
         _explain_rank_errors_in(self)
         return self
 
@@ -375,7 +389,7 @@ class MPICluster:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self._cluster.start_engines_sync(self.n)
         self.client = self._cluster.connect_client_sync()
-        self.client.wait_for_engines(self.n, timeout=self.timeout)
+        self.client.wait_for_engines(self.n, timeout=self.timeout, interactive=False)  # (see _no_transient_progress)
         return self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS), GRACE_S,
                                          self.cell_timeout)
 

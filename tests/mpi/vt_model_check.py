@@ -5,7 +5,7 @@
 MODE ``model``: each algorithm and size in compute="model" on a slow and a fast link; ``cpu``: compute="cpu" on a
 link whose time per step dwarfs this CPU's work; ``wall``: a ring on links so slow that its virtual time is many
 seconds; ``environment``: whatever RINGLAB_EMULATE and RINGLAB_EMULATE_COMPUTE say. Rank 0 prints one line per
-case, ``case: right|WRONG measured/predicted virtual_s wall_s``; an error is printed by every rank as
+case, ``case: right|WRONG measured/predicted virtual_s wall_s``; an error (every rank's) is printed by rank 0 as
 ``rank R: error: TEXT``.
 """
 import sys
@@ -91,5 +91,6 @@ else:  # environment: RINGLAB_EMULATE and RINGLAB_EMULATE_COMPUTE, set for the j
             print(f"machine: {machine.label}; compute {machine.compute}; clock {emulate.clock_name()}", flush=True)
         for name, options in ALGORITHMS[:2]:
             case(machine.spec, name, options, 1 * MiB, f"env {name} {1 * MiB}")
-    except ValueError as err:
-        print(f"rank {rank}: error: {err}", flush=True)
+    except ValueError as err:  # every rank's line printed by rank 0: two processes' prints would interleave
+        for r, text in enumerate(comm.gather(str(err), root=0) or []):
+            print(f"rank {r}: error: {text}", flush=True)
