@@ -13,7 +13,7 @@ from ..lab.exercises import compare, exercise
 from ..lab.findings import Finding
 from ..lab.quiz import Question, Quiz
 from ..predict.costmodel import best_segments, predict
-from ..predict.fitting import fit_schedules
+from ..predict.fitting import USABLE, fit_schedules
 from ..topology import from_spec, uniform
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
@@ -127,8 +127,11 @@ def describe_emulated_fit(run: dict, fitted) -> str:
                  "lands a segment).")
     else:
         said += ": the fit recovers the links."
-    return said + ("" if fitted.usable else f" It misses one measurement by {fitted.worst_residual:.0%}: too loose to "
-                   "use.")
+    if fitted.usable:
+        return said
+    if fitted.worst_residual > USABLE:
+        return said + f" It misses one measurement by {fitted.worst_residual:.0%}: too loose to use."
+    return said + " It finds no cost per byte: no link to set beside these."
 
 
 def fitted_chain_times(run: dict, fitted) -> list[float] | None:

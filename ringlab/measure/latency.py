@@ -34,9 +34,12 @@ def describe_alpha(fit: Fit, message: float, collective: str, nranks: int, cores
         text = (f"{head}. The rest, {rest * us:.1f} us ({share} of each step, {alpha / message:.0f}x a "
                 f"raw message in all), is what a step of ringlab's {collective} costs beyond one message: Python, "
                 f"bookkeeping, and waiting for the slowest rank{_cores_clause(nranks, cores)}")
-    if not fit.usable:
+    if not fit.usable and fit.worst_residual > USABLE:
         text += (f" The fit misses one measurement by {fit.worst_residual:.0%}, more than the {USABLE:.0%} a usable "
                  "fit may: take alpha as rough, a least-squares compromise over every size, not a measurement.")
+    elif not fit.usable:
+        text += (" The fit found no cost per byte at all (the times did not grow with the bytes a step carries, as "
+                 "a busy machine's can fail to): take alpha as rough, and no bandwidth from it.")
     return text
 
 

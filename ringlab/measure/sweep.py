@@ -170,7 +170,8 @@ def _fit_sentence(name: str, fit: Fit) -> str:
             else "no bandwidth limit (its time did not grow with size)")
     return (f"Fitted to {name}'s times: alpha {fit.alpha * 1e6:.3g} us per message and {rate}; "
             f"the measurement farthest from the fit is {worst:.0%} off it"
-            + ("." if fit.usable else f", more than the {USABLE:.0%} a usable fit may: too loose to use."))
+            + ("." if fit.usable else f", more than the {USABLE:.0%} a usable fit may: too loose to use."
+               if worst > USABLE else ": with no cost per byte it gives no link to predict with."))
 
 
 def _optimal_sentence(first: str, second: str, nranks: int, top: int, ratio: float, cores: int) -> str:

@@ -47,8 +47,10 @@ class Fit:
 
     @property
     def usable(self) -> bool:
-        """Whether the fit is close enough to use for predictions: no measurement missed by more than :data:`USABLE`."""
-        return self.worst_residual <= USABLE
+        """Whether the fit is close enough to use for predictions: no measurement missed by more than :data:`USABLE`,
+        and a link it can describe (a noisy sweep on a busy machine can be fitted best with no cost per byte at all:
+        an infinite bandwidth, which no topology has)."""
+        return (self.worst_residual <= USABLE and 0 < self.bandwidth < np.inf and 0 <= self.alpha < np.inf)
 
     def topology(self, nranks: int):
         """A uniform topology with the fitted figures, to predict other algorithms from."""
@@ -64,8 +66,10 @@ class Fit:
     def __repr__(self) -> str:
         worst = self.worst_residual
         rate = "" if not np.isfinite(self.reduce_rate) else f", reduce {self.reduce_rate / 1e9:.3g} GB/s"
+        why = ("" if self.usable else ": too loose to use" if worst > USABLE else
+               ": no cost per byte found, so no link to predict with")
         return (f"Fit(alpha={self.alpha * 1e6:.3g} us, bandwidth={self.bandwidth / 1e9:.3g} GB/s{rate}; "
-                f"worst residual {worst:.1%} over {len(self.sizes)} measurements{'' if self.usable else ': too loose to use'})")
+                f"worst residual {worst:.1%} over {len(self.sizes)} measurements{why})")
 
 
 def fit(schedule: Schedule, sizes, seconds, with_reduction: bool = False) -> Fit:

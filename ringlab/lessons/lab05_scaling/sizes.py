@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...lab.findings import Finding
 from ...measure.sweep import busbw_by_size
 from ...measure.units import format_bytes
-from ...predict.fitting import fit_rows
+from ...predict.fitting import USABLE, fit_rows
 from ...topology import from_spec
 
 # The lab's emulated machine: 200 MB/s each way per rank and 1 ms a message, so that its sweep shows both ends:
@@ -51,7 +51,9 @@ def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: st
             ("so it flattens: the large ones were bandwidth-bound." if flat else
              f"more than the {FLAT:.0%} a flat top allows: it does not flatten within these sizes.") +
             f" The alpha-beta fit: alpha {fitted.alpha * 1e3:.2f} ms, {fitted.bandwidth / 1e6:.0f} MB/s, missing its "
-            f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)") +
+            f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)"
+                                                                   if fitted.worst_residual > USABLE else
+                                                                   " (no cost per byte: no link to predict with)") +
             (f"; the links: {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s." if rows is emulated else "."))
         top = next((r for r in rows if r["algorithm"] == "ring" and r["bytes"] == hi), {})
         if rows is emulated and top.get("wall_time_s"):
