@@ -90,3 +90,19 @@ def test_a_fit_predicts_its_own_schedule_at_any_size():
     several = fit_schedules([schedule, rl.build("allreduce.naive", 4)], [1 << 10, 1 << 20], [1e-4, 1e-3])
     with pytest.raises(ValueError, match="spans several schedules"):
         several.seconds(1 << 20)
+
+
+def test_a_fit_with_no_cost_per_byte_is_not_usable_and_says_why():
+    """A busy machine's sweep can be fitted best with an infinite bandwidth: no link, so nothing to predict with."""
+    import numpy as np
+
+    from ringlab.predict.fitting import Fit
+
+    sizes = np.array([1.0, 2.0])
+    flat = Fit(alpha=1e-3, bandwidth=float("inf"), reduce_rate=float("inf"), sizes=sizes, measured=sizes,
+               predicted=sizes * 1.01)
+    assert flat.worst_residual < 0.25 and not flat.usable
+    assert "no cost per byte found" in repr(flat) and "too loose" not in repr(flat)
+    finite = Fit(alpha=1e-3, bandwidth=1e9, reduce_rate=float("inf"), sizes=sizes, measured=sizes,
+                 predicted=sizes * 1.01)
+    assert finite.usable
