@@ -28,6 +28,7 @@ import json, time
 import numpy as np
 from mpi4py import MPI
 import ringlab as rl
+from ringlab.measure.timing import per_call_seconds
 from ringlab.mpi import private, symmetric
 
 comm = MPI.COMM_WORLD
@@ -36,17 +37,8 @@ x, out = np.ones(2, np.float32), np.empty(2, np.float32)
 right, left = (rank + 1) % n, (rank - 1) % n
 
 
-def per_call(fn, calls=3000, batches=7):
-    for _ in range(300):
-        fn()
-    times = []
-    for _ in range(batches):
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return comm.allreduce(float(np.median(times)), op=MPI.MAX)
+def per_call(fn):
+    return per_call_seconds(fn, comm, calls=3000, batches=7, warmup=300)
 
 
 rl.allreduce(x, "ring")  # the remembered call, its plan bound, the agreement's requests made

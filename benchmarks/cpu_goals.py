@@ -29,23 +29,14 @@ import json, sys, time
 import numpy as np
 from mpi4py import MPI
 import ringlab as rl
+from ringlab.measure.timing import per_call_seconds
 
 comm = MPI.COMM_WORLD
 x, out = np.ones(2, np.float32), np.empty(2, np.float32)
 
 
-def per_call(fn, calls=2000, batches=11):
-    for _ in range(200):
-        fn()
-    times = []
-    for _ in range(batches):
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    slowest = comm.allreduce(float(np.median(times)), op=MPI.MAX)
-    return slowest
+def per_call(fn):
+    return per_call_seconds(fn, comm, calls=2000, batches=11, warmup=200)
 
 
 mpi = per_call(lambda: comm.Allreduce(x, out))

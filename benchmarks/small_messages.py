@@ -37,23 +37,15 @@ import json, time
 import numpy as np
 from mpi4py import MPI
 import ringlab as rl
+from ringlab.measure.timing import per_call_seconds
 
 comm = MPI.COMM_WORLD
 tiny, small = np.ones(2, np.float32), np.ones(16, np.float32)
 out = np.empty(2, np.float32)
 
 
-def per_call(fn, calls=3000, batches=9):
-    for _ in range(300):
-        fn()
-    times = []
-    for _ in range(batches):
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return comm.allreduce(float(np.median(times)), op=MPI.MAX)
+def per_call(fn):
+    return per_call_seconds(fn, comm, calls=3000, batches=9, warmup=300)
 
 
 found = {

@@ -90,6 +90,24 @@ def time_collective(run, comm, *, warmup: int = 3, iters: int = 10, buffer=None,
     return float(np.median(slowest))
 
 
+def per_call_seconds(fn, comm, calls: int = 3000, batches: int = 9, warmup: int = 300) -> float:
+    """Seconds per call of ``fn()`` called back to back on every rank of ``comm``: the median over ``batches``
+    batches of ``calls`` calls (each batch from a barrier, after ``warmup`` untimed calls), the slowest rank's.
+    For calls of microseconds, where one call's own clock reading would weigh as much as the call."""
+    from mpi4py import MPI
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(batches):
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    return comm.allreduce(float(np.median(times)), op=MPI.MAX)
+
+
 def _virtual_seconds(run, comm, iters: int, walls: list | None) -> float:
     """The median over ``iters`` calls of the slowest rank's virtual seconds, each call from a barrier that sets
     the clocks alike; this machine's median per call appended to ``walls``."""
