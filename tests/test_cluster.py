@@ -230,3 +230,49 @@ def test_a_rank_that_dies_is_said_plainly():
                           "ranks.stop()"], timeout=100)
     assert "stopped without an error of their own" in said(1) and "restart(replay=True)" in said(1), said(1)
     assert "AlreadyDisplayedError" not in said(1)
+
+
+def test_px_cells_wait_for_every_ranks_output_before_they_end():
+    """The progress bar is put off, not switched off: ``--progress-after -1`` made ipyparallel skip its wait for
+    the engines' output, and a ``print`` on two ranks showed rank 0's line only (CI, 2026-11-29)."""
+    script = r'''
+import contextlib
+from IPython.core.interactiveshell import InteractiveShell
+from ipyparallel.client.magics import ParallelMagics
+from ringlab.lab import cluster
+
+calls = []
+
+class Result:
+    _output_ready = True
+    def stream_output(self):
+        return contextlib.nullcontext()
+    def wait(self, timeout=None):
+        calls.append(("wait", timeout)); return True
+    def wait_for_output(self, timeout=-1):
+        calls.append(("wait_for_output", timeout)); return True
+    def wait_interactive(self):
+        calls.append(("progress bar", None))
+    def done(self):
+        return True
+    def get(self):
+        return None
+
+class View:
+    block = True
+    targets = "all"
+    def execute(self, cell, silent=False, block=False):
+        return Result()
+
+shell = InteractiveShell.instance()
+magics = ParallelMagics(shell, View())
+shell.register_magics(magics)
+cluster._no_transient_progress()
+magics.stream_output = True
+shell.run_cell_magic("px", "", "print('hello')")
+print(magics.progress_after_seconds, calls)
+assert [name for name, _ in calls].count("wait_for_output") == 1, calls
+assert ("progress bar", None) not in calls, calls
+'''
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -305,17 +305,24 @@ def cluster_kwargs(n: int, launcher: str = "local", hosts=None, launcher_options
     return kwargs
 
 
+NEVER = 1e9  # seconds: a progress bar put off this long never shows (see _no_transient_progress)
+
+
 def _no_transient_progress() -> None:
     """``%%px`` without ipyparallel's progress bar. The bar is a widget that appears only when a cell runs longer
     than 2 s, so whether a notebook holds it depends on how busy the machine was; reopened from a save, such a
-    bar has been seen to say "Error displaying widget: model not found". A cell's output streams as it runs."""
+    bar has been seen to say "Error displaying widget: model not found". A cell's output streams as it runs.
+
+    The bar is put off for ``NEVER`` seconds, not switched off with ``-1``: with ``-1`` ipyparallel skips its wait
+    for the engines' output and returns once the results are in, so a rank's last lines could be lost (seen in CI:
+    ``print`` on two ranks showed rank 0's line only)."""
     try:
         from IPython import get_ipython
     except ImportError:
         return
     shell = get_ipython()
     if shell is not None and "pxconfig" in shell.magics_manager.magics["line"]:
-        shell.run_line_magic("pxconfig", "--progress-after -1")
+        shell.run_line_magic("pxconfig", f"--progress-after {NEVER:g}")
 
 
 class MPICluster:
