@@ -145,9 +145,16 @@ def test_what_is_not_an_nccl_tests_log_is_a_clear_error():
     with pytest.raises(LogFormatError, match="without a single result row"):
         read_log(header_only)
     text, _ = nccl_log(version_line=False, devices=False)  # neither program name nor ranks
-    with pytest.raises(LogFormatError, match="--collective"):
-        read_log(text)
-    assert read_log(text, collective="allreduce")["collective"] == "allreduce"
+    got = read_log(text)  # busbw / algbw = 1.75 with a reduction and no root: allreduce on 8 ranks, nothing else
+    assert (got["collective"], got["collective_from"], got["ranks"], got["ranks_from"]) == (
+        "allreduce", "columns", 8, "busbw / algbw")
+    assert read_log(text, collective="allreduce")["collective_from"] == "given"
+    text, _ = nccl_log(program="alltoall_perf", kind="alltoall", redop="none", version_line=False, devices=False)
+    with pytest.raises(LogFormatError, match=r"fit allgather or alltoall or alltoallv \(busbw / algbw = 0.875.*--collective"):
+        read_log(text)  # allgather, alltoall and alltoallv print the same columns and the same factor
+    assert read_log(text, collective="alltoall")["ranks"] == 8
+    with pytest.raises(LogFormatError, match="ran all_reduce_perf, which is allreduce, not the broadcast given"):
+        read_log(nccl_log()[0], collective="broadcast")
 
 
 def test_ringlab_import_prints_the_table_and_writes_json(tmp_path):
@@ -438,7 +445,7 @@ def test_json_holds_no_nan_or_infinity(tmp_path):
     lines = log.splitlines()
     row = next(i for i, line in enumerate(lines) if line.strip().startswith("1024"))
     fields = lines[row].split()
-    fields[6] = "inf"  # an algbw a tool printed as infinite
+    fields[5:8] = ["0.00", "inf", "inf"]  # a time that printed as zero: algbw and busbw infinite (printf's "inf")
     lines[row] = "  ".join(fields)
     path = tmp_path / "inf.log"
     path.write_text("\n".join(lines))
