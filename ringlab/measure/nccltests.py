@@ -79,6 +79,7 @@ class Layout:
     sides: tuple = ("", "inplace_")
     time_unit: float = 1e-6
     counts_wrong: bool = True
+    blank_redop: bool = False  # a redop column printed blank (hypercube; alltoall before 2.13): one field fewer
 
     @property
     def width(self) -> int:
@@ -89,13 +90,11 @@ def layouts_for(collective: str | None) -> list[Layout]:
     """Every layout a log of ``collective`` (None: any) may be in, newest first."""
     kinds = [collective] if collective else list(_OLD_PREFIX)
     found = []
-    prefixes = [("size", "count", "type", "redop", "root")] + (
-        [("size", "count", "type", "root")] if collective in (None, "hypercube") else [])  # hypercube: redop ""
-    for prefix in prefixes:
-        for side, name in ((("time", "algbw", "busbw", "wrong"), "2.13+"), (_SIDE_NAMES, "2.19+ per-iteration")):
-            for sides, how in ((("", "inplace_"), ""), (("inplace_",), ", in place only (rccl-tests -O 0)")):
-                found.append(Layout(name + (" hypercube" if len(prefix) == 4 else "") + how, prefix=prefix,
-                                    side=side, sides=sides))
+    for side, name in ((("time", "algbw", "busbw", "wrong"), "2.13+"), (_SIDE_NAMES, "2.19+ per-iteration")):
+        for sides, how in ((("", "inplace_"), ""), (("inplace_",), ", in place only (rccl-tests -O 0)")):
+            if len(side) > 4 and len(sides) == 1:
+                continue  # per-iteration columns are nccl-tests' (2.19.2); in place only is rccl-tests'
+            found.append(Layout(name + how, side=side, sides=sides))
     for kind in kinds:
         if kind not in _OLD_PREFIX:
             continue
@@ -104,12 +103,20 @@ def layouts_for(collective: str | None) -> list[Layout]:
         if kind in ("allreduce", "allgather", "broadcast", "reduce", "reduce_scatter"):
             found.append(Layout("2017", prefix=prefix, sides=("",) if kind == "broadcast" else ("", "inplace_"),
                                 time_unit=1e-3, counts_wrong=False))
+    found += [blank(layout) for layout in found if "redop" in layout.prefix]
     unique = []
     for layout in found:
-        if all((layout.prefix, layout.side, layout.sides, layout.time_unit) !=
-               (u.prefix, u.side, u.sides, u.time_unit) for u in unique):
+        if all((layout.prefix, layout.side, layout.sides, layout.time_unit, layout.blank_redop) !=
+               (u.prefix, u.side, u.sides, u.time_unit, u.blank_redop) for u in unique):
             unique.append(layout)
     return unique
+
+
+def blank(layout: Layout) -> Layout:
+    """``layout`` with its redop column printed blank (hypercube prints ""; alltoall did before 2.13)."""
+    return Layout(layout.name + ", blank reduction", prefix=tuple(n for n in layout.prefix if n != "redop"),
+                  side=layout.side, sides=layout.sides, time_unit=layout.time_unit, counts_wrong=layout.counts_wrong,
+                  blank_redop=True)
 
 
 def layout_of_header(names: list[str], above: str = "") -> Layout:
@@ -147,6 +154,7 @@ class Run:
     rows: list = field(default_factory=list)   # (line number, fields)
     broken: list = field(default_factory=list)  # (line number, text)
     hash_stripped: bool = False
+    elided: bool = False  # a "..." where someone cut lines out of the header
 
     @property
     def started(self) -> bool:
@@ -184,14 +192,14 @@ def parse_row(fields: list[str], layout: Layout) -> dict:
         raise ValueError(f"{len(fields)} fields where the layout has {layout.width}")
     fields = fields[len(fields) - layout.width:]
     head = dict(zip(layout.prefix, fields))
-    if not (_INT.match(head["size"]) and _INT.match(head["count"]) and _DTYPE.match(head["type"])):
+    if not (head["size"].isdigit() and head["count"].isdigit() and _DTYPE.match(head["type"])):
         raise ValueError("no size, count and type where they belong")
     if "redop" in head and head["redop"] not in OPS:
         raise ValueError(f"{head['redop']!r} is no reduction nccl-tests names")
     if "root" in head and not _INT.match(head["root"]):
         raise ValueError(f"root {head['root']!r} is no integer")
     row = {"bytes": int(head["size"]), "count": int(head["count"]), "dtype": head["type"],
-           "redop": head.get("redop", "none"), "root": int(head.get("root", -1))}
+           "redop": "" if layout.blank_redop else head.get("redop", "none"), "root": int(head.get("root", -1))}
     body = fields[len(layout.prefix):]
     width = len(layout.side)
     for prefix in ("", "inplace_"):
@@ -202,9 +210,11 @@ def parse_row(fields: list[str], layout: Layout) -> dict:
         time, algbw, busbw = (_value(side[k]) for k in ("time", "algbw", "busbw"))
         if time is None or algbw is None or busbw is None:
             raise ValueError("a time or bandwidth printed as N/A")
-        for key in _SIDE_NAMES[4:]:
-            if key in side:
-                _value(side[key])
+        if "i_min" in side:
+            low, high, p99 = (_value(side[k]) for k in ("i_min", "i_max", "i_p99"))
+            _value(side["i_cv%"])
+            if None not in (low, high, p99) and not low <= p99 <= high:
+                raise ValueError(f"per-iteration times out of order (i_min {low:g}, i_p99 {p99:g}, i_max {high:g})")
         wrong = _value(side["wrong"])
         row[prefix + "time_s"] = time * layout.time_unit
         row[prefix + "algbw_Bps"] = algbw * GB
@@ -274,13 +284,16 @@ _VERSION = re.compile(r"nccl-tests version (\S+) nccl-headers=(\d+) nccl-library
 _PROGRAM = re.compile(r"Collective test starting:\s*(\S+)")
 _CONCLUDED = re.compile(r"Collective test concluded:")
 _THREADS = re.compile(r"\bnThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
-_LIBRARY = re.compile(r"\b(NCCL|RCCL) version\s+(\d+\.\d+\.\d+[^\s,]*)")
+_LIBRARY = re.compile(r"\b(NCCL|RCCL) version\s*:?\s*(\d+\.\d+\.\d+[^\s,]*)")
+_ELISION = re.compile(r"\s*(#\s*)?(\.\.\.+|…|\[\.\.\.\]|\(\.\.\.\)|<snip>|\[snip\])\s*$")
 _DEVICE = re.compile(r"(?:^|#|\s)\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
                      r"\[([^\]]*)\]\s*(.*?)\s*$")
 _COLUMNS = re.compile(r"(?:^|#|\s)\s*((?:size|bytes)\s+(?:count|N)\s+type\b.*?\b(?:time|cputime)\b.*)$")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
 _BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)")
 _CYCLE = re.compile(r"#\s*Testing \d+ cycle")
+# a shell line that starts a test: "./build/all_reduce_perf -b 8 ...", "mpirun -np 16 ... all_gather_perf_mpi ..."
+_COMMAND = re.compile(r"(?:^|[\s/=])((?:%s)_perf(?:_mpi)?)(?:\.exe)?(?=\s|$)" % "|".join(PROGRAMS))
 
 
 def program_collective(program: str) -> str | None:
@@ -300,8 +313,9 @@ def split_runs(text: str) -> list[Run]:
         hashed = "#" in line
 
         def fresh(copy: bool = False) -> Run:
-            new = Run(header=dict(run.header), devices=list(run.devices), layout=run.layout,
-                      hash_stripped=run.hash_stripped) if copy else Run()
+            kept = {k: v for k, v in run.header.items() if k not in ("closed", "avg_busbw", "out_of_bounds")}
+            new = Run(header=kept, devices=list(run.devices), layout=run.layout, hash_stripped=run.hash_stripped,
+                      elided=run.elided) if copy else Run()
             runs.append(new)
             return new
 
@@ -342,7 +356,15 @@ def split_runs(text: str) -> list[Run]:
         elif m := _BOUNDS.search(line):
             run.header["out_of_bounds"] = int(m.group(1))
         elif _CONCLUDED.search(line) or _CYCLE.search(line):
-            run.header["closed"] = True
+            if run.started or _CONCLUDED.search(line):
+                run.header["closed"] = True
+        elif _ELISION.match(line):
+            run.elided = run.elided or not run.started  # "..." where lines were cut: before the rows, device lines
+        elif m := _COMMAND.search(line):
+            program = m.group(1)
+            if run.started or run.header.get("program") or run.header.get("command"):
+                run = fresh()
+            run.header["command"] = program
         elif starts_a_row(line):
             if run.header.get("closed"):
                 run = fresh(copy=_CYCLE.search(previous) is not None)
@@ -373,10 +395,9 @@ def nccl_code(code: int) -> str:
     return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
 
 
-def _read_rows(run: Run, layouts: list[Layout]) -> tuple[Layout, list[tuple[int, dict]], list[dict]]:
-    """(the layout, (line, row) for every row, rows left out) for a run's rows under the one layout of
-    ``layouts`` that reads all of them; a LogFormatError naming the line where none does, or where two read
-    them differently."""
+def _read_rows(run: Run, layouts: list[Layout]) -> tuple[list[Layout], list[tuple[int, dict]], list[dict]]:
+    """(the layouts that read all of a run's rows, and read them alike; (line, row) for every row; rows left
+    out); a LogFormatError naming the line where none does, or where two read them differently."""
     readings = []
     for layout in layouts:
         rows, left, why = [], [], None
@@ -393,7 +414,7 @@ def _read_rows(run: Run, layouts: list[Layout]) -> tuple[Layout, list[tuple[int,
         readings.append((layout, rows, left, why))
     good = [r for r in readings if r[3] is None and r[1]]
     if not good:
-        layout, rows, left, (number, fields, err) = max(readings, key=lambda r: (len(r[1]), -r[0].width))
+        layout, rows, left, (number, fields, err) = max(readings, key=lambda r: (len(r[1]), not r[0].blank_redop, -r[0].width))
         said = " ".join(fields)
         how = (f"the {layout.name} layout ({' '.join(layout.prefix)} + {len(layout.sides)} x "
                f"{' '.join(layout.side)})")
@@ -405,9 +426,9 @@ def _read_rows(run: Run, layouts: list[Layout]) -> tuple[Layout, list[tuple[int,
     for layout, rows, left, _ in good:
         key = tuple((n, r["bytes"], r["time_s"], r["busbw_Bps"], r["inplace_time_s"], r["inplace_busbw_Bps"])
                     for n, r in rows)
-        keyed.setdefault(key, (layout, rows, left))
+        keyed.setdefault(key, ([], rows, left))[0].append(layout)
     if len(keyed) > 1:
-        names = ", ".join(layout.name for layout, _, _ in keyed.values())
+        names = ", ".join(group[0][0].name for group in keyed.values())
         raise LogFormatError(f"these rows read differently under the layouts of nccl-tests {names}, and the log has "
                              "no column header to tell which; paste the log with its header (size count type ...)")
     return next(iter(keyed.values()))
@@ -421,7 +442,7 @@ def _segments(rows: list[tuple[int, dict]]) -> list[list[tuple[int, dict]]]:
         if out[-1]:
             last = out[-1][-1][1]
             same = (last["dtype"], last["redop"], last["root"]) == (row["dtype"], row["redop"], row["root"])
-            if same and row["bytes"] <= last["bytes"]:
+            if same and row["bytes"] < last["bytes"]:  # equal sizes repeat where -b is below a type's size
                 out.append([])
         out[-1].append((number, row))
     return out
@@ -456,26 +477,29 @@ def _ranks_of_devices(devices: list[dict]) -> int | None:
     return len(ranks) if ranks and ranks == list(range(len(ranks))) else None
 
 
-def _candidates(layout: Layout, rows: list[dict]) -> set[str]:
+def _candidates(layouts: list[Layout], rows: list[dict]) -> set[str]:
     """The collectives a run's columns and values leave possible, before busbw / algbw is looked at: since 2.13
-    the reduction and root say which family (``none``: no reduction; ``-1``: no root); before, the columns
-    each test printed."""
-    prefix = layout.prefix[3:]
+    the reduction and root say which family (``none``: no reduction; ``-1``: no root; blank: hypercube);
+    before, the columns each test printed. The union over ``layouts``, which all read the rows alike."""
     roots = {r["root"] for r in rows}
-    reduces = bool({r["redop"] for r in rows} - {"none"})
-    if prefix == ("redop", "root"):
-        found = (_ROOTED if roots != {-1} else set(FACTORS) - _ROOTED) & (_REDUCES if reduces else
-                                                                          set(FACTORS) - _REDUCES)
-        return found - {"hypercube"}
-    found = {k for k, p in _OLD_PREFIX.items() if p == prefix}
-    if prefix == ("root",):
-        found = {"hypercube"} if roots == {-1} else found - {"hypercube"}
+    found = set()
+    for layout in layouts:
+        prefix = layout.prefix[3:]
+        if layout.blank_redop:
+            found |= {"hypercube"} if "root" in prefix else {"alltoall"}
+        elif prefix == ("redop", "root"):
+            reduces = bool({r["redop"] for r in rows} - {"none"})
+            found |= ((_ROOTED if roots != {-1} else set(FACTORS) - _ROOTED)
+                      & (_REDUCES if reduces else set(FACTORS) - _REDUCES)) - {"hypercube"}
+        else:
+            old = {k for k, p in _OLD_PREFIX.items() if p == prefix}
+            found |= old - _ROOTED if roots == {-1} else old & _ROOTED
     return found
 
 
 def read_run(run: Run, collective: str | None = None) -> list[dict]:
     """One run's results: usually one, more where its sizes start again (see :func:`_segments`)."""
-    program = run.header.get("program")
+    program = run.header.get("program") or run.header.get("command")
     named = program_collective(program) if program else None
     if program and named is None:
         raise LogFormatError(f"the log's program {program!r} is no nccl-tests or rccl-tests program ringlab knows "
@@ -488,32 +512,32 @@ def read_run(run: Run, collective: str | None = None) -> list[dict]:
     if not run.rows:
         raise LogFormatError("an nccl-tests log without a single result row (was the run cut short?)")
     layouts = [run.layout] if run.layout else layouts_for(kind)
-    if run.layout and run.layout.prefix[3:] == ("redop", "root") and kind in (None, "hypercube"):
-        # hypercube prints an empty reduction: its rows have one field fewer than the header's names
-        layouts.append(Layout(run.layout.name + ", hypercube", prefix=("size", "count", "type", "root"),
-                              side=run.layout.side, sides=run.layout.sides))
-    layout, rows, left = _read_rows(run, layouts)
-    out = []
-    for segment in _segments(rows):
-        out.append(_result(run, layout, segment, left if segment is _segments(rows)[-1] else [], kind,
-                           "given" if collective else "program line" if named else None))
+    if run.layout and "redop" in run.layout.prefix:
+        layouts.append(blank(run.layout))  # one field fewer than the header's names: a blank reduction
+    found, rows, left = _read_rows(run, layouts)
+    segments = _segments(rows)
+    out = [_result(run, found, segment, left if i == len(segments) - 1 else [], kind,
+                   "given" if collective else "program line" if run.header.get("program") else
+                   "command line" if named else None) for i, segment in enumerate(segments)]
     if left and out:
         out[-1]["left_out"] = left
     return out
 
 
-def _result(run: Run, layout: Layout, numbered: list, left: list, kind: str | None, source: str | None) -> dict:
+def _result(run: Run, layouts: list[Layout], numbered: list, left: list, kind: str | None, source: str | None) -> dict:
     rows = [r for _, r in numbered]
     header = run.header
-    devices_ranks = _ranks_of_devices(run.devices)
+    devices_ranks = None if run.elided else _ranks_of_devices(run.devices)
     ratio = _ratio(rows)
     notes = []
-    if run.devices and devices_ranks is None:
+    if run.devices and run.elided:
+        notes.append(f"the header was cut ('...'): its {len(run.devices)} device lines do not say how many ranks ran")
+    elif run.devices and devices_ranks is None:
         shown = sorted({d["rank"] for d in run.devices})
         notes.append(f"the device lines show ranks {_span(shown)}, not every rank from 0: some were lost "
                      "(a header whose '#' markdown ate?), so they do not say how many ranks ran")
     if kind is None:
-        possible = _candidates(layout, rows)
+        possible = _candidates(layouts, rows)
         if ratio is not None:
             possible = {k for k in possible if _fits(k, ratio, devices_ranks)}
         if len(possible) != 1:
@@ -547,7 +571,7 @@ def _result(run: Run, layout: Layout, numbered: list, left: list, kind: str | No
             "threads": header.get("threads"), "gpus_per_thread": header.get("gpus_per_thread"),
             "avg_busbw_Bps": None if header.get("avg_busbw") is None else header["avg_busbw"] * GB,
             "out_of_bounds": header.get("out_of_bounds"), "network": header.get("network"),
-            "layout": layout.name, "rows": rows, "left_out": left, "notes": notes,
+            "layout": layouts[0].name, "rows": rows, "left_out": left, "notes": notes,
             "first_line": numbered[0][0] if numbered else None}
 
 
@@ -587,10 +611,22 @@ def read(text: str, collective: str | None = None) -> list[dict]:
     runs = split_runs(text)
     if not any(run.rows for run in runs):
         raise LogFormatError("an nccl-tests log without a single result row (was the run cut short?)")
+    runs = [run for run in runs if run.rows]
+    given = collective.split(",") if isinstance(collective, str) and "," in collective else (
+        list(collective) if isinstance(collective, (list, tuple)) else [collective] * len(runs))
+    if len(given) != len(runs):
+        raise LogFormatError(f"{len(given)} collectives given for the {len(runs)} runs this log holds (their rows start "
+                             f"on lines {', '.join(str(run.rows[0][0]) for run in runs)}); give one per run, in order")
     found = []
-    for run in runs:
-        if run.rows:
-            found += read_run(run, collective)
+    for i, (run, kind) in enumerate(zip(runs, given)):
+        try:
+            found += read_run(run, kind.strip() if kind else None)
+        except LogFormatError as err:
+            if len(runs) == 1:
+                raise
+            raise LogFormatError(f"run {i + 1} of {len(runs)} (rows from line {run.rows[0][0]}): {err}"
+                                 + ("" if "--collective" not in str(err) else
+                                    "; for several runs give one each, in order: --collective A,B,...")) from None
     return found
 
 
