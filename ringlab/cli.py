@@ -143,7 +143,9 @@ def parser() -> argparse.ArgumentParser:
         epilog="example:\n  ringlab import all_reduce_perf.log --json h100.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     read.add_argument("logs", nargs="+", metavar="LOG", help="a tool's output, saved to a file")
-    read.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
+    read.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14, or an "
+                      "excerpt without its header): allreduce, allgather, ...; for a file of several runs, one each "
+                      "in order: allgather,allreduce")
     read.add_argument("--json", metavar="OUT", help="write what was read (one object, or a list for several logs)")
     explain = commands.add_parser(
         "explain", help="is my number normal? an nccl-tests sweep against healthy hardware of its kind, and why not",
@@ -223,8 +225,18 @@ def _print_import(result: dict) -> None:
     names = sorted({d["name"] for d in result.get("devices", [])})
     where = f" ({', '.join(names)})" if names else ""
     if result["format"] == "nccl-tests":
-        print(f"# {result['file']}: nccl-tests, {result['collective']} on {result['ranks'] or '?'} ranks{where}"
-              + (f", NCCL {result['nccl_version']}" if result["nccl_version"] else ""))
+        said = {"given": "as given", "program line": "its program line", "command line": "the command that ran it",
+                "columns": "its columns: no other collective fits them"}.get(result.get("collective_from"))
+        tool = result.get("tool", "nccl-tests")
+        library = "RCCL" if tool == "rccl-tests" else "NCCL"
+        print(f"# {result['file']}: {tool}, {result['collective']} on {result['ranks'] or '?'} ranks{where}"
+              + (f", {library} {result['nccl_version']}" if result["nccl_version"] else ""))
+        if said or result.get("ranks_from") or result.get("layout"):
+            print(f"#   the collective from {said or '?'}; the ranks from "
+                  f"{result.get('ranks_from') or 'nothing in the log (give --machine to explain)'}; "
+                  f"table layout: {result.get('layout', '?')}")
+        for note in result.get("notes", []):
+            print(f"#   note: {note}")
         print(f"# {'size (B)':>12} {'time (us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}   in place: "
               f"{'time (us)':>10} {'busbw':>8}   (GB/s)")
 

@@ -139,7 +139,10 @@ def layout_of_header(names: list[str], above: str = "") -> Layout:
     else:
         which = ("inplace_",) if "in-place" in above and "out-of-place" not in above else ("",)
     first_release = printed[:2] == ["bytes", "N"]  # 2017: time in ms, "res" the largest error
-    return Layout("2017" if first_release else "as its header says", prefix=prefix, side=sides[0], sides=which,
+    name = ("2017" if first_release else "2.0-2.12" if "#wrong" not in printed or prefix[3:] != ("redop", "root")
+            else "2.19+ per-iteration" if "i_min" in names else "2.13+" + (
+                ", in place only (rccl-tests -O 0)" if which == ("inplace_",) else ""))
+    return Layout(name, prefix=prefix, side=sides[0], sides=which,
                   time_unit=1e-3 if first_release else 1e-6, counts_wrong="#wrong" in printed)
 
 
