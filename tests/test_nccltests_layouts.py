@@ -52,7 +52,6 @@ def print_log(layout: str, kind: str, n: int, sizes: list[int], gbps: float, hos
     sides = ("",) if layout == "rccl-in-place" or (layout == "2017" and kind == "broadcast") else ("", "inplace_")
     if layout == "rccl-in-place":
         sides = ("inplace_",)
-    modern = layout not in ("2017", "2019")
     if layout.startswith(("2.17", "2.19")):
         out += ["# nccl-tests version 2.17.6 nccl-headers=22703 nccl-library=22703",
                 f"# Collective test starting: {program}"]
