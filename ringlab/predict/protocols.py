@@ -42,8 +42,8 @@ SOURCE = ("NCCL's tuning model (src/graph/tuning.cc, ncclTunerConstantsDefaults:
 # The hardware a message crosses, from a link's kind, slowest class winning along a route.
 NVLINK, PCIE, NET = 0, 1, 2
 HARDWARE = ("nvlink", "pcie", "net")
-_KIND_CLASS = {"nvlink": NVLINK, "nvswitch": NVLINK, "pcie": PCIE, "qpi": PCIE, "upi": PCIE, "fabric": PCIE,
-               "host": PCIE}
+_KIND_CLASS = {"nvlink": NVLINK, "nvswitch": NVLINK, "xgmi": NVLINK, "pcie": PCIE, "qpi": PCIE, "upi": PCIE,
+               "fabric": PCIE, "host": PCIE}  # xgmi: AMD's Infinity Fabric between GPUs, which RCCL types as NVLink
 
 
 def hardware_class(kind: str) -> int:

@@ -66,6 +66,21 @@ RTX2080TI_REDUCE = 616 * GB / 3  # GDDR6 616 GB/s
 EPYC_SOCKETS = 3 * 16 * 16e9 / 8  # assumed: 3 xGMI x16 links at 16 GT/s, 96 GB/s per direction
 IB_200G = 25 * GB         # HDR InfiniBand, 200 Gbit/s
 IB_400G = 50 * GB         # NDR InfiniBand, 400 Gbit/s
+RTX3090_REDUCE = 936 * GB / 3    # RTX 3090: GDDR6X 936 GB/s (NVIDIA's public figure)
+RTX5090_REDUCE = 1792 * GB / 3   # RTX 5090: GDDR7 1792 GB/s (NVIDIA's public figure)
+GH200_REDUCE = 4000 * GB / 3     # GH200 480GB: its H100's HBM3, 96 GB at 4 TB/s (NVIDIA's GH200 datasheet)
+GH200_C2C = 450 * GB      # NVLink-C2C between Grace and Hopper: 900 GB/s bidirectional (NVIDIA's GH200 datasheet)
+GH200_NVLINK = 25 * GB    # one NVLink 4 link; a GH200's GPU has 18 of them (900 GB/s bidirectional), as an H100's
+
+# AMD Instinct: one Infinity Fabric (xGMI) link between two GPUs, bytes/s each way, half the bidirectional peak AMD's
+# data sheets give per link. A GPU's links are shared out among the other GPUs of its node.
+XGMI_MI250X = 50 * GB     # MI250X: Infinity Fabric links of 100 GB/s peak each (CDNA 2 white paper, MI250X data sheet)
+XGMI_MI300X = 64 * GB     # MI300X and MI325X: 7 links of 128 GB/s peak each, 896 GB/s (data sheets, CDNA 3 white paper)
+XGMI_MI355X = 76.8 * GB   # MI355X: 7 links of 153.6 GB/s peak each, 1075.2 GB/s (MI355X data sheet, CDNA 4 white paper)
+MI250X_REDUCE = 1638.4 * GB / 3  # one MI250X GCD: half the package's HBM2e, 3.2768 TB/s (MI250X data sheet)
+MI300X_REDUCE = 5300 * GB / 3    # MI300X: HBM3 5.3 TB/s (data sheet)
+MI325X_REDUCE = 6000 * GB / 3    # MI325X: HBM3E 6 TB/s (data sheet)
+MI355X_REDUCE = 8000 * GB / 3    # MI355X: HBM3E 8 TB/s (data sheet)
 
 # Published figures for one direction of one GPU's connection (spec arithmetic and vendor figures,
 # then measurements published for a K40 server): (what, bytes/s, "spec" or "published measurement").
@@ -85,8 +100,8 @@ PUBLISHED_LINKS = [
     ("GPU-GPU over NVLink", 35 * GB, "published measurement"),
 ]
 
-LATENCY = {"nvlink": 1e-6, "nvswitch": 1e-6, "pcie": 1.5e-6, "qpi": 1e-6, "fabric": 1e-6, "host": 1.5e-6,
-           "ib": 2e-6, "roce": 2e-6, "efa": 2e-6}  # assumed
+LATENCY = {"nvlink": 1e-6, "nvswitch": 1e-6, "xgmi": 1e-6, "pcie": 1.5e-6, "qpi": 1e-6, "fabric": 1e-6,
+           "host": 1.5e-6, "ib": 2e-6, "roce": 2e-6, "efa": 2e-6, "slingshot": 2e-6}  # assumed
 ASSUMED = "latencies assumed (1-2 us a hop), not published"
 
 # The share of a link's signalling peak that NCCL's topology model (src/graph/topo.h and topo.cc,
@@ -95,7 +110,10 @@ ASSUMED = "latencies assumed (1-2 us a hop), not published"
 # the 15.754 the encoding leaves). Published peer-copy matrices agree: 376 of 450 GB/s between two
 # H100s (B03), 22-26 of 31.5 GB/s between two RTX 4090s with P2P on (B06).
 RATINGS = {"nvlink-p100": 18 / 20, "nvlink-v100": 20 / 25, "nvlink-a100": 20 / 25, "nvlink-h100": 20.6 / 25,
-           "nvlink-b200": 40.1 / 50, "pcie": 6.0 / (8.0 * 128 / 130), "qpi": 6.0 / 12.8}  # QPI: NCCL's Broadwell figure, 6 GB/s
+           "nvlink-b200": 40.1 / 50, "pcie": 6.0 / (8.0 * 128 / 130), "qpi": 6.0 / 12.8,  # QPI: Broadwell's 6 GB/s
+           # RCCL's ratings of one xGMI link (src/graph/topo.h, ncclTopoXGMISpeed: MI200_XGMI_WIDTH 36,
+           # GFX94X_XGMI_WIDTH 48 at ROCm/rccl 0cbce2a; GFX95X_XGMI_WIDTH 48 at ROCm/rocm-systems 03a8914)
+           "xgmi-mi250x": 36 / 50, "xgmi-mi300x": 48 / 64, "xgmi-mi355x": 48 / 76.8}
 RATED = "links at NCCL's ratings of them (NVLink, PCIe), not at their signalling peaks"
 
 

@@ -99,21 +99,8 @@ def rtx4090_8(p2p: bool = True, pcie: int = 4) -> Topology:
     """Eight RTX 4090s, four on each of two CPU sockets, each on its own PCIe x16 root port (4.0, the card's;
     ``pcie=3`` for one that trained at a lower generation) with no switch: with P2P on they copy to each other
     through the root complexes; with it off every copy is staged through host memory, and a staged copy's two
-    directions share the link."""
-    gpus = gpu_names(8)
-    kind = "pcie" if p2p else "host"
-    name = f"rtx4090-8-p2p-{'on' if p2p else 'off'}" + ("" if pcie == 4 else f"-pcie{pcie}")
-    links = [rated_link(g, f"socket{i // 4}", pcie_bandwidth(pcie, 16), kind, duplex=p2p) for i, g in enumerate(gpus)]
-    links.append(rated_link("socket0", "socket1", EPYC_SOCKETS, "fabric"))
-    how = ("P2P on: GPU to GPU through the root complexes" if p2p else
-           "P2P off: every copy staged through host memory, its two directions sharing the link (the published "
-           "p2pBandwidthLatencyTest of the same box moves as much both ways at once as one way)")
-    return Topology(name, gpus, tuple(links), RTX4090_REDUCE,
-                    source="public figures: RTX 4090 PCIe 4.0 x16, GDDR6X 1008 GB/s; two AMD EPYC 7542 sockets "
-                           "joined by Infinity Fabric (assumed 3 xGMI x16 links at 16 GT/s, 96 GB/s each way: boards "
-                           "use 3 or 4, at up to 18 GT/s; a ring crosses it once each way, so it is not the bottleneck)",
-                    notes=f"8 RTX 4090 on two sockets without a PCIe switch, PCIe {pcie}.0 x16 each; {how}; {RATED}. "
-                          + ASSUMED, machine=_on_one_node("rtx4090", "ampere", 8, "pcie", cpu="amd"))
+    directions share the link. The same as ``cluster("rtx4090", 1, 8, p2p=p2p, pcie=pcie)``."""
+    return cluster("rtx4090", 1, 8, p2p=p2p, pcie=None if pcie == 4 else pcie)
 
 
 def pcie3_switch_2(p2p: bool = True) -> Topology:
@@ -156,6 +143,14 @@ PRESETS = {
     # two A100 hosts (the published health check A23 does not state its network): HDR 200 Gbit/s per GPU as on a
     # DGX A100; behind PCIe 4.0 a rail carries 24 GB/s whatever its NIC
     "ib-2x8-a100": lambda: cluster("a100", 2, nic_gbps=200, name="ib-2x8-a100"),
+    # one node of 8 AMD Instinct MI300X (A43, A44) or MI325X (A45): 8 GPUs joined pairwise by xGMI, run by RCCL
+    "mi300x-8": lambda: cluster("mi300x", 1),
+    "mi325x-8": lambda: cluster("mi325x", 1),
+    "mi355x-8": lambda: cluster("mi355x", 1),
+    # one node of 4 MI250X: 8 GCDs, linked as RCCL models the node (HPE Cray EX235a, as on Frontier and Alps)
+    "mi250x-8": lambda: cluster("mi250x", 1),
+    # a Quad GH200 node (HPE Cray EX254n, as on Alps): 4 Grace Hopper superchips, their GPUs joined pairwise by NVLink
+    "gh200-4": lambda: cluster("gh200", 1, gpus_per_node=4),
     # one AWS P6-B200 node (p6-b200.48xlarge): 8 B200 on NVLink 5, where NCCL runs with AWS's EFA plugin loaded
     "efa-1x8-b200": lambda: cluster("b200", 1, fabric="efa"),
     # four AWS P6-B200 nodes: 8 B200 on NVLink 5 each, an EFA v4 of 400 Gbit/s per GPU

@@ -94,6 +94,7 @@ def host_device_figure(gpu: dict, title: str) -> go.Figure:
 LINK_STYLES = {
     "nvlink": ("NVLink (×k: k links bonded)", "#76b900", "solid"),
     "nvswitch": ("NVLink to an NVSwitch", "#2f7d32", "solid"),
+    "xgmi": ("Infinity Fabric (xGMI) between GPUs", "#d0021b", "solid"),
     "pcie": ("PCIe", "#3b75c4", "solid"),
     "host": ("PCIe, peer access off: through host memory", "#3b75c4", "dot"),
     "qpi": ("CPU interconnect (QPI/UPI)", "#c4541b", "solid"),
@@ -101,6 +102,7 @@ LINK_STYLES = {
     "ib": ("network (InfiniBand)", "#7b3fa0", "solid"),
     "roce": ("network (RoCE)", "#7b3fa0", "dash"),
     "efa": ("network (AWS EFA)", "#7b3fa0", "dot"),
+    "slingshot": ("network (HPE Slingshot)", "#7b3fa0", "dashdot"),
 }
 
 
