@@ -143,9 +143,9 @@ def test_a_bench_result_is_explained_by_its_nccl_rows_on_its_machine():
               "rows": rows + [{"algorithm": "ring", "bytes": 1 << 20, "busbw_Bps": 1e9}]}
     got = explain(result)
     assert got["machine"] == "hgx-h100-8" and got["verdict"] == "healthy" and len(got["rows"]) == len(SIZES)
-    with pytest.raises(ValueError, match="ringlab models no machine like A43's .*RCCL.*--machine"):
-        explain(published.load("A43_mlengineering_mi300x_allreduce_4GB_2v8gpu").data,
-                name="A43_mlengineering_mi300x_allreduce_4GB_2v8gpu")
+    with pytest.raises(ValueError, match="ringlab models no machine like A14's .*not published.*--machine"):
+        explain(published.load("A14_tinygrad_rtx4090x6_p2p_allreduce_32MiB").data,
+                name="A14_tinygrad_rtx4090x6_p2p_allreduce_32MiB")
     with pytest.raises(ValueError, match="no NCCL rows"):
         explain(dict(result, rows=[{"algorithm": "ring", "bytes": 1 << 20, "busbw_Bps": 1e9}]))
 

@@ -331,10 +331,10 @@ MODELLED = {
     "A40_mlengineering_h200x8_allreduce_bench_sweep": ("hgx-h200-8", "best"),
     "A41_mlengineering_a100x8_nvlink3_allreduce_sweep": ("hgx-a100-8", "best"),
     "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw": ("efa-1x8-b200", "best"),
-    "A43_mlengineering_mi300x_allreduce_4GB_2v8gpu": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
-    "A44_hisohara_aac8_mi300x_x8_rccl_allreduce": "AMD MI300X under RCCL: ringlab models NCCL on NVIDIA links",
-    "A45_hisohara_aac11_mi325x_x8_rccl_allreduce_ring_4G-16G": "AMD MI325X under RCCL: ringlab models NCCL on "
-                                                               "NVIDIA links",
+    # AMD Instinct nodes under RCCL (ringlab.predict.rccl): 8 GPUs joined pairwise by xGMI; A45 forced the ring
+    "A43_mlengineering_mi300x_allreduce_4GB_2v8gpu": ("mi300x-8", "best"),
+    "A44_hisohara_aac8_mi300x_x8_rccl_allreduce": ("mi300x-8", "best"),
+    "A45_hisohara_aac11_mi325x_x8_rccl_allreduce_ring_4G-16G": ("mi325x-8", "ring"),
 }
 # GPUs one nccl-tests thread drove where neither command nor header is transcribed but the source says
 GPUS_PER_PROCESS = {"A20_galvatron_dgx-a100-40gb_allreduce": 8}  # "driven by a single nccl-tests process (nGpus 8)"

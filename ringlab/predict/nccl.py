@@ -53,9 +53,11 @@ from ..schedule import MAX_BYTES, bus_factor, check_count
 from ..topology import Topology
 from ..topology.clusters import ClusterTopology
 from ..topology.machines import Machine
+from . import rccl
 from . import tuning as T
 from .nvls import nvls_algbw, port_rate
 from .protocols import hardware_class, NET
+from .rings import mesh_ring_rates
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 # bytes a PCIe 3.0+ write adds to its payload: 4 framing, 2 sequence number, 16 header (64-bit address), 4 LCRC
@@ -142,11 +144,11 @@ def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: st
                 raise ValueError(f"{name} cannot run {collective} on {topology.name}: {why}")
             continue
         for proto in ([protocol] if protocol else T.PROTOCOLS):
-            if proto not in T.BASE_LATENCY[name] or (proto == "LL128" and not ll128_allowed(facts)):
+            why_not = _protocol_unusable(name, proto, facts)
+            if why_not:
                 if algorithm and protocol:
-                    raise ValueError(f"NCCL does not run {name} with {proto} on {topology.name}" +
-                                     (": LL128 needs NVLink inside the node (and Hopper or later across nodes)"
-                                      if proto == "LL128" else ""))
+                    raise ValueError(f"{facts.machine.library.upper()} does not run {name} with {proto} on "
+                                     f"{topology.name}" + (f": {why_not}" if why_not is not True else ""))
                 continue
             options.append(_predict(collective, nbytes, name, proto, facts, topology.name))
     if not options:
@@ -163,14 +165,19 @@ def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
     gpus = machine.gpus_per_node
     nodes = max(1, -(-n // gpus))
     port = _port(topology)
-    ring, peak = (port, _port(topology, peak=True)) if port else _ring_rates(topology, min(n, gpus))
+    if port:
+        ring, peak = port, _port(topology, peak=True)
+    else:  # GPUs joined pairwise (xGMI, GH200's NVLink): many rings over every link; else the best ring's rate
+        ring, peak = (machine.mesh and _mesh_rates(topology, min(n, gpus))) or _ring_rates(topology, min(n, gpus))
     nvls = bool(topology.switch_reduce and machine.arch in T.NVLS_EFFICIENCY)
     return Facts(machine, n, nodes, n / nodes, port, ring, peak, _net_per_node(topology, machine) if nodes > 1 else 0.0,
                  machine.nics_per_node, nvls, topology.reduce_rate)
 
 
 def unusable(algorithm: str, collective: str, facts: Facts) -> str | None:
-    """Why NCCL would not run ``algorithm`` for ``collective`` here, or None where it would."""
+    """Why NCCL (RCCL on AMD GPUs) would not run ``algorithm`` for ``collective`` here, or None where it would."""
+    if facts.machine.library == "rccl":
+        return rccl.unusable(algorithm, collective, facts)
     reducing_all = collective == "allreduce"
     if algorithm == "ring":
         return None
@@ -198,7 +205,22 @@ def ll128_allowed(facts: Facts) -> bool:
     return facts.machine.intra == "nvlink" and (facts.nodes == 1 or facts.arch in ("hopper", "blackwell"))
 
 
+def _protocol_unusable(algorithm: str, protocol: str, f: Facts) -> str | bool | None:
+    """Why the library would not run ``algorithm`` with ``protocol`` here (True: it has no such pair), or None."""
+    if f.machine.library == "rccl":
+        return rccl.protocol_unusable(algorithm, protocol, f)
+    if protocol not in T.BASE_LATENCY[algorithm]:
+        return True
+    if protocol == "LL128" and not ll128_allowed(f):
+        return "LL128 needs NVLink inside the node (and Hopper or later across nodes)"
+    return None
+
+
 def _predict(collective: str, nbytes: int, algorithm: str, protocol: str, f: Facts, name: str) -> NcclPrediction:
+    if f.machine.library == "rccl":
+        return NcclPrediction(collective, nbytes, f.nranks, algorithm, protocol,
+                              rccl.latency(collective, algorithm, protocol, f),
+                              rccl.algbw(collective, algorithm, protocol, f, _across(f), nbytes), name)
     algbw = _algbw(collective, algorithm, protocol, f)
     if algorithm == "tree":
         algbw *= T.tree_correction(protocol, nbytes)
@@ -310,6 +332,12 @@ def _port(topology: Topology, peak: bool = False) -> float | None:
     if not peak:
         return rate
     return min(link.bandwidth for link, _ in topology.link_classes() if link.kind == "nvswitch" and link.rate == rate)
+
+
+@lru_cache(maxsize=64)
+def _mesh_rates(topology: Topology, n: int) -> tuple[float, float] | None:
+    """(rated, peak) bus bytes/s of the rings over the first ``n`` GPUs of a node whose GPUs are joined pairwise."""
+    return mesh_ring_rates(topology, n, topology.machine.rings)
 
 
 @lru_cache(maxsize=64)

@@ -66,6 +66,42 @@ def best_ring(topology: Topology, nranks: int | None = None) -> tuple[list[int],
     return order, cost[0]
 
 
+def mesh_ring_rates(topology: Topology, nranks: int, rings: tuple = ()) -> tuple[float, float] | None:
+    """(rated, peak) bus bytes/s of the rings NCCL or RCCL spread a call over on the first ``nranks`` GPUs when
+    they are joined pairwise by direct links (an MI300X node's xGMI, a GH200 node's NVLink), or None where no
+    ring of direct links visits them all.
+
+    A ring uses one link out of each GPU; the library runs many rings at once, one a channel, and splits the data
+    evenly among them, so the busiest link, shared by the rings that cross it, sets the pace of all: bus =
+    rings x min over links of (rate / rings crossing it). ``rings`` (orders of ranks) are the library's own where
+    its source fixes them for a whole node (RCCL's rome models); otherwise every ring over direct links is taken
+    once, which on a full mesh loads every link alike and gives (n - 1) x a link's rate (RCCL's tuner sums a
+    GPU's xGMI links to the same figure)."""
+    ranks = set(topology.ranks[:nranks])
+    index = {name: i for i, name in enumerate(topology.ranks[:nranks])}
+    direct = {}
+    for link in topology.links:
+        if link.a in ranks and link.b in ranks:
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                direct[index[a], index[b]] = (link.rate, link.bandwidth)
+    if nranks < 2 or not direct:
+        return None
+    orders = [list(r) for r in rings if len(r) == nranks] or [
+        [0, *rest] for rest in itertools.permutations(range(1, nranks))]
+    load: dict[tuple[int, int], int] = {}
+    used = 0
+    for order in orders:
+        hops = list(zip(order, order[1:] + order[:1]))
+        if any(hop not in direct for hop in hops):
+            continue
+        used += 1
+        for hop in hops:
+            load[hop] = load.get(hop, 0) + 1
+    if not used:
+        return None
+    return tuple(used * min(direct[hop][k] / count for hop, count in load.items()) for k in (0, 1))
+
+
 def ring_report(topology: Topology, nbytes: int = 1 << 28) -> dict:
     """The plain order 0..n-1 against the best ring: predicted ring-allreduce times and the loss."""
     from ..algorithms import build
