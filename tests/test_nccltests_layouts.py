@@ -293,3 +293,49 @@ def test_a_header_whose_hash_markdown_ate_and_lost_rank_zero_reads_ranks_from_bu
     assert (got["ranks"], got["ranks_from"]) == (16, "busbw / algbw")
     assert "ranks 1 to 15" in got["notes"][0]
     same_rows(got["rows"], rows)
+
+
+def test_the_json_file_of_dash_J_reads_like_the_log():
+    """nccl-tests 2.17+ writes its results as JSON with -J (src/util.cu: args, nccl_version, config.devices,
+    results with out_of_place / in_place, average_bus_bandwidth)."""
+    import json
+
+    text, rows = print_log("2.17", "allgather", 4, [1 << e for e in range(10, 20)], 190.0)
+    got_text, = read_logs(text)
+    results = [{"size": r["bytes"], "count": r["count"], "type": r["dtype"], "redop": r["redop"],
+                "root": "%6i" % r["root"],
+                "out_of_place": {"time": r["time_s"] * 1e6, "alg_bw": r["algbw_Bps"] / 1e9,
+                                 "bus_bw": r["busbw_Bps"] / 1e9, "nwrong": 0.0},
+                "in_place": {"time": r["inplace_time_s"] * 1e6, "alg_bw": r["inplace_algbw_Bps"] / 1e9,
+                             "bus_bw": r["inplace_busbw_Bps"] / 1e9, "nwrong": None},
+                "actual_iterations": 20, "experiment_name": ""} for r in got_text["rows"]]
+    data = {"version": 3, "start_time": "2025-11-03 10:00:00", "args": ["./build/all_gather_perf", "-b", "1K"],
+            "env": [], "nccl_version": 22807,
+            "config": {"nthreads": 1, "ngpus": 1, "devices": [
+                {"rank": i, "group": 0, "pid": 4000 + i, "hostname": "node1", "device": i, "device_hex": "0000:19:00",
+                 "device_info": "NVIDIA H100 80GB HBM3"} for i in range(4)]},
+            "results": results, "out_of_bounds": {"count": 0, "okay": True},
+            "average_bus_bandwidth": {"bandwidth": 12.5, "okay": "unchecked"}, "end_time": "2025-11-03 10:00:09"}
+    got, = read_logs(json.dumps(data))
+    assert (got["collective"], got["ranks"], got["nccl_version"]) == ("allgather", 4, "2.28.7")
+    same_rows(got["rows"], rows)
+    assert all(r["wrong"] == 0 and r["inplace_wrong"] is None for r in got["rows"])
+    data["results"][3]["out_of_place"]["bus_bw"] *= 2  # busbw that is not algbw x 3/4
+    with pytest.raises(LogFormatError, match="line 4: busbw"):
+        read_logs(json.dumps(data))
+
+
+def test_a_trace_replay_row_in_place_only_and_a_header_nccl_tests_itself_cut():
+    """Trace replay prints in-place columns only, the out-of-place ones blank (writeBenchMarkLineNullBody); a
+    process whose device lines pass 2048 characters has them cut with '...' (writeDeviceReport)."""
+    text, rows = print_log("2.17", "allreduce", 8, [1 << e for e in range(10, 16)], 190.0)
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s+\d+\s+\d+\s+float", line):
+            fields = line.split()
+            lines[i] = "  ".join(fields[:5]) + " " * 32 + "  ".join(fields[9:])
+    lines.insert(next(j for j, line in enumerate(lines) if "Rank  5" in line), "...")
+    got, = read_logs("\n".join(lines))
+    row = next(r for r in got["rows"] if r["bytes"] == 4096)
+    assert row["time_s"] is None and row["inplace_busbw_Bps"] == pytest.approx(rows[2]["inplace_busbw_Bps"])
+    assert (got["ranks"], got["ranks_from"]) == (8, "busbw / algbw") and "cut" in got["notes"][0]

@@ -417,7 +417,7 @@ def _read_rows(run: Run, layouts: list[Layout]) -> tuple[list[Layout], list[tupl
         readings.append((layout, rows, left, why))
     good = [r for r in readings if r[3] is None and r[1]]
     if not good:
-        layout, rows, left, (number, fields, err) = max(readings, key=lambda r: (len(r[1]), not r[0].blank_redop, -r[0].width))
+        layout, rows, left, (number, fields, err) = max(readings, key=lambda r: (len(r[1]), -readings.index(r)))
         said = " ".join(fields)
         how = (f"the {layout.name} layout ({' '.join(layout.prefix)} + {len(layout.sides)} x "
                f"{' '.join(layout.side)})")
@@ -517,6 +517,10 @@ def read_run(run: Run, collective: str | None = None) -> list[dict]:
     layouts = [run.layout] if run.layout else layouts_for(kind)
     if run.layout and "redop" in run.layout.prefix:
         layouts.append(blank(run.layout))  # one field fewer than the header's names: a blank reduction
+    if run.layout and len(run.layout.sides) == 2:  # trace replay: the out-of-place columns printed blank
+        layouts.append(Layout(run.layout.name + ", in place only (trace replay)", prefix=run.layout.prefix,
+                              side=run.layout.side, sides=("inplace_",), time_unit=run.layout.time_unit,
+                              counts_wrong=run.layout.counts_wrong))
     found, rows, left = _read_rows(run, layouts)
     segments = _segments(rows)
     out = [_result(run, found, segment, left if i == len(segments) - 1 else [], kind,
@@ -609,8 +613,73 @@ def _check_factor(number: int, row: dict, kind: str, ranks: int | None) -> None:
                                  + ": the columns are not what they seem, or the log's collective is another")
 
 
+def read_json(text: str, collective: str | None = None) -> list[dict]:
+    """The JSON file nccl-tests 2.17+ writes with ``-J FILE`` (src/util.cu: version, args, nccl_version, config
+    with its devices, results, out_of_bounds, average_bus_bandwidth), as one result like a log's."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise LogFormatError(f"an nccl-tests JSON file that is not JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise LogFormatError("an nccl-tests JSON file without its results list")
+    args = data.get("args") or []
+    program = args[0] if args and isinstance(args[0], str) else None
+    named = program_collective(program) if program else None
+    if collective and named and collective != named:
+        raise LogFormatError(f"the file says it ran {program}, which is {named}, not the {collective} given")
+    kind = collective or named
+    if kind not in FACTORS:
+        raise LogFormatError(f"this nccl-tests JSON does not say which collective it ran (args: {args[:1]}); give it "
+                             "(--collective)")
+    config = data.get("config") or {}
+    devices = [{"rank": d.get("rank"), "host": d.get("hostname"), "device": d.get("device"),
+                "bus": d.get("device_hex"), "name": (d.get("device_info") or "").strip()}
+               for d in config.get("devices") or [] if isinstance(d, dict)]
+    ranks = _ranks_of_devices(devices)
+    rows = []
+    for i, r in enumerate(data["results"]):
+        try:
+            row = {"bytes": int(r["size"]), "count": int(r["count"]), "dtype": r["type"], "redop": r["redop"],
+                   "root": int(str(r["root"]).strip())}
+            for prefix, key in (("", "out_of_place"), ("inplace_", "in_place")):
+                side = r.get(key) or {}
+                time = side.get("time", side.get("cpu_time"))
+                row[prefix + "time_s"] = None if time is None else float(time) * 1e-6
+                for name, field_ in (("algbw_Bps", "alg_bw"), ("busbw_Bps", "bus_bw")):
+                    row[prefix + name] = None if side.get(field_) is None else float(side[field_]) * GB
+                row[prefix + "wrong"] = None if side.get("nwrong") is None else int(side["nwrong"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise LogFormatError(f"result {i + 1} of this nccl-tests JSON is not as nccl-tests writes it "
+                                 f"({type(err).__name__}: {err})") from None
+        _check_factor(i + 1, row, kind, ranks)
+        rows.append(row)
+    if not rows:
+        raise LogFormatError("an nccl-tests JSON file without a single result (was the run cut short?)")
+    code = data.get("nccl_version")
+    average = (data.get("average_bus_bandwidth") or {}).get("bandwidth")
+    return [{"format": "nccl-tests", "tool": "nccl-tests", "collective": kind,
+             "collective_from": "given" if collective else "program line", "program": program, "ranks": ranks,
+             "ranks_from": "device lines" if ranks else None, "devices": devices,
+             "nccl_version": nccl_code(code) if isinstance(code, int) else None, "nccl_tests_version": None,
+             "threads": config.get("nthreads"), "gpus_per_thread": config.get("ngpus"),
+             "avg_busbw_Bps": None if average is None else float(average) * GB,
+             "out_of_bounds": (data.get("out_of_bounds") or {}).get("count"), "network": None,
+             "layout": f"JSON (-J), version {data.get('version')}", "rows": rows, "left_out": [], "notes": [],
+             "first_line": 1}]
+
+
+def is_json(text: str) -> bool:
+    head = text.lstrip()[:4096]
+    return head.startswith("{") and '"args"' in text[:1 << 20] and '"results"' in text
+
+
 def read(text: str, collective: str | None = None) -> list[dict]:
-    """Every run in ``text`` (nccl-tests or rccl-tests output, as pasted), one result each."""
+    """Every run in ``text`` (nccl-tests or rccl-tests output, as pasted, or nccl-tests' ``-J`` JSON), one
+    result each."""
+    if is_json(text):
+        return read_json(text, collective)
     runs = split_runs(text)
     if not any(run.rows for run in runs):
         raise LogFormatError("an nccl-tests log without a single result row (was the run cut short?)")
@@ -636,6 +705,8 @@ def read(text: str, collective: str | None = None) -> list[dict]:
 def looks_like(text: str) -> bool:
     """Whether ``text`` holds nccl-tests output: its header, or rows in one of its layouts."""
     head = text[:200000]
+    if is_json(text):
+        return True
     if re.search(r"#?\s*(nThread\s+\d+\s+nGpus|Collective test starting|nccl-tests version)", head):
         return True
     if _COLUMNS.search(head.replace("\r", "")) or re.search(r"(?m)(size|bytes)\s+(count|N)\s+type\b.*\btime\b", head):
