@@ -160,8 +160,10 @@ def parser() -> argparse.ArgumentParser:
                     "look at. Expected figures are predictions, published ones are labelled; only your log is a "
                     "measurement.",
         epilog="machines (--machine): a preset (" + ", ".join(_presets()) + "), or GPU:NODESxGPUS with options, "
-               "e.g. h100:2x8, a100:16x8:nic=200, h100:4x8:nics=4:fabric=roce, b200:1x8:nvls=off, "
-               "b200:1x8:fabric=efa (an AWS node: NCCL runs with the parameters AWS's EFA plugin sets)"
+               "GPU any that rl.topology.cluster knows (" + ", ".join(_gpus()) + "), e.g. h100:2x8, "
+               "a100:16x8:nic=200, h100:4x8:nics=4:fabric=roce, b200:1x8:nvls=off, "
+               "b200:1x8:fabric=efa (an AWS node: NCCL runs with the parameters AWS's EFA plugin sets), mi300x:1x8 "
+               "(RCCL's model), gh200:4x4:fabric=slingshot:nic=200, rtx4090:1x8:p2p=off, rtx5090:1x4:pcie=4"
                "\n\nexamples:\n"
                "  ringlab explain all_reduce_perf.log\n"
                "  ringlab explain all_reduce_perf.log --machine h100:2x8 --json verdict.json\n"
@@ -327,6 +329,12 @@ def check_nranks(nranks) -> None:
     from .cluster.launch import check_nranks as check
 
     check(nranks)
+
+
+def _gpus() -> list[str]:
+    from .topology import GPUS
+
+    return list(GPUS)
 
 
 def _presets() -> list[str]:

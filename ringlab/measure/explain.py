@@ -28,7 +28,6 @@ Everything expected is a prediction or a published figure, labelled; only the lo
 from __future__ import annotations
 
 import json
-import re
 from functools import lru_cache
 from pathlib import Path
 from statistics import median
@@ -37,7 +36,7 @@ from ..predict.harness import Harness, harness
 from ..predict.versus import versus
 from ..topology import GPUS, Topology, cluster, preset, preset_names
 from ..topology.machines import variant
-from ..topology.presets import rtx4090_8
+from ..topology.spec import CLUSTER_FORM, cluster_from
 from . import published
 from .logs import _PROGRAMS, read_log
 from .units import format_bytes
@@ -58,8 +57,13 @@ CAUSES = {
     "p2p": "P2P off: every copy staged through host memory (no peer access between the GPUs)",
     "pcie": "a lower PCIe generation than the GPU supports (a slot or riser that trained at PCIe 3.0)",
 }
-_GPU_NAMES = (("GB200", "gb200"), ("B200", "b200"), ("H200", "h200"), ("H100", "h100"), ("A100", "a100"),
-              ("RTX 4090", "rtx4090"), ("2080 Ti", "rtx2080ti"))
+# what a device line of nccl-tests or rccl-tests names, and the GPU it is (first match wins: GH200 before H200)
+_GPU_NAMES = (("GB200", "gb200"), ("GH200", "gh200"), ("B200", "b200"), ("H200", "h200"), ("H100", "h100"),
+              ("A100", "a100"), ("MI355X", "mi355x"), ("MI325X", "mi325x"), ("MI300X", "mi300x"), ("MI250X", "mi250x"),
+              ("RTX 5090", "rtx5090"), ("RTX 4090", "rtx4090"), ("RTX 3090", "rtx3090"), ("2080 Ti", "rtx2080ti"))
+# the family a GPU name belongs to where the name alone does not tell the GPU (rccl-tests may print "gfx942")
+_FAMILIES = (("gfx9", "AMD Instinct"), ("Instinct", "AMD Instinct"), ("AMD", "AMD Instinct"),
+             ("GeForce", "GeForce"), ("RTX", "GeForce"), ("Grace", "Grace"))
 
 
 def explain(result: dict, machine: Topology | str | None = None, name: str | None = None) -> dict:
@@ -159,62 +163,82 @@ def variants(topology: Topology) -> dict[str, Topology]:
             out["gdr"] = variant(topology, nic_gbps=m.nic_bandwidth * 8 / 1e9 * RAILS_DEGRADED)
         if topology.switch_reduce:
             out["nvls"] = variant(topology, nvls=False)
-    elif topology.name == "rtx4090-8-p2p-on":
-        out.update(p2p=rtx4090_8(p2p=False), pcie=rtx4090_8(pcie=3))
+        if GPUS[m.gpu].layout == "sockets" and m.p2p:  # a PCIe box of consumer cards
+            out["p2p"] = variant(topology, p2p=False)
+        if GPUS[m.gpu].layout == "sockets" and not m.pcie and GPUS[m.gpu].pcie > 3:
+            out["pcie"] = variant(topology, pcie=3)
     elif topology.name == "pcie3-switch-2":
         out["p2p"] = preset("pcie3-switch-2-p2p-off")
     return out
 
 
 def machine_from(spec: str) -> Topology:
-    """A preset by name, or a description ``GPU:NODESxGPUS[:nics=N][:nic=GBPS][:fabric=F][:sharp][:nvls=off]``,
-    e.g. ``h100:2x8`` or ``a100:16x8:nic=200``."""
+    """A preset by name, or a machine by description as :func:`ringlab.topology.cluster` builds it,
+    ``GPU:NODESxGPUS[:nics=N][:nic=GBPS][:fabric=F][:sharp][:nvls=on|off][:p2p=on|off][:pcie=GEN]`` with GPU any
+    of ``GPUS`` (``ringlab.topology.spec.cluster_from``): e.g. ``h100:2x8``, ``a100:16x8:nic=200``,
+    ``mi300x:1x8``, ``gh200:4x4:fabric=slingshot:nic=200``, ``rtx4090:1x8:p2p=off``."""
     if spec in preset_names():
         return preset(spec)
-    parts = spec.split(":")
-    shape = re.fullmatch(r"(\d+)x(\d+)", parts[1]) if len(parts) > 1 else None
-    if parts[0] not in GPUS or shape is None:
-        raise ValueError(f"cannot read machine {spec!r}: give a preset ({', '.join(preset_names())}) or "
-                         f"GPU:NODESxGPUS with GPU one of {', '.join(GPUS)}, e.g. h100:2x8 or a100:16x8:nic=200")
-    options = {}
-    for part in parts[2:]:
-        key, _, value = part.partition("=")
-        if key in ("nics", "nic", "fabric") and value:
-            options[{"nics": "nics_per_node", "nic": "nic_gbps", "fabric": "fabric"}[key]] = (
-                value if key == "fabric" else float(value) if key == "nic" else int(value))
-        elif key == "sharp" and not value:
-            options["sharp"] = True
-        elif key == "nvls" and value in ("on", "off"):
-            options["nvls"] = value == "on"
-        else:
-            raise ValueError(f"machine {spec!r}: cannot read {part!r} (nics=N, nic=GBPS, fabric=ib|roce|efa, "
-                             "sharp, nvls=on|off)")
-    return cluster(parts[0], int(shape.group(1)), int(shape.group(2)), **options)
+    try:
+        return cluster_from(spec)
+    except ValueError as err:
+        raise ValueError(f"{err}; or give a preset ({', '.join(preset_names())})") from None
 
 
 def guess_machine(result: dict) -> Topology:
     """The machine a log ran on, from its GPUs' names and hosts (a bench result's: its machine's), and the
     network NCCL's INFO lines name (EFA: an AWS machine, whose plugin sets some of NCCL's parameters): healthy
-    hardware of that kind."""
+    hardware of that kind (a PCIe box of consumer cards: with P2P on). Where the log does not tell the machine, a
+    ValueError names the presets nearest it (:func:`nearest_presets`) and the ``--machine`` form to give."""
     described = result.get("machine") if isinstance(result.get("machine"), dict) else {}
     devices = result.get("devices") or [{"name": g.get("name", ""), "host": described.get("host")}
                                         for g in described.get("gpus") or []]
     names = {d["name"] for d in devices}
     kind = next((key for text, key in _GPU_NAMES if any(text in n for n in names)), None)
     ranks = result.get("ranks") or len(devices)
+    hosts = len({d["host"] for d in devices}) or 1
+
+    def cannot(why: str) -> ValueError:
+        near = nearest_presets(kind or _family(names), ranks or 0)
+        example = f"{kind}:{hosts}x{max(ranks // hosts, 1)}" if kind in GPUS else "mi300x:1x8 or h100:2x8"
+        return ValueError(f"cannot tell the machine from this log (GPUs: {', '.join(sorted(names)) or 'none'}; "
+                          f"{ranks or '?'} ranks on {hosts} host(s)): {why}; the presets nearest it: "
+                          f"{', '.join(near) or 'none'}. Give it with --machine: a preset, or {CLUSTER_FORM} with "
+                          f"GPU one of {', '.join(GPUS)}, e.g. {example}")
     if kind is None or not ranks:
-        said = ", ".join(sorted(names)) or "none"
-        raise ValueError(f"cannot tell the machine from this log (GPUs: {said}); give it with --machine "
-                         "(a preset, or GPU:NODESxGPUS such as h100:2x8)")
-    if kind == "rtx4090" and ranks == 8:
-        return preset("rtx4090-8-p2p-on")
+        raise cannot("no GPU ringlab knows by that name" if kind is None else "no rank count")
     if kind == "rtx2080ti" and ranks == 2:
         return preset("pcie3-switch-2")
     if kind not in GPUS:
-        raise ValueError(f"no preset for {ranks} x {kind}; give the machine with --machine")
-    hosts = len({d["host"] for d in devices}) or 1
+        raise cannot(f"no machine of {ranks} x {kind}")
     nodes = -(-ranks // 72) if kind == "gb200" else hosts  # a GB200 node is an NVLink domain of up to 72
-    return cluster(kind, nodes, ranks // nodes, fabric=result.get("network") or "ib")
+    if ranks % nodes:
+        raise cannot(f"{ranks} ranks do not share out evenly over {nodes} nodes")
+    try:
+        return cluster(kind, nodes, ranks // nodes, fabric=result.get("network") or "ib")
+    except ValueError as err:
+        raise cannot(str(err)) from None
+
+
+def nearest_presets(gpu: str | None, ranks: int, count: int = 4) -> list[str]:
+    """The presets nearest a machine of ``ranks`` GPUs of the kind ``gpu`` (a key of ``GPUS``, or a family such as
+    "AMD Instinct"): the same GPU first, then the same family, then the same number of GPUs; nearest in GPUs
+    within each."""
+    family = GPUS[gpu].family if gpu in GPUS else gpu
+    scored = []
+    for name in preset_names():
+        machine = preset(name).machine
+        theirs = machine.gpu if machine is not None else None
+        rank = (0 if theirs == gpu else 1 if theirs in GPUS and GPUS[theirs].family == family else
+                2 if preset(name).nranks == ranks else None)
+        if rank is not None:
+            scored.append((rank, abs(preset(name).nranks - ranks), name))
+    return [name for *_, name in sorted(scored)[:count]]
+
+
+def _family(names: set) -> str | None:
+    """The family of GPUs named (AMD Instinct, GeForce, Grace) where no name tells the GPU itself."""
+    return next((family for text, family in _FAMILIES if any(text in n for n in names)), None)
 
 
 def nearest_published(topology: Topology, collective: str, ranks: int, exclude: str | None = None,
@@ -232,7 +256,8 @@ def nearest_published(topology: Topology, collective: str, ranks: int, exclude: 
         theirs = preset(match[0])
         same = match[0] == topology.name
         if not same and (gpu is None or theirs.machine is None or theirs.machine.gpu != gpu
-                         or theirs.switch_reduce != topology.switch_reduce):
+                         or theirs.switch_reduce != topology.switch_reduce
+                         or theirs.machine.p2p != topology.machine.p2p):
             continue
         key = (not same, abs(sweep["ranks"] - ranks), -len(sizes & {r["bytes"] for r in sweep["rows"]}))
         if best is None or key < best[0]:
@@ -347,4 +372,5 @@ def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | N
 
 
 __all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine",
-           "nearest_published", "middle_notes", "read", "CAUSES", "HEALTHY", "MATCH", "MIDDLE_LOW", "RAILS_DEGRADED"]
+           "nearest_presets", "nearest_published", "middle_notes", "read", "CAUSES", "HEALTHY", "MATCH", "MIDDLE_LOW",
+           "RAILS_DEGRADED"]
