@@ -38,7 +38,8 @@ from ..topology import GPUS, Topology, cluster, preset, preset_names
 from ..topology.machines import variant
 from ..topology.spec import CLUSTER_FORM, cluster_from
 from . import published
-from .logs import _PROGRAMS, read_log
+from .logs import _PROGRAMS, read_log, read_logs
+from .nccltests import is_json
 from .units import format_bytes
 
 HEALTHY = 0.8          # measured / expected at the large sizes, at least, for a healthy verdict
@@ -73,6 +74,10 @@ def explain(result: dict, machine: Topology | str | None = None, name: str | Non
     ``published``."""
     if result.get("format") != "nccl-tests" and result.get("kind") != "ringlab-bench":
         raise ValueError(f"only nccl-tests sweeps can be explained, not a {result.get('format')} log")
+    if result.get("ranks") == 1:
+        raise ValueError("this run had one rank: nothing crossed a link, so its busbw is 0 by definition. If you "
+                         "started several processes (mpirun -np N), nccl-tests was built without MPI and each process "
+                         "ran alone: build it with `make MPI=1` and run it again")
     topology = _machine(result, machine, name)
     bench, model, rows = _measured(result, name, topology)
     expected = _expect(rows, topology, bench, model)
@@ -227,12 +232,12 @@ def nearest_presets(gpu: str | None, ranks: int, count: int = 4) -> list[str]:
     family = GPUS[gpu].family if gpu in GPUS else gpu
     scored = []
     for name in preset_names():
-        machine = preset(name).machine
-        theirs = machine.gpu if machine is not None else None
+        topology = preset(name)
+        theirs = topology.machine.gpu if topology.machine is not None else None
         rank = (0 if theirs == gpu else 1 if theirs in GPUS and GPUS[theirs].family == family else
-                2 if preset(name).nranks == ranks else None)
+                2 if topology.nranks == ranks else None)
         if rank is not None:
-            scored.append((rank, abs(preset(name).nranks - ranks), name))
+            scored.append((rank, abs(topology.nranks - ranks), name))
     return [name for *_, name in sorted(scored)[:count]]
 
 
@@ -371,6 +376,27 @@ def read(path: str | Path, collective: str | None = None) -> tuple[dict, str | N
     return read_log(text, collective=collective), None
 
 
+def read_all(path: str | Path, collective: str | None = None) -> list[tuple[dict, str | None, str]]:
+    """Every sweep a file holds, each as (result, its published name or None, a label): the runs of an nccl-tests
+    or rccl-tests log (several in one file, each its own), the logs of a ``ringlab import --json`` list, or one
+    result as :func:`read` gives it. ``collective``: for logs that do not name it, one per run (``A,B``)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+    if text.lstrip().startswith("[") or (text.lstrip().startswith("{") and not is_json(text)):
+        data = json.loads(text)
+        if isinstance(data, list) and len(data) > 1 and all(isinstance(d, dict) and d.get("format") == "nccl-tests"
+                                                            for d in data):
+            return [(d, None, f"{path} (log {i + 1} of {len(data)})") for i, d in enumerate(data)]
+        result, name = read(path, collective)
+        return [(result, name, str(path))]
+    runs = read_logs(text, collective=collective)
+    return [(r, None, str(path) if len(runs) == 1 else f"{path} (run {i + 1} of {len(runs)})")
+            for i, r in enumerate(runs)]
+
+
 __all__ = ["explain", "describe", "plot_rows", "judge", "match_causes", "variants", "machine_from", "guess_machine",
-           "nearest_presets", "nearest_published", "middle_notes", "read", "CAUSES", "HEALTHY", "MATCH", "MIDDLE_LOW",
+           "nearest_presets", "nearest_published", "middle_notes", "read", "read_all", "CAUSES", "HEALTHY", "MATCH", "MIDDLE_LOW",
            "RAILS_DEGRADED"]
