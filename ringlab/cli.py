@@ -171,7 +171,8 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     explain.add_argument("logs", nargs="+", metavar="LOG", help="an nccl-tests log, or ringlab's JSON of one")
     explain.add_argument("--machine", metavar="SPEC", help="the machine it ran on (default: read from the log)")
-    explain.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14)")
+    explain.add_argument("--collective", help="for nccl-tests logs that do not name it (nccl-tests before 2.14, or an "
+                         "excerpt without its header); for a file of several runs, one each in order: A,B")
     explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
                                                         "verdict, causes and notes (one object, or a list for "
                                                         "several logs)")
@@ -204,21 +205,33 @@ def _import(args) -> int:
 def _explain(args) -> int:
     import json
 
-    from .measure.explain import describe, explain, read
+    from .measure.explain import describe, explain, read_all
 
-    answers = []
+    answers, failed = [], []
     for path in args.logs:
-        result, name = read(path, args.collective)
         try:
-            answer = explain(result, args.machine, name)
+            found = read_all(path, args.collective)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
-        answers.append(dict(answer, file=path))
-        _quietly(lambda: print("\n".join(describe(answer, path))))
-    if args.json:
+        for result, name, label in found:
+            try:
+                answer = explain(result, args.machine, name)
+            except ValueError as err:
+                if len(found) == 1 and len(args.logs) == 1:
+                    raise ValueError(f"{label}: {err}") from None
+                failed.append(label)  # the other runs of the file are still explained
+                print(f"ringlab explain: error: {label}: {err}", file=sys.stderr)
+                continue
+            answers.append(dict(answer, file=label))
+            _quietly(lambda: print("\n".join(describe(answer, label))))
+    if args.json and answers:
         with open(args.json, "w") as fh:
             json.dump(answers[0] if len(answers) == 1 else answers, fh, indent=1)
         print(f"# wrote {args.json}")
+    if failed:
+        print(f"ringlab explain: {len(failed)} of {len(failed) + len(answers)} sweeps not explained (said above: "
+              f"{'; '.join(failed)})", file=sys.stderr)
+        return 2
     return 0
 
 

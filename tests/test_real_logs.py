@@ -78,3 +78,30 @@ def test_ringlab_import_says_what_to_give_and_then_reads_every_run(tmp_path):
     data = json.loads((tmp_path / "out.json").read_text())
     assert [(d["collective"], d["ranks"], d["collective_from"]) for d in data] == [
         ("allgather", 32, "given"), ("allreduce", 32, "given")]
+
+
+WHAT_TO_GIVE = ("--machine", "--collective", "-g N")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s["file"][:2] for s in SOURCES])
+def test_explain_gives_every_real_sweep_of_eight_rows_a_verdict_or_names_what_it_needs(source):
+    """Done when (issue 50): on every real log of at least 8 rows, ``explain`` prints a verdict or names the one
+    thing it needs."""
+    from ringlab.measure.explain import explain
+
+    text = (HERE / source["file"]).read_text()
+    try:
+        runs = read_logs(text)
+    except LogFormatError as err:
+        assert "--collective" in str(err)
+        return
+    for run in runs:
+        if len(run["rows"]) < 8:
+            continue
+        try:
+            answer = explain(run)
+        except ValueError as err:
+            assert any(what in str(err) for what in WHAT_TO_GIVE), str(err)
+            continue
+        assert answer["verdict"] in ("healthy", "below its hardware")
+        assert answer["rows"] and all(r["measured_busbw"] > 0 for r in answer["rows"])

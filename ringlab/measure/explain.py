@@ -75,9 +75,10 @@ def explain(result: dict, machine: Topology | str | None = None, name: str | Non
     if result.get("format") != "nccl-tests" and result.get("kind") != "ringlab-bench":
         raise ValueError(f"only nccl-tests sweeps can be explained, not a {result.get('format')} log")
     if result.get("ranks") == 1:
-        raise ValueError("this run had one rank: nothing crossed a link, so its busbw is 0 by definition. If you "
-                         "started several processes (mpirun -np N), nccl-tests was built without MPI and each process "
-                         "ran alone: build it with `make MPI=1` and run it again")
+        raise ValueError("this run had one rank (processes x threads x GPUs a thread = 1): nothing crossed a link, "
+                         "so there is nothing to judge. Give the test more GPUs: -g N in one process, or mpirun -np N "
+                         "with nccl-tests built with `make MPI=1` (built without it, every process started by mpirun "
+                         "runs alone, with one rank)")
     topology = _machine(result, machine, name)
     bench, model, rows = _measured(result, name, topology)
     expected = _expect(rows, topology, bench, model)
