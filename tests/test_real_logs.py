@@ -105,3 +105,14 @@ def test_explain_gives_every_real_sweep_of_eight_rows_a_verdict_or_names_what_it
             continue
         assert answer["verdict"] in ("healthy", "below its hardware")
         assert answer["rows"] and all(r["measured_busbw"] > 0 for r in answer["rows"])
+
+
+def test_an_rccl_log_without_gpu_names_is_pointed_at_the_amd_presets():
+    """rccl-tests printed no GPU names (13: empty device names) but its 'RCCL version' line: AMD Instinct."""
+    from ringlab.measure.explain import explain
+
+    run, = read_logs((HERE / "13_mi355x_2x8_allreduce_pollara_cut_rccl.log").read_text())
+    assert run["tool"] == "rccl-tests" and run["nccl_version"].startswith("2.26.6")
+    with pytest.raises(ValueError, match=r"nearest it: mi\d+x-8, mi\d+x-8.*--machine"):
+        explain(run)
+    assert explain(run, "mi355x:2x8")["verdict"] in ("healthy", "below its hardware")

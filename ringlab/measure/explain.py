@@ -205,7 +205,8 @@ def guess_machine(result: dict) -> Topology:
     hosts = len({d["host"] for d in devices}) or 1
 
     def cannot(why: str) -> ValueError:
-        near = nearest_presets(kind or _family(names), ranks or 0)
+        amd = "AMD Instinct" if result.get("tool") == "rccl-tests" else None  # RCCL ran it: AMD GPUs
+        near = nearest_presets(kind or _family(names) or amd, ranks or 0)
         example = f"{kind}:{hosts}x{max(ranks // hosts, 1)}" if kind in GPUS else "mi300x:1x8 or h100:2x8"
         return ValueError(f"cannot tell the machine from this log (GPUs: {', '.join(sorted(names)) or 'none'}; "
                           f"{ranks or '?'} ranks on {hosts} host(s)): {why}; the presets nearest it: "
