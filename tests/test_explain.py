@@ -175,7 +175,9 @@ def test_a_healthy_verdict_says_where_the_sizes_below_the_large_ones_fall_short_
     # within 1.5x of the model is not called short; a sweep below its hardware gets its causes, not a note
     assert explain(middle_slowed(board, "NVIDIA H100 80GB HBM3", hosts=1, factor=0.7))["notes"] == []
     quarter = explain(middle_slowed(rl.topology.cluster("h100", 2, nic_gbps=100), "NVIDIA H100 80GB HBM3", hosts=2))
-    assert quarter["verdict"] == "below its hardware" and quarter["notes"] == []
+    assert quarter["verdict"] == "below its hardware" and not any("sizes below them" in n for n in quarter["notes"])
+    # two nodes and no NCCL INFO lines: the NICs the model assumed are said, with the --machine form to correct them
+    assert [n for n in quarter["notes"] if "names no network" in n and "--machine h100:2x8:" in n]
 
 
 @pytest.mark.parametrize("name, says", [("A41_mlengineering_a100x8_nvlink3_allreduce_sweep", "(-g 8)"),

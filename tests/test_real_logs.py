@@ -80,7 +80,7 @@ def test_ringlab_import_says_what_to_give_and_then_reads_every_run(tmp_path):
         ("allgather", 32, "given"), ("allreduce", 32, "given")]
 
 
-WHAT_TO_GIVE = ("--machine", "--collective", "-g N")
+WHAT_TO_GIVE = ("--machine", "--collective", "mpirun -np")
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=[s["file"][:2] for s in SOURCES])
@@ -116,3 +116,21 @@ def test_an_rccl_log_without_gpu_names_is_pointed_at_the_amd_presets():
     with pytest.raises(ValueError, match=r"nearest it: mi\d+x-8, mi\d+x-8.*--machine"):
         explain(run)
     assert explain(run, "mi355x:2x8")["verdict"] in ("healthy", "below its hardware")
+
+
+def test_what_a_log_cannot_say_of_its_machine_is_asked_for_not_assumed():
+    from ringlab.measure.explain import explain
+
+    def run(name):
+        return read_logs(next(HERE.glob(name + "_*.log")).read_text())[0]
+
+    # two ranks on one RTX 5090 (same host, device and bus id): nothing of the links to judge
+    with pytest.raises(ValueError, match="ranks 0, 1 ran on one GPU.*one rank per GPU"):
+        explain(run("21"))
+    # 32 ranks of A100 (busbw / algbw) behind a device list cut with '...': how many nodes is not in the log
+    with pytest.raises(ValueError, match="device lines were cut.*--machine.*a100:4x8"):
+        explain(run("06"))
+    # GH200 on two nodes with no NCCL INFO lines: the NICs are assumed, and said; given, the sweep is healthy
+    assumed = explain(run("26"))
+    assert any("names no network" in note and "fabric=" in note for note in assumed["notes"])
+    assert explain(run("26"), "gh200:2x4:fabric=slingshot:nic=200")["verdict"] == "healthy"

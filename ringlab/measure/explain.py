@@ -62,6 +62,8 @@ CAUSES = {
 _GPU_NAMES = (("GB200", "gb200"), ("GH200", "gh200"), ("B200", "b200"), ("H200", "h200"), ("H100", "h100"),
               ("A100", "a100"), ("MI355X", "mi355x"), ("MI325X", "mi325x"), ("MI300X", "mi300x"), ("MI250X", "mi250x"),
               ("RTX 5090", "rtx5090"), ("RTX 4090", "rtx4090"), ("RTX 3090", "rtx3090"), ("2080 Ti", "rtx2080ti"))
+# the most GPUs one node (one host's NVLink domain, or PCIe box) of a kind holds where it is not 8
+DOMAIN = {"gh200": 4, "gb200": 72}
 # the family a GPU name belongs to where the name alone does not tell the GPU (rccl-tests may print "gfx942")
 _FAMILIES = (("gfx9", "AMD Instinct"), ("Instinct", "AMD Instinct"), ("AMD", "AMD Instinct"),
              ("GeForce", "GeForce"), ("RTX", "GeForce"), ("Grace", "Grace"))
@@ -93,8 +95,14 @@ def explain(result: dict, machine: Topology | str | None = None, name: str | Non
             if verdict == "healthy" else
             f"below its hardware: {ratio:.0%} of what the model expects at the large sizes; " +
             (f"it matches {causes[0]['cause']}" if causes else "no modelled cause matches"))
+    notes = middle_notes(expected, bench, verdict)
+    m = topology.machine
+    if machine is None and name is None and m is not None and m.nodes > 1 and not result.get("network"):
+        notes.append(f"the log names no network (NCCL_DEBUG=INFO lines would): the model assumed {m.nics_per_node} x "
+                     f"{m.nic_bandwidth * 8 / 1e9:g} Gbit/s {m.fabric} NICs a node; if yours differ, give the machine: "
+                     f"--machine {m.gpu}:{m.nodes}x{m.gpus_per_node}:nics=N:nic=GBPS:fabric=ib|roce|efa|slingshot")
     return {"rows": expected, "verdict": verdict, "summary": said, "ratio": ratio, "causes": causes,
-            "notes": middle_notes(expected, bench, verdict), "machine": topology.name, "benchmark": bench.name,
+            "notes": notes, "machine": topology.name, "benchmark": bench.name,
             "published": reference["label"] if reference else None}
 
 
@@ -207,17 +215,32 @@ def guess_machine(result: dict) -> Topology:
     def cannot(why: str) -> ValueError:
         amd = "AMD Instinct" if result.get("tool") == "rccl-tests" else None  # RCCL ran it: AMD GPUs
         near = nearest_presets(kind or _family(names) or amd, ranks or 0)
-        example = f"{kind}:{hosts}x{max(ranks // hosts, 1)}" if kind in GPUS else "mi300x:1x8 or h100:2x8"
+        per = min(max(ranks // hosts, 1), DOMAIN.get(kind, 8)) if ranks else 8
+        example = f"{kind}:{-(-ranks // per)}x{per}" if kind in GPUS and ranks else "mi300x:1x8 or h100:2x8"
         return ValueError(f"cannot tell the machine from this log (GPUs: {', '.join(sorted(names)) or 'none'}; "
                           f"{ranks or '?'} ranks on {hosts} host(s)): {why}; the presets nearest it: "
                           f"{', '.join(near) or 'none'}. Give it with --machine: a preset, or {CLUSTER_FORM} with "
                           f"GPU one of {', '.join(GPUS)}, e.g. {example}")
     if kind is None or not ranks:
         raise cannot("no GPU ringlab knows by that name" if kind is None else "no rank count")
+    seen = {}
+    for d in devices:
+        if d.get("bus") and d.get("device") is not None:
+            seen.setdefault((d["host"], d["device"], d["bus"]), []).append(d.get("rank"))
+    shared = next((ranks_ for ranks_ in seen.values() if len(ranks_) > 1), None)
+    if shared:
+        raise ValueError(f"ranks {', '.join(map(str, shared))} ran on one GPU (the same host, device and bus id in "
+                         "their device lines): ranks that share a GPU take turns on it, so their sweep says nothing "
+                         "of the links. Run one rank per GPU (mpirun -np <number of GPUs>, or -g <GPUs> in one "
+                         "process)")
     if kind == "rtx2080ti" and ranks == 2:
         return preset("pcie3-switch-2")
     if kind not in GPUS:
         raise cannot(f"no machine of {ranks} x {kind}")
+    whole = result.get("ranks_from") in (None, "device lines") and not any("cut" in n or "lost" in n
+                                                                          for n in result.get("notes", []))
+    if not whole and kind != "gb200" and ranks > DOMAIN.get(kind, 8):
+        raise cannot(f"the device lines were cut, so the log does not say over how many nodes its {ranks} ranks ran")
     nodes = -(-ranks // 72) if kind == "gb200" else hosts  # a GB200 node is an NVLink domain of up to 72
     if ranks % nodes:
         raise cannot(f"{ranks} ranks do not share out evenly over {nodes} nodes")

@@ -386,6 +386,8 @@ def _network(line: str) -> str | None:
     ib or roce (NCCL's own IB transport, by the link layer of the devices it lists); None for other lines."""
     if re.search(r"NET/OFI Selected [Pp]rovider is efa\b|Using network AWS Libfabric", line):
         return "efa"
+    if re.search(r"NET/OFI Selected [Pp]rovider is cxi\b", line):
+        return "slingshot"  # libfabric's cxi provider: HPE Slingshot (aws-ofi-nccl on Cray EX systems)
     if m := re.search(r"NET/IB : Using\b.*?/(IB|RoCE)\b", line):
         return "ib" if m.group(1) == "IB" else "roce"
     return None
