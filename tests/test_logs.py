@@ -123,6 +123,8 @@ NETWORK_LINES = {
     "ib": ["node1:4000:4000 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB [RO]; OOB ib0:10.0.0.1<0>",
            "node1:4000:4000 [0] NCCL INFO Using network IB"],
     "roce": ["node1:4000:4000 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"],
+    # aws-ofi-nccl on HPE Cray EX: libfabric's cxi provider is Slingshot
+    "slingshot": ["nid001:4000:4000 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)"],
     None: ["node1:4000:4000 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
            "node1:4000:4000 [0] NCCL INFO Using network Socket"],
 }
