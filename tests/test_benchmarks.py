@@ -152,3 +152,15 @@ def test_call_path_benchmark_takes_a_small_call_apart():
     lines = [line for line in done.stdout.splitlines() if line.endswith("x")]
     assert len(lines) == 9 and lines[0].split()[-1] == "1.00x"
     assert all(float(line.split()[-3]) > 0 for line in lines)
+
+
+def test_optimizer_against_ddp_times_both_on_the_same_ranks_and_prints_the_ratio():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "optimizer_vs_ddp.py"), "--params", "0.02,0.1",
+                           "--steps", "3", "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip() and not line.startswith("#")]
+    assert [int(r[0].replace(",", "")) for r in rows] == [20003, 99695]  # the widths nearest 0.02 M and 0.1 M
+    for r in rows:
+        ours, ddp, ratio = float(r[1]), float(r[2]), float(r[3])
+        assert ours > 0 and ddp > 0 and ratio == pytest.approx(ours / ddp, abs=0.01)
+    assert "# goal (issue 49)" in done.stdout and ("met" in done.stdout)
