@@ -39,8 +39,10 @@ OWNED = ("reduce_scatter", "allgather", "gather", "scatter")           # collect
 # the buffer; count*typesize*nranks for the rest: the n-block buffer (reduce_scatter's input, allgather's
 # output, gather's root output, scatter's root input, one rank's alltoall send buffer). A ringlab schedule's
 # buffer is that size for every collective except alltoall, whose buffer holds n x n blocks: n times it.
+# sendrecv (each rank sends its count*typesize to the next and receives as much from the one before) is 1.
 BUS_FACTORS = {"allreduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "allgather": "(n-1)/n", "reduce": "1",
-               "broadcast": "1", "gather": "(n-1)/n", "scatter": "(n-1)/n", "alltoall": "(n-1)/n"}
+               "broadcast": "1", "gather": "(n-1)/n", "scatter": "(n-1)/n", "alltoall": "(n-1)/n",
+               "sendrecv": "1"}
 
 
 def bus_factor(kind: str, nranks: int) -> float:

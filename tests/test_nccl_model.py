@@ -223,8 +223,8 @@ def test_bad_requests_say_what_is_wrong():
         predict_nccl("allreduce", 1024, h100, "dbtree")
     with pytest.raises(ValueError, match="unknown protocol 'll'"):
         predict_nccl("allreduce", 1024, h100, protocol="ll")
-    with pytest.raises(ValueError, match="not 'alltoall'"):
-        predict_nccl("alltoall", 1024, h100)
+    with pytest.raises(ValueError, match="not 'gather'"):
+        predict_nccl("gather", 1024, h100)
     with pytest.raises(ValueError, match="9 ranks: topology hgx-h100-8 has 8"):
         predict_nccl("allreduce", 1024, h100, nranks=9)
     assert rl.predict_nccl is predict_nccl

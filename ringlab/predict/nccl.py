@@ -39,6 +39,14 @@ it copies, so reduction bounds the rate only where memory is slower than the lin
 NCCL's per-channel caps of LL128 and trees (they bind only at channel counts below NCCL's), and
 its NVLSTree correction on Blackwell x86 hosts.
 
+Alltoall and sendrecv have no tuner and no algorithm: NCCL runs them (nccl-tests does, and ``ncclAllToAll``) as a
+group of sends and receives, LL for a peer's bytes up to ``NCCL_P2P_LL_THRESHOLD`` (16 KiB) and Simple above
+(``src/enqueue.cc``, ``addP2pToPlan``). :func:`predict_nccl` prices them in ``ringlab.predict.p2p``: every
+message along its route, each link carrying the sum of what crosses it, the call as long as its busiest link
+(alltoall on one NVSwitch node: busbw the port's rate; across nodes, bounded by a GPU's share of its node's NICs),
+plus the ring's base latency and one step of the hardware crossed, NCCL's (or RCCL's) constants; algorithm
+``"p2p"``.
+
 Everything here is a prediction of what NCCL would do, labelled as such, never a measurement.
 """
 from __future__ import annotations
@@ -53,10 +61,11 @@ from ..schedule import MAX_BYTES, bus_factor, check_count
 from ..topology import Topology
 from ..topology.clusters import ClusterTopology
 from ..topology.machines import Machine
-from . import rccl
+from . import p2p, rccl
 from . import tuning as T
 from .nvls import nvls_algbw, port_rate
 from .protocols import hardware_class, NET
+from .p2p import P2P_COLLECTIVES
 from .rings import mesh_ring_rates
 
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
@@ -127,9 +136,17 @@ def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: st
                  protocol: str | None = None, nranks: int | None = None) -> NcclPrediction:
     """NCCL's predicted time for ``collective`` of ``nbytes`` (nccl-tests' size) on ``topology`` (all its
     GPUs, or the first ``nranks``): with ``algorithm=None`` the (algorithm, protocol) NCCL's tuner would
-    pick, else the one forced (ring, tree, nvls, nvlstree, collnet, pat; protocol LL, LL128, Simple)."""
+    pick, else the one forced (ring, tree, nvls, nvlstree, collnet, pat; protocol LL, LL128, Simple).
+
+    Modelled: allreduce, allgather, reduce_scatter, broadcast and reduce by NCCL's tuner (``src/graph/tuning.cc``
+    at 5067397, ``ringlab.predict.tuning``; RCCL's at 0cbce2a on AMD GPUs, ``ringlab.predict.rccl``); alltoall and
+    sendrecv as the grouped sends and receives NCCL runs them as (``ringlab.predict.p2p``: algorithm ``"p2p"``,
+    protocol LL up to 16 KiB a peer, else Simple; ``protocol`` forces one). Bandwidths are the topology's links at
+    their rated share of the published peaks; nothing is fitted to a measurement."""
+    if collective in P2P_COLLECTIVES:
+        return _predict_p2p(collective, nbytes, topology, algorithm, protocol, nranks)
     if collective not in COLLECTIVES:
-        raise ValueError(f"NCCL's model here covers {', '.join(COLLECTIVES)}; not {collective!r}")
+        raise ValueError(f"NCCL's model here covers {', '.join(COLLECTIVES + P2P_COLLECTIVES)}; not {collective!r}")
     nbytes = check_count("nbytes", nbytes, minimum=1, maximum=MAX_BYTES)
     facts = machine_facts(topology, nranks)
     if algorithm is not None and algorithm not in T.ALGORITHMS:
@@ -156,12 +173,38 @@ def predict_nccl(collective: str, nbytes: int, topology: Topology, algorithm: st
     return min(options, key=lambda p: p.tuner_seconds)  # NCCL picks by its own model
 
 
-def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
-    """What NCCL's tuner reads of ``topology`` for a call over its first ``nranks`` GPUs (all by default)."""
+def _predict_p2p(collective: str, nbytes: int, topology: Topology, algorithm: str | None, protocol: str | None,
+                 nranks: int | None) -> NcclPrediction:
+    """Alltoall or sendrecv as NCCL runs them, grouped sends and receives (``ringlab.predict.p2p``)."""
+    if algorithm not in (None, "p2p"):
+        raise ValueError(f"NCCL runs {collective} as grouped send/recv (algorithm 'p2p'), not {algorithm!r}")
+    if protocol not in (None, *p2p.PROTOCOLS):
+        raise ValueError(f"NCCL's send/recv runs LL or Simple, not {protocol!r}")
+    nbytes = check_count("nbytes", nbytes, minimum=1, maximum=MAX_BYTES)
+    n = ranks_of(topology, nranks)
+    proto, latency, seconds = p2p.price(collective, nbytes, topology, n, machine_of(topology), protocol,
+                                        LL_PCIE_SHARE)
+    return NcclPrediction(collective, nbytes, n, "p2p", proto, latency, nbytes / seconds, topology.name)
+
+
+def ranks_of(topology: Topology, nranks: int | None = None) -> int:
+    """The ranks a call runs on: all of ``topology``'s GPUs, or its first ``nranks`` (at least 2)."""
     n = topology.nranks if nranks is None else check_count("nranks", nranks, minimum=2)
     if n > topology.nranks:
         raise ValueError(f"{n} ranks: topology {topology.name} has {topology.nranks}")
-    machine = topology.machine or Machine("unknown", "volta", 1, topology.nranks, intra=_intra_of(topology))
+    return n
+
+
+def machine_of(topology: Topology) -> Machine:
+    """What NCCL reads of ``topology`` beyond its links; where it does not say, one node of Volta GPUs, NVLink or
+    PCIe inside as its links are."""
+    return topology.machine or Machine("unknown", "volta", 1, topology.nranks, intra=_intra_of(topology))
+
+
+def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
+    """What NCCL's tuner reads of ``topology`` for a call over its first ``nranks`` GPUs (all by default)."""
+    n = ranks_of(topology, nranks)
+    machine = machine_of(topology)
     gpus = machine.gpus_per_node
     nodes = max(1, -(-n // gpus))
     port = _port(topology)
@@ -373,5 +416,5 @@ def _net_per_node(topology: Topology, machine: Machine) -> float:
     return sum(min(rate, feeds.get(nic, rate)) for nic, rate in nics.items()) / machine.nodes
 
 
-__all__ = ["predict_nccl", "NcclPrediction", "machine_facts", "Facts", "unusable", "ll128_allowed", "nvls_fill",
-           "LL_PCIE_SHARE"]
+__all__ = ["predict_nccl", "NcclPrediction", "machine_facts", "machine_of", "ranks_of", "Facts", "unusable",
+           "ll128_allowed", "nvls_fill", "LL_PCIE_SHARE", "COLLECTIVES", "P2P_COLLECTIVES"]
