@@ -4,8 +4,9 @@
 --json`` output, or a shipped published sweep), finds its machine (from the log's GPUs and hosts, or
 as given: a preset or a description such as ``h100:2x8``), and sets every size's measured busbw
 beside what NCCL's own model predicts for healthy hardware of that kind (``ringlab.predict.nccl``, as
-the log's benchmark times it) and beside the nearest published sweep of a healthy machine like it.
-``ratio`` is measured / expected.
+the log's benchmark times it) and beside the nearest published sweep of a healthy machine like it;
+alltoall and sendrecv beside the grouped sends and receives NCCL runs them as (``ringlab.predict.p2p``: each
+link's bytes over its rate, no tuner). ``ratio`` is measured / expected.
 
 Where a sweep is well below, the model tells causes apart by predicting the same machine with one
 thing wrong and asking which of those the measurement matches (:data:`CAUSES`):
@@ -33,6 +34,7 @@ from pathlib import Path
 from statistics import median
 
 from ..predict.harness import Harness, harness
+from ..predict.nccl import P2P_COLLECTIVES
 from ..predict.versus import versus
 from ..topology import GPUS, Topology, cluster, preset, preset_names
 from ..topology.machines import variant
@@ -158,7 +160,7 @@ def match_causes(rows: list[dict], topology: Topology, bench: Harness, model: st
     """Every cause whose machine the measurement matches, closest first: ``cause``, ``key``, ``machine``, ``ratio``
     (measured / that machine's prediction at the large sizes) and ``expected_busbw`` (its prediction, size by size)."""
     found = []
-    for key, changed in variants(topology).items():
+    for key, changed in variants(topology, rows[0]["collective"]).items():
         expected = _expect(rows, changed, bench, model)
         _, ratio = judge(expected)
         if MATCH[0] <= ratio <= MATCH[1]:
@@ -167,15 +169,16 @@ def match_causes(rows: list[dict], topology: Topology, bench: Harness, model: st
     return sorted(found, key=lambda c: abs(c["ratio"] - 1))
 
 
-def variants(topology: Topology) -> dict[str, Topology]:
-    """The same machine with one thing wrong, for each cause the model can tell apart there."""
+def variants(topology: Topology, collective: str | None = None) -> dict[str, Topology]:
+    """The same machine with one thing wrong, for each cause the model can tell apart there (for ``collective``:
+    alltoall and sendrecv, NCCL's sends and receives, never add in the switch, so NVLS off is no cause of theirs)."""
     m, out = topology.machine, {}
     if m is not None and m.gpu in GPUS:
         if m.nodes > 1 and m.nics_per_node > 1:
             out["rails"] = variant(topology, nics_per_node=1)
         if m.nodes > 1:
             out["gdr"] = variant(topology, nic_gbps=m.nic_bandwidth * 8 / 1e9 * RAILS_DEGRADED)
-        if topology.switch_reduce:
+        if topology.switch_reduce and collective not in P2P_COLLECTIVES:
             out["nvls"] = variant(topology, nvls=False)
         if GPUS[m.gpu].layout == "sockets" and m.p2p:  # a PCIe box of consumer cards
             out["p2p"] = variant(topology, p2p=False)

@@ -8,7 +8,8 @@ their own at small sizes, where NCCL's call takes microseconds:
   fast the GPUs are. NVIDIA's maintainers name this as the cause of high small-size times with
   ``-g`` (nccl-tests#333: "the CUDA latency overheads of single process jobs"); the report there
   measured 22 us at small sizes with ``-g 4`` on B200, 5.5 us a GPU driven, :data:`LAUNCH_PER_GPU`.
-  One process per GPU (``-g 1``, MPI) pays no such floor: NCCL's model already holds its launch.
+  One process per GPU (``-g 1``, MPI) pays no such floor: NCCL's model already holds its launch. A group of
+  sends and receives (alltoall, sendrecv) is one kernel a GPU too, and pays the same floor.
 - PyTorch's all_reduce_bench.py as published (stas00/ml-engineering at 744d01e): one
   ``dist.all_reduce`` timed between two CUDA events after a barrier, so the host's time to issue the
   call through torch.distributed, 20-30 us by the script's own account (its later docstring, at

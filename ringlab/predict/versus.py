@@ -4,7 +4,8 @@ The rows are nccl-tests rows as ``ringlab import`` reads them or ``ringlab.measu
 ships them (``bytes``, ``busbw_Bps`` or only ``inplace_busbw_Bps``). What stands for what NCCL ran
 is NCCL's own model (``ringlab.predict.nccl``): ``"best"``, the algorithm and protocol its tuner
 picks at each size, or one algorithm forced (``"ring"``, ``"tree"``, ``"nvls"``, ``"nvlstree"``,
-``"collnet"``, ``"pat"``), with what the benchmark adds to each call (``ringlab.predict.harness``:
+``"collnet"``, ``"pat"``; alltoall and sendrecv have no tuner: ``"best"`` or ``"p2p"``, the grouped sends and
+receives NCCL runs them as), with what the benchmark adds to each call (``ringlab.predict.harness``:
 nccl-tests driving several GPUs from one thread, PyTorch's host overhead).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .harness import Harness, harness
 from .nccl import predict_nccl
 from .tuning import ALGORITHMS
 
-MODELS = ("best", *ALGORITHMS)
+MODELS = ("best", *ALGORITHMS, "p2p")  # p2p: alltoall and sendrecv, NCCL's grouped sends (ringlab.predict.p2p)
 
 
 def model_seconds(model: str, collective: str, nbytes: int, topology: Topology, nranks: int | None = None,
