@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from .graph import GB, Link
 
+# the networks nodes are joined by, as cluster() and the machines of topology.meshes name them
+FABRICS = {"ib": "InfiniBand", "roce": "RoCE (RDMA over Ethernet)", "efa": "AWS EFA", "slingshot": "HPE Slingshot"}
+
 # PCIe: (transfer rate in GT/s per lane, encoding efficiency) by generation (public spec figures)
 ENCODING = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130), 5: (32.0, 128 / 130)}
 

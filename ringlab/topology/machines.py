@@ -18,12 +18,12 @@ import numpy as np
 from ..schedule import MAX_RANKS, check_count, positive_number
 from .clusters import ClusterTopology, LinkRuns, Run, lowest_by_name
 from .graph import GB, SwitchTopology, Topology
+from .links import FABRICS  # noqa: F401 (re-exported: ringlab.topology.machines.FABRICS)
 from .links import (A100_NVLINK, A100_REDUCE, ASSUMED, B200_NVLINK, B200_REDUCE, GH200_NVLINK, GH200_REDUCE,
                     H100_NVLINK, H100_REDUCE, H200_REDUCE, MI250X_REDUCE, MI300X_REDUCE, MI325X_REDUCE, MI355X_REDUCE,
                     RATED, RATINGS, RTX3090_REDUCE, RTX4090_REDUCE, RTX5090_REDUCE, XGMI_MI250X, XGMI_MI300X,
                     XGMI_MI355X, gpu_names, pcie_bandwidth, rated_link)
 
-FABRICS = {"ib": "InfiniBand", "roce": "RoCE (RDMA over Ethernet)", "efa": "AWS EFA", "slingshot": "HPE Slingshot"}
 AMD_ARCHS = ("cdna2", "cdna3", "cdna4")  # MI200 (gfx90a), MI300 (gfx942), MI350 (gfx950): RCCL's GPUs
 
 

@@ -20,8 +20,7 @@ socket (sockets), and a port into one non-blocking fabric. The topologies are pl
 from __future__ import annotations
 
 from .graph import GB, Topology
-from .machines import FABRICS
-from .links import ASSUMED, EPYC_SOCKETS, RATED, RATINGS, gpu_names, pcie_bandwidth, rated_link
+from .links import FABRICS, ASSUMED, EPYC_SOCKETS, RATED, RATINGS, gpu_names, pcie_bandwidth, rated_link
 
 SOCKETS_HOST = ("two AMD EPYC sockets past 4 GPUs (the published 8x RTX 4090 box's: EPYC 7542), one up to 4, "
                 "joined by Infinity Fabric (assumed 3 xGMI x16 links at 16 GT/s, 96 GB/s each way: boards use 3 or 4, "
