@@ -148,10 +148,23 @@ MANGLES = {
     "timestamped": lambda text: "\n".join(f"2024-05-01T10:00:{i % 60:02d}.123Z {line}"
                                           for i, line in enumerate(text.splitlines())),
     "hash_eaten": lambda text: "\n".join(re.sub(r"^#+\s*", "", line) for line in text.splitlines()),
+    # NCCL_DEBUG=INFO output breaking into rows: nccl-tests prints a row's size columns, NCCL prints its INFO
+    # lines from inside the call (glued to the row), then nccl-tests prints the rest of the row
+    "info_interleaved": lambda text: "\n".join(interleave(line) for line in text.splitlines()),
     "markdown_table": lambda text: "\n".join(("| " + " | ".join(line.split()) + " |")
                                              if re.match(r"\s*\d+\s+\d+\s", line) else line
                                              for line in text.splitlines()),
 }
+
+
+def interleave(line: str) -> str:
+    if not re.match(r"\s+\d+\s+\d+\s", line) or len(line.split()) < 9:
+        return line
+    fields = line.split()
+    cut = next(i for i, f in enumerate(fields) if "." in f)  # the first time column
+    info = "node1:4000:4000 [0] NCCL INFO 512 Bytes -> Algo 1 proto 2 time 25.229528"
+    return ("  ".join(fields[:cut]) + info + "\n" + info + "\n    " + "  ".join(fields[cut:cut + 4]) + "\n" + info
+            + "\n    " + "  ".join(fields[cut + 4:]))
 
 
 def grep_rows(text: str) -> str:

@@ -57,10 +57,18 @@ OPS = {"sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none"}
 _DTYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _INT = re.compile(r"-?\d+$")
 _NUMBER = re.compile(r"-?((\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|inf|nan)$")
-_STAMP = re.compile(r"\s+\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}\s*$")
+_STAMP = re.compile(r"\s+\d{4}-\d{2}-\d{2}(T|\s+)\d{2}:\d{2}:\d{2}\s*$")
 # a line that starts like a result row: size, count, a type name
 _ROW_START = re.compile(r"(?:^|[\s|:>\]\)])(\d+)\s*\|?\s+(\d+)\s*\|?\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s|\||$)")
 _NCCL_LINE = re.compile(r"\bNCCL (INFO|WARN|TRACE)\b|\bRCCL (INFO|WARN)\b")
+# where NCCL's own line starts ("host:pid:tid [dev] NCCL INFO ..."), with a launcher's rank prefix glued before it
+_NCCL_START = re.compile(r"(\[\d+(,\d+)?\](<std\w+>:)?)?\s*\S+:\d+:\d+ \[\d+\] [NR]CCL (INFO|WARN|TRACE)")
+# the last field of a row's start glued to the host name NCCL's line begins with: a root, a reduction, a data type
+_GLUED = re.compile(r"\s*(-?\d+|sum|prod|max|min|avg|mulsum|none|u?int(?:8|32|64)|half|float|double|bfloat16|f8e4m3|"
+                    r"f8e5m2|char|int)(?=[A-Za-z][\w.-]*:\d+:\d+ \[)")
+# a line of a row's later fields alone (time algbw busbw #wrong ...), as they follow NCCL's lines
+_CONTINUES = re.compile(r"\s*((-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|N/A|inf|nan)\*?\s*)+"
+                        r"(\d{4}-\d{2}-\d{2}(T|\s+)\d{2}:\d{2}:\d{2}\s*)?$")  # (-T's timestamp ends a row)
 _NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "wrong", "error": "wrong", "#wrong": "wrong",
           "cputime": "time"}
 _SIDE_NAMES = ("time", "algbw", "busbw", "wrong", "i_min", "i_max", "i_p99", "i_cv%")
@@ -310,6 +318,7 @@ def split_runs(text: str) -> list[Run]:
     """The runs in ``text``, each with its header items and its rows' fields (not yet read)."""
     runs = [Run()]
     previous = ""
+    pending: list = []  # [(line, fields), run]: a row NCCL's INFO lines broke into, its fields still coming
     for number, raw in enumerate(text.splitlines(), 1):
         line = payload(raw)
         run = runs[-1]
@@ -322,7 +331,17 @@ def split_runs(text: str) -> list[Run]:
             runs.append(new)
             return new
 
+        if pending and not (_NCCL_LINE.search(line) or _CONTINUES.match(line)):
+            pending.pop().rows.append(pending.pop())  # the broken row is whole, or as whole as it gets
         if _NCCL_LINE.search(line):
+            start = _NCCL_START.search(line)
+            head = line[:start.start()] if start else ""
+            if start and (glued := _GLUED.match(start.group(0))):
+                head += " " + glued.group(1)  # "-1node1:40:40 [0] NCCL INFO": the row's last field, NCCL's line
+            if head.strip() and starts_a_row(head):  # a row NCCL's own output broke into: its fields follow later
+                if pending:
+                    pending.pop().rows.append(pending.pop())
+                pending[:] = [(number, row_fields(head)), run]
             if m := _LIBRARY.search(line):
                 run.header.setdefault("library", m.group(1))
                 run.header.setdefault("library_version", m.group(2))
@@ -330,6 +349,9 @@ def split_runs(text: str) -> list[Run]:
                 run.header.setdefault("network", network)
             if m := re.search(r"\bnranks\s+(\d+)", line):
                 run.header.setdefault("nranks_info", int(m.group(1)))
+            continue
+        if pending and _CONTINUES.match(line):
+            pending[0][1].extend(row_fields(line))
             continue
         if m := _VERSION.search(line):
             run = fresh() if run.started or "tests_version" in run.header else run
@@ -378,6 +400,8 @@ def split_runs(text: str) -> list[Run]:
         if not hashed and line.strip():
             run.hash_stripped = True
         previous = line
+    if pending:
+        pending.pop().rows.append(pending.pop())
     return [run for run in runs if run.rows or run.broken or run.header]
 
 
