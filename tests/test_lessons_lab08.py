@@ -135,7 +135,7 @@ def test_nccl_choices_switch_by_size_and_agree_with_what_nccl_ran():
     assert all(r["margin"] < 0.05 for r in published_runs if r not in agree)  # only near ties differ
     forced = nccl.forced_ring_sizes()
     assert all(p != "ring" for p, r in zip(forced["picks"], forced["ratio"]) if r > 1.1)
-    assert nccl.channels_needed()["channels"] == 18  # 370.8 GB/s of port at 20.6 GB/s a channel
+    assert round(nccl.nvlink_port()["links"]) == 18  # 370.8 GB/s of port: 18 NVLinks at NCCL's 20.6 GB/s a link
 
 
 def test_pat_wins_at_many_nodes_and_small_sizes():

@@ -25,13 +25,15 @@ from ringlab.lab.cluster import MPICluster
 from ringlab.lessons.lab08_beyond_data_parallelism.attention import attention_lesson, check_merge
 from ringlab.lessons.lab08_beyond_data_parallelism.experts import (IMBALANCE_COLUMNS, check_padded_bytes,
                                                                    imbalance_lesson)
-from ringlab.lessons.lab08_beyond_data_parallelism.mesh import (MAPPING_COLUMNS, check_mesh_groups, mapping_lesson,
-                                                                mapping_rows)
+from ringlab.lessons.lab08_beyond_data_parallelism.mesh import (MAPPING_COLUMNS, MEGATRON_COLUMNS, check_mesh_groups,
+                                                                mapping_lesson, mapping_rows, megatron_lesson,
+                                                                megatron_mesh, megatron_rows)
 from ringlab.lessons.lab08_beyond_data_parallelism.nccl import (PAT_COLUMNS, PUBLISHED_COLUMNS, against_published,
-                                                                channels_needed, check_fastest_protocol, choice_rows,
-                                                                describe_choices, describe_forced_ring, describe_pat,
-                                                                describe_protocols, describe_published,
-                                                                forced_ring_sizes, pat_rows, protocol_rows)
+                                                                check_fastest_protocol, choice_rows, describe_choices,
+                                                                describe_forced_ring, describe_nvlink_port,
+                                                                describe_pat, describe_protocols, describe_published,
+                                                                forced_ring_sizes, nvlink_port, pat_refusal, pat_rows,
+                                                                protocol_rows)
 from ringlab.lessons.lab08_beyond_data_parallelism.sharding import (MEMORY_COLUMNS, SCALE_COLUMNS, TRAFFIC_COLUMNS,
                                                                     at_scale, check_zero_bytes, describe_at_scale,
                                                                     memory_rows, sharding_lesson, traffic_rows)
@@ -176,11 +178,15 @@ split = split_against_whole()
 table(ranks.pull_rank0("split"), {"what": "what", "largest difference (relative)": ("difference", ".1e")})
 
 # %% [markdown]
-# Every block's activations cross the tensor group twice a step, whatever the batch; the gradients
-# cross the data group once. So a real job lays its ranks out as a **mesh**: the tensor dimension
-# inside a node, over NVLink, and the data dimension across nodes, over the network (lab 05's
-# [rails](glossary.md)). `rl.train.tensor.device_mesh(comm, data, tensor, tensor_inner=True)` splits a
-# communicator into both groups.
+# This MLP is half of a transformer layer. Megatron splits the layer's attention too, by heads: its
+# query, key and value projections column-parallel, its output projection row-parallel, one allreduce more
+# forward and one more backward. So a Megatron layer runs four allreduces of activations a micro-batch (two
+# forward, two backward; Shoeybi et al. 2019, Figure 4), and each blocks: its sum is the next operation's
+# input. The gradients cross the data group once a step, and that allreduce can overlap the backward pass
+# (lab 06). A real job lays its ranks out as a **mesh** of the two groups, and must choose which goes on a
+# node's NVLink and which on the network (lab 05's [rails](glossary.md)): below, first a small mesh measured
+# on emulated links, then the same question at a real model's size.
+# `rl.train.tensor.device_mesh(comm, data, tensor, tensor_inner=True)` splits a communicator into both groups.
 #
 # ## Exercise 2: the mesh's groups
 #
@@ -202,8 +208,11 @@ mesh_groups = check_mesh_groups(mesh_groups)  # yours when it is right, else the
 
 # %% [markdown]
 # Now the mapping, measured. The four ranks stand for two GPUs of each of the two nodes of the
-# `ib-2x8-h100` preset (GPUs 0, 1, 8 and 9): a 2 x 2 mesh that trains a stack of tensor-parallel MLP
-# blocks on 4096 tokens a data rank. Each group's collectives run on an emulated machine made of the
+# `ib-2x8-h100` preset (GPUs 0, 1, 8 and 9; two nodes of an [HGX](glossary.md) board of 8 H100s each, joined by
+# [InfiniBand](glossary.md)): a 2 x 2 mesh that trains a stack of tensor-parallel MLP blocks (MLPs only: two
+# allreduces a block, not a Megatron layer's four), 8 wide, on 4096 tokens a data rank. A width of 8 keeps
+# this CPU's work small, and it also makes a block's weights, and so its gradients, tiny beside its activations: the
+# lesson's words say by how much. Each group's collectives run on an emulated machine made of the
 # links between its GPUs in the preset (`group_machine`: NVLink inside a node, the network card across),
 # at the H100s' full speed, in virtual time with `compute="model"`: this CPU's work never counts (its
 # forward and backward would outweigh a few microseconds of NVLink a thousandfold, and a laptop is no
@@ -220,6 +229,24 @@ mappings = ranks.pull_rank0("mappings")
 table(mapping_rows(mappings), MAPPING_COLUMNS)
 print(mapping_lesson(mappings))
 mapping_bars(mappings)
+
+# %% [markdown]
+# ## The mesh at a real model's size
+#
+# Llama 3 70B is 8192 wide with 80 layers (Meta's published configuration: `hidden_size` 8192,
+# `intermediate_size` 28672, `num_hidden_layers` 80, 64 attention heads and 8 key-value heads, `config.json` of
+# meta-llama/Meta-Llama-3-70B). On a mesh of 8 x 8 H100s (8 nodes, tensor group of 8, data group of 8) with 4096
+# tokens a micro-batch in bf16, each layer's tensor group runs Megatron's four allreduces of 4096 x 8192 activations,
+# and once a step the data group allreduces a rank's gradients, an eighth of the model. A layer has about
+# 12 x hidden^2 weights, so a micro-batch's tensor bytes are about tokens x tensor / (3 x hidden) of the data
+# group's. NCCL's model (`rl.predict_nccl`) prices every call with each mapping: the tensor group on one node's
+# NVLink and the data group across nodes (one GPU a node, each on its own rail), or the other way round. All
+# predicted, nothing measured:
+
+# %%
+megatron = megatron_mesh()
+table(megatron_rows(megatron), MEGATRON_COLUMNS)
+print(megatron_lesson(megatron))
 
 # %% [markdown]
 # ## Experts: an all-to-all there and back
@@ -327,9 +354,13 @@ print(attention_lesson(ring_attention))
 # %% [markdown]
 # ## How NCCL chooses
 #
-# NCCL runs every collective with one of several algorithms (ring, tree, NVLS, NVLSTree, CollNet, and
-# [PAT](glossary.md), below) and one of three [protocols](glossary.md) (LL128 among them). For each call it costs every pair with its own model,
-# latency + bytes / bandwidth, from constants in its source (`src/graph/tuning.cc`), and runs the
+# NCCL runs every collective with one of several algorithms and one of three [protocols](glossary.md) (LL128
+# among them). The algorithms: the ring; the tree (a double binary tree across nodes, chains inside); NVLS
+# ([NVLink SHARP](glossary.md): the NVSwitch adds); [NVLSTree](glossary.md) (NVLS inside each node, a tree of
+# nodes across them); [CollNet](glossary.md) (the network's switches add, InfiniBand's SHARP); and
+# [PAT](glossary.md), below, for all-gather and reduce-scatter with one GPU a node. For each call it costs
+# every pair with its own model, latency + bytes / bandwidth, from constants in its source
+# (`src/graph/tuning.cc`), and runs the
 # fastest. `rl.predict_nccl` is that model on ringlab's topologies: every number in this section is its
 # prediction, or a published measurement, and says which.
 #
@@ -362,17 +393,20 @@ fastest_protocol = check_fastest_protocol(fastest_protocol)  # yours when it is 
 
 # %% [markdown]
 # **Channels.** One ring is a chain of copies driven by one block of GPU threads, and a channel (one such
-# ring) moves only so fast: NCCL's source rates an NVLink channel at 20.6 GB/s on Hopper (published, in
-# `src/graph/topo.h`), so it runs several rings side by side, each over part of the buffer (lab 05's
-# `allreduce.rings`). How many fill one H100's NVLink port, and how many NCCL runs per network card
-# across nodes (published: "16 rings for 8 NICs", nccl#518):
+# ring) moves only so fast, so NCCL runs several rings side by side, each over part of the buffer (lab 05's
+# `allreduce.rings`). How many is not the port's rate divided by some rate per channel. NCCL's topology rates
+# one NVLink at 20.6 GB/s on Hopper (`SM90_NVLINK_BW` in `src/graph/topo.h`, published) and a GPU's NVLink
+# bandwidth at that times its count of links (`src/graph/topo.cc`); the channels come from its graph search
+# (`src/graph/search.cc`), and `NCCL_DEBUG=INFO` prints how many it found. One H100's port in ringlab's preset,
+# against NCCL's per-link rate:
 
 # %%
-print(channels_needed())
+print(describe_nvlink_port(nvlink_port()))
 
 # %% [markdown]
 # **Algorithms by size and scale.** What the model picks for allreduce, all-gather and reduce-scatter
-# from 1 KiB to 8 GiB, on one HGX H100 board, two nodes and sixteen:
+# from 1 KiB to 8 GiB, on one [HGX](glossary.md) H100 board (NVIDIA's 8-GPU baseboard, its GPUs joined by
+# NVSwitch), and on two and sixteen such nodes joined by [InfiniBand](glossary.md) (one 400 Gbit/s card a GPU):
 
 # %%
 choices = choice_rows()
@@ -395,10 +429,11 @@ print(describe_forced_ring(forced_ring_sizes()))
 # The model predicts healthy hardware of each description. Where a published busbw sits well below it,
 # the choice can still agree; lab 05's section "Is my number normal?" asks which fault such a number matches.
 #
-# ## PAT: all-gather in log2 n steps
+# ## PAT: all-gather in log2 n steps, and what NCCL's model charges for it
 #
 # A ring all-gather takes n-1 steps, each paying latency: at a thousand nodes that dominates. NCCL 2.23
-# added PAT (Parallel Aggregated Trees) for all-gather and reduce-scatter with one GPU a node: each
+# added PAT (Parallel Aggregated Trees) for all-gather and reduce-scatter with one GPU a node (NCCL turns it
+# off otherwise: `ncclPatEnable` in `src/graph/tuning.cc`, "PAT only supports 1 GPU per node"): each
 # rank's block is broadcast along a binomial tree, the n trees run side by side, and at each step a rank
 # sends everything it has to forward as one message, farthest distance first. ringlab builds it as a
 # schedule (`allgather.pat`, `reduce_scatter.pat`: the uncapped form, without the cap NCCL puts on how
@@ -409,12 +444,17 @@ print(describe_forced_ring(forced_ring_sizes()))
 StepThrough(rl.build("allgather.pat", 8))
 
 # %% [markdown]
-# Where NCCL's model picks PAT: all-gather on H100 clusters of one GPU a node, predicted.
+# The steps are log-depth; NCCL's own latency model of PAT is not quite. `src/graph/tuning.cc` charges a PAT
+# call its base latency, plus log2(nodes) times the network's latency / 3.5, plus 2.8 us for every rank: a
+# term linear in the ranks, which its comment means to remove ("Still a linear part;
+# hopefully we'll manage to remove it at some point"). `rl.predict_nccl` keeps all three terms. Where NCCL's
+# model picks PAT, all-gather on H100 clusters of one GPU a node, how much its steps buy against the ring, and
+# what it says of nodes of eight GPUs, predicted:
 
 # %%
 pats = pat_rows()
 table(pats, PAT_COLUMNS)
-print(describe_pat(pats))
+print(describe_pat(pats, pat_refusal()))
 
 # %% [markdown]
 # ## Symmetric memory: one-shot and two-shot
@@ -490,15 +530,20 @@ print(describe_predicted(predicted))
 #   allreduce sends (2 Psi) and stage 3 half as much again (3 Psi); each trains exactly as data
 #   parallelism does. It pays when the model does not fit otherwise.
 # - Tensor parallelism splits the matrices: column-parallel then row-parallel, one allreduce of
-#   activations forward and one backward per block, exactly the unsplit model. Those allreduces carry
-#   far more bytes than the gradients' one, so a mesh puts the tensor dimension on NVLink and the data
-#   dimension across nodes; the other way round a step takes several times as long.
+#   activations forward and one backward per MLP, exactly the unsplit model; a Megatron layer splits its
+#   attention the same way, four allreduces in all. At a real model's width a micro-batch's tensor bytes
+#   and a step's gradient bytes are of the same order (tokens x tensor / (3 x hidden)); what puts the tensor
+#   dimension on NVLink is that its allreduces block every layer of every micro-batch, while the data
+#   group's one allreduce a step can overlap the backward pass.
 # - Expert parallelism is two all-to-alls per layer; with equal blocks the busiest pair of ranks sets
 #   every block's size, so an uneven router costs bytes and time on every rank.
 # - Ring attention is a ring allgather of key/value blocks with compute between the steps and an online
 #   softmax: exact, with two blocks held at a time.
 # - NCCL picks algorithm and protocol per call by latency + bytes / bandwidth: LL for small messages,
-#   LL128 and Simple for large ones; trees and NVLS where they beat the ring; PAT at many nodes.
+#   LL128 and Simple for large ones; trees and NVLS where they beat the ring; PAT for all-gather and
+#   reduce-scatter at many nodes of one GPU each (never on nodes of several GPUs), in log2 n steps but, by
+#   NCCL's own model, with a latency term linear in the ranks, so its gain is far short of (n-1)/log2 n.
+#   The channels NCCL runs come from its graph search, not from an NVLink port's rate.
 # - Inside a node, symmetric memory lets a rank read its peers' buffers: one-shot synchronises once and has
 #   every rank add all n buffers, two-shot synchronises twice and splits the additions n ways, the ring takes
 #   2(n-1) steps. For small messages the count of synchronisations sets the time; as messages grow, two-shot's

@@ -1,5 +1,6 @@
 """Lab 08's mesh: a 2 x 2 mesh (data x tensor) of 4 ranks on the links of two nodes of a preset, the tensor
-groups inside the nodes or across them, predicted and measured on emulated links; the exercise on its groups."""
+groups inside the nodes or across them, predicted and measured on emulated links; the same mesh at a real model's
+size (Llama 3 70B, Megatron's four allreduces a layer), predicted by NCCL's model; the exercise on its groups."""
 from __future__ import annotations
 
 import statistics
@@ -9,8 +10,8 @@ import numpy as np
 from ...algorithms import build
 from ...lab.exercises import exercise
 from ...lab.findings import Finding
-from ...predict import predict
-from ...topology import preset, uniform
+from ...predict import predict, predict_nccl
+from ...topology import cluster, preset, uniform
 
 MACHINE = "ib-2x8-h100"
 PLACEMENT = (0, 1, 8, 9)  # world rank -> the preset's GPU: two GPUs of each of its two nodes
@@ -23,6 +24,15 @@ COMPUTE = "model"
 TOKENS, HIDDEN, BLOCKS = 4096, 8, 2  # a data rank's batch (256 KiB of activations), a narrow width (little compute), blocks
 FASTER = 1.5  # one mapping's step at least 1.5x the other's: the mapping matters
 CLOSE = 0.3  # measured within 30% of the prediction
+
+# Llama 3 70B as Meta publishes it: hidden_size 8192, intermediate_size 28672, num_hidden_layers 80,
+# num_attention_heads 64, num_key_value_heads 8, vocab_size 128256 (meta-llama/Meta-Llama-3-70B, config.json)
+LLAMA3_70B = {"name": "Llama 3 70B", "hidden": 8192, "ffn": 28672, "layers": 80, "heads": 64, "kv_heads": 8,
+              "vocab": 128256}
+# Megatron's transformer layer: attention split by heads and the MLP, each one allreduce forward and one backward
+# (Shoeybi et al. 2019, Figure 4: "4 total communication operations in the forward and backward pass")
+ALLREDUCES_A_LAYER = 4
+SAME_ORDER = 3  # one group's bytes within 3x of the other's: bytes alone do not pick the mapping
 
 
 def group_machine(topology, gpus, scale: float = SCALE) -> tuple[str, float, float]:
@@ -106,6 +116,7 @@ def _one_mapping(comm, inner: bool, topology, placement, scale: float, steps: in
             "predicted_tensor_s": _predicted(trainer.tensor_sent, steps, 2, t_bw, t_lat),
             "predicted_data_s": _predicted(trainer.data_sent, steps, 2, d_bw, d_lat),
             "measured_s": statistics.median(seconds) / scale, "scale": scale, "machine": machine, "compute": compute,
+            "hidden": HIDDEN, "tokens": TOKENS, "tensor": mesh.tensor.Get_size(),
             "wall_s": comm.allreduce(statistics.median(walls), op=MPI.MAX)}
         row["predicted_s"] = row["predicted_tensor_s"] + row["predicted_data_s"]
         mesh.free()
@@ -128,6 +139,14 @@ def mapping_lesson(rows: list[dict]) -> Finding:
                 f"its data group (one allreduce of its gradients): {share:.0%} of its bytes are the tensor group's. "
                 f"Putting the tensor groups across the nodes made a step {ratio:.1f}x as long (predicted "
                 f"{predicted_ratio:.1f}x).")
+    if all(k in good for k in ("hidden", "tokens", "tensor")):
+        h, n, t = good["hidden"], good["tokens"], good["tensor"]
+        per_block = n * t / (4 * h)  # 2 allreduces of n x h activations against 8 h^2 / t weights' gradients
+        said.append(f"Why: a block here is {h} wide and a data rank has {n} tokens, so a block's two allreduces carry "
+                    f"2 x {n} x {h} activations and its gradients 8 x {h}^2 / {t} weights, "
+                    + (f"{per_block:.0f}x fewer: the activations outweigh the gradients because the width is small "
+                       "beside the tokens. The next section does it at a real model's width." if per_block > 1 else
+                       f"{1 / per_block:.1f}x as many: at this width the gradients outweigh the activations."))
     conclusions.append("the tensor group carries most of the bytes" if share > 0.5 else
                        "the data group carries most of the bytes")
     conclusions.append("the tensor-inside-nodes mapping is faster on the emulated machine" if ratio >= FASTER else
@@ -206,3 +225,95 @@ MAPPING_COLUMNS = {"mapping": "mapping", "tensor groups (GPUs)": "tensor_gpus", 
 def mapping_rows(rows: list[dict]) -> list[dict]:
     """The rows with their bytes in MiB, for the table."""
     return [{**r, "tensor_mib": r["tensor_bytes"] / 2**20, "data_mib": r["data_bytes"] / 2**20} for r in rows]
+
+
+def layer_params(model: dict = LLAMA3_70B) -> int:
+    """Weights of one transformer layer: q and o (h x h), k and v (h x h/heads x kv_heads), SwiGLU's three ffn x h."""
+    h = model["hidden"]
+    kv = h * model["kv_heads"] // model["heads"]
+    return 2 * h * h + 2 * h * kv + 3 * h * model["ffn"]
+
+
+def megatron_mesh(model: dict = LLAMA3_70B, tokens: int = 4096, tensor: int = 8, data: int = 8,
+                  micro_batches: int = 16, value_bytes: int = 2, gpu: str = "h100") -> dict:
+    """A ``data`` x ``tensor`` mesh of 8-GPU nodes training ``model`` with Megatron's tensor parallelism, predicted
+    by NCCL's model: per micro-batch of ``tokens`` a data rank, the tensor group's 4 allreduces a layer of tokens x
+    hidden activations (each blocks the next layer); per step of ``micro_batches``, the data group's one allreduce of
+    a rank's gradients (1/tensor of the model). Both mappings: tensor group inside a node and data group across nodes
+    (one GPU a node, on its own rail), and the other way round."""
+    h, layers = model["hidden"], model["layers"]
+    activation = tokens * h * value_bytes
+    calls = ALLREDUCES_A_LAYER * layers
+    weights = layers * layer_params(model) + 2 * model["vocab"] * h  # the layers, the embedding and the output layer
+    gradients = weights // tensor * value_bytes
+    inside = lambda n: cluster(gpu, 1, gpus_per_node=n)
+    across = lambda n: cluster(gpu, n, gpus_per_node=1)
+    rows = []
+    for name, t_on, d_on in (("tensor inside nodes", inside(tensor), across(data)),
+                             ("tensor across nodes", across(tensor), inside(data))):
+        call = predict_nccl("allreduce", activation, t_on)
+        grads = predict_nccl("allreduce", gradients, d_on)
+        rows.append({"mapping": name, "tensor_algorithm": f"{call.algorithm}/{call.protocol}",
+                     "tensor_call_s": call.seconds, "micro_batch_s": calls * call.seconds,
+                     "tensor_step_s": micro_batches * calls * call.seconds,
+                     "data_algorithm": f"{grads.algorithm}/{grads.protocol}", "data_step_s": grads.seconds})
+    return {"model": model["name"], "hidden": h, "layers": layers, "tokens": tokens, "tensor": tensor, "data": data,
+            "micro_batches": micro_batches, "weights": weights, "activation_bytes": activation, "tensor_calls": calls,
+            "tensor_bytes": calls * activation, "data_bytes": gradients, "rows": rows}
+
+
+def megatron_lesson(result: dict) -> Finding:
+    """What the mesh at a real model's size says: how the groups' bytes compare, how often the tensor group's
+    collectives block, and which mapping keeps the blocking short (all predicted)."""
+    r = result
+    good, bad = sorted(r["rows"], key=lambda row: row["mapping"] != "tensor inside nodes")
+    ratio = r["tensor_bytes"] / r["data_bytes"]
+    said = [f"{r['model']} ({r['weights'] / 1e9:.1f}B weights, {r['hidden']} wide, {r['layers']} layers) on a "
+            f"mesh of {r['data'] * r['tensor']} H100s (data {r['data']} x tensor {r['tensor']}), {r['tokens']} tokens "
+            "a micro-batch: every layer's tensor "
+            f"group runs {ALLREDUCES_A_LAYER} allreduces of {r['activation_bytes'] / 2**20:.0f} MiB (attention and "
+            f"MLP, forward and backward), {r['tensor_calls']} a micro-batch, {r['tensor_bytes'] / 2**30:.0f} GiB; the "
+            f"data group one allreduce a step of a rank's {r['data_bytes'] / 2**30:.1f} GiB of gradients. A "
+            f"micro-batch's tensor bytes are {ratio:.2f}x the data group's step (tokens x tensor / (3 x hidden) = "
+            f"{r['tokens'] * r['tensor'] / (3 * r['hidden']):.2f} for layers of 12 hidden^2 weights), "]
+    if 1 / SAME_ORDER <= ratio <= SAME_ORDER:
+        bytes_say = "of the same order: bytes alone do not say which group needs NVLink"
+    else:
+        bytes_say = f"the {'tensor' if ratio > 1 else 'data'} group carries most of the bytes"
+    said[-1] += bytes_say + "."
+    slower = bad["micro_batch_s"] / good["micro_batch_s"]
+    said.append(f"What differs is how often they wait: each tensor allreduce's sum is the next layer's input, so a "
+                f"micro-batch waits for all {r['tensor_calls']}, in series with its compute (Megatron's plain form), "
+                "while the data group's one allreduce a step can overlap the last micro-batch's backward pass (lab "
+                f"06's buckets). NCCL's model prices the tensor group's at {good['micro_batch_s'] * 1e3:.0f} ms a micro-batch inside a node "
+                f"({good['tensor_algorithm']}) and {bad['micro_batch_s'] * 1e3:.0f} ms across nodes "
+                f"({bad['tensor_algorithm']}, one network card a GPU), {slower:.1f}x, on every micro-batch: "
+                f"{good['tensor_step_s']:.1f} s against {bad['tensor_step_s']:.1f} s of blocking in a step of "
+                f"{r['micro_batches']}. The data group's allreduce takes {good['data_step_s']:.2f} s across nodes "
+                f"({good['data_algorithm']}) and {bad['data_step_s']:.2f} s inside a node ({bad['data_algorithm']}), "
+                "once a step.")
+    blocking_inside = good["tensor_step_s"] < bad["tensor_step_s"]
+    serial_inside = good["tensor_step_s"] + good["data_step_s"] < bad["tensor_step_s"] + bad["data_step_s"]
+    conclusions = (bytes_say,
+                   "the tensor group inside the nodes blocks less" if blocking_inside else
+                   "the tensor group across the nodes blocks less",
+                   "tensor inside the nodes is faster even with nothing overlapped" if serial_inside else
+                   "with nothing overlapped, tensor across the nodes is faster")
+    said.append(("So the tensor group belongs on a node's NVLink" if blocking_inside else
+                 "Here the tensor group blocks less across the nodes")
+                + (", and that mapping is the faster one even if the data group's allreduce overlapped nothing."
+                   if serial_inside == blocking_inside else
+                   ", though with nothing overlapped the other mapping would be faster."))
+    return Finding(" ".join(said), conclusions)
+
+
+MEGATRON_COLUMNS = {"mapping": "mapping", "tensor allreduce": "tensor_algorithm",
+                    "one tensor allreduce (ms)": "tensor_call_s",
+                    "tensor, a micro-batch (ms)": ("micro_batch_s", ".0f"),
+                    "tensor, a step (s)": "tensor_step_s", "data allreduce": "data_algorithm",
+                    "data, a step (s)": "data_step_s"}
+
+
+def megatron_rows(result: dict) -> list[dict]:
+    """The mesh's rows, one per mapping, for the table (its headers convert seconds to ms)."""
+    return result["rows"]

@@ -1,5 +1,6 @@
 """Lab 08's NCCL: which algorithm and protocol NCCL's own model picks by size, ranks and machine, what each protocol
-trades, channels, held against published sweeps that say what NCCL ran; PAT's steps; the exercise on the pick."""
+trades, an NVLink port's links against NCCL's channels, held against published sweeps that say what NCCL ran; PAT's
+steps against NCCL's latency model of it; the exercise on the pick."""
 from __future__ import annotations
 
 import math
@@ -14,7 +15,13 @@ from ...topology import cluster, preset
 SIZES = [1 << k for k in range(10, 34, 2)]  # 1 KiB .. 8 GiB
 MACHINES = ("hgx-h100-8", "ib-2x8-h100", "ib-16x8-h100")
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
-CHANNEL_RATE = {"hopper": 20.6e9, "blackwell": 40.1e9}  # bytes/s one channel drives over NVLink (NCCL's topo.h, published)
+# bytes/s NCCL's topology gives one NVLink (SM90_NVLINK_BW, SM100_NVLINK_BW in src/graph/topo.h); a GPU's NVLink
+# bandwidth there is this times its count of links (src/graph/topo.cc: count * nvlBw): a link's rate, not a channel's
+NVLINK_RATE = {"hopper": 20.6e9, "blackwell": 40.1e9}
+# per-channel speeds NCCL's graph search tries inside a node on Hopper, fastest first (sm90SpeedArrayIntra in
+# src/graph/search.cc at 5067397): it keeps the fastest at which it finds rings, and may duplicate them
+SEARCH_SPEEDS_SM90 = (60e9, 50e9, 40e9, 30e9, 24e9, 20e9, 15e9, 12e9, 11e9, 6e9, 3e9)
+NEAR = 0.05  # the model's accuracy taken for granted where no published run agrees with it to measure it by
 
 
 def choice_rows(machines=MACHINES, collectives=COLLECTIVES, sizes=SIZES) -> list[dict]:
@@ -85,47 +92,82 @@ def describe_protocols(rows: list[dict]) -> str:
             f"{T.LL128_SHARE:.0%} is, Simple all of it behind a fence a chunk.")
 
 
-def channels_needed(machine: str = "hgx-h100-8") -> dict:
-    """How many channels (rings run side by side) fill one GPU's NVLink port, at NCCL's per-channel rate."""
+def nvlink_port(machine: str = "hgx-h100-8") -> dict:
+    """One GPU's NVLink bandwidth in the preset, and how many of NCCL's per-link rates it is: the number of links."""
     topology = preset(machine)
     port = min(link.rate for link in topology.links if link.kind == "nvswitch")
-    arch = topology.machine.arch
-    rate = CHANNEL_RATE[arch]
-    return {"machine": machine, "port_Bps": port, "channel_Bps": rate, "channels": math.ceil(port / rate),
+    link = NVLINK_RATE[topology.machine.arch]
+    return {"machine": machine, "port_Bps": port, "link_Bps": link, "links": port / link,
             "per_nic": T.CHANNELS_PER_NIC}
 
 
+def describe_nvlink_port(result: dict) -> str:
+    """What the port's rate is made of, and where NCCL's channel count comes from instead."""
+    links = result["links"]
+    whole = abs(links - round(links)) < 0.01
+    made = (f"{round(links)} NVLinks of {result['link_Bps'] / 1e9:.1f} GB/s, NCCL's rate for one link of this "
+            "generation (count x SM90_NVLINK_BW: src/graph/topo.cc, topo.h)" if whole else
+            f"{links:.2f} times NCCL's rate for one link of this generation ({result['link_Bps'] / 1e9:.1f} GB/s): "
+            "not a whole number of links, so this preset's port is not NCCL's per-link rate times a count")
+    return (f"{result['machine']}: one GPU's NVLink carries {result['port_Bps'] / 1e9:.1f} GB/s each way, "
+            f"{made}. That is a count of links, not of channels. NCCL's graph search (src/graph/search.cc) sets "
+            f"the channels: it tries a per-channel speed, from {SEARCH_SPEEDS_SM90[0] / 1e9:.0f} GB/s down on "
+            "Hopper, keeps the fastest at which it finds rings through the links, as many as fit, and may then "
+            "duplicate them (ncclTopoDupChannels); "
+            "NCCL_DEBUG=INFO prints what it found (\"16 coll channels\" on an 8 x H800 board, nccl#892). "
+            f"Across nodes it runs {result['per_nic']} channels for each network card (\"16 rings for 8 NICs\", "
+            "nccl#518).")
+
+
+def _margin(collective: str, nbytes: int, topology, ranks: int, ran: str, pick) -> float:
+    """How much longer NCCL's model says what NCCL ran takes than the model's own pick (0 when they are the same)."""
+    ran = ran.lower()
+    if ran == pick.algorithm:
+        return 0.0
+    other = predict_nccl(collective, nbytes, topology, algorithm=ran, nranks=ranks)
+    return other.tuner_seconds / pick.tuner_seconds - 1
+
+
 def against_published() -> list[dict]:
-    """Published sweeps that say (or show) what NCCL ran, beside what the model picks there."""
-    rows = []
-    by_count = published.load("A17_mlengineering_h200x8_nvls_on_off_by_gpucount_8GiB")
-    topology = preset("hgx-h200-8")
-    for r in by_count.data["rows"]:
+    """Published sweeps that say (or show) what NCCL ran, beside what the model picks there and how much longer the
+    model says NCCL's choice takes than its own (``margin``)."""
+    runs = []
+    for r in published.load("A17_mlengineering_h200x8_nvls_on_off_by_gpucount_8GiB").data["rows"]:
         if r["nccl_algorithm"]:
-            p = predict_nccl("allreduce", r["bytes"], topology, nranks=r["ranks"])
-            ring = predict_nccl("allreduce", r["bytes"], topology, algorithm="ring", nranks=r["ranks"])
-            rows.append({"source": "A17", "machine": "8x H200", "collective": "allreduce", "ranks": r["ranks"],
-                         "bytes": r["bytes"], "nccl_ran": r["nccl_algorithm"], "busbw_Bps": r["busbw_Bps"],
-                         "model_picks": p.algorithm, "model_busbw_Bps": p.busbw,
-                         "margin": abs(p.tuner_seconds / ring.tuner_seconds - 1) if p.algorithm != "ring" else 0.0})
+            runs.append(("A17", "allreduce", r))
     for r in published.load("A19_mlengineering_h200x8_16GiB_allreduce_nvls_ring_allgather_reducescatter").data["rows"]:
         if r["setting"] in (None, "NCCL_NVLS_ENABLE=1"):
-            p = predict_nccl(r["collective"], r["bytes"], topology)
-            rows.append({"source": "A19", "machine": "8x H200", "collective": r["collective"], "ranks": r["ranks"],
-                         "bytes": r["bytes"], "nccl_ran": r["nccl_algorithm"], "busbw_Bps": r["busbw_Bps"],
-                         "model_picks": p.algorithm, "model_busbw_Bps": p.busbw, "margin": 0.0})
+            runs.append(("A19", r["collective"], r))
+    topology = preset("hgx-h200-8")
+    rows = []
+    for source, collective, r in runs:
+        p = predict_nccl(collective, r["bytes"], topology, nranks=r["ranks"])
+        rows.append({"source": source, "machine": "8x H200", "collective": collective, "ranks": r["ranks"],
+                     "bytes": r["bytes"], "nccl_ran": r["nccl_algorithm"], "busbw_Bps": r["busbw_Bps"],
+                     "model_picks": p.algorithm, "model_busbw_Bps": p.busbw,
+                     "margin": _margin(collective, r["bytes"], topology, r["ranks"], r["nccl_algorithm"], p)})
     return rows
 
 
-def describe_published(rows: list[dict]) -> str:
-    """Where the model picks what NCCL ran, and where not (with how close its two options were)."""
+def describe_published(rows: list[dict], near: float = NEAR) -> str:
+    """Where the model picks what NCCL ran, and where not: whether its two options are closer than the model's own
+    error where it agrees (a tie it cannot call) or further apart (a miss)."""
     agree = [r for r in rows if r["nccl_ran"].lower() == r["model_picks"]]
     differ = [r for r in rows if r not in agree]
-    said = [f"Of {len(rows)} published runs that say what NCCL ran, the model picks the same algorithm in {len(agree)}."]
+    errors = [abs(r["busbw_Bps"] / r["model_busbw_Bps"] - 1) for r in agree]
+    error = max(errors) if errors else near
+    said = [f"Of {len(rows)} published runs that say what NCCL ran, the model picks the same algorithm in "
+            f"{len(agree)}" + (f", and predicts their busbw within {error:.0%}." if errors else ".")]
     for r in differ:
+        tie = r["margin"] <= error
         said.append(f"{r['source']}, {r['collective']} on {r['ranks']} GPUs at {format_bytes(r['bytes'])}: NCCL ran "
-                    f"{r['nccl_ran']}, the model picks {r['model_picks']}, whose predicted time is within "
-                    f"{r['margin']:.0%} of the ring's: a near tie, decided by what the model leaves out.")
+                    f"{r['nccl_ran']}, the model picks {r['model_picks']}, and predicts {r['nccl_ran']} "
+                    f"{r['margin']:.0%} slower: " +
+                    ("closer than the model comes to the published busbw where it agrees, so a tie it cannot call."
+                     if tie else f"further apart than the model's {error:.0%} where it agrees, so a miss of the "
+                     "model, not a tie."))
+    if not differ:
+        said.append("It picks what NCCL ran in every one.")
     return " ".join(said)
 
 
@@ -156,12 +198,15 @@ def describe_forced_ring(result: dict) -> str:
             ("the two agree that NCCL leaves the ring there." if set(ahead) <= set(not_ring) else
              "they disagree at " + ", ".join(format_bytes(k) for k in sorted(set(ahead) - set(not_ring))) + ".") +
             f" The published busbw was {min(result['share']):.0%} to {max(result['share']):.0%} of what the model "
-            "predicts for its pick" + (": the choice agrees, the speed does not." if max(result["share"]) < 0.75 else
-                                       "."))
+            "predicts for its pick" + (
+                "." if max(result["share"]) >= 0.75 else
+                ": the choice agrees, the speed does not." if set(ahead) <= set(not_ring) else
+                ": below the model's speed as well as off its choice."))
 
 
 def pat_rows(nodes=(2, 4, 8, 16, 32, 64), sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 24)) -> list[dict]:
-    """All-gather on H100 clusters of one GPU a node: what the model picks, PAT's time and the ring's (predicted)."""
+    """All-gather on H100 clusters of one GPU a node: what the model picks, PAT's time and the ring's, and PAT's
+    latency in NCCL's three terms (base, log2 of the nodes, linear in the ranks), all predicted."""
     rows = []
     for count in nodes:
         topology = cluster("h100", count, gpus_per_node=1)
@@ -169,10 +214,23 @@ def pat_rows(nodes=(2, 4, 8, 16, 32, 64), sizes=(1 << 12, 1 << 16, 1 << 20, 1 <<
             p = predict_nccl("allgather", nbytes, topology)
             ring = predict_nccl("allgather", nbytes, topology, algorithm="ring")
             pat = predict_nccl("allgather", nbytes, topology, algorithm="pat")
+            linear = topology.nranks * T.PAT_LATENCY_PER_RANK
+            base = T.BASE_LATENCY["pat"][pat.protocol]
             rows.append({"nodes": count, "bytes": nbytes, "choice": f"{p.algorithm}/{p.protocol}",
                          "pat_s": pat.seconds, "ring_s": ring.seconds, "pat_steps": math.ceil(math.log2(count)),
-                         "ring_steps": count - 1})
+                         "ring_steps": count - 1, "pat_latency_s": pat.latency, "pat_linear_s": linear,
+                         "pat_log_s": pat.latency - linear - base, "ring_latency_s": ring.latency})
     return rows
+
+
+def pat_refusal(nodes: int = 8, gpus_per_node: int = 8) -> dict:
+    """Whether NCCL's model lets PAT run an all-gather on nodes of several GPUs, and why not."""
+    try:
+        predict_nccl("allgather", 1 << 20, cluster("h100", nodes, gpus_per_node=gpus_per_node), algorithm="pat")
+        reason = None
+    except ValueError as error:
+        reason = str(error).split(": ", 1)[-1]
+    return {"nodes": nodes, "gpus_per_node": gpus_per_node, "reason": reason}
 
 
 def _fastest_protocol(nbytes, options):
@@ -200,20 +258,55 @@ def check_fastest_protocol(fastest_protocol):
 
 
 PAT_COLUMNS = {"nodes": "nodes", "size (KiB)": "bytes", "NCCL's model picks": "choice", "PAT steps": "pat_steps",
-               "ring steps": "ring_steps", "PAT (us)": "pat_s", "ring (us)": "ring_s"}
+               "ring steps": "ring_steps", "PAT (us)": "pat_s", "ring (us)": "ring_s",
+               "PAT's log2 term (us)": "pat_log_s", "PAT's linear term (us)": "pat_linear_s"}
 PUBLISHED_COLUMNS = {"source": "source", "collective": "collective", "GPUs": "ranks", "size (MiB)": "bytes",
                      "NCCL ran": "nccl_ran", "published busbw (GB/s)": "busbw_Bps", "model picks": "model_picks",
                      "model busbw (GB/s)": "model_busbw_Bps"}
 
 
-def describe_pat(rows: list[dict]) -> str:
-    """Where the model picks PAT, in words."""
+def describe_pat(rows: list[dict], refusal: dict | None = None) -> str:
+    """Where the model picks PAT, how much its log-depth buys against the linear term NCCL's model keeps, where the
+    ring wins back, and (``refusal``, from :func:`pat_refusal`) whether PAT runs with several GPUs a node."""
     picked = [r for r in rows if r["choice"].startswith("pat")]
-    if not picked:
-        return "NCCL's model picks the ring for every all-gather here."
-    fewest = min(r["nodes"] for r in picked)
-    big = max(r["bytes"] for r in picked if r["nodes"] == max(x["nodes"] for x in rows))
-    return (f"NCCL's model picks PAT for all-gather from {fewest} nodes up at some sizes, and at "
-            f"{max(r['nodes'] for r in rows)} nodes up to {format_bytes(big)}: there the ring's "
-            f"{max(r['ring_steps'] for r in rows)} steps of latency cost more than PAT's "
-            f"{max(r['pat_steps'] for r in rows)}, while at large sizes the ring's bandwidth wins back.")
+    if picked:
+        said = [f"NCCL's model picks PAT for all-gather at {len(picked)} of {len(rows)} (nodes, size) pairs here, "
+                f"from {min(r['nodes'] for r in picked)} nodes up."]
+    else:
+        said = ["NCCL's model picks the ring, never PAT, for every all-gather here."]
+    most = max(r["nodes"] for r in rows)
+    top = [r for r in rows if r["nodes"] == most]
+    small = min(top, key=lambda r: r["bytes"])
+    steps, speedup = small["ring_steps"] / small["pat_steps"], small["ring_s"] / small["pat_s"]
+    linear, log = small["pat_linear_s"], small["pat_log_s"]
+    said.append(f"At {most} nodes PAT takes {small['pat_steps']} steps to the ring's {small['ring_steps']} "
+                f"({steps:.1f}x fewer), yet at {format_bytes(small['bytes'])} the model has it "
+                + (f"{speedup:.1f}x as fast as the ring, not {steps:.1f}x" if speedup > 1 else
+                   f"slower than the ring ({1 / speedup:.1f}x as long)")
+                + f": of PAT's {small['pat_latency_s'] * 1e6:.0f} us of latency, "
+                f"{linear * 1e6:.0f} us is a term linear in the ranks ({T.PAT_LATENCY_PER_RANK * 1e6:.1f} us a rank) "
+                f"and "
+                f"{log * 1e6:.0f} us the log-depth part, "
+                + ("so the linear term sets it" if linear > log else "so the log-depth part sets it")
+                + " (NCCL's src/graph/tuning.cc: \"Still a linear part; hopefully we'll manage to remove it at some "
+                "point\").")
+    largest = max(r["bytes"] for r in rows)
+    ring_back = sorted(r["nodes"] for r in rows if r["bytes"] == largest and r["ring_s"] < r["pat_s"])
+    pat_all = sorted(n for n in dict.fromkeys(r["nodes"] for r in rows)
+                     if all(r["pat_s"] <= r["ring_s"] for r in rows if r["nodes"] == n))
+    if ring_back:
+        said.append(f"At {format_bytes(largest)} the ring is the faster on {_counts(ring_back)} nodes, where its "
+                    "bandwidth outweighs its latency" + (f"; on {_counts(pat_all)} PAT is faster at every size here."
+                                                         if pat_all else "."))
+    else:
+        said.append(f"The ring does not win back at {format_bytes(largest)}: PAT is faster there at every node count "
+                    "here.")
+    if refusal is not None:
+        said.append(f"On {refusal['nodes']} nodes of {refusal['gpus_per_node']} GPUs " +
+                    (f"the model does not run PAT at all: {refusal['reason']} (tuning.cc, ncclPatEnable: "
+                     "\"PAT only supports 1 GPU per node\")." if refusal["reason"] else "the model would run PAT too."))
+    return " ".join(said)
+
+
+def _counts(nodes: list[int]) -> str:
+    return ", ".join(map(str, nodes[:-1])) + (" and " if len(nodes) > 1 else "") + str(nodes[-1])
