@@ -85,13 +85,14 @@ def test_the_imbalance_lesson_follows_its_numbers():
     assert "it did not grow with the busiest expert's load here" in finding.text
     computed = experts.imbalance_lesson([dict(row("as initialised", [2, 2], 1, 10, 1.0), predicted_s=0.9, wall_s=0.1),
                                          dict(row("skewed", [4, 0], 3, 30, 2.0), predicted_s=1.7, padded=3)])
-    assert "this CPU's work came to 100.0 ms a step as initialised and 300.0 ms skewed: it grew" in computed.text
+    assert ("this CPU's work came to 100.0 ms a step as initialised and 300.0 ms skewed, while the busiest expert's "
+            "tokens went from 2 to 4: it grew") in computed.text
     assert "this machine took 100.0 ms of wall time" in computed.text and "(3 padded ones)" in computed.text
 
 
 def test_the_attention_lesson_says_equal_and_observes_the_overlap():
     result = {"ranks": 4, "difference": 1e-15, "causal": True, "block_bytes": 1024, "passed_bytes": 3072,
-              "sequence": 64, "overlapped_s": 1.0, "serial_s": 1.0}
+              "sequence": 64, "overlapped_s": 1.0, "serial_s": 1.0, "compute_s": 0.5, "cores": 2}
     finding = attention.attention_lesson(result)
     assert finding.conclusions == ("ring attention equals full attention",)
     assert finding.observations == ("overlapping did not clearly pay on this machine",)

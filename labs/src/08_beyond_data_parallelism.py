@@ -52,7 +52,9 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # ## Where the memory of a training step goes
 #
 # Data parallelism (lab 06) keeps a whole copy of the model on every rank: its parameters, their
-# gradients and the optimizer's state. With Adam in mixed precision that is 2 bytes of fp16
+# gradients and the optimizer's state. With Adam in [mixed precision](glossary.md) (Micikevicius et al.,
+# 2018: forward and backward in fp16, while the optimizer updates an fp32 master copy of the weights, so
+# that small updates are not rounded away) that is 2 bytes of fp16
 # parameter, 2 of fp16 gradient and K = 12 of optimizer state (an fp32 copy of the parameter and two
 # moments) for each of the model's Psi parameters: (2 + 2 + K) Psi on every GPU. Rajbhandari et al.
 # (2020, the ZeRO paper) shard them instead: every parameter is cut into n pieces and rank r keeps
@@ -100,7 +102,8 @@ zero_bytes = check_zero_bytes(zero_bytes)  # yours when it is right, else the re
 #   allgathered again just before its backward, and freed once their gradients are reduce-scattered.
 #
 # A ring allreduce *is* a reduce-scatter followed by an allgather (lab 03), so stages 1 and 2 send what
-# plain data parallelism sends; stage 3 allgathers twice. First, on four ranks: does every stage train
+# plain data parallelism sends over rings (where a switch adds, it is another story: see "When does
+# sharding pay?"); stage 3 allgathers twice. First, on four ranks: does every stage train
 # exactly as plain data parallelism (`DistributedOptimizer`) does, with SGD and with Adam, in float64?
 
 # %%
@@ -156,6 +159,19 @@ scaled = at_scale()
 table(scaled, SCALE_COLUMNS)
 print(describe_at_scale(scaled))
 scale_bars(scaled)
+
+# %% [markdown]
+# Stages 1 and 2 send what a *ring* allreduce sends, 2(n-1)/n of the gradient from every GPU. But on
+# NVSwitch of the Hopper generation NCCL does not run a large allreduce as a ring: the switch adds
+# ([NVLS](glossary.md)), and each GPU's port carries K(n+1)/n each way instead of 2K(n-1)/n, at NCCL's
+# NVLS efficiency of 0.85. On 8 GPUs that is 2(n-1)/(n+1) x 0.85 = 14/9 x 0.85 = 1.32 in the allreduce's
+# favour, the ratio the model prints. NCCL has NVLS all-gather and reduce-scatter kernels too
+# (`src/device/all_gather.h` and `reduce_scatter.h` in NVIDIA/nccl, since 2.17), but its tuner
+# (`src/graph/tuning.cc`) prices them without the allreduce's doubling and turns them off across nodes
+# without CollNet, and a node runs them as rings: 8 H200s at 16 GiB (stas00/ml-engineering's table,
+# ringlab's published sweep A19) gave 480 GB/s of bus bandwidth for the NVLS allreduce against 361 and
+# 363 GB/s for the ring all-gather and reduce-scatter, 1.33x. ringlab's NCCL model prices NVLS for
+# allreduce only, and picks the ring for both, as NCCL did there.
 
 # %% [markdown]
 # ## Tensor parallelism: splitting the matrices
@@ -255,8 +271,10 @@ print(megatron_lesson(megatron))
 # (top-1, as the Switch Transformer does). With the experts spread over the ranks (expert parallelism),
 # every rank sends each of its tokens to the rank of its expert and gets the output back: an all-to-all
 # there (dispatch) and one back (combine), `rl.alltoall` in `rl.train.experts.ExpertParallel`.
-# `rl.alltoall` moves equal blocks, so every block is padded to the largest count any rank sends any
-# other; the counts come first, in one small allreduce. Is it the same layer as on one rank?
+# `rl.alltoall` moves equal blocks, so every block is padded to the largest count in the n x n table of
+# counts (`table[s][d]`: the tokens rank s has for rank d's expert), a rank's count for its own expert
+# included: that block stays home, but it is laid out in the same send buffer. The counts come first, in
+# one small allreduce. Is it the same layer as on one rank?
 
 # %%
 # %%px
@@ -270,12 +288,14 @@ print(ranks.pull_rank0("moe_same"))
 # %% [markdown]
 # ## Exercise 3: what the padding costs
 #
-# `table[s][d]` is how many tokens rank s sends rank d. Write how many bytes one rank sends in one padded
-# all-to-all when a token is `token_bytes` bytes.
+# `table[s][d]` is how many tokens rank s has for rank d (the diagonal, `table[s][s]`, is what stays on
+# rank s). Write how many bytes one rank sends in one padded all-to-all when a token is `token_bytes`
+# bytes: every block is as large as the largest count in the whole table, the diagonal included, and a
+# rank sends its block for each of the n-1 other ranks (its own stays).
 
 # %% tags=["solution"]
 def padded_bytes(table, token_bytes):
-    """Bytes one rank sends: a block padded to the largest count to each of the n-1 others."""
+    """Bytes one rank sends: a block padded to the table's largest count (diagonal included) to each other rank."""
     # solution
     return (len(table) - 1) * max(max(row) for row in table) * token_bytes
 
@@ -301,14 +321,37 @@ print(imbalance_lesson(loads))
 expert_load_bars(loads)
 
 # %% [markdown]
-# Real layers cap each expert at a capacity factor times the even share and drop (or re-route) the
-# overflow, and add a loss that rewards an even router; here nothing is dropped, so the layer stays equal
-# to the one-rank layer and the padding shows what imbalance costs.
+# ## Capacity: what production layers send instead
 #
+# Nothing is dropped here, so the layer stays equal to the one-rank layer, and the largest count sets
+# every block. Production layers do not pad to the largest count. GShard (Lepikhin et al., 2020) and the
+# Switch Transformer (Fedus et al., 2021) fix each expert's **capacity** in advance: a
+# [capacity factor](glossary.md) times the even share, capacity = factor x tokens / experts (GShard per
+# group of tokens, here per rank), so every block has one size known before the router runs. Tokens
+# beyond an expert's capacity are **dropped**: the layer leaves them out and the residual connection
+# carries them on unchanged. The Switch Transformer did best with low factors (1.0, 1.25) and adds a loss
+# that rewards an even router. Dropless layers send variable sizes instead: MegaBlocks (Gale et al., 2022)
+# computes the experts' uneven batches as block-sparse products, and DeepSeek's DeepEP (its training
+# kernels) counts first, then sends each rank exactly its tokens. `capacity_rows` prices all three on the
+# count tables your layer just ran:
+# for each router, what factors 1.0, 1.25 and 2.0 would drop and send, padding to the largest count
+# (the factor that drops nothing), and dropless.
+
+# %%
+from ringlab.lessons.lab08_beyond_data_parallelism.experts import CAPACITY_COLUMNS, capacity_lesson, capacity_rows
+
+capacity = capacity_rows(loads)
+table(capacity, CAPACITY_COLUMNS)
+print(capacity_lesson(capacity))
+
+# %% [markdown]
 # ## Ring attention: a sequence split over the ranks
 #
-# Long sequences split over ranks too (sequence or context parallelism). Attention needs every query
-# against every key, so the key and value blocks travel: at step s rank j holds block (j - s) mod n and
+# Long sequences split over ranks too: [context parallelism](glossary.md) (some papers say sequence
+# parallelism) gives each rank a contiguous block of every sequence's tokens, in every layer. The MLPs
+# and norms work token by token and need nothing from other ranks; attention needs every query
+# against every key, so the key and value blocks travel (ring attention, Liu et al., 2023, as
+# Megatron-Core's context parallelism passes them around a ring): at step s rank j holds block (j - s) mod n and
 # passes it to rank j+1, exactly as the chunks of `allgather.ring` travel, while it computes its queries
 # against the block it holds. The scores of one block at a time fold into a running softmax (the online
 # softmax of FlashAttention): a running maximum m, a running sum l of exp(score - m) and a running
@@ -317,7 +360,10 @@ expert_load_bars(loads)
 # ## Exercise 4: fold one block in
 #
 # `merge(m, l, o, scores, v)` takes the running values for each query (m and l vectors, o a matrix) and
-# one block's `scores` (queries x keys) and values `v`; return the new (m, l, o).
+# one block's `scores` (queries x keys) and values `v`; return the new (m, l, o). A masked key (causal
+# attention, padding) has a score of -inf, and a query can see no key at all in a block: its row maximum
+# is -inf, and exp(-inf - (-inf)) is NaN. The check folds such a row in first; where the new maximum is
+# still -inf, subtract 0 instead, so that the row's exponentials are 0 and it adds nothing.
 
 # %% tags=["solution"]
 def merge(m, l, o, scores, v):
@@ -326,8 +372,9 @@ def merge(m, l, o, scores, v):
     import numpy as np
 
     top = np.maximum(m, scores.max(axis=-1))
-    rescale = np.exp(m - top)
-    p = np.exp(scores - top[..., None])
+    finite = np.where(np.isfinite(top), top, 0.0)  # a row that has seen no key yet
+    rescale = np.exp(m - finite)
+    p = np.exp(scores - finite[..., None])
     return top, l * rescale + p.sum(axis=-1), o * rescale[..., None] + p @ v
 
 
@@ -338,7 +385,9 @@ merge = check_merge(merge)  # yours when it is right, else the reference
 # `rl.train.attention.RingAttention` passes the blocks with non-blocking sends posted before the compute,
 # so that the transfer runs during it (`overlap=True`), or exchanges first and computes after. On the four
 # ranks, causal attention over 1024 tokens, against full attention on one rank, and timed both ways on
-# this machine (no emulation: these are point-to-point messages of its own).
+# this machine (no emulation: these are point-to-point messages of its own), beside the same compute with
+# no transfers at all: what is left of the call without overlap is the transfers, the most overlap could
+# hide.
 
 # %%
 # %%px
@@ -528,17 +577,21 @@ print(describe_predicted(predicted))
 # - ZeRO shards what data parallelism replicates: stage 1 the optimizer state, stage 2 the gradients,
 #   stage 3 the parameters. Built from a reduce-scatter and an allgather, stages 1 and 2 send what an
 #   allreduce sends (2 Psi) and stage 3 half as much again (3 Psi); each trains exactly as data
-#   parallelism does. It pays when the model does not fit otherwise.
+#   parallelism does. It pays when the model does not fit otherwise. On an H100 board the same bytes
+#   still cost stages 1 and 2 about 1.3x the time: NCCL adds the allreduce in the switch (NVLS) and runs
+#   the reduce-scatter and all-gather as rings.
 # - Tensor parallelism splits the matrices: column-parallel then row-parallel, one allreduce of
 #   activations forward and one backward per MLP, exactly the unsplit model; a Megatron layer splits its
 #   attention the same way, four allreduces in all. At a real model's width a micro-batch's tensor bytes
 #   and a step's gradient bytes are of the same order (tokens x tensor / (3 x hidden)); what puts the tensor
 #   dimension on NVLink is that its allreduces block every layer of every micro-batch, while the data
 #   group's one allreduce a step can overlap the backward pass.
-# - Expert parallelism is two all-to-alls per layer; with equal blocks the busiest pair of ranks sets
-#   every block's size, so an uneven router costs bytes and time on every rank.
+# - Expert parallelism is two all-to-alls per layer; with equal blocks the largest count in the table
+#   sets every block's size, so an uneven router costs bytes and time on every rank. Production layers
+#   fix a capacity (capacity factor x tokens / experts) and drop the overflow, or send variable sizes
+#   and drop nothing.
 # - Ring attention is a ring allgather of key/value blocks with compute between the steps and an online
-#   softmax: exact, with two blocks held at a time.
+#   softmax: exact, masked rows included, with two blocks held at a time.
 # - NCCL picks algorithm and protocol per call by latency + bytes / bandwidth: LL for small messages,
 #   LL128 and Simple for large ones; trees and NVLS where they beat the ring; PAT for all-gather and
 #   reduce-scatter at many nodes of one GPU each (never on nodes of several GPUs), in log2 n steps but, by

@@ -228,6 +228,13 @@ def unusable(algorithm: str, collective: str, facts: Facts) -> str | None:
         if collective not in ("allgather", "reduce_scatter"):
             return "PAT is for all-gather and reduce-scatter"
         return None if facts.per_node == 1 and facts.nodes > 1 else "PAT needs one GPU per node"
+    if not reducing_all and algorithm == "nvls" and collective in ("allgather", "reduce_scatter"):
+        # NCCL has these kernels (src/device/all_gather.h, reduce_scatter.h at 5067397) and its tuner prices them at
+        # the NVLS rate x (ppn-1)/ppn, without allreduce's x2 (tuning.cc), turning them off across nodes without
+        # CollNet; 8 H200s ran both as rings at 16 GiB (published A19), so this model leaves them out
+        return ("NCCL prices NVLS all-gather and reduce-scatter without allreduce's doubling and turns them off "
+                "across nodes without CollNet (8 H200s ran them as rings, published A19); this model prices NVLS for "
+                "allreduce only")
     if not reducing_all:
         return f"{algorithm} runs allreduce only here"
     if algorithm == "tree":

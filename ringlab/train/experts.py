@@ -8,13 +8,15 @@ every rank, for its own tokens:
 1. counts how many it sends to each rank; an allreduce of the n x n table of counts tells every rank
    every pair's count: the load on each expert, and the largest block;
 2. dispatch: ringlab's all-to-all (``rl.alltoall``, equal blocks) of blocks of ``capacity`` token slots,
-   the largest pair's count, the other blocks padded with zeros;
+   the largest count in the table (a rank's count for its own experts included: that block stays home but
+   shares the send buffer's layout), the other blocks padded with zeros;
 3. each rank runs its experts on the tokens it received;
 4. combine: the reverse all-to-all brings every token's output home, where its gate scales it.
 
 Both all-to-alls are autograd functions (an all-to-all's gradient is the all-to-all of the gradients), so
-forward and backward equal the single-rank layer's. Nothing is dropped: real layers cap each expert at a
-capacity factor times the even share and drop the rest. Imbalance costs twice: the padded all-to-all moves n
+forward and backward equal the single-rank layer's. Nothing is dropped: production layers fix each expert's
+capacity at a capacity factor times the even share and drop the rest (GShard, Switch Transformer), or send
+variable sizes (MegaBlocks, DeepEP). Imbalance costs twice: the padded all-to-all moves n
 x capacity slots whatever the mean load, and the busiest expert computes longest while the others wait.
 """
 from __future__ import annotations

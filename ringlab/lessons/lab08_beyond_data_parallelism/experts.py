@@ -1,8 +1,12 @@
 """Lab 08's experts: a mixture-of-experts layer on 4 ranks, its router as initialised and skewed towards one expert,
-the load on each expert and what the padded all-to-all costs, measured on emulated links; the exercise on padding."""
+the load on each expert and what the padded all-to-all costs, measured on emulated links; what a fixed capacity
+(capacity factor, dropped tokens) and dropless sizes would send on the same count tables; the exercise on padding."""
 from __future__ import annotations
 
+import math
 import statistics
+
+import numpy as np
 
 from ...algorithms import build
 from ...lab.exercises import compare, exercise
@@ -15,6 +19,7 @@ from .sharding import MACHINE
 TOKENS, FEATURES, HIDDEN = 1024, 64, 64  # a rank's tokens, their width, each expert's hidden width
 SKEW = 2.0  # added to the router's bias for expert 0: how the skewed router favours it
 COSTLIER = 1.3  # the skewed layer at least 1.3x as long: imbalance costs
+FACTORS = (1.0, 1.25, 2.0)  # capacity factors: Switch Transformer's 1.0 and 1.25, and a generous 2.0
 
 
 def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: float = SKEW) -> list[dict]:
@@ -64,7 +69,7 @@ def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: f
             calls = [("alltoall.pairwise", n * n * block)] * padded + [ids, ("allreduce.ring", (n + 1) * n * 8)]
             per_expert = last["per_expert"]
             rows.append({"router": router, "per_expert": per_expert, "capacity": last["capacity"],
-                         "mean_pair": TOKENS / n, "imbalance": max(per_expert) / statistics.mean(per_expert),
+                         "table": last["table"], "token_bytes": FEATURES * 8, "mean_pair": TOKENS / n, "imbalance": max(per_expert) / statistics.mean(per_expert),
                          "sent": comm.allreduce(sent, op=MPI.MAX), "padded": padded,
                          "measured_s": comm.allreduce(statistics.median(seconds[1:]), op=MPI.MAX) / scale,
                          "wall_s": comm.allreduce(statistics.median(walls[1:]), op=MPI.MAX),
@@ -78,8 +83,9 @@ def imbalance_lesson(rows: list[dict]) -> Finding:
     said = []
     for r in rows:
         said.append(f"Router {r['router']}: the experts got {r['per_expert']} tokens (the busiest "
-                    f"{r['imbalance']:.1f}x the mean); the largest block one rank sent another held {r['capacity']} "
-                    f"tokens against a mean of {r['mean_pair']:.0f}, so every block was padded to it and each rank "
+                    f"{r['imbalance']:.1f}x the mean); the largest count in the table (a rank's tokens for one rank's "
+                    f"expert, its own included) was {r['capacity']}" + _where(r)
+                    + f" against a mean of {r['mean_pair']:.0f}, so every block was padded to it and each rank "
                     f"sent {format_bytes(r['sent'])} a step in all-to-alls"
                     + (f" ({r['padded']} padded ones)" if "padded" in r else "")
                     + f"; a step took {r['measured_s'] * 1e3:.1f} ms on the emulated links, in virtual time "
@@ -91,10 +97,14 @@ def imbalance_lesson(rows: list[dict]) -> Finding:
                 f"the all-to-alls {skewed['sent'] / even['sent']:.1f}x as heavy and the step {ratio:.1f}x as long "
                 f"(predicted {skewed['predicted_s'] / even['predicted_s']:.1f}x for the collectives alone).")
     extra = {r["router"]: r["measured_s"] - r["predicted_s"] for r in rows}
+    busiest = [max(r["per_expert"]) for r in rows]
+    grew, busier = extra[skewed["router"]] > extra[even["router"]], busiest[1] > busiest[0]
     said.append(f"Beyond the collectives, this CPU's work came to {extra[even['router']] * 1e3:.1f} ms a step as "
-                f"initialised and {extra[skewed['router']] * 1e3:.1f} ms skewed: "
+                f"initialised and {extra[skewed['router']] * 1e3:.1f} ms skewed, while the busiest expert's tokens "
+                f"went from {busiest[0]} to {busiest[1]}: "
                 + ("it grew with the busiest expert's load, whose rank computes longest while the others wait for it "
-                   "in the combine: imbalance costs twice." if extra[skewed["router"]] > extra[even["router"]] else
+                   "in the combine: imbalance costs twice." if grew and busier else
+                   "it grew, though the busiest expert's load did not." if grew else
                    "it did not grow with the busiest expert's load here."))
     conclusions = ("the skewed router loads its busiest expert more" if skewed["imbalance"] > even["imbalance"] else
                    "the skewed router does not load its busiest expert more",
@@ -103,6 +113,72 @@ def imbalance_lesson(rows: list[dict]) -> Finding:
                    "the skewed layer takes longer on the emulated machine" if ratio >= COSTLIER else
                    "the skewed layer does not take clearly longer on the emulated machine")
     return Finding(" ".join(said), conclusions)
+
+
+def _where(row: dict) -> str:
+    """' (rank s to rank d)' for the largest count of the row's table, where the row has its table."""
+    table = row.get("table")
+    if not table:
+        return ""
+    s, d = max(((s, d) for s in range(len(table)) for d in range(len(table))), key=lambda sd: table[sd[0]][sd[1]])
+    return f" (rank {s} to rank {d}{': its own expert' if s == d else ''})"
+
+
+def capacity_rows(rows: list[dict], factors=FACTORS) -> list[dict]:
+    """What each router's count table (one expert a rank) would cost three ways: a fixed capacity of ``factor`` x
+    tokens / experts for each rank's tokens to each expert, the rest dropped (Switch Transformer, GShard); every block
+    padded to the table's largest count (what ExpertParallel runs); variable sizes, each rank sending exactly its
+    tokens (dropless: MegaBlocks, DeepEP). Tokens dropped, and the bytes the busiest rank sends in one dispatch."""
+    out = []
+    for row in rows:
+        table = np.asarray(row["table"])
+        n, experts = len(table), len(row["per_expert"])
+        if experts != n:
+            raise ValueError(f"capacity_rows counts one expert a rank; this table has {n} ranks and {experts} experts")
+        tokens = int(table.sum(axis=1).max())  # a rank's tokens
+        off = ~np.eye(n, dtype=bool)
+        largest = int(table.max())
+
+        def add(scheme, block, dropped, sent, factor=None):
+            out.append({"router": row["router"], "scheme": scheme, "factor": factor, "block": block,
+                        "dropped": int(dropped), "dropped_share": dropped / table.sum(), "sent": sent * row["token_bytes"],
+                        "no_drop_factor": largest / (tokens / experts)})
+
+        for factor in factors:
+            capacity = math.ceil(factor * tokens / experts)
+            dropped = np.maximum(table - capacity, 0).sum()  # beyond capacity, each rank's tokens for each expert
+            add(f"capacity factor {_factor(factor)}", capacity, dropped, (n - 1) * capacity, factor)
+        add("padded to the largest count", largest, 0, (n - 1) * largest)
+        add("dropless (variable sizes)", "variable", 0, int(np.where(off, table, 0).sum(axis=1).max()))
+    return out
+
+
+def _factor(factor: float) -> str:
+    return f"{factor:.2f}".rstrip("0").rstrip(".") if factor * 10 % 1 else f"{factor:.1f}"
+
+
+def capacity_lesson(rows: list[dict]) -> Finding:
+    """What a fixed capacity would have dropped and sent on each router's own table, against padding and dropless."""
+    said, conclusions = [], []
+    for router in dict.fromkeys(r["router"] for r in rows):
+        mine = [r for r in rows if r["router"] == router]
+        fixed = [r for r in mine if r["scheme"].startswith("capacity factor")]
+        (padded,), (dropless,) = ([r for r in mine if r["scheme"].startswith(k)] for k in ("padded", "dropless"))
+        slash = lambda texts: " / ".join(texts)
+        said.append(
+            f"Router {router}, capacity factor {slash(_factor(r['factor']) for r in fixed)}: blocks of "
+            f"{slash(str(r['block']) for r in fixed)} tokens would drop "
+            + slash(f"{r['dropped']} ({r['dropped_share']:.1%})" if r["dropped"] else "none" for r in fixed)
+            + f" of the layer's tokens, the busiest rank sending {slash(format_bytes(r['sent']) for r in fixed)} a "
+            f"dispatch. Padded to the largest count ({padded['block']} tokens: capacity factor "
+            f"{padded['no_drop_factor']:.2f}, the smallest that drops nothing here) it sends "
+            f"{format_bytes(padded['sent'])}; dropless, each rank sending its own count, {format_bytes(dropless['sent'])}"
+            + (f": padding sends {padded['sent'] / dropless['sent']:.1f}x as much." if dropless["sent"] < padded["sent"]
+               else ", as much as padding."))
+        first = fixed[0]
+        drops = "tokens" if first["dropped"] else "no tokens"
+        conclusions.append(f"capacity factor {_factor(first['factor'])} drops {drops} with the router {router}")
+    return Finding(" ".join(said), tuple(conclusions))
 
 
 def _padded_bytes(table, token_bytes):
@@ -116,9 +192,9 @@ def check_padded_bytes(padded_bytes):
     cases = [dict(table=[[3, 1], [2, 2]], token_bytes=8), dict(table=[[5, 1, 0], [2, 2, 9], [0, 1, 1]], token_bytes=512),
              dict(table=[[64] * 4] * 4, token_bytes=256)]
     compare(padded_bytes, "padded_bytes", cases, _padded_bytes,
-            "every block is padded to the largest count in the whole table, and a rank sends one block to each of "
-            "the n-1 others (its own stays).", unit="bytes")
-    print("Correct: the busiest pair sets every block's size, so one busy expert makes every rank send more.")
+            "every block is padded to the largest count in the whole table, the diagonal (a rank's tokens for its own "
+            "expert) included, and a rank sends one block to each of the n-1 others (its own stays).", unit="bytes")
+    print("Correct: the largest count sets every block's size, so one busy expert makes every rank send more.")
 
 
 def against_one_rank(comm=None) -> dict:
@@ -145,6 +221,8 @@ def against_one_rank(comm=None) -> dict:
             "tokens per expert": layer.last["per_expert"]}
 
 
+CAPACITY_COLUMNS = {"router": "router", "scheme": "scheme", "block (tokens)": "block", "tokens dropped": "dropped",
+                    "dropped share": ("dropped_share", ".1%"), "busiest rank sends a dispatch (KiB)": "sent"}
 IMBALANCE_COLUMNS = {"router": "router", "tokens per expert": "per_expert", "busiest / mean": ("imbalance", ".2f"),
                      "block (tokens)": "capacity", "all-to-all a step (KiB)": "sent",
                      "measured step, virtual (ms)": "measured_s", "predicted collectives (ms)": "predicted_s",

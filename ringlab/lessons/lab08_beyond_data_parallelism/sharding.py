@@ -26,6 +26,9 @@ H100_MEMORY = 80e9  # bytes: the H100 SXM's published 80 GB
 SCALE_MACHINES = ("hgx-h100-8", "ib-2x8-h100")
 SAME = 0.25  # two steps within 25% take about as long
 SLOWER = 1.2  # stage 3's step at least 1.2x the slowest of the others
+MATCH = 0.01  # bytes sent within 1% of the paper's table agree with it
+CLEARLY = 0.25  # beyond its collectives stage 1 spends clearly more (or less) than data parallelism: by a quarter of
+                # data parallelism's predicted collectives
 
 
 def make_model(seed: int = 0):
@@ -140,45 +143,109 @@ def traffic_rows(result: dict) -> list[dict]:
             for row in result["rows"]]
 
 
+def _variant_name(variant: str) -> str:
+    return "plain data parallelism" if variant == "data parallel" else "stage " + variant[-1]
+
+
+def _memory_sentence(result: dict, memory: list[dict]) -> str:
+    """What rank 0 held, stage by stage, against the paper's formula: where it differs and by how much."""
+    from ...train.zero import KINDS, zero_memory
+
+    totals = [row["total"] for row in memory]
+    said = (f"Rank 0 of {result['ranks']} held {format_bytes(totals[0])} with plain data parallelism, then "
+            + ", ".join(f"{format_bytes(t)} at stage {i}" for i, t in enumerate(totals[1:], 1))
+            + f" ({totals[-1] / totals[0]:.0%} of it at stage 3)")
+    worst = max(memory, key=lambda r: abs(r["ratio"] - 1))
+    if abs(worst["ratio"] - 1) <= 1e-9:
+        return said + ", each exactly the paper's formula."
+    formula = zero_memory(result["nparams"], result["ranks"], STAGE[worst["variant"]], **ADAM_FP64)
+    off = {kind: worst[kind] - formula[kind] for kind in KINDS if worst[kind] != formula[kind]}
+    said += (f", each within {abs(worst['ratio'] - 1):.2%} of the paper's formula; the most at "
+             f"{_variant_name(worst['variant'])}: " + ", ".join(
+                 f"{format_bytes(abs(extra))} {'more' if extra > 0 else 'less'} {kind.replace('_', ' ')}"
+                 for kind, extra in off.items()) + ".")
+    plain = zero_memory(result["nparams"], result["ranks"], 0, **ADAM_FP64)
+    unsharded = {kind: memory[0][kind] - plain[kind] for kind in KINDS}  # what data parallelism holds beyond it
+    sharded = [k for k, extra in off.items()  # kinds this stage shards, of which rank 0 holds more than unsharded
+               if STAGE[worst["variant"]] > KINDS[::-1].index(k) and extra > unsharded[k]]
+    reasons = []
+    if sharded:
+        reasons.append(f"where a unit's count does not divide by {result['ranks']}, rank 0's piece is one element "
+                       f"larger than the others' (in the {', '.join(k.replace('_', ' ') for k in sharded)})")
+    if off.get("optimizer_state", 0) > 0 and unsharded["optimizer_state"] > 0:  # unsharded, so not the pieces
+        reasons.append(f"torch's Adam keeps a step count for each tensor beside the two moments the formula counts "
+                       f"({format_bytes(unsharded['optimizer_state'])} with plain data parallelism)")
+    return said + (" What the formula leaves out: " + "; and ".join(reasons) + "." if reasons else "")
+
+
 def sharding_lesson(result: dict) -> Finding:
-    """What the rows say: memory falls stage by stage, stage 3 sends 1.5x, and what that costs on the emulated links."""
+    """What the rows say, each clause chosen by its numbers: memory by stage against the formula, bytes sent against
+    the paper's table, the emulated steps' times, and what a step spends beyond its collectives."""
     memory, traffic = memory_rows(result), traffic_rows(result)
     totals = [row["total"] for row in memory]
     falls = all(b < a for a, b in zip(totals, totals[1:]))
     row = {r["variant"]: r for r in traffic}
     ratio = {v: r["versus_dp"] for v, r in row.items()}
+    paper = {v: r["paper"] / row["data parallel"]["paper"] for v, r in row.items()}
     time = {v: r["measured_s"] for v, r in row.items()}
-    one, two, three = (time[f"ZeRO stage {k}"] for k in (1, 2, 3))
+    predicted = {v: r["predicted_s"] for v, r in row.items()}
+    calls = {v: r["calls"] for v, r in row.items()}
+    stages = VARIANTS[1:]
+    one, two, three = (time[v] for v in stages)
     alike = abs(two / one - 1) <= SAME
     slower = three >= SLOWER * max(t for v, t in time.items() if v != "ZeRO stage 3")
-    said = [f"Rank 0 of {result['ranks']} held {format_bytes(totals[0])} with plain data parallelism, then "
-            + ", ".join(f"{format_bytes(t)} at stage {i}" for i, t in enumerate(totals[1:], 1))
-            + f" ({totals[-1] / totals[0]:.0%} of it at stage 3), each within "
-            + f"{max(abs(r['ratio'] - 1) for r in memory):.2%} of the paper's formula (the rest: Adam's step counters "
-            + "and pieces one element larger than a 1/n share)."]
-    said.append(f"Per step every rank sent {ratio['ZeRO stage 1']:.2f}x and {ratio['ZeRO stage 2']:.2f}x what plain data "
-                f"parallelism sends at stages 1 and 2, {ratio['ZeRO stage 3']:.2f}x at stage 3: the paper's 2 Psi and "
-                "3 Psi (counted from the schedules).")
+    said = [_memory_sentence(result, memory)]
+
+    differ = [v[-1] for v in stages if abs(ratio[v] / paper[v] - 1) > MATCH]
+    said.append("Per step every rank sent " + ", ".join(f"{ratio[v]:.2f}x" for v in stages)
+                + " what plain data parallelism sends at stages 1, 2 and 3 (counted from the schedules); the paper's "
+                "table gives " + ", ".join(f"{paper[v]:.2f}x" for v in stages)
+                + ("; they agree." if not differ else f"; they differ at stage {' and '.join(differ)}."))
+
+    s1, s2, s3 = stages
+    same_work = calls[s1] == calls[s2] and abs(ratio[s1] / ratio[s2] - 1) <= MATCH
     said.append("On the emulated links a step took, in virtual time, " + ", ".join(
         f"{time[v] * 1e3:.1f} ms {'with plain data parallelism' if v == 'data parallel' else 'at stage ' + v[-1]}"
-        f" (predicted {row[v]['predicted_s'] * 1e3:.1f} for its {row[v]['calls']} collective"
-        f"{'s' if row[v]['calls'] > 1 else ''})" for v in VARIANTS) + ". "
-        + ("Stages 1 and 2 run the same collectives and took about as long" if alike else
-           "Stages 1 and 2 run the same collectives but did not take as long as each other")
-        + (f"; stage 3 took {three / two:.1f}x as long as stage 2: its memory is paid for in traffic." if slower else
+        f" (predicted {predicted[v] * 1e3:.1f} for its {calls[v]} collective{'s' if calls[v] > 1 else ''})"
+        for v in VARIANTS) + ". "
+        + f"Stages 1 and 2 {'ran the same collectives' if same_work else 'ran different collectives'} and "
+        + ("took about as long" if alike else f"did not take as long as each other ({two / one:.2f}x)")
+        + (f"; stage 3 took {three / two:.1f}x as long as stage 2, sending {ratio[s3] / ratio[s2]:.2f}x its bytes "
+           f"in {calls[s3]} collectives to {calls[s2]}, to hold {totals[3] / totals[2]:.0%} of its memory." if slower else
            f"; stage 3 was not clearly slower ({three / two:.1f}x stage 2)."))
-    overhead = (time["ZeRO stage 1"] - row["ZeRO stage 1"]["predicted_s"]) - \
-               (time["data parallel"] - row["data parallel"]["predicted_s"])
-    observed = ("stage 1 spends clearly more beyond its collectives than data parallelism"
-                if overhead > 0.25 * row["data parallel"]["predicted_s"] else
-                "stage 1 spends about as much beyond its collectives as data parallelism")
-    apart = row["ZeRO stage 1"]["predicted_s"] / row["data parallel"]["predicted_s"] - 1
-    said.append(f"The model puts stages 1 and 2 within {apart:.0%} of data parallelism (the same bytes; a few more "
-                f"latencies). Measured, stage 1 spent {abs(overhead) * 1e3:.1f} ms {'more' if overhead >= 0 else 'less'} "
-                "beyond its prediction than data parallelism did. Beyond its collectives a step's virtual time is "
-                "this CPU's own work, counted as the CPU time it took: forward, backward and Adam, alike in both, and "
-                f"the optimizer's Python around each of its {row['ZeRO stage 1']['calls']} collectives, where data "
-                "parallelism runs one (FSDP and DeepSpeed bucket their units for the same reason).")
+
+    dp = "data parallel"
+    apart = predicted[s1] / predicted[dp] - 1
+    same_bytes = abs(ratio[s1] - 1) <= MATCH
+    model = (f"The cost model prices stage 1's collectives {abs(apart):.0%} {'above' if apart >= 0 else 'below'} "
+             "data parallelism's"
+             + (f": the same bytes in {calls[s1]} calls instead of {calls[dp]}, so the difference is "
+                f"{calls[s1] - calls[dp]} more message latencies." if same_bytes and calls[s1] > calls[dp] else "."))
+    beyond = {v: time[v] - predicted[v] for v in VARIANTS}
+    overhead = beyond[s1] - beyond[dp]
+    by_calls = sorted(VARIANTS, key=lambda v: (calls[v], v))
+    grows = all(beyond[a] < beyond[b] for a, b in zip(by_calls, by_calls[1:]) if calls[a] < calls[b])
+    spent = ("Beyond its predicted collectives a step's virtual time is this CPU's own work, counted as the CPU time it "
+             f"took: {beyond[s1] * 1e3:.1f} ms at stage 1 against {beyond[dp] * 1e3:.1f} ms for data parallelism")
+    if overhead > CLEARLY * predicted[dp]:
+        observed = "stage 1 spends clearly more beyond its collectives than data parallelism"
+        spent += (f", {overhead * 1e3:.1f} ms more. " + (
+            "That work grows with the number of collectives a step runs ("
+            + ", ".join(f"{beyond[v] * 1e3:.1f} ms for {calls[v]}" for v in by_calls)
+            + f"): about {overhead / (calls[s1] - calls[dp]) * 1e6:.0f} us for each collective beyond data "
+            "parallelism's, the optimizer's Python around a call (FSDP and DeepSpeed bucket their units into fewer "
+            "calls for this reason)." if grows and calls[s1] > calls[dp] else
+            "It does not grow with the number of collectives (" + ", ".join(
+                f"{beyond[v] * 1e3:.1f} ms for {calls[v]}" for v in by_calls)
+            + "): these numbers do not say where it went."))
+    elif overhead < -CLEARLY * predicted[dp]:
+        observed = "stage 1 spends clearly less beyond its collectives than data parallelism"
+        spent += f", {-overhead * 1e3:.1f} ms less."
+    else:
+        observed = "stage 1 spends about as much beyond its collectives as data parallelism"
+        spent += (f": about as much, though it ran {calls[s1]} collectives to {calls[dp]}, so the work around a call "
+                  "is small next to a step here." if calls[s1] > calls[dp] else ": about as much.")
+    said.append(model + " " + spent)
     walls = [r["wall_s"] for r in traffic if r.get("wall_s")]
     if len(walls) == len(traffic):
         said.append("This machine took " + ", ".join(f"{w * 1e3:.1f}" for w in walls) + " ms of wall time a step "
@@ -206,15 +273,18 @@ def at_scale(nparams: float = 7.5e9, machines=SCALE_MACHINES) -> list[dict]:
             stage = STAGE[variant]
             calls = (["allreduce"] if stage == 0 else ["reduce_scatter", "allgather"]
                      + (["allgather"] if stage == 3 else []))
-            seconds = sum(predict_nccl(c, nbytes, topology).seconds for c in calls)
+            picks = [predict_nccl(c, nbytes, topology) for c in calls]
             memory = sum(zero_memory(nparams, n, stage).values())
             rows.append({"machine": name, "ranks": n, "variant": variant, "memory": memory, "gb": memory / 1e9,
-                         "fits": memory <= H100_MEMORY, "comm_s": seconds})
+                         "fits": memory <= H100_MEMORY, "comm_s": sum(p.seconds for p in picks),
+                         "algorithms": {c: p.algorithm for c, p in zip(calls, picks)},
+                         "busbw": {c: p.busbw for c, p in zip(calls, picks)}})
     return rows
 
 
 def describe_at_scale(rows: list[dict], nparams: float = 7.5e9) -> str:
-    """Which variants fit, and what their traffic costs, machine by machine (predicted)."""
+    """Which variants fit, and what their traffic costs, machine by machine (predicted); where stages 1 and 2 take
+    longer than data parallelism for the same bytes, the algorithms NCCL's model picked and their bus bandwidths."""
     said = []
     for name in dict.fromkeys(r["machine"] for r in rows):
         mine = [r for r in rows if r["machine"] == name]
@@ -227,8 +297,24 @@ def describe_at_scale(rows: list[dict], nparams: float = 7.5e9) -> str:
                      first is not dp else "") +
                     f". The collectives of a step: {dp['comm_s'] * 1e3:.0f} ms for data parallelism, "
                     + ", ".join(f"{r['comm_s'] * 1e3:.0f} ms at stage {STAGE[r['variant']]}" for r in mine[1:])
-                    + " (NCCL's model).")
+                    + " (NCCL's model)." + _why_slower(dp, mine[1]))
     return "\n".join(said)
+
+
+def _why_slower(dp: dict, stage1: dict) -> str:
+    """Stage 1 moves data parallelism's gradient in a reduce-scatter and an all-gather (on rings, what an allreduce
+    sends); where its collectives are predicted slower or faster, by which algorithms, at what bus bandwidths."""
+    ratio = stage1["comm_s"] / dp["comm_s"]
+    said = (" Stages 1 and 2 move the same gradient as data parallelism, in a reduce-scatter and an all-gather "
+            "instead of one allreduce, ")
+    if abs(ratio - 1) <= SAME / 5:
+        return said + f"and take about as long ({ratio:.2f}x)."
+    def how(row: dict, call: str) -> str:
+        words = {"allreduce": "allreduce", "reduce_scatter": "reduce-scatter", "allgather": "all-gather"}[call]
+        return f"the {words} by {row['algorithms'][call]} at {row['busbw'][call] / 1e9:.0f} GB/s"
+
+    return (said + f"yet take {ratio:.2f}x as long: NCCL's model runs {how(dp, 'allreduce')} of bus bandwidth, "
+            f"{how(stage1, 'reduce_scatter')} and {how(stage1, 'allgather')}.")
 
 
 def _zero_bytes(psi, n, stage, k=12):
