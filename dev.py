@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up ringlab on a fresh machine and run it: the only two commands a newcomer needs.
 
-    python3 dev.py lab     # set everything up, then open the labs in JupyterLab
+    python3 dev.py lab     # set everything up, then open your copies of the labs (my_labs/) in JupyterLab
     python3 dev.py test    # set everything up, then run every test (notebooks included)
     python3 dev.py gpu     # on a machine with an NVIDIA GPU: add cupy, NCCL and NVML for its driver
 
@@ -160,7 +160,9 @@ def main(argv: list[str]) -> None:
             sys.exit(test_in_two_parts(str(venv_bin("python"))))
     elif command == "lab":
         as_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers
-        run([str(venv_bin("jupyter")), "lab", str(ROOT / "labs"), *as_root, *rest])
+        # the learner's own copies (git-ignored): saving a lab never touches labs/, which `git pull` updates
+        run([str(venv_bin("python")), "-m", "ringlab.lab", "copy"])
+        run([str(venv_bin("jupyter")), "lab", str(ROOT / "my_labs"), *as_root, *rest])
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ and, saved and reopened without a kernel, shows its widgets from their saved sta
 under build/screenshots/. Skips, saying why, where Chromium or Playwright is missing
 (.ci/run installs Debian's chromium so that CI runs it)."""
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -105,8 +106,21 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
             assert page.get_by_text("Error displaying widget").count() == 0
             page.screenshot(path=str(SCREENSHOT.with_name("step-through-reopened.png")))
+            # issue 51: the reopened widget draws the step its controls show, outlined cells and all
+            reopened = page.evaluate(REOPENED_WIDGET)
+            assert reopened["readout"] == "0" and "after step 0" in reopened["title"], reopened
+            assert reopened["outlined"] == 4, reopened  # the 4 cells step 0 changed
         finally:
             browser.close()
+
+
+# the reopened step-through widget: its slider's readout, its figure's title and the outlined cells it draws
+REOPENED_WIDGET = """() => {
+    const plot = document.querySelector('.jupyter-widgets .js-plotly-plot');
+    return {readout: document.querySelector('.widget-readout').innerText,
+            title: (plot.querySelector('.gtitle') || {}).textContent || '',
+            outlined: plot.querySelectorAll('.subplot.x2y2 .scatterlayer .trace .point').length};
+}"""
 
 
 def run_all(browser, url: str):
@@ -263,3 +277,121 @@ def test_the_ring_fills_its_panel_at_16_and_32_ranks(big_rings):
         side = min(g["panel"])
         assert min(g["ring"]) >= 0.8 * side, f"the ring spans {g['ring']} px of a {g['panel']} px panel"
         assert side >= 0.35 * g["figure"], f"the ring's panel is {g['panel']} px of a {g['figure']} px figure"
+
+
+@pytest.fixture
+def learner_view(tmp_path):
+    """JupyterLab on a notebook that draws what issue 51 found hard to read: lab 03's kernel-free step figure, lab
+    08's NCCL choice map and its memory bars against 80 GB on a log axis, and a line too long for the output."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+                    "import ringlab as rl\nfrom ringlab.viz import step_figure, use_renderer\n"
+                    "from ringlab.viz.parallelism import choice_map, scale_bars\n"
+                    "from ringlab.lessons.lab08_beyond_data_parallelism.nccl import choice_rows\n"
+                    "from ringlab.lessons.lab08_beyond_data_parallelism.sharding import at_scale\nuse_renderer();"),
+                nbformat.v4.new_code_cell('step_figure(rl.build("allreduce.ring", 4))'),
+                nbformat.v4.new_code_cell("choice_map(choice_rows())"),
+                nbformat.v4.new_code_cell("scale_bars(at_scale())"),
+                nbformat.v4.new_code_cell('print("the busiest rank carries most of the traffic " * 12)')]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, tmp_path / "lab.ipynb")
+    yield from _serve(tmp_path)
+
+
+# boxes ([left, top, right, bottom], px) of the step figure's legend, buttons and slider; the choice map's cell
+# labels with their font size; the memory bars' y tick labels; how the printed line may break
+LEARNER_VIEW = """() => {
+    const box = el => { const b = el.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+    const union = boxes => [Math.min(...boxes.map(b => b[0])), Math.min(...boxes.map(b => b[1])),
+                            Math.max(...boxes.map(b => b[2])), Math.max(...boxes.map(b => b[3]))];
+    const plots = [...document.querySelectorAll('.js-plotly-plot')];
+    const [step, choices, memory] = plots;
+    const legend = [...step.querySelectorAll('.annotation')].find(a => a.textContent.includes('outlined'));
+    const printed = [...document.querySelectorAll('.jp-OutputArea-output pre')]
+        .find(pre => pre.textContent.includes('busiest rank'));
+    return {plots: plots.length,
+            legend: box(legend),
+            buttons: union([...step.querySelectorAll('.updatemenu-button')].map(box)),
+            slider: box(step.querySelector('.slider-container')),
+            labels: [...choices.querySelectorAll('g.heatmap-label text')].map(t => ({
+                box: box(t), size: parseFloat(getComputedStyle(t).fontSize)})),
+            yticks: [...memory.querySelectorAll('.ytick text')].map(t => t.textContent),
+            wordBreak: printed ? getComputedStyle(printed).wordBreak : null};
+}"""
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.timeout(240)
+def test_what_a_learner_sees_is_readable_and_nothing_is_drawn_over_anything(learner_view):
+    """Issue 51, read by eye in Chromium: the step figure's legend clear of its play/pause buttons and slider,
+    the choice map's labels at 10 px or more and apart, the memory bars' log axis labelled in full up to
+    hundreds of GB (not 10^85), and printed text that breaks at spaces."""
+    url, _ = learner_view
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = run_all(browser, url)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.js-plotly-plot').length == 3 && "
+                "[...document.querySelectorAll('.jp-OutputArea-output pre')].some(p => p.textContent.includes("
+                "'busiest rank'))", timeout=180_000)
+            time.sleep(1)
+            seen = page.evaluate(LEARNER_VIEW)
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT.with_name("learner-view.png")), full_page=True)
+        finally:
+            browser.close()
+    print({key: value for key, value in seen.items() if key != "labels"}, len(seen["labels"]), "labels")
+    legend, buttons, slider = seen["legend"], seen["buttons"], seen["slider"]
+    assert not _overlap(legend, buttons) and not _overlap(legend, slider), seen
+    assert not _overlap(buttons, slider), seen
+    labels = seen["labels"]
+    assert labels and min(label["size"] for label in labels) >= 10, labels[:3]
+    crowded = [(a["box"], b["box"]) for i, a in enumerate(labels) for b in labels[i + 1:] if _overlap(a["box"], b["box"])]
+    assert not crowded, crowded[:3]
+    ticks = [t.replace("\u2212", "-") for t in seen["yticks"]]
+    assert ticks and all(re.fullmatch(r"[\d.]+[kMGT]?", t) for t in ticks), ticks
+    assert max(float(t.rstrip("kMGT")) * {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(t[-1], 1) for t in ticks) < 1e4
+    assert seen["wordBreak"] == "normal", seen["wordBreak"]
+
+
+@pytest.fixture
+def learner_copy(tmp_path):
+    """JupyterLab on lab 03 twice: as committed (raw.ipynb) and as `python3 dev.py lab` copies it (lab.ipynb)."""
+    notebooks.learner_copy(tmp_path / "my_labs")
+    shutil.copy(tmp_path / "my_labs" / "03_allreduce.ipynb", tmp_path / "lab.ipynb")
+    shutil.copy(notebooks.LABS / "03_allreduce.ipynb", tmp_path / "raw.ipynb")
+    yield from _serve(tmp_path)
+
+
+def _opens_dirty(browser, url: str) -> bool:
+    """Whether the notebook at ``url`` shows unsaved changes once its kernel is up, before anything is done."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(url)
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)
+        time.sleep(3)
+        name = url.split("?")[0].rsplit("/", 1)[1]  # its own tab: the workspace may reopen the other one too
+        return page.locator(".lm-TabBar-tab.jp-mod-dirty", has_text=name).count() > 0
+    finally:
+        page.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_learners_copy_opens_without_unsaved_changes(learner_copy):
+    """Issue 51: a lab showed unsaved changes as soon as it opened (JupyterLab fills in the kernel's spec and
+    language_info); the copy in my_labs/ carries them already. The committed notebook is the control."""
+    url, _ = learner_copy
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            raw = _opens_dirty(browser, url.replace("/lab.ipynb", "/raw.ipynb"))
+            copied = _opens_dirty(browser, url)
+        finally:
+            browser.close()
+    assert raw, "the committed notebook no longer opens changed: this test's control has gone"
+    assert not copied, "the learner's copy opens with unsaved changes"

@@ -349,3 +349,79 @@ def test_the_double_binary_tree_is_drawn_as_a_tree_not_on_a_circle():
     assert y[0] == y.max() and all(y[r] < y[parents[r]] for r in range(1, 8))  # every rank below its parent
     ring_x, _ = default_positions(rl.build("allreduce.ring", 8))
     assert np.allclose(np.hypot(*default_positions(rl.build("allreduce.ring", 8))), 1.0) and len(ring_x) == 8
+
+
+def test_a_saved_widget_reopens_at_the_step_its_controls_show():
+    """Issue 51: the state JupyterLab saves with a notebook held the figure as first drawn, so a reopened widget
+    showed the start, without the step's outlined cells, under controls that said "after step 4"."""
+    w = StepThrough(rl.build("allreduce.ring", 4))
+    w.step = 5
+    figure, slider = w.figure.get_state(), w.slider.get_state()
+    assert slider["index"] == 5 and "after step 4" in w.caption.get_state()["value"]
+    assert figure["_widget_layout"]["title"]["text"] == w.frames[5].title
+    outlined = figure["_widget_data"][3]
+    assert sorted(zip(outlined["y"], outlined["x"])) == sorted(w.frames[5].changed) != []
+    assert [list(row) for row in figure["_widget_data"][2]["text"]] == [list(row) for row in w.frames[5].provenance]
+    assert len(figure["_widget_layout"]["annotations"]) == 2 * 4  # this step's arrows and chunk labels
+    w.step = 0
+    assert w.figure.get_state()["_widget_layout"]["title"]["text"] == w.frames[0].title
+
+
+def test_the_static_figure_keeps_its_legend_clear_of_its_buttons_and_slider():
+    """Issue 51: the legend sat at a share of the plot's height below it, over the play button and the slider.
+    The controls hang from the plot's bottom edge and the legend starts CONTROLS_PX (pixels) below it, in a
+    margin tall enough for its lines; the slider starts right of the buttons."""
+    from ringlab.viz.stepview import BUTTONS_PX, CONTROLS_PX, LEGEND_LINE_PX
+
+    wrong = rl.make_schedule("broadcast", 3, 1, [[(0, 1, 0, "copy")], [(2, 0, 0, "copy")], [(1, 2, 0, "copy")]],
+                             root=0)
+    for schedule in (rl.build("allreduce.ring", 4), rl.build("allreduce.ring", 16), wrong):
+        fig = step_figure(schedule)
+        slider, buttons = fig.layout.sliders[0], fig.layout.updatemenus[0]
+        assert slider.y == buttons.y == 0 and slider.yanchor == buttons.yanchor == "top"
+        assert slider.x == 0 and slider.xanchor == buttons.xanchor == "left" and slider.pad.l >= BUTTONS_PX
+        legends = [fig.layout.annotations[-1]] + [frame.layout.annotations[-1] for frame in fig.frames]
+        for legend in legends:
+            assert "outlined" in legend.text and legend.yref == "paper" and legend.y == 0
+            assert legend.yanchor == "top" and legend.yshift <= -CONTROLS_PX
+            lines = legend.text.count("<br>") + 1
+            assert fig.layout.margin.b >= CONTROLS_PX + lines * LEGEND_LINE_PX
+        assert sum(note.yref == "paper" for note in fig.frames[-1].layout.annotations) == 1  # only the legend
+    assert "rank 2 holds no data" in fig.frames[-1].layout.annotations[-1].text  # the failing step says why
+
+
+def test_the_choice_map_labels_are_readable_at_the_default_size():
+    """Issue 51: plotly shrank the labels to about 5 px to fit them in their cells."""
+    from ringlab.lessons.lab08_beyond_data_parallelism.nccl import choice_rows
+    from ringlab.viz.parallelism import choice_map
+
+    fig = choice_map(choice_rows())
+    heat = fig.data[0]
+    assert heat.textfont.size >= 10 and fig.layout.xaxis.tickfont.size >= 10 and fig.layout.yaxis.tickfont.size >= 10
+    assert max(len(line) for row in heat.text for cell in row for line in cell.split("<br>")) <= 8
+    margin = fig.layout.margin
+    plot = fig.layout.height - (margin.t if margin.t is not None else 100) - (margin.b if margin.b is not None else 80)
+    assert plot / len(heat.y) >= 2 * 1.25 * heat.textfont.size  # two lines of a label fit a row
+    assert "/" in heat.customdata[0][0] and "%{customdata}" in heat.hovertemplate  # the hover names it in full
+
+
+def test_printed_text_wraps_at_words_in_a_notebook(monkeypatch, capsys):
+    """Issue 51: JupyterLab breaks an overlong printed line anywhere ("traffi" / "c"); use_renderer, which every
+    lab calls first, shows a style that breaks it at spaces, and only where a kernel's front end shows it."""
+    import IPython
+    import IPython.display
+
+    from ringlab.viz import TEXT_OUTPUT_CSS
+
+    shown = []
+    use_renderer()
+    assert capsys.readouterr().out == ""  # no kernel: nothing printed
+
+    class Shell:
+        kernel = object()
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    use_renderer()
+    assert len(shown) == 1 and f"<style>{TEXT_OUTPUT_CSS}</style>" == shown[0].data
+    assert "word-break: normal" in TEXT_OUTPUT_CSS and ".jp-OutputArea-output pre" in TEXT_OUTPUT_CSS

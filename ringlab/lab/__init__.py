@@ -6,7 +6,8 @@
   every lab, each expected answer computed by ringlab, checked with a hint;
 - ``cluster``: :class:`MPICluster`, MPI ranks as ipyparallel engines for ``%%px`` cells;
 - ``notebooks``: the labs' jupytext sources, the exercise and solution notebooks built from them,
-  and their ``%%px`` cells as one script for mpiexec (``python -m ringlab.lab build|check|settings|script``);
+  their ``%%px`` cells as one script for mpiexec, and the learner's own copies in ``my_labs/``
+  (``python -m ringlab.lab build|check|copy|settings|script``);
 - ``settings``: JupyterLab's saveState turned on, so that saved notebooks keep their widgets;
 - ``words``: lists and counts in the labs' sentences, said one way.
 """

@@ -11,6 +11,10 @@ Notebooks are written without outputs. ``python -m ringlab.lab check`` (and a te
 when a notebook and its source have drifted apart; ``python -m ringlab.lab build`` mends it.
 ``python -m ringlab.lab script 03`` prints a lab's ``%%px`` cells as one script, which runs
 under ``mpiexec`` just as the cells run on the notebook's MPI engines.
+
+Learners work in their own copies: :func:`learner_copy` (``python -m ringlab.lab copy``, run by
+``python3 dev.py lab`` before it opens them) copies the labs into ``my_labs/``, which git ignores, so that
+saving a lab never touches the committed notebooks and a ``git pull`` never meets a learner's outputs.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import sys
 from pathlib import Path
 
 LABS = Path(__file__).resolve().parents[2] / "labs"
+MY_LABS = LABS.parent / "my_labs"  # the learner's copies (git-ignored), beside labs/ so that its links still work
 MARKER = "# solution"
 PLACEHOLDER = "# Write your code here."
 
@@ -130,6 +135,43 @@ def stale() -> list[str]:
     return out
 
 
+def learner_copy(dest: str | Path | None = None) -> list[Path]:
+    """Copy the labs into ``dest`` (default :data:`MY_LABS`): the exercise notebooks, the solutions and the
+    pages they link to. A file already there is the learner's and stays as it is; returns the files written.
+
+    Each notebook copied names this environment's kernel and language as JupyterLab fills them in when the
+    kernel starts (the committed ones carry only their names), so that it opens without unsaved changes.
+    """
+    import nbformat
+
+    dest = Path(dest) if dest is not None else MY_LABS
+    written = []
+    for path in sorted([*LABS.glob("*.ipynb"), *LABS.glob("*.md"), *(LABS / "solutions").glob("*")]):
+        target = dest / path.relative_to(LABS)
+        if target.exists() or not path.is_file():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".ipynb":
+            notebook = nbformat.read(path, as_version=4)
+            notebook.metadata.update(kernel_metadata())
+            nbformat.write(notebook, target)
+        else:
+            target.write_bytes(path.read_bytes())
+        written.append(target)
+    return written
+
+
+def kernel_metadata(kernel: str = "python3") -> dict:
+    """The ``kernelspec`` and ``language_info`` JupyterLab writes into a notebook run on ``kernel`` here (from the
+    kernel's spec, and ipykernel's language_info, which reports this Python's version)."""
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(kernel)
+    return {"kernelspec": {"name": kernel, "display_name": spec.display_name, "language": spec.language},
+            "language_info": copy.deepcopy(IPythonKernel.language_info)}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["build"]:
@@ -146,6 +188,12 @@ def main(argv=None) -> int:
 
         print(f"JupyterLab will save widget state with notebooks: {write_overrides()}")
         return 0
+    if argv and argv[0] == "copy" and len(argv) <= 2:
+        dest = Path(argv[1]) if len(argv) == 2 else MY_LABS
+        written = learner_copy(dest)
+        print(f"your labs are in {dest}" + (f" ({len(written)} file{'s' * (len(written) != 1)} copied from labs/; "
+                                            "the ones already there are kept as you left them)" if written else ""))
+        return 0
     if len(argv) == 2 and argv[0] == "script":
         try:
             print(rank_script(argv[1])[1], end="")
@@ -153,9 +201,10 @@ def main(argv=None) -> int:
             print(f"ringlab.lab: {err}", file=sys.stderr)
             return 2
         return 0
-    print("usage: python -m ringlab.lab build | check | settings | script LAB\n"
+    print("usage: python -m ringlab.lab build | check | copy [DEST] | settings | script LAB\n"
           "  build         write labs/*.ipynb and labs/solutions/*.ipynb from labs/src/\n"
           "  check         fail when a notebook and its source differ\n"
+          "  copy [DEST]   copy the labs into my_labs/ (or DEST) to work in, keeping the files already there\n"
           "  settings      make this environment's JupyterLab save widget state with notebooks\n"
           "  script LAB    print a lab's %%px cells as one script for mpiexec (LAB: 03 or 03_allreduce)",
           file=sys.stderr)

@@ -22,8 +22,14 @@ def __getattr__(name):
     return getattr(importlib.import_module(f".{home}", __name__), name)
 
 
+# JupyterLab breaks a printed line too long for the output area anywhere, mid-word ("traffi" / "c", "0." / "006":
+# word-break: break-all on output text); with this, printed sentences and tables break at spaces
+TEXT_OUTPUT_CSS = ".jp-Notebook .jp-OutputArea-output pre, .jp-OutputArea-output pre { word-break: normal; }"
+
+
 def use_renderer(offline: bool = False) -> str:
-    """Pick plotly's renderer on purpose: JupyterLab's own (mimetype) plus HTML for nbconvert.
+    """Pick plotly's renderer on purpose: JupyterLab's own (mimetype) plus HTML for nbconvert; and, in a
+    notebook, make printed text wrap at spaces rather than inside words (:data:`TEXT_OUTPUT_CSS`).
 
     ``offline=False`` puts a script tag that loads plotly.js from its CDN into exported HTML (light,
     needs the network when the HTML is opened); ``offline=True`` embeds plotly.js once per notebook
@@ -32,7 +38,22 @@ def use_renderer(offline: bool = False) -> str:
     import plotly.io as pio
 
     pio.renderers.default = "plotly_mimetype+" + ("notebook" if offline else "notebook_connected")
+    _wrap_text_at_words()
     return pio.renderers.default
+
+
+def _wrap_text_at_words() -> None:
+    """Show :data:`TEXT_OUTPUT_CSS` as this cell's output, where a kernel's front end shows HTML (not in a terminal,
+    where display() would print the object's repr)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return
+    display(HTML(f"<style>{TEXT_OUTPUT_CSS}</style>"))
 
 
 __all__ = ["StepThrough", "algbw_busbw_plot", "scale_plot", "step_figure", "frames", "timeline", "bandwidth_heatmap", "host_device_figure",

@@ -5,8 +5,10 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from ..measure.units import format_bytes
+from .axes import finish_log_axes, reference_line
 
 KINDS = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state"}
+CELL_FONT = 11  # px: the choice map's labels, readable at the figure's default size
 
 
 def memory_bars(result: dict) -> go.Figure:
@@ -51,7 +53,7 @@ def expert_load_bars(rows: list[dict]) -> go.Figure:
                     name=f"router {r['router']} (busiest {r['imbalance']:.1f}x the mean)",
                     marker_color=qualitative.Plotly[i])
     mean = sum(rows[0]["per_expert"]) / len(rows[0]["per_expert"])
-    fig.add_hline(y=mean, line_dash="dash", annotation_text=f"the mean, {mean:.0f}")
+    reference_line(fig, mean, f"the mean, {mean:.0f}")
     fig.update_layout(barmode="group", title="measured here: tokens each expert received in one step",
                       yaxis_title="tokens", legend=dict(orientation="h", y=-0.2))
     return fig
@@ -66,15 +68,21 @@ def choice_map(rows: list[dict]) -> go.Figure:
     cell = {(r["machine"], r["collective"], r["bytes"]): r["choice"] for r in rows}
     z = [[index[cell[(m, c, k)]] + 0.5 for k in sizes] for m, c in lines]  # the middle of its colour's band
     text = [[cell[(m, c, k)] for k in sizes] for m, c in lines]
+    shown = [[t.replace("/", "<br>") for t in row] for row in text]  # algorithm over protocol: narrow enough for a cell
     colours = qualitative.Set3 + qualitative.Pastel
     scale = []
     for i in range(len(picks)):
         scale += [[i / len(picks), colours[i]], [(i + 1) / len(picks), colours[i]]]
-    fig = go.Figure(go.Heatmap(z=z, x=[format_bytes(k) for k in sizes], y=[f"{m}, {c}" for m, c in lines], text=text,
-                               texttemplate="%{text}", colorscale=scale, zmin=0, zmax=len(picks), showscale=False,
-                               hovertemplate="%{y} at %{x}: %{text}<extra></extra>"))
+    # plotly shrinks a heatmap's text to fit its cells unless given a size: a fixed size, the label on two lines and
+    # rows tall enough for them keep it readable
+    fig = go.Figure(go.Heatmap(z=z, x=[format_bytes(k) for k in sizes], y=[f"{m}<br>{c}" for m, c in lines], text=shown,
+                               customdata=text, texttemplate="%{text}", textfont=dict(size=CELL_FONT), colorscale=scale,
+                               zmin=0, zmax=len(picks), showscale=False, xgap=1, ygap=1,
+                               hovertemplate="%{y} at %{x}: %{customdata}<extra></extra>"))
     fig.update_layout(title="predicted (NCCL's model): the algorithm/protocol NCCL picks by size",
-                      xaxis_title="size (nccl-tests' bytes)", height=120 + 32 * len(lines), yaxis=dict(autorange="reversed"))
+                      xaxis=dict(title="size (nccl-tests' bytes)", tickfont=dict(size=CELL_FONT)),
+                      yaxis=dict(autorange="reversed", tickfont=dict(size=CELL_FONT)),
+                      height=140 + 2 * (CELL_FONT + 10) * len(lines), margin=dict(l=110, r=20))
     return fig
 
 
@@ -88,7 +96,7 @@ def protocol_plot(rows: list[dict]) -> go.Figure:
                         hovertemplate="%{x:.3s}B: %{y:.1f} us<extra>" + proto + "</extra>")
     fig.update_layout(title=f"predicted (NCCL's model): ring allreduce on {rows[0]['machine']}, each protocol forced",
                       xaxis=dict(type="log", title="size (bytes)"), yaxis=dict(type="log", title="microseconds"))
-    return fig
+    return finish_log_axes(fig)
 
 
 def scale_bars(rows: list[dict], limit: float = 80e9) -> go.Figure:
@@ -100,7 +108,7 @@ def scale_bars(rows: list[dict], limit: float = 80e9) -> go.Figure:
                     name=f"{name} ({mine[0]['ranks']} GPUs)", marker_color=qualitative.Plotly[i],
                     customdata=[r["comm_s"] * 1e3 for r in mine],
                     hovertemplate="%{x}: %{y:.1f} GB a GPU, collectives %{customdata:.0f} ms a step<extra></extra>")
-    fig.add_hline(y=limit / 1e9, line_dash="dash", annotation_text="an H100's 80 GB (published)")
     fig.update_layout(barmode="group", yaxis=dict(type="log", title="GB a GPU (the paper's formulas)"),
                       title="predicted: a 7.5B-parameter model, mixed-precision Adam", legend=dict(orientation="h", y=-0.2))
-    return fig
+    reference_line(fig, limit / 1e9, f"an H100's {limit / 1e9:g} GB (published)")
+    return finish_log_axes(fig)

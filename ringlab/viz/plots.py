@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from ..measure.units import format_bytes
 from ..schedule import bus_factor
+from .axes import finish_log_axes
 
 SIDE_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
@@ -203,7 +204,7 @@ def busbw_plot(rows: list[dict], title: str = "measured bus bandwidth") -> go.Fi
                                    for r in mine])
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
-    return fig
+    return finish_log_axes(fig)
 
 
 FITTED_TITLE = "markers: bus bandwidth measured here; lines: the cost model fitted to those measurements"
@@ -232,7 +233,7 @@ def fitted_busbw_plot(rows: list[dict], fits: dict, title: str = FITTED_TITLE, p
                                                      for k, b in zip(sizes, busbw)])
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
-    return fig
+    return finish_log_axes(fig)
 
 
 TIME_UNITS = {"µs": 1e6, "ms": 1e3, "s": 1.0}
@@ -251,7 +252,7 @@ def time_vs_ranks(ranks, seconds: dict, title: str = "predicted time against ran
                                                      for n, v in zip(ranks, values)])
     fig.update_layout(title=title, xaxis=dict(type="log", title="ranks"),
                       yaxis=dict(type="log", title=f"time ({unit})"))
-    return fig
+    return finish_log_axes(fig)
 
 
 def measured_vs_predicted(sizes, measured, predicted, label: str = "",
@@ -265,7 +266,7 @@ def measured_vs_predicted(sizes, measured, predicted, label: str = "",
     fig.add_scatter(x=sizes, y=predicted * 1e6, mode="lines", name=f"predicted {label}".strip())
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="time (µs)"))
-    return fig
+    return finish_log_axes(fig)
 
 
 def segments_plot(segments, measured, predicted=None, title: str = "chain broadcast against segment count") -> go.Figure:
@@ -276,7 +277,7 @@ def segments_plot(segments, measured, predicted=None, title: str = "chain broadc
         fig.add_scatter(x=list(segments), y=[p * 1e6 for p in predicted], mode="lines", name="predicted",
                         line=dict(dash="dash"))
     fig.update_layout(title=title, xaxis=dict(type="log", title="segments S"), yaxis=dict(title="time (µs)"))
-    return fig
+    return finish_log_axes(fig)
 
 
 def _worker_name(worker: int, straggler: int | None) -> str:
@@ -326,7 +327,7 @@ def links_figure(published, measured=None, title: str = "link bandwidth per dire
                     hoverinfo="text")
     fig.update_layout(title=title, xaxis=dict(type="log", title="GB/s per direction"), height=120 + 28 * (
         len(published) + len(measured or {})), margin=dict(l=260), yaxis=dict(autorange="reversed"))
-    return fig
+    return finish_log_axes(fig)
 
 
 def versus_plot(sweeps: dict, title: str = "published busbw (markers) against the cost model's prediction (lines)"
@@ -348,7 +349,7 @@ def versus_plot(sweeps: dict, title: str = "published busbw (markers) against th
                         legendgroup=label, showlegend=False, line=dict(color=color, dash="dash"), hoverinfo="skip")
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"), height=560)
-    return fig
+    return finish_log_axes(fig)
 
 
 def fraction_bars(rows: list[dict], title: str) -> go.Figure:
@@ -366,7 +367,7 @@ def fraction_bars(rows: list[dict], title: str) -> go.Figure:
                                              for r in rows])
     fig.update_layout(title=title, barmode="overlay", xaxis=dict(type="log", title="GB/s per direction"),
                       yaxis=dict(autorange="reversed"), margin=dict(l=320), height=140 + 34 * len(rows))
-    return fig
+    return finish_log_axes(fig, room=0.3)  # the share of the peak is written beyond each bar's end
 
 
 PUBLISHED_MARKER = dict(symbol="diamond", size=11, color="#222", line=dict(width=1, color="white"))
@@ -449,7 +450,7 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
     for row in range(1, rows + 1):
         fig.update_yaxes(title_text="bus bandwidth (GB/s)", row=row, col=1)
     fig.update_layout(title=title, height=340 * rows + 120)
-    return fig
+    return finish_log_axes(fig)
 
 
 def algbw_busbw_plot(rows: list[dict], title: str = "predicted (cost model): algbw and busbw of the ring allreduce",
@@ -481,4 +482,4 @@ def algbw_busbw_plot(rows: list[dict], title: str = "predicted (cost model): alg
         fig.update_xaxes(type="log", title_text="message size per rank (bytes)", row=1, col=col)
         fig.update_yaxes(title_text="GB/s", row=1, col=col)
     fig.update_layout(title=title, height=430)
-    return fig
+    return finish_log_axes(fig)

@@ -1,9 +1,12 @@
 """Collectives at datacenter scale: bus bandwidth and time against the number of GPUs, one line per algorithm."""
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .axes import finish_log_axes
 from .plots import PALETTE
 
 
@@ -25,9 +28,10 @@ def scale_plot(rows: list[dict], turning: dict | None = None,
     if turning:
         for col in (1, 2):
             fig.add_vline(x=turning["gpus"], line=dict(dash="dot", color="#555"), row=1, col=col)
-        fig.add_annotation(x=turning["gpus"], y=1, yref="paper", xref="x", showarrow=False, yanchor="bottom",
+        fig.add_annotation(x=math.log10(turning["gpus"]), y=1, yref="paper", xref="x", showarrow=False,  # log10: a log axis
+                           yanchor="bottom",
                            text=f"ring: latency passes transfer, {turning['gpus']:,} GPUs")
     fig.update_xaxes(type="log", title_text="GPUs")
     fig.update_yaxes(type="log")
     fig.update_layout(title=title, height=460)
-    return fig
+    return finish_log_axes(fig)

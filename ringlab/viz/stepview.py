@@ -24,6 +24,10 @@ LEGEND = ("cells: grey = nothing of what the collective needs there yet; orange 
           "green = all of it; outlined = changed by this step. Arrows: orange +c2 = chunk 2 added into the "
           "receiver's copy; blue =c2 = chunk 2 copied over it. Under each rank: bytes sent (↑) and received (↓) "
           "so far; hover a rank or a cell for the details.")
+CONTROLS_GAP_PX = 8    # between the plot's bottom edge and step_figure's buttons and slider
+BUTTONS_PX = 130       # room for the play and pause buttons left of the slider, whatever the figure's width
+CONTROLS_PX = 110      # from the plot's bottom edge to below the slider's step labels (plotly draws it ~90 px high)
+LEGEND_FONT, LEGEND_LINE_PX = 11, 16  # the legend under step_figure's controls, and the height of one of its lines
 COLORSCALE = [[0.0, "#f4f4f4"], [1e-9, "#fde2c4"], [0.5, "#f59b42"], [0.999, "#c4541b"], [1.0, "#2a7f3f"]]
 
 
@@ -126,9 +130,9 @@ def frames(schedule: Schedule, nbytes: int = 1 << 20) -> list[Frame]:
     return out
 
 
-def _annotations(frame: Frame, x, y, labels: bool) -> list[dict]:
+def _annotations(frame: Frame, x, y, labels: bool, error: bool = True) -> list[dict]:
     """Arrows from sender to receiver, stopping short of the markers, with a chunk label midway
-    (``labels``: up to :data:`RANK_TEXT_UP_TO` ranks)."""
+    (``labels``: up to :data:`RANK_TEXT_UP_TO` ranks), and the checker's message under the plot (``error``)."""
     notes = []
     for src, dst, text in frame.arrows:
         x0, y0, x1, y1 = x[src], y[src], x[dst], y[dst]
@@ -143,7 +147,7 @@ def _annotations(frame: Frame, x, y, labels: bool) -> list[dict]:
             nx, ny = -dy / length, dx / length
             notes.append(dict(x=(x0 + x1) / 2 + 0.07 * nx, y=(y0 + y1) / 2 + 0.07 * ny, xref="x", yref="y",
                               text=text, showarrow=False, font=dict(size=11)))
-    if frame.error:
+    if frame.error and error:
         notes.append(dict(x=0.5, y=-0.12, xref="paper", yref="paper", showarrow=False, text=frame.error,
                           font=dict(color="#b00020", size=13)))
     return notes
@@ -219,29 +223,48 @@ def _wrapped(text: str, width: int = 110) -> str:
     return "<br>".join(textwrap.wrap(text, width))
 
 
+def _legend(error: str = "") -> tuple[dict, int]:
+    """The legend under :func:`step_figure`'s controls, led by the checker's message on a failing frame, and
+    its height in pixels."""
+    text = _wrapped(LEGEND)
+    if error:
+        text = f"<span style='color:#b00020'>{_wrapped(error)}</span><br>" + text
+    lines = text.count("<br>") + 1
+    note = dict(x=0, y=0, xref="paper", yref="paper", xanchor="left", yanchor="top", yshift=-CONTROLS_PX,
+                align="left", showarrow=False, text=text, font=dict(size=LEGEND_FONT, color="#444"))
+    return note, lines * LEGEND_LINE_PX
+
+
 def step_figure(schedule: Schedule, nbytes: int = 1 << 20, height: int | None = None, positions=None) -> go.Figure:
     """The whole schedule as one plotly figure with a play button and a step slider (no kernel needed),
-    with the legend (:data:`LEGEND`) under it. The slider counts like the titles: "0" is after step 0.
+    with the legend (:data:`LEGEND`) under them. The slider counts like the titles: "0" is after step 0.
+
+    Below the plot come the buttons and the slider (:data:`CONTROLS_PX` high), then the legend: placed in
+    pixels from the plot's bottom edge, so that neither is drawn over the other at any height.
     """
     all_frames = frames(schedule, nbytes)
     labels = schedule.nranks <= RANK_TEXT_UP_TO
     x, y = default_positions(schedule) if positions is None else _checked(positions, schedule.nranks)
     first = all_frames[0]
-    fig = go.Figure(data=frame_traces(first, x, y, labels), layout=base_layout(schedule, height))
-    legend = dict(x=0, y=-0.16, xref="paper", yref="paper", xanchor="left", yanchor="top", align="left",
-                  showarrow=False, text=_wrapped(LEGEND), font=dict(size=11, color="#444"))
-    fig.update_layout(title=first.title, annotations=_annotations(first, x, y, labels) + [legend])
-    fig.update_layout(margin=dict(b=150))
+    layout = base_layout(schedule, height)
+    legends = [_legend(f.error) for f in all_frames]
+    below = CONTROLS_PX + max(px for _, px in legends) + 10
+    layout["height"] += below - layout["margin"]["b"]  # the plot keeps its size; the margin grows under it
+    layout["margin"] = dict(layout["margin"], b=below)
+    fig = go.Figure(data=frame_traces(first, x, y, labels), layout=layout)
+    fig.update_layout(title=first.title, annotations=_annotations(first, x, y, labels, error=False) + [legends[0][0]])
     names = step_names(len(all_frames))
     fig.frames = [go.Frame(name=name, data=frame_traces(f, x, y, labels),
-                           layout=dict(title=dict(text=f.title), annotations=_annotations(f, x, y, labels) + [legend]))
-                  for name, f in zip(names, all_frames)]
+                           layout=dict(title=dict(text=f.title),
+                                       annotations=_annotations(f, x, y, labels, error=False) + [legend]))
+                  for name, f, (legend, _) in zip(names, all_frames, legends)]
     play = dict(label="play", method="animate", args=[None, dict(frame=dict(duration=900, redraw=True), fromcurrent=True)])
     pause = dict(label="pause", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0))])
     fig.update_layout(
-        updatemenus=[dict(type="buttons", direction="left", x=0, y=-0.02, xanchor="left", yanchor="top",
-                          buttons=[play, pause])],
-        sliders=[dict(active=0, x=0.12, y=-0.02, len=0.88, currentvalue=dict(prefix="step: "),
+        updatemenus=[dict(type="buttons", direction="left", x=0, y=0, xanchor="left", yanchor="top",
+                          pad=dict(t=CONTROLS_GAP_PX + 12, r=10), buttons=[play, pause])],
+        sliders=[dict(active=0, x=0, y=0, len=1, xanchor="left", yanchor="top",  # starts BUTTONS_PX right of them
+                      pad=dict(t=CONTROLS_GAP_PX, b=0, l=BUTTONS_PX), currentvalue=dict(prefix="step: "),
                       steps=[dict(label=name, method="animate",
                                   args=[[name], dict(mode="immediate", frame=dict(duration=0, redraw=True))])
                              for name in names])])

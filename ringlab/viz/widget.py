@@ -1,6 +1,7 @@
 """The step-through widget: play, pause, a step slider, previous and next, over any schedule."""
 from __future__ import annotations
 
+import copy
 import traceback
 
 import ipywidgets as widgets
@@ -59,6 +60,14 @@ class StepThrough(widgets.VBox):
                           self.legend, self.figure, self.errors])
         self._draw(0)
 
+    def _keep_state(self) -> None:
+        """Make the figure's synced state the figure as drawn now. plotly's FigureWidget sends each change to
+        the page as a message and keeps, as the state JupyterLab saves with a notebook, the figure it was
+        created with: reopened, the widget drew the start under controls at another step. Its own display
+        does the same copy (``FigureWidget._repr_mimebundle_``)."""
+        self.figure._widget_data = copy.deepcopy(self.figure._data)
+        self.figure._widget_layout = copy.deepcopy(self.figure._layout_obj._props)
+
     def _move(self, delta: int) -> None:
         self.step = min(max(self.step + delta, 0), len(self.frames) - 1)
 
@@ -82,6 +91,7 @@ class StepThrough(widgets.VBox):
             self.figure.data[3].x, self.figure.data[3].y = changed.x, changed.y
             self.figure.layout.annotations = _annotations(frame, self._x, self._y, self.labels)
             self.figure.layout.title = frame.title
+        self._keep_state()
         moves = len(frame.arrows)
         note = f"<b>{frame.title}</b>" + (f": {moves} message{'s' * (moves != 1)}, {len(frame.changed)} "
                                           f"cell{'s' * (len(frame.changed) != 1)} changed" if index else "")
