@@ -89,6 +89,13 @@ def axis_values(fig: go.Figure, name: str) -> list[float]:
     return values
 
 
+def _has_bars(fig: go.Figure, name: str) -> bool:
+    """Whether bars stand along the axis ``name`` (their length, not their category, is on it)."""
+    letter, ref = name[0], _ref(name)
+    return any(trace.type == "bar" and (getattr(trace, f"{letter}axis", None) or letter) == ref
+               and (trace.orientation == "h") == (letter == "x") for trace in fig.data)
+
+
 def finish_log_axes(fig: go.Figure, room: float = 0.0) -> go.Figure:
     """Every log axis of ``fig``: labels at decades (or 1-2-5) in full, minor ticks unlabelled, and a range
     covering its data (and that of the axes it matches) with a little room (``room``: a share of the data's
@@ -108,6 +115,8 @@ def finish_log_axes(fig: go.Figure, room: float = 0.0) -> go.Figure:
         span = math.log10(high) - math.log10(low)
         pad = max(PAD * span, 0.05, (MIN_SPAN - span) / 2)  # data all alike still get a few labelled ticks
         lo, hi = math.log10(low) - pad, math.log10(high) + pad + room * max(span, 1.0)
+        if any(_has_bars(fig, member) for member in members):  # bars rise from the decade below their lowest
+            lo = min(lo, math.floor(math.log10(low)))
         ticks, labels, minor = log_ticks(10 ** lo, 10 ** hi)
         for member in members:
             layout[member].update(range=[lo, hi], autorange=False, tickmode="array", tickvals=ticks, ticktext=labels,
