@@ -141,3 +141,6 @@ def test_a_real_measurement_gives_a_table_a_figure_and_words_that_agree_with_it(
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert fig.layout.title.text.startswith("measured on this machine")
     assert list(fig.data[1].y) == [t("oneshot", k) * 1e6 for k in SIZES]
+    low, high = fig.layout.yaxis.range  # (log10) the data's span and a little room, as every log axis is drawn
+    ys = [y for trace in fig.data for y in trace.y]
+    assert low <= math.log10(min(ys)) and math.log10(max(ys)) <= high <= math.log10(max(ys)) + 0.5

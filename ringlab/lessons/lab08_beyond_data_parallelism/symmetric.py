@@ -368,7 +368,9 @@ def symmetric_plot(result: dict):
                             f"median of {result['passes']} bursts)",
                       xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="time per call (µs)"), legend=dict(orientation="h", y=-0.2))
-    return fig
+    from ...viz.axes import finish_log_axes
+
+    return finish_log_axes(fig)  # decades labelled in full, minor ticks bare, ranged to the data
 
 
 if __name__ == "__main__":
