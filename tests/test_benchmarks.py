@@ -163,4 +163,6 @@ def test_optimizer_against_ddp_times_both_on_the_same_ranks_and_prints_the_ratio
     for r in rows:
         ours, ddp, ratio = float(r[1]), float(r[2]), float(r[3])
         assert ours > 0 and ddp > 0 and ratio == pytest.approx(ours / ddp, abs=0.01)
-    assert "# goal (issue 49)" in done.stdout and ("met" in done.stdout)
+    goal = next(line for line in done.stdout.splitlines() if line.startswith("# goal (issue 49)"))
+    worst = max(float(r[3]) for r in rows)  # the verdict is the table's worst ratio against 0.8
+    assert f"worst here {worst:.2f}x: " + ("met" if worst <= 0.8 else "NOT met") in goal
