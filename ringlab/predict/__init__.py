@@ -14,7 +14,8 @@
   ``allreduce.oneshot`` and ``allreduce.twoshot`` on one host of GPUs all joined by NVLink;
 - ``nccl``: :func:`predict_nccl`, NCCL's own model of its algorithms (ring on every rail, Tree, NVLS,
   NVLSTree, CollNet, PAT) and protocols on a topology, and its tuner's choice; ``tuning``: NCCL's
-  constants it rests on; ``harness``: what nccl-tests and PyTorch's benchmark add to a call;
+  constants it rests on; ``channels``: how many of its channels (thread blocks) NCCL runs a call on, fewer for
+  small ones; ``harness``: what nccl-tests and PyTorch's benchmark add to a call;
 - ``versus``: those predictions beside a measured sweep, size by size;
 - ``dataparallel``: a training step as compute then a ring allreduce of the gradients, and the
   speed-up over ranks that follows;

@@ -35,9 +35,14 @@ Protocols: LL carries half of what it stores and NCCL caps it (``llMaxBws``); ov
 (16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 42 bytes on the wire
 (:data:`LL_PCIE_SHARE`); LL128 carries 120 of 128 bytes, only where every path inside a node is
 NVLink, and across the network on Hopper and later; Simple carries everything. A GPU reduces while
-it copies, so reduction bounds the rate only where memory is slower than the links. Left out:
-NCCL's per-channel caps of LL128 and trees (they bind only at channel counts below NCCL's), and
-its NVLSTree correction on Blackwell x86 hosts.
+it copies, so reduction bounds the rate only where memory is slower than the links. NCCL's per-channel caps of ring LL128 and of trees
+(``perChMax*Bws``) count where the channels are derived (one NVSwitch host, ``ringlab.predict.channels``: they
+bind only on B200's LL128 ring, by 4%, and for calls narrowed to fewer channels). Left out: those caps elsewhere,
+and NCCL's NVLSTree correction on Blackwell x86 hosts.
+
+Channels: a ring or tree call smaller than NCCL's per-thread threshold runs on fewer of the communicator's
+channels, at that share of the links' rate (``ringlab.predict.channels``, ``topoGetAlgoInfo``); NCCL picks the
+algorithm by its full-channel model first, and so does the prediction.
 
 Alltoall and sendrecv have no tuner and no algorithm: NCCL runs them (nccl-tests does, and ``ncclAllToAll``) as a
 group of sends and receives, LL for a peer's bytes up to ``NCCL_P2P_LL_THRESHOLD`` (16 KiB) and Simple above
@@ -63,6 +68,7 @@ from ..topology.clusters import ClusterTopology
 from ..topology.machines import Machine
 from . import p2p, rccl
 from . import tuning as T
+from .channels import Channels, call_channels, communicator_channels, graph_channels
 from .nvls import nvls_algbw, port_rate
 from .protocols import hardware_class, NET
 from .p2p import P2P_COLLECTIVES
@@ -79,9 +85,12 @@ LL_PCIE_SHARE = (LL_STORE / 2) / (LL_STORE + PCIE_TLP_OVERHEAD)  # 0.19 of a PCI
 @dataclass(frozen=True)
 class NcclPrediction:
     """What NCCL's model predicts for one call: ``algorithm`` and ``protocol``, ``latency`` (s per call),
-    ``algbw`` (bytes/s) and ``fill`` (s: NVLS's pipeline start-up and loop synchronisation inside one host,
-    which NCCL's tuner does not count); ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and
-    ``tuner_seconds`` is NCCL's own estimate, by which it picks."""
+    ``algbw`` (bytes/s on all the communicator's channels) and ``fill`` (s: NVLS's pipeline start-up and loop
+    synchronisation inside one host, which NCCL's tuner does not count); ``channels`` of ``channels_total``
+    (``ringlab.predict.channels``: fewer for a small ring or tree call, which then moves at ``channel_algbw``, its
+    share of the links under the same caps; 0 where NCCL's channel count is not derived here) with ``threads``
+    each; ``seconds`` and ``busbw``
+    (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own estimate, by which it picks."""
 
     collective: str
     nbytes: int
@@ -92,10 +101,20 @@ class NcclPrediction:
     algbw: float
     topology: str
     fill: float = 0.0
+    channels: int = 0
+    channels_total: int = 0
+    threads: int = 0
+
+    channel_algbw: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Bytes/s the call moves at: ``algbw`` on all channels, or ``channel_algbw`` on the fewer it runs on."""
+        return self.channel_algbw or self.algbw
 
     @property
     def seconds(self) -> float:
-        return self.latency + self.fill + self.nbytes / self.algbw
+        return self.latency + self.fill + self.nbytes / self.rate
 
     @property
     def tuner_seconds(self) -> float:
@@ -106,8 +125,9 @@ class NcclPrediction:
         return self.nbytes / self.seconds * bus_factor(self.collective, self.nranks)
 
     def __repr__(self) -> str:
+        fewer = f" on {self.channels} of {self.channels_total} channels" if self.channels < self.channels_total else ""
         return (f"NcclPrediction({self.collective} of {self.nbytes} B on {self.topology}, {self.nranks} ranks: "
-                f"{self.algorithm}/{self.protocol}, {self.seconds * 1e6:.1f} us, busbw {self.busbw / 1e9:.1f} GB/s)")
+                f"{self.algorithm}/{self.protocol}{fewer}, {self.seconds * 1e6:.1f} us, busbw {self.busbw / 1e9:.1f} GB/s)")
 
 
 @dataclass(frozen=True)
@@ -272,14 +292,35 @@ def _predict(collective: str, nbytes: int, algorithm: str, protocol: str, f: Fac
                               rccl.latency(collective, algorithm, protocol, f),
                               rccl.algbw(collective, algorithm, protocol, f, _across(f), nbytes), name)
     algbw = _algbw(collective, algorithm, protocol, f)
+    used = call_channels_of(nbytes, algorithm, protocol, f)
+    narrow = _algbw(collective, algorithm, protocol, f, used.share) if used and used.share < 1 else 0.0
     if algorithm == "tree":
         algbw *= T.tree_correction(protocol, nbytes)
+        narrow *= T.tree_correction(protocol, nbytes)
     latency = _latency(collective, algorithm, protocol, f)
     if (algorithm, protocol, collective) == ("ring", "Simple", "allreduce") and f.nodes > 1 and \
             nbytes / (T.CHANNELS_PER_NIC * f.nics * f.nranks) >= 64:
         latency *= T.RING_PLATEAU["ampere+" if f.arch in ("ampere", "hopper", "blackwell") else "pre-ampere"]
     return NcclPrediction(collective, nbytes, f.nranks, algorithm, protocol, latency, algbw, name,
-                          nvls_fill(collective, nbytes, algbw, f) if algorithm == "nvls" else 0.0)
+                          nvls_fill(collective, nbytes, algbw, f) if algorithm == "nvls" else 0.0,
+                          *((used.used, used.total, used.threads, narrow) if used else ()))
+
+
+def call_channels_of(nbytes: int, algorithm: str, protocol: str, f: Facts) -> Channels | None:
+    """The channels NCCL runs a ring or tree call on (``ringlab.predict.channels``), on one host of NVIDIA GPUs on
+    NVSwitch, where its channel count follows from the links; None elsewhere, and for other algorithms."""
+    if algorithm not in ("ring", "tree") or not _graph_channels(f):
+        return None
+    return call_channels(nbytes, algorithm, protocol, f.nranks, communicator_channels(f.arch, f.port / T.GB))
+
+
+def _graph_channels(f: Facts) -> int:
+    """The ring graph's channels NCCL's tuner prices (``ringlab.predict.channels``), where they are derived here;
+    else 0."""
+    if f.nodes != 1 or not f.port or not f.machine.one_host_per_node or f.machine.library != "nccl" or \
+            f.machine.intra != "nvlink" or f.arch not in T.PER_CHANNEL_RING_LL128:
+        return 0
+    return graph_channels(f.arch, f.port / T.GB)
 
 
 def nvls_fill(collective: str, nbytes: int, algbw: float, f: Facts) -> float:
@@ -297,16 +338,20 @@ def nvls_fill(collective: str, nbytes: int, algbw: float, f: Facts) -> float:
     return (T.NVLS_STAGES - 1) * min(nbytes, loop) / algbw + extra_loops * T.NVLS_LOOP_SYNC
 
 
-def _algbw(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
-    """Bytes/s of the call's size: the rate the algorithm's busiest link allows, by NCCL's protocol shares."""
+def _algbw(collective: str, algorithm: str, protocol: str, f: Facts, share: float = 1.0) -> float:
+    """Bytes/s of the call's size: the rate the algorithm's busiest link allows, by NCCL's protocol shares; on
+    ``share`` of the channels (ring and tree), that share of the links under the same whole-GPU caps (LL's, the
+    reduction's), as NCCL's tuner prices ``nChannels x`` a channel's bandwidth and then caps it."""
     n, per_node = f.nranks, f.per_node
     if algorithm == "ring":
-        bus = f.ring if f.nodes == 1 else min(_across(f), f.net)
+        bus = share * (f.ring if f.nodes == 1 else min(_across(f), f.net))
         if protocol == "LL":
-            wire = f.ring_peak * LL_PCIE_SHARE if f.machine.intra == "pcie" and f.nodes == 1 else bus * T.LL_SHARE
+            wire = share * f.ring_peak * LL_PCIE_SHARE if f.machine.intra == "pcie" and f.nodes == 1 else bus * T.LL_SHARE
             bus = min(T.ll_max_bw(f.arch, f.nodes, f.machine.cpu), wire)
         elif protocol == "LL128":
             bus *= T.LL128_SHARE
+            if _graph_channels(f):  # perChMaxRingLL128Bws: a channel carries so much LL128 at most
+                bus = min(bus, share * _graph_channels(f) * T.PER_CHANNEL_RING_LL128[f.arch])
         steps = {"allreduce": 2 * (n - 1), "allgather": n - 1, "reduce_scatter": n - 1}.get(collective, n)
         algbw = bus * n / steps
         if collective in ("allreduce", "reduce_scatter", "reduce"):
@@ -314,11 +359,15 @@ def _algbw(collective: str, algorithm: str, protocol: str, f: Facts) -> float:
         return algbw
     if algorithm == "tree":
         chain = f.port or f.ring
-        bus = T.TREE_SHARE * (chain if f.nodes == 1 else min(chain, f.net * (2 if f.nodes == 2 else 1)))
+        bus = share * T.TREE_SHARE * (chain if f.nodes == 1 else min(chain, f.net * (2 if f.nodes == 2 else 1)))
+        cap = share * _graph_channels(f)  # perChMaxTree(LL128)Bws x channels, where they are derived here
         if protocol == "LL":
             bus = min(bus * T.TREE_LL_SHARE, T.ll_max_bw(f.arch, f.nodes, f.machine.cpu))
         elif protocol == "LL128":
             bus *= T.TREE_LL128_SHARE["one node" if f.nodes == 1 else "across nodes"]
+            bus = min(bus, cap * T.PER_CHANNEL_TREE_LL128[f.arch]) if cap else bus
+        elif cap:
+            bus = min(bus, cap * T.PER_CHANNEL_TREE[f.arch])
         return T.TREE_ALGBW * bus
     inside = nvls_algbw(f.port, T.NVLS_EFFICIENCY[f.arch], per_node) if f.nvls else 0.0
     if algorithm == "nvls":
@@ -424,4 +473,4 @@ def _net_per_node(topology: Topology, machine: Machine) -> float:
 
 
 __all__ = ["predict_nccl", "NcclPrediction", "machine_facts", "machine_of", "ranks_of", "Facts", "unusable",
-           "ll128_allowed", "nvls_fill", "LL_PCIE_SHARE", "COLLECTIVES", "P2P_COLLECTIVES"]
+           "ll128_allowed", "nvls_fill", "call_channels_of", "LL_PCIE_SHARE", "COLLECTIVES", "P2P_COLLECTIVES"]

@@ -77,6 +77,11 @@ TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }
+# per-channel caps on one node (perChMaxRingLL128Bws, perChMaxTreeLL128Bws, perChMaxTreeBws; the N1 column), GB/s a
+# channel of the graph: NCCL's tuner caps the rate at its graph's channels x these
+PER_CHANNEL_RING_LL128 = {"volta": 20.0 * GB, "ampere": 20.0 * GB, "hopper": 36.7 * GB, "blackwell": 40.0 * GB}
+PER_CHANNEL_TREE_LL128 = {"volta": 20.0 * GB, "ampere": 20.0 * GB, "hopper": 36.7 * GB, "blackwell": 55.6 * GB}
+PER_CHANNEL_TREE = {"volta": 26.5 * GB, "ampere": 24.0 * GB, "hopper": 38.7 * GB, "blackwell": 70.0 * GB}
 CHANNELS_PER_NIC = 2  # rings across nodes: two channels per NIC ("16 rings for 8 NICs", nccl#518)
 
 # NVLS allreduce on one host, as NCCL runs it (not in its tuner's model): src/transport/nvls.cc, src/enqueue.cc
