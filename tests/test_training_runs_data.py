@@ -52,6 +52,7 @@ def test_layout_multiplies_out(run):
     assert lay["zero"] in (None, 0, 1, 2, 3)
     assert lay["precision"] in PRECISIONS
     assert lay["recompute"] in RECOMPUTE
+    assert lay.get("attention") in (None, "flash", "unfused")
     assert hw["gpu"] in GPU_KINDS and hw["gpu"] in GPUS
     assert hw["gpus"] % hw["gpus_per_node"] == 0 or hw["gpus"] < hw["gpus_per_node"]
 
