@@ -48,6 +48,8 @@ _ON_FIRST_USE = ("train", "viz", "measure", "lab", "lessons")
 
 
 def __getattr__(name):
+    if name == "plan":  # rl.plan: a training run planned (ringlab.train.planner; loads on first use, no torch)
+        return importlib.import_module(".train.planner", __name__).plan
     if name in _ON_FIRST_USE:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ringlab' has no attribute {name!r}")

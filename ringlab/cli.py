@@ -176,9 +176,98 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
                                                         "verdict, causes and notes (one object, or a list for "
                                                         "several logs)")
+    plan = commands.add_parser(
+        "plan", help="plan a training run: memory per GPU, step time by kind, every collective (predicted)",
+        description="Predicted, not measured: a transformer's training step on a machine of GPUs laid out as "
+                    "tensor (tp), pipeline (pp), context (cp), expert (ep) and data parallelism (the rest), from the "
+                    "model's shape, the GPU's published peak and matmul rate, and NCCL's cost model for every "
+                    "collective. Prints memory per GPU by kind against the GPU's, the step's time by kind, and the "
+                    "collectives; --search ranks every layout instead.",
+        epilog="models: " + ", ".join(_models()) + ", or --shape LAYERS,HIDDEN,HEADS,FFN,VOCAB[,KV_HEADS]"
+               "\n\nexamples:\n"
+               "  ringlab plan llama3-70b --gpus 256 --gpu h100 --tp 8 --pp 4 --global-batch 512 --seq 8192\n"
+               "  ringlab plan llama3-70b --gpus 256 --gpu h100 --global-batch 512 --seq 8192 --search\n"
+               "  ringlab plan llama3.1-405b --gpus 16384 --gpu h100 --tp 8 --pp 16 --vp 2 --global-batch 2048 "
+               "--seq 8192 --json plan.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan.add_argument("model", nargs="?", help="a preset model (below); or give --shape")
+    plan.add_argument("--shape", metavar="L,H,A,F,V[,KV]", help="layers, hidden, heads, ffn, vocab[, kv heads] of a "
+                                                                "gated (Llama-like) model")
+    plan.add_argument("--gpus", type=int, required=True, help="GPUs in all")
+    plan.add_argument("--gpu", default="h100", help="the GPU (default h100): " + ", ".join(_gpus()))
+    plan.add_argument("--gpus-per-node", type=int, default=8, help="GPUs a node, one NVLink domain (default 8)")
+    plan.add_argument("--nic-gbps", type=float, default=400, help="each NIC's Gbit/s, one NIC a GPU (default 400)")
+    plan.add_argument("--fabric", default="ib", help="the network between nodes: ib, roce, efa, slingshot (default ib)")
+    for key, what in (("tp", "tensor-parallel ranks (inside a node first)"), ("pp", "pipeline stages"),
+                      ("cp", "context-parallel ranks"), ("ep", "expert-parallel ranks"),
+                      ("vp", "virtual stages a pipeline stage (interleaved 1F1B)")):
+        plan.add_argument(f"--{key}", type=int, help=f"{what} (default 1; with --search: held fixed)")
+    plan.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="ZeRO stage: 1 shards the optimizer, 2 also "
+                                                                    "gradients, 3 also weights (FSDP) (default 0)")
+    plan.add_argument("--micro-batch", type=int, help="sequences a micro-batch (default 1)")
+    plan.add_argument("--global-batch", type=int, required=True, help="sequences a step")
+    plan.add_argument("--seq", type=int, required=True, help="tokens a sequence")
+    plan.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8"], help="matmul precision")
+    plan.add_argument("--recompute", choices=["none", "selective", "full"], help="activation recomputation")
+    plan.add_argument("--search", action="store_true", help="rank every layout (the options given are held fixed)")
+    plan.add_argument("--top", type=int, default=10, help="plans --search prints (default 10)")
+    plan.add_argument("--json", metavar="OUT", help="write the plan (or the ranked plans) as JSON")
     from .cluster import command as cluster
     cluster.add_parser(commands)
     return top
+
+
+def _models() -> list[str]:
+    from .train.transformer import PRESETS
+    return list(PRESETS)
+
+
+def _plan(args) -> int:
+    import json
+
+    from .topology.machines import cluster
+    from .train.planner import plan, search
+    from .train.transformer import Transformer
+
+    if args.shape:
+        try:
+            numbers = [int(x) for x in args.shape.split(",")]
+        except ValueError:
+            raise ValueError(f"--shape takes whole numbers L,H,A,F,V[,KV], got {args.shape!r}") from None
+        if len(numbers) not in (5, 6):
+            raise ValueError(f"--shape takes 5 or 6 numbers (layers, hidden, heads, ffn, vocab[, kv heads]), "
+                             f"got {len(numbers)}")
+        model = Transformer(*numbers[:5], kv_heads=numbers[5] if len(numbers) == 6 else None, name=args.shape)
+    elif args.model:
+        model = Transformer.preset(args.model)
+    else:
+        raise ValueError("give a model (a preset's name) or --shape")
+    if args.gpus < 1 or args.gpus_per_node < 1:
+        raise ValueError("--gpus and --gpus-per-node must be at least 1")
+    per_node = min(args.gpus, args.gpus_per_node)
+    if args.gpus % per_node:
+        raise ValueError(f"--gpus {args.gpus} is not a whole number of nodes of {per_node} GPUs")
+    topology = cluster(args.gpu, args.gpus // per_node, per_node, nic_gbps=args.nic_gbps, fabric=args.fabric)
+    layout = {k: getattr(args, k) for k in ("tp", "pp", "cp", "ep", "vp", "zero", "micro_batch")
+              if getattr(args, k) is not None}
+    if args.recompute:
+        layout["recompute"] = None if args.recompute == "none" else args.recompute
+    common = {"global_batch": args.global_batch, "seq": args.seq, "precision": args.precision}
+    if args.search:
+        found = search(model, topology, **common, **layout)
+        print(found.table(args.top))
+        if args.json:
+            out = {"considered": found.considered, "plans": [p.to_dict() for p in found.best[:args.top]],
+                   "rejected": [{"layout": lay, "why": why} for lay, why in found.rejected]}
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return 0 if found.best else 1
+    result = plan(model, topology, **common, **layout)
+    print(result.table())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result.to_dict(), f, indent=1)
+    return 0
 
 
 def _import(args) -> int:
@@ -453,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "cluster":
         from .cluster.command import main as cluster
         return cluster(args, argv)
+    elif args.command == "plan":
+        try:
+            return _plan(args)
+        except ValueError as err:
+            print(f"ringlab plan: error: {err}", file=sys.stderr)
+            return 2
     elif args.command == "predict":
         try:
             _quietly(lambda: _predict(args))

@@ -1,4 +1,8 @@
-"""Data-parallel training on ringlab's collectives (needs torch: ``pip install torch==2.13.0``).
+"""Training on ringlab's collectives (needs torch: ``pip install torch==2.13.0``), and planning a real run (does not).
+
+- :class:`Transformer` and :func:`plan` (:mod:`ringlab.train.transformer`, :mod:`ringlab.train.planner`): a
+  transformer by its shape, and a training run's memory, compute and collectives on a device mesh, predicted
+  (``rl.plan``; ``ringlab plan`` on the command line). They load without torch.
 
 - :class:`DistributedOptimizer`: Horovod's one-line wrapper, averaging gradients with
   :func:`ringlab.allreduce` (any algorithm, any transport), fused into buckets and overlapped with
@@ -22,8 +26,20 @@
 - :mod:`ringlab.train.overlap`: step time and time waiting on communication against bucket size, overlap
   off and on, each step traced.
 """
-from .optimizer import DistributedOptimizer, broadcast_parameters
-from .ps import ParameterServer
-from .zero import ZeroOptimizer
+import importlib
 
-__all__ = ["DistributedOptimizer", "ParameterServer", "ZeroOptimizer", "broadcast_parameters"]
+from .planner import Plan, plan
+from .transformer import PRESETS, Transformer
+
+_WITH_TORCH = {"DistributedOptimizer": "optimizer", "broadcast_parameters": "optimizer", "ParameterServer": "ps",
+               "ZeroOptimizer": "zero"}
+
+__all__ = ["DistributedOptimizer", "ParameterServer", "ZeroOptimizer", "broadcast_parameters", "Transformer",
+           "PRESETS", "plan", "Plan"]
+
+
+def __getattr__(name):
+    """The classes that need torch load it when first asked for."""
+    if name in _WITH_TORCH:
+        return getattr(importlib.import_module(f".{_WITH_TORCH[name]}", __name__), name)
+    raise AttributeError(f"module 'ringlab.train' has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""The training planner held to published runs: predicted against published tokens per second per GPU.
+
+    python benchmarks/plan_vs_published.py [--json OUT] [--gpu h100]
+
+For every run transcribed in ``ringlab/data/training_runs.json`` (papers and vendors' tables, each with its source),
+prints the run's machine and layout, the tokens per second per GPU its source measured (and how that follows from
+what the source printed), what ``rl.plan`` predicts for the same layout, their ratio (predicted / published), whether
+the plan fits in memory, and where the predicted step goes. The goal (issue 52): every ratio within 20% (0.8 to
+1.2). Nothing here is measured on this machine, and nothing in the planner is taken from these runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+from ringlab.measure.tables import table
+from ringlab.train import runs
+
+LOW, HIGH = 0.8, 1.2
+
+
+def rows(gpu: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(compared runs, runs that could not be compared with why)."""
+    done, skipped = [], []
+    for run in runs.load():
+        if gpu and run["hardware"]["gpu"] != gpu:
+            continue
+        try:
+            published, how = runs.published_tokens_per_second_per_gpu(run)
+            plan, ratio, assumed = runs.predict(run)
+        except (ValueError, TypeError, KeyError) as err:
+            skipped.append({"run": run["id"], "why": str(err)})
+            continue
+        shares = sorted(((v / plan.step_seconds, k) for k, v in plan.time.items()), reverse=True)
+        done.append({"run": run["id"], "gpu": run["hardware"]["gpu"], "gpus": plan.gpus, "layout": plan.layout_str(),
+                     "precision": plan.layout["precision"], "published": published, "how": how,
+                     "predicted": plan.tokens_per_second_per_gpu, "ratio": ratio, "fits": plan.fits,
+                     "memory_gib": plan.memory_total / 2 ** 30, "mfu": plan.mfu, "assumed": assumed,
+                     "step": ", ".join(f"{k} {v:.0%}" for v, k in shares[:3]), "source": run["source"]["url"],
+                     "machine": f"{plan.gpus} {run['hardware']['gpu']}", "fits_word": "yes" if plan.fits else "NO"})
+    return done, skipped
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="write every row and the verdict to this file")
+    parser.add_argument("--gpu", help="only runs on this GPU (a100, h100, b200, gb200)")
+    args = parser.parse_args(argv)
+    done, skipped = rows(args.gpu)
+    print("# predicted (rl.plan) against published tokens/s per GPU; published figures from their sources, "
+          "predictions from published peaks, one matmul efficiency per GPU and NCCL's model\n")
+    table(done, {"run": "run", "GPUs": "machine", "layout": "layout", "prec": "precision",
+                 "published tok/s/GPU": ("published", ",.0f"), "predicted": ("predicted", ",.0f"),
+                 "ratio": ("ratio", ".2f"), "fits": "fits_word", "predicted step": "step"})
+    for r in done:
+        if r["assumed"]:
+            print(f"  {r['run']}: assumed {'; '.join(r['assumed'])}")
+    for s in skipped:
+        print(f"  not compared: {s['run']}: {s['why']}")
+    ratios = [r["ratio"] for r in done]
+    within = [r for r in done if LOW <= r["ratio"] <= HIGH]
+    by_precision = {}
+    for r in done:
+        by_precision.setdefault(r["precision"], []).append(r["ratio"])
+    print(f"\n{len(done)} runs compared, {len(skipped)} not; median ratio {statistics.median(ratios):.2f}, "
+          f"from {min(ratios):.2f} to {max(ratios):.2f}")
+    for precision, values in sorted(by_precision.items()):
+        print(f"  {precision}: {len(values)} runs, median {statistics.median(values):.2f}")
+    no_fit = [r["run"] for r in done if not r["fits"]]
+    if no_fit:
+        print(f"  the plan says {len(no_fit)} published layouts do not fit, which ran: {', '.join(no_fit)}")
+    met = len(within) == len(done) and not no_fit
+    print(f"goal, every run within 20% ({LOW} to {HIGH}): {len(within)} of {len(done)} -> "
+          f"{'met' if met else 'NOT met'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": done, "skipped": skipped, "within": len(within), "met": met}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,582 @@
+"""Plan a training run: memory, compute and every collective of a transformer step on a device mesh.
+
+``rl.plan(model, topology, tp=, pp=, cp=, ep=, vp=, zero=, micro_batch=, global_batch=, seq=, precision=,
+recompute=)`` says whether a layout fits in each GPU's memory, how long a step takes and where the time goes. Data
+parallelism is what the GPUs leave: ``dp = GPUs / (tp x pp x cp)``; expert parallelism is carved out of it, as in
+Megatron-LM.
+
+Where the ranks sit. As a launcher (Megatron-LM, torchtitan) lays them out: tensor parallelism fastest (inside a
+node first), then context, then data (expert inside data), then pipeline. Each group's collectives are priced by
+``ringlab.predict.predict_nccl`` on the GPUs that group spans, each GPU keeping its own NVLink port and its share
+of its node's NICs (the groups of a node run side by side on separate rails), with NCCL's choice of algorithm.
+
+Compute. FLOPs from the shape (:mod:`ringlab.train.transformer`) at the GPU's published peak for the precision
+at the rate a large matrix multiplication reaches on it, measured and published (Stas Bekman's "Maximum Achievable
+Matmul FLOPS" in ml-engineering; ``ringlab/data/gpu_compute.json``, its source in each entry), in bf16, and in fp8
+where measured. Attention runs as FlashAttention does, skipping the
+masked half of a causal mask, at the same efficiency. What is not a matrix multiplication (norms, the activation
+function, residual adds, rotary embeddings, the optimizer's update) is bound by memory: its bytes at the GPU's
+memory rate.
+
+What is hidden and what is exposed, as Megatron-LM overlaps by default:
+
+- tensor (with sequence parallelism: all-gather and reduce-scatter around attention and the feed-forward, forward
+  and backward) and expert (all-to-all of tokens out and back) collectives block the layer: exposed;
+- context parallelism passes keys and values around a ring while attention computes: exposed only where the
+  transfer is longer than the attention it hides behind;
+- data-parallel gradients are reduced while the last micro-batch's backward runs, and (ZeRO 1-2, Megatron's
+  distributed optimizer) parameters gathered while the first forward runs; ZeRO-3 (FSDP) gathers every layer's
+  weights each micro-batch, forward and backward, hidden behind that micro-batch's compute;
+- pipeline stages: the bubble of 1F1B, ``(pp - 1) / (vp x m)`` of the compute with ``m`` micro-batches and ``vp``
+  virtual stages (interleaved), and the sends of its fill and drain.
+
+Memory per GPU, as Megatron-LM's distributed optimizer documents it (docs/source/api-guide/dist_optimizer.md):
+bf16 weights (2 bytes), fp32 gradients (4) and fp32 master weights with Adam's two moments (12); ZeRO 1 shards the
+optimizer over the data-parallel group, 2 the gradients too, 3 the weights too. Activations as
+:meth:`Transformer.activation_bytes_per_token` counts them, divided by ``tp`` (sequence parallelism) and ``cp``,
+for as many micro-batches as the first pipeline stage holds (``pp``, more when interleaved), and the fp32 logits of
+the loss; ``recompute="full"`` keeps each layer's input only and runs the forward again in the backward.
+
+Left out, and said: zero-bubble schedules, tensor-parallel communication overlapped with GEMMs, expert load
+imbalance, the memory allocator's fragmentation, data loading, and NICs shared by different parallelisms at once.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+from ..predict.nccl import predict_nccl
+from ..topology.graph import GB
+from ..topology.machines import GPUS, cluster
+from .transformer import ACT_BYTES, Transformer
+
+PRECISIONS = ("bf16", "fp16", "fp8")
+RECOMPUTE = (None, "selective", "full")
+ATTENTION = ("flash", "unfused")
+SCORE_TRAFFIC = 13    # bytes an unfused attention moves a score forward: written by Q K^T (2), read and written by the
+#                       fused scale-mask-softmax (4), read and written by dropout with its 1-byte mask (5), read by
+#                       the product with V (2); Korthikanti et al. keep 5 of them for the backward (their 5 a s / h)
+SCORE_STORED = 5      # bytes a stored score costs (softmax input 2, its output 2, the dropout mask 1; ibid.)
+WEIGHT_BYTES = 2      # bf16 (or fp16) weights
+GRAD_BYTES = 4        # fp32 gradients, reduced in fp32: Megatron-LM's default (and the Llama 3 paper's, section 3.3.2)
+OPTIMIZER_BYTES = 12  # fp32 master weights and Adam's two moments (ZeRO paper, K = 12; Megatron-LM's docs)
+LOGIT_BYTES = 4       # the loss's logits in fp32
+ADAM_TRAFFIC = 2 * GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES  # bytes an update reads and writes a parameter
+BACKWARD_TRAFFIC = 2  # an element-wise op's backward reads its input and the incoming gradient, writes one: 2x forward
+BUCKET_BYTES = 40_000_000 * GRAD_BYTES  # Megatron-LM's default gradient bucket: 40M parameters
+NCCL_BUFFERS = 32 * 2 * 4 * 2 ** 20  # per communicator: up to 32 channels x send/receive x NCCL_BUFFSIZE (4 MiB)
+
+
+@lru_cache(maxsize=1)
+def compute_data() -> dict:
+    """Each GPU's memory, peak FLOP/s and measured matmul rate, with sources (``ringlab/data/gpu_compute.json``)."""
+    with resources.files("ringlab").joinpath("data/gpu_compute.json").open() as f:
+        return json.load(f)["gpus"]
+
+
+@dataclass(frozen=True)
+class Compute:
+    """One GPU's figures for planning: ``memory`` (bytes: the GB it is sold with, as the GiB a program sees),
+    ``peak`` (FLOP/s by precision, dense), ``matmul`` (FLOP/s a large matrix multiplication reaches, measured, by
+    precision), ``hbm`` (bytes/s), ``source``."""
+
+    gpu: str
+    memory: float
+    peak: dict
+    matmul: dict
+    hbm: float
+    source: str
+
+    @classmethod
+    def of(cls, gpu: str) -> "Compute":
+        data = compute_data()
+        if gpu not in data:
+            raise ValueError(f"no compute figures for GPU {gpu!r}; known: {', '.join(data)}")
+        d = data[gpu]
+        peak = {k: v * 1e12 for k, v in d["peak_tflops"].items() if v}
+        if "bf16" not in peak or not d.get("matmul_tflops_bf16"):
+            raise ValueError(f"GPU {gpu!r} has no published bf16 peak and measured matmul rate to plan with")
+        matmul = {"bf16": d["matmul_tflops_bf16"] * 1e12, "fp16": d["matmul_tflops_bf16"] * 1e12}
+        if "fp8" in peak:  # measured where published, else the bf16 efficiency at the fp8 peak
+            matmul["fp8"] = (d.get("matmul_tflops_fp8") or 0) * 1e12 or peak["fp8"] * matmul["bf16"] / peak["bf16"]
+        return cls(gpu, float(d.get("memory_gb") or d["memory_bytes"] / 1e9) * 2 ** 30, peak, matmul,
+                   GPUS[gpu].reduce_rate * 3,  # ringlab's reduce rate is the memory rate / 3 (read two, write one)
+                   f"{d.get('peak_source', '')}; matmul: {d.get('matmul_source', '')}")
+
+    @property
+    def efficiency(self) -> float:
+        """The measured bf16 matmul rate over the bf16 peak."""
+        return self.matmul["bf16"] / self.peak["bf16"]
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of call a step makes: which parallelism, collective, bytes (nccl-tests' size), group size,
+    NCCL's algorithm and protocol, seconds a call, calls a step, and the seconds of them left exposed."""
+
+    parallelism: str
+    collective: str
+    nbytes: int
+    ranks: int
+    algorithm: str
+    protocol: str
+    seconds: float
+    calls: float
+    exposed: float
+    where: str
+
+    @property
+    def total(self) -> float:
+        return self.seconds * self.calls
+
+
+@dataclass
+class Plan:
+    """A training step's plan (``rl.plan``). ``memory``: bytes per GPU by kind; ``time``: seconds per step by kind
+    (compute, then what each parallelism leaves exposed, the pipeline bubble, the optimizer); ``hidden``: seconds
+    of communication hidden behind compute; ``collectives``: every kind of call with its price."""
+
+    model: Transformer
+    topology: str
+    gpu: str
+    gpus: int
+    layout: dict
+    memory: dict
+    capacity: float
+    time: dict
+    hidden: dict
+    collectives: list
+    model_flops_per_token: float
+    peak: float
+    notes: list = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_total <= self.capacity
+
+    @property
+    def memory_total(self) -> float:
+        return sum(self.memory.values())
+
+    @property
+    def step_seconds(self) -> float:
+        return sum(self.time.values())
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.layout["global_batch"] * self.layout["seq"]
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float:
+        return self.tokens_per_step / self.step_seconds / self.gpus
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model FLOP/s per GPU (PaLM's convention), in TFLOP/s."""
+        return self.tokens_per_second_per_gpu * self.model_flops_per_token / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: model FLOP/s per GPU over the GPU's dense bf16 peak."""
+        return self.tokens_per_second_per_gpu * self.model_flops_per_token / self.peak
+
+    def layout_str(self) -> str:
+        L = self.layout
+        parts = [f"{k}={L[k]}" for k in ("tp", "pp", "cp", "ep", "vp", "dp") if L[k] > 1 or k == "dp"]
+        return " ".join(parts) + f" zero={L['zero']} mb={L['micro_batch']}" + (
+            f" recompute={L['recompute']}" if L["recompute"] else "")
+
+    def to_dict(self) -> dict:
+        return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
+                "gpus": self.gpus, "layout": dict(self.layout), "fits": self.fits, "memory": dict(self.memory),
+                "memory_total": self.memory_total, "capacity": self.capacity, "time": dict(self.time),
+                "hidden": dict(self.hidden), "step_seconds": self.step_seconds,
+                "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
+                "mfu": self.mfu, "collectives": [c.__dict__ | {"total": c.total} for c in self.collectives],
+                "notes": list(self.notes), "label": "predicted by ringlab's planner, not measured"}
+
+    def table(self) -> str:
+        """The plan as text: memory and time by kind, then the collectives."""
+        gib = 2 ** 30
+        lines = [f"{self.model.name or 'model'} on {self.gpus} x {self.gpu} ({self.topology}): {self.layout_str()}, "
+                 f"global batch {self.layout['global_batch']} x {self.layout['seq']} tokens, "
+                 f"{self.layout['precision']} (predicted, not measured)",
+                 f"memory per GPU: {self.memory_total / gib:.1f} GiB of {self.capacity / gib:.0f} GiB: "
+                 f"{'fits' if self.fits else 'DOES NOT FIT'}"]
+        lines += [f"  {k:<12} {v / gib:8.2f} GiB" for k, v in self.memory.items()]
+        lines.append(f"step: {self.step_seconds:.3f} s, {self.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, "
+                     f"{self.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {self.mfu:.1%}")
+        lines += [f"  {k:<12} {v:8.3f} s  {v / self.step_seconds:6.1%}" for k, v in self.time.items()]
+        lines += [f"  hidden behind compute: {k} {v:.3f} s" for k, v in self.hidden.items() if v > 0]
+        if self.collectives:
+            lines.append("collectives (per call; calls per step; exposed seconds a step):")
+            for c in self.collectives:
+                lines.append(f"  {c.parallelism:<6} {c.collective:<14} {_size(c.nbytes):>9} on {c.ranks:>5} ranks "
+                             f"({c.where}) {c.algorithm}/{c.protocol}: {c.seconds * 1e3:8.3f} ms x {c.calls:g} "
+                             f"-> {c.exposed:.3f} s exposed")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"Plan({self.model.name or 'model'} on {self.gpus} {self.gpu}: {self.layout_str()}; "
+                f"{'fits' if self.fits else 'does not fit'} ({self.memory_total / 2 ** 30:.1f} GiB); "
+                f"step {self.step_seconds:.3f} s, {self.tokens_per_second_per_gpu:,.0f} tok/s/GPU, MFU {self.mfu:.1%})")
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _whole(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def _model(model) -> Transformer:
+    if isinstance(model, str):
+        return Transformer.preset(model)
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a rl.train.Transformer or a preset's name, got {type(model).__name__}")
+    return model
+
+
+def _machine(topology):
+    machine = getattr(topology, "machine", None)
+    if machine is None or machine.gpu not in GPUS:
+        raise ValueError(f"plan needs a machine described by rl.topology.cluster(gpu, nodes, ...), which says its "
+                         f"GPUs, nodes and NICs; {getattr(topology, 'name', topology)!r} does not")
+    return machine
+
+
+@lru_cache(maxsize=4096)
+def _group(gpu: str, per_node: int, nodes: int, nics: int, nic_gbps: float, fabric: str, sharp: bool, nvls: bool):
+    return cluster(gpu, nodes, per_node, nics_per_node=nics, nic_gbps=nic_gbps, fabric=fabric, sharp=sharp,
+                   nvls=nvls)
+
+
+def group_topology(topology, size: int, stride: int):
+    """The GPUs one group of ``size`` ranks spans, ranks ``stride`` apart (as a launcher numbers them): as many a
+    node as fit, each with its own NVLink port and its node's NICs shared in proportion. (None for one rank.)"""
+    if size == 1:
+        return None
+    m = _machine(topology)
+    G = m.gpus_per_node
+    per_node = min(size, max(1, G // stride)) if stride < G else 1
+    nodes = -(-size // per_node)
+    if nodes > m.nodes:
+        raise ValueError(f"a group of {size} ranks {stride} apart needs {nodes} nodes; the machine has {m.nodes}")
+    nics = max(1, round(m.nics_per_node * per_node / G))
+    # NCCL turns NVLS off where a communicator has 2 GPUs or fewer on a node (src/transport/nvls.cc, ncclNvlsInit)
+    nvls = bool(getattr(topology, "switch_reduce", False)) and per_node > 2
+    return _group(m.gpu, per_node, nodes, nics, m.nic_bandwidth * 8 / GB, m.fabric or "ib", bool(m.sharp),
+                  nvls if GPUS[m.gpu].nvls else None)
+
+
+@lru_cache(maxsize=65536)
+def _price(collective: str, nbytes: int, topo) -> tuple:
+    p = predict_nccl(collective, max(1, int(nbytes)), topo)
+    return p.seconds, p.algorithm, p.protocol
+
+
+def _where(topo) -> str:
+    m = topo.machine
+    return f"{m.gpus_per_node} a node" if m.nodes == 1 else f"{m.nodes} nodes x {m.gpus_per_node}"
+
+
+def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vp: int = 1, zero: int = 0,
+         micro_batch: int = 1, global_batch: int, seq: int, precision: str = "bf16",
+         recompute: str | None = None, attention: str = "flash") -> Plan:
+    """Plan one training step of ``model`` (a :class:`Transformer` or a preset's name) on ``topology`` (from
+    ``rl.topology.cluster``): ``tp`` tensor (with sequence parallelism), ``pp`` pipeline (1F1B; ``vp`` virtual
+    stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
+    0-3 (1: Megatron's distributed optimizer; 3: FSDP), ``micro_batch`` and ``global_batch`` in sequences of
+    ``seq`` tokens, ``precision`` bf16, fp16 or fp8 (matmuls at that peak), ``recompute`` None, "selective"
+    (the attention scores recomputed in the backward instead of stored; FlashAttention always does, so with it
+    this changes nothing) or "full" (each layer's forward run again). ``attention``: "flash" (FlashAttention: the
+    score matrix never reaches memory, the masked half of a causal mask skipped) or "unfused" (as before 2022:
+    the scores written, softmaxed and dropped out in memory, every one computed).
+
+    Returns a :class:`Plan` (``.fits``, ``.memory``, ``.time``, ``.step_seconds``, ``.tokens_per_second_per_gpu``,
+    ``.mfu``): a prediction from published figures, never a measurement."""
+    model = _model(model)
+    m = _machine(topology)
+    for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vp", vp), ("micro_batch", micro_batch),
+                       ("global_batch", global_batch), ("seq", seq)):
+        _whole(key, value)
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be 'flash' or 'unfused', got {attention!r}")
+    gpus = m.nodes * m.gpus_per_node
+    if gpus % (tp * pp * cp):
+        raise ValueError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the {gpus} GPUs")
+    dp = gpus // (tp * pp * cp)
+    if model.heads % tp:
+        raise ValueError(f"tp={tp} does not divide the model's {model.heads} attention heads")
+    if pp * vp > model.layers:
+        raise ValueError(f"pp x vp = {pp} x {vp} stages, more than the model's {model.layers} layers")
+    if vp > 1 and pp == 1:
+        raise ValueError("vp (virtual pipeline stages) needs pp > 1")
+    if ep > 1 and not model.moe:
+        raise ValueError(f"ep={ep}, but the model has no experts")
+    if model.experts % ep or dp * cp % ep:
+        raise ValueError(f"ep={ep} must divide the {model.experts} experts and dp x cp = {dp * cp}")
+    if global_batch % (dp * micro_batch):
+        raise ValueError(f"global_batch {global_batch} does not divide into {dp} data-parallel ranks x micro_batch "
+                         f"{micro_batch}")
+    if seq % (2 * cp if cp > 1 else 1):
+        raise ValueError(f"seq {seq} must divide into 2 x cp = {2 * cp} blocks (ring attention's zigzag)")
+    gpu = Compute.of(m.gpu)
+    if precision not in gpu.peak:
+        raise ValueError(f"no published {precision} peak for {m.gpu}")
+    micro = global_batch // (dp * micro_batch)   # micro-batches a step, per pipeline
+    L_stage = -(-model.layers // pp)               # layers of the busiest pipeline stage, which sets the pace
+    imbalance = L_stage * pp / model.layers
+    h = model.hidden
+    full = recompute == "full"
+    notes = []
+
+    # -- memory (bytes on the busiest GPU: the first pipeline stage, with the embedding) -------------------------
+    moe_stage = model.moe_layers * L_stage / model.layers
+    dense_layer, _ = model.layer_params(False)
+    moe_dense, moe_experts = model.layer_params(True) if model.moe else (0, 0)
+    ends = (model.embedding_params + model.head_params) if pp == 1 else max(model.embedding_params,
+                                                                               model.head_params)
+    dense = ((L_stage - moe_stage) * dense_layer + moe_stage * moe_dense + ends) / tp
+    experts = moe_stage * moe_experts / (tp * ep)
+    shard, expert_shard = dp * cp, dp * cp // ep
+    weights = WEIGHT_BYTES * (dense / (shard if zero >= 3 else 1) + experts / (expert_shard if zero >= 3 else 1))
+    grads = GRAD_BYTES * (dense / (shard if zero >= 2 else 1) + experts / (expert_shard if zero >= 2 else 1))
+    optimizer = OPTIMIZER_BYTES * (dense / (shard if zero >= 1 else 1) + experts / (expert_shard if zero >= 1 else 1))
+    tokens_mb = micro_batch * seq // cp                   # tokens of one micro-batch on one GPU (before tp)
+    flash, selective = attention == "flash", recompute == "selective"
+    scores = model.heads * seq           # score elements a query has in one layer, all heads, over every key
+    stored = model.activation_bytes_per_token() + (0 if flash or selective else SCORE_STORED * scores)
+    per_layer = (2 * ACT_BYTES * h if full else stored) * tokens_mb / tp
+    in_flight = 1 if pp == 1 else pp * (1 + (pp - 1) / (pp * vp)) if vp > 1 else pp
+    logits = LOGIT_BYTES * tokens_mb * model.vocab / tp
+    activations = max(in_flight * L_stage * per_layer + (logits if pp == 1 else 0), L_stage * per_layer + logits)
+    if full:  # the layer being recomputed holds its whole activations again
+        activations += model.activation_bytes_per_token() * tokens_mb / tp
+    groups = sum(x > 1 for x in (tp, pp, cp, dp, ep)) + (pp > 1)
+    buffers = NCCL_BUFFERS * groups
+    if zero >= 3:  # two layers' weights gathered at once: the one computing and the one prefetched
+        buffers += 2 * WEIGHT_BYTES * (dense_layer + (moe_experts / ep if model.moe else 0)) / tp
+    memory = {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": activations,
+              "buffers": buffers}
+
+    # -- compute ------------------------------------------------------------------------------------------------
+    tokens = global_batch * seq
+    matmul_flops = 6.0 * model.matmul_params() * (4 / 3 if full else 1)
+    recomputed = full or (selective and not flash)  # the attention's forward runs again in the backward
+    attn_flops = 3 * model.attention_flops_per_token(seq) * (4 / 3 if recomputed else 1)
+    if flash:
+        attn_flops /= 2  # causal: FlashAttention skips the blocks above the diagonal
+    matmul_rate = gpu.matmul[precision]
+    attn_rate = gpu.matmul["bf16"]  # FlashAttention runs in bf16 whatever the matmuls' precision
+    kv_dim = model.kv * model.head_dim if not model.mla else model.mla[1] + model.mla[3]
+    width = (3 if model.gated else 2) * (model.ffn * (model.top_k + model.shared_experts) if model.moe else model.ffn)
+    elementwise = ACT_BYTES * model.layers * (4 * h + 6 * h + width + 2 * (h + kv_dim))  # bytes forward, per token
+    elementwise *= 1 + BACKWARD_TRAFFIC + (1 if full else 0)
+    if not flash:  # the scores through memory, forward, backward, and again when recomputed
+        elementwise += SCORE_TRAFFIC * model.layers * scores * (1 + BACKWARD_TRAFFIC + (1 if recomputed else 0))
+    per_gpu = tokens / gpus
+    attention_s = per_gpu * attn_flops / attn_rate
+    compute = (per_gpu * matmul_flops / matmul_rate + attention_s + per_gpu * elementwise / gpu.hbm) * imbalance
+    if imbalance > 1:
+        notes.append(f"{model.layers} layers do not divide into {pp} stages: the busiest holds {L_stage}, "
+                     f"{imbalance - 1:.1%} more than an even share, and sets the pace")
+    mb_compute = compute / micro                    # one micro-batch, every layer of this stage, forward + backward
+    fwd_share = 1 / (4 if full else 3)
+    time = {"compute": compute}
+    hidden = {}
+    collectives = []
+
+    def add(par, coll, nbytes, topo, calls, hide=0.0):
+        seconds, algo, proto = _price(coll, nbytes, topo)
+        total = seconds * calls
+        exposed = max(0.0, total - hide)
+        collectives.append(Collective(par, coll, int(nbytes), topo.machine.nodes * topo.machine.gpus_per_node,
+                                      algo, proto, seconds, calls, exposed, _where(topo)))
+        time[par] = time.get(par, 0.0) + exposed
+        hidden[par] = hidden.get(par, 0.0) + total - exposed
+
+    full_tensor = ACT_BYTES * tokens_mb * h         # one micro-batch's hidden states, gathered over tp
+    if tp > 1:
+        topo = group_topology(topology, tp, 1)
+        per_layer_calls = 2 * (2 + (1 if full else 0))  # fwd 2, bwd 2, recompute 2: each an all-gather and a reduce-scatter
+        add("tp", "allgather", full_tensor, topo, micro * L_stage * per_layer_calls / 2)
+        add("tp", "reduce_scatter", full_tensor, topo, micro * L_stage * per_layer_calls / 2)
+    if cp > 1:
+        topo = group_topology(topology, cp, tp)
+        kv_bytes = ACT_BYTES * 2 * micro_batch * seq * kv_dim / (tp if not model.mla else 1)  # keys and values, gathered
+        calls = micro * L_stage
+        attn_layer = attention_s / (micro * L_stage)
+        add("cp", "allgather", kv_bytes, topo, calls * (2 + (1 if full else 0)), hide=calls * attn_layer)
+        add("cp", "reduce_scatter", kv_bytes, topo, calls)
+    if ep > 1:
+        topo = group_topology(topology, ep, tp * cp)
+        routed = ACT_BYTES * tokens_mb / tp * model.top_k * h  # tokens this GPU sends out to experts
+        add("ep", "alltoall", routed, topo, micro * moe_stage * 2 * (2 + (1 if full else 0)))
+    if pp > 1:
+        topo = group_topology(topology, 2, tp * cp * dp)
+        boundary = full_tensor / tp
+        add("pp", "sendrecv", boundary, topo, 2 * (pp - 1) * vp)
+        time["bubble"] = compute * (pp - 1) / (vp * micro)
+    if dp * cp > 1:
+        topo = group_topology(topology, dp * cp, tp)
+        params = dense + (experts if ep == 1 else 0)  # with ep > 1, experts are reduced over their own group below
+        last_bwd = mb_compute * (1 - fwd_share)
+        first_fwd = mb_compute * fwd_share
+        if zero >= 3:
+            # each layer's whole weights gathered (nccl-tests' size: the gathered buffer), forward and backward
+            # (and again to recompute), its gradients reduce-scattered, while the layer before it computes
+            layer = params / L_stage
+            add("dp", "allgather", WEIGHT_BYTES * layer, topo, micro * L_stage * (2 + (1 if full else 0)),
+                hide=compute * 2 / 3)
+            add("dp", "reduce_scatter", GRAD_BYTES * layer, topo, micro * L_stage, hide=compute / 3)
+        else:
+            gbytes = GRAD_BYTES * params
+            buckets = max(1, math.ceil(gbytes / BUCKET_BYTES))
+            if zero == 0:
+                add("dp", "allreduce", gbytes / buckets, topo, buckets, hide=last_bwd)
+            else:
+                add("dp", "reduce_scatter", gbytes / buckets, topo, buckets, hide=last_bwd)
+                add("dp", "allgather", WEIGHT_BYTES * params / buckets, topo, buckets, hide=first_fwd)
+        if ep > 1 and expert_shard > 1:
+            etopo = group_topology(topology, expert_shard, tp * cp * ep)
+            ebytes = GRAD_BYTES * experts
+            buckets = max(1, math.ceil(ebytes / BUCKET_BYTES))
+            add("dp", "allreduce" if zero == 0 else "reduce_scatter", ebytes / buckets, etopo, buckets,
+                hide=max(0.0, last_bwd - hidden.get("dp", 0.0)))
+    local = (dense / (shard if zero >= 1 else 1) + experts / (expert_shard if zero >= 1 else 1))
+    time["optimizer"] = local * ADAM_TRAFFIC / gpu.hbm
+    if selective and flash:
+        notes.append("selective recomputation recomputes the attention scores, which FlashAttention never stores: "
+                     "it changes nothing in this plan")
+    if tp > m.gpus_per_node:
+        notes.append(f"tp={tp} spans nodes: its collectives cross the network on every layer")
+    return Plan(model, topology.name, m.gpu, gpus,
+                {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": vp, "dp": dp, "zero": zero, "micro_batch": micro_batch,
+                 "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
+                 "attention": attention,
+                 "micro_batches": micro},
+                memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes)
+
+
+@dataclass
+class Search:
+    """The layouts :func:`search` tried: ``best``, the plans that fit, fastest first; ``rejected``, (layout, why)
+    for those that do not fit or cannot be laid out."""
+
+    best: list
+    rejected: list
+    considered: int
+
+    def why_slower(self, plan: Plan) -> str:
+        """What a plan loses to the best by: the kinds of time it spends more on, largest first."""
+        best = self.best[0]
+        extra = {k: plan.time.get(k, 0.0) - best.time.get(k, 0.0) for k in set(plan.time) | set(best.time)}
+        worse = sorted(((v, k) for k, v in extra.items() if v > 0.005 * best.step_seconds), reverse=True)
+        if not worse:
+            return "as fast as the best"
+        names = {"tp": "exposed tensor-parallel time", "cp": "exposed context-parallel time",
+                 "ep": "exposed expert all-to-all", "pp": "pipeline sends", "dp": "exposed data-parallel time",
+                 "bubble": "pipeline bubble", "compute": "compute (recomputation, or uneven stages)",
+                 "optimizer": "optimizer update"}
+        return ", ".join(f"{names.get(k, k)} +{v:.3f} s" for v, k in worse[:2])
+
+    def table(self, top: int = 10) -> str:
+        lines = [f"{self.considered} layouts considered, {len(self.best)} fit (predicted, not measured)"]
+        for i, p in enumerate(self.best[:top]):
+            why = "" if i == 0 else f"  ({self.why_slower(p)})"
+            lines.append(f"{i + 1:>3}. {p.layout_str():<52} {p.step_seconds:8.3f} s  "
+                         f"{p.tokens_per_second_per_gpu:>9,.0f} tok/s/GPU  MFU {p.mfu:5.1%}  "
+                         f"{p.memory_total / 2 ** 30:5.1f} GiB{why}")
+        no_fit = [(layout, why) for layout, why in self.rejected if why.startswith("does not fit")]
+        if no_fit:
+            lines.append(f"{len(no_fit)} do not fit, e.g.:")
+            lines += [f"     {_layout_str(layout):<52} {why}" for layout, why in no_fit[:3]]
+        return "\n".join(lines)
+
+
+def _layout_str(layout: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in layout.items() if v not in (None, 1) or k == "zero")
+
+
+def _powers(limit: int) -> list[int]:
+    out, x = [], 1
+    while x <= limit:
+        out.append(x)
+        x *= 2
+    return out
+
+
+def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf16", top: int | None = None,
+           **fixed) -> Search:
+    """The layouts of ``model`` on ``topology`` for ``global_batch`` sequences of ``seq`` tokens, ranked by
+    predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (and interleaved 2 a
+    stage), context parallelism from 32k tokens, expert parallelism for a mixture of experts, ZeRO 0, 1 and 3,
+    micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held
+    fixed. ``top``: keep that many plans (all by default)."""
+    model = _model(model)
+    m = _machine(topology)
+    gpus = m.nodes * m.gpus_per_node
+    known = {"tp", "pp", "cp", "ep", "vp", "zero", "micro_batch", "recompute"}
+    unknown = set(fixed) - known
+    if unknown:
+        raise ValueError(f"unknown layout keyword(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+    choices = {
+        "tp": [t for t in _powers(2 * m.gpus_per_node) if model.heads % t == 0],
+        "pp": [p for p in _powers(64) if p <= model.layers],
+        "cp": [c for c in _powers(32) if c == 1 or seq >= 32768],
+        "ep": [e for e in _powers(model.experts) if model.experts % e == 0] if model.moe else [1],
+        "vp": [1, 2],
+        "zero": [0, 1, 3],
+        "micro_batch": [1, 2, 4],
+        "recompute": [None, "full"],
+    }
+    for key, value in fixed.items():
+        choices[key] = [value]
+    plans, rejected, considered = [], [], 0
+    for tp in choices["tp"]:
+        for pp in choices["pp"]:
+            for cp in choices["cp"]:
+                if gpus % (tp * pp * cp):
+                    continue
+                for ep in choices["ep"]:
+                    for vp in choices["vp"]:
+                        if vp > 1 and pp == 1:
+                            continue
+                        for zero in choices["zero"]:
+                            if zero == 3 and pp > 1:
+                                continue  # FSDP with pipeline stages is rare and gathers per micro-batch
+                            for mb in choices["micro_batch"]:
+                                for rc in choices["recompute"]:
+                                    layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": vp, "zero": zero,
+                                              "micro_batch": mb, "recompute": rc}
+                                    considered += 1
+                                    try:
+                                        p = plan(model, topology, global_batch=global_batch, seq=seq,
+                                                 precision=precision, **layout)
+                                    except ValueError as err:
+                                        rejected.append((layout, str(err)))
+                                        continue
+                                    if p.fits:
+                                        plans.append(p)
+                                    else:
+                                        rejected.append((layout, f"does not fit: {p.memory_total / 2 ** 30:.1f} GiB "
+                                                                 f"of {p.capacity / 2 ** 30:.0f} GiB"))
+    plans.sort(key=lambda p: p.step_seconds)
+    return Search(plans[:top] if top else plans, rejected, considered)

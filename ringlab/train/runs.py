@@ -1,0 +1,146 @@
+"""Published training runs, as their sources printed them, and the planner's prediction of each.
+
+``ringlab/data/training_runs.json`` holds runs transcribed from papers and vendors' performance tables (each with
+its source, table and row): the model's shape, the machine, the exact layout and what was measured. They are data
+to predict, never data to fit: nothing in :mod:`ringlab.train.planner` is taken from them.
+
+Each source states its throughput its own way; :func:`published_tokens_per_second_per_gpu` turns it into tokens
+per second per GPU with the source's own arithmetic, never the planner's:
+
+- tokens per second per GPU, where printed; else all GPUs' tokens per second over the GPUs; else the batch's
+  tokens over the printed step time;
+- else TFLOP/s per GPU (or MFU times the peak the source names) over the source's own FLOPs per token:
+  Megatron-LM 2021 (Narayanan et al., eq. 3, the recomputed forward counted): ``96 l h^2 (1 + s/(6h) +
+  V/(16 l h))``; Korthikanti et al. 2022 (eq. 7, model FLOPs): ``72 l h^2 (1 + s/(6h) + V/(12 h l))``; PaLM's
+  ``6 N + 12 l h s`` (the Llama 3 paper's MFU; Megatron-Core's, NeMo's and Megatron-Bridge's model FLOPs are the
+  same sum written per layer).
+
+Where a run leaves part of its layout unsaid (micro-batch, ZeRO stage, virtual stages, the network), the
+prediction assumes the common default and says so in its notes.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from ..topology.machines import cluster
+from .planner import Plan, compute_data, plan
+from .transformer import Transformer
+
+SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "vocab", "kv_heads", "gated", "experts", "top_k")
+DEFAULT_NIC_GBPS = {"a100": 200}  # HDR InfiniBand, one per GPU (DGX A100); 400 (NDR) for later GPUs
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    with resources.files("ringlab").joinpath("data/training_runs.json").open() as f:
+        return json.load(f)
+
+
+def load() -> list[dict]:
+    """Every transcribed run (a dict each, as in the file)."""
+    return list(_data()["runs"])
+
+
+def find(run_id: str) -> dict:
+    """The run of that id."""
+    for run in _data()["runs"]:
+        if run["id"] == run_id:
+            return run
+    raise ValueError(f"no published run {run_id!r}; known: {', '.join(r['id'] for r in _data()['runs'])}")
+
+
+def model_of(run: dict) -> Transformer:
+    """The run's model, by the shape its source (or the model's own paper) gives."""
+    shape = {k: run["model"][k] for k in SHAPE_KEYS if run["model"].get(k) is not None}
+    return Transformer(**shape, name=run["model"].get("name", run["id"]))
+
+
+def topology_of(run: dict) -> tuple[object, list[str]]:
+    """The run's machine as ``rl.topology.cluster`` builds it, and what had to be assumed."""
+    hw, assumed = run["hardware"], []
+    gpu, gpus = hw["gpu"], hw["gpus"]
+    per_node = hw.get("gpus_per_node") or 8
+    if hw.get("nvlink_domain"):  # GB200 NVL72: the NVLink domain is the node for NCCL
+        per_node = max(d for d in range(4, min(gpus, hw["nvlink_domain"]) + 1, 4) if gpus % d == 0) \
+            if gpus >= 4 else gpus
+        assumed.append(f"the job's {gpus} GPUs in NVLink domains of {per_node}")
+    nic = hw.get("nic_gbps")
+    if nic is None and hw.get("node_network_gbps"):
+        nic = hw["node_network_gbps"] / per_node
+    if nic is None:
+        nic = DEFAULT_NIC_GBPS.get(gpu, 400)
+        assumed.append(f"{nic:g} Gbit/s a GPU (the network is not printed)")
+    fabric = hw.get("fabric") or "ib"
+    if not hw.get("fabric"):
+        assumed.append("InfiniBand (the fabric is not printed)")
+    per_node = min(per_node, gpus)
+    return cluster(gpu, gpus // per_node, per_node, nic_gbps=nic, fabric=fabric), assumed
+
+
+def layout_of(run: dict) -> tuple[dict, list[str]]:
+    """The keywords of :func:`ringlab.train.plan` for the run, and what had to be assumed."""
+    L, assumed = run["layout"], []
+    out = {k: L.get(k) or 1 for k in ("tp", "pp", "cp", "ep")}
+    out["vp"] = L.get("vp") or 1
+    if L.get("vp") is None and out["pp"] > 1:
+        assumed.append("no interleaving (vp=1; not printed)")
+    if L.get("micro_batch") is None:
+        assumed.append("micro-batch 1 (not printed)")
+    out["micro_batch"] = L.get("micro_batch") or 1
+    if L.get("zero") is None:
+        assumed.append("ZeRO 1, Megatron's distributed optimizer (not printed)")
+    out["zero"] = 1 if L.get("zero") is None else L["zero"]
+    out.update(global_batch=L["global_batch"], seq=L["seq"], precision=L.get("precision") or "bf16",
+               recompute=L.get("recompute"), attention=L.get("attention") or "flash")
+    if out["precision"] == "fp16":
+        out["precision"] = "bf16" if "fp16" not in compute_data()[run["hardware"]["gpu"]]["peak_tflops"] else "fp16"
+    return out, assumed
+
+
+def source_flops_per_token(run: dict) -> float | None:
+    """FLOPs per token as the run's source counts them (None where it counts none the planner can repeat)."""
+    m, L = run["model"], run["layout"]
+    convention = (run["measured"].get("flops_convention") or "").lower()
+    l, h, s, V = m["layers"], m["hidden"], L["seq"], m["vocab"]
+    if "megatron 2021" in convention:
+        return 96 * l * h ** 2 * (1 + s / (6 * h) + V / (16 * l * h))
+    if "korthikanti" in convention:
+        return 72 * l * h ** 2 * (1 + s / (6 * h) + V / (12 * h * l))
+    if any(word in convention for word in ("chowdhery", "palm", "6n", "megatron-core", "model tflop")):
+        # Megatron-Core's num_floating_point_operations, NeMo's and Megatron-Bridge's "Model TFLOP/s": per token
+        # 12 l h^2 (1 + kv/a + s/h + g f/h) + 6 h V, which is PaLM's 6 N + 12 l h s term for term
+        return model_of(run).flops_per_token(s)
+    return None
+
+
+def published_tokens_per_second_per_gpu(run: dict) -> tuple[float, str]:
+    """Tokens per second per GPU the run measured, and how it follows from what the source printed."""
+    got, gpus = run["measured"], run["hardware"]["gpus"]
+    tokens = run["layout"]["global_batch"] * run["layout"]["seq"]
+    if got.get("tokens_per_second_per_gpu"):
+        return float(got["tokens_per_second_per_gpu"]), "printed"
+    if got.get("tokens_per_second_total"):
+        return got["tokens_per_second_total"] / gpus, "all GPUs' tokens/s, printed, over the GPUs"
+    if got.get("step_seconds"):
+        return tokens / got["step_seconds"] / gpus, "the batch's tokens over the printed step time"
+    per_token = source_flops_per_token(run)
+    if per_token is None:
+        raise ValueError(f"run {run['id']}: no throughput the planner can compare (its FLOP convention is not one "
+                         f"it can repeat: {got.get('flops_convention')!r})")
+    if got.get("tflops_per_gpu"):
+        return got["tflops_per_gpu"] * 1e12 / per_token, "printed TFLOP/s per GPU over the source's FLOPs a token"
+    if got.get("mfu"):
+        peak = compute_data()[run["hardware"]["gpu"]]["peak_tflops"]["bf16"]
+        return got["mfu"] * peak * 1e12 / per_token, "printed MFU x the bf16 peak over the source's FLOPs a token"
+    raise ValueError(f"run {run['id']}: no throughput printed")
+
+
+def predict(run: dict) -> tuple[Plan, float, list[str]]:
+    """The planner's plan for the run, predicted / published tokens per second per GPU, and what was assumed."""
+    topology, assumed = topology_of(run)
+    layout, more = layout_of(run)
+    result = plan(model_of(run), topology, **layout)
+    published, _ = published_tokens_per_second_per_gpu(run)
+    return result, result.tokens_per_second_per_gpu / published, assumed + more

@@ -1,0 +1,271 @@
+"""The training planner: a transformer's shape, memory, compute and collectives of a step (rl.plan), the search,
+``ringlab plan``, and the published runs it is held to."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ringlab as rl
+from ringlab.predict import predict_nccl
+from ringlab.train import Transformer, planner, runs
+from ringlab.train.planner import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, search
+
+ROOT = Path(__file__).resolve().parent.parent
+GiB = 2 ** 30
+
+
+# -- the shape ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, total, active", [
+    ("llama3-8b", 8.03e9, None), ("llama3-70b", 70.6e9, None), ("llama3.1-405b", 405.9e9, None),
+    ("gpt3-175b", 174.6e9, None), ("llama2-7b", 6.74e9, None), ("mixtral-8x7b", 46.7e9, 12.9e9),
+    ("mixtral-8x22b", 140.6e9, 39.2e9), ("deepseek-v3", 671e9, 37e9)])
+def test_presets_have_their_published_parameter_counts(name, total, active):
+    # the counts each model's own paper or model card gives (DeepSeek-V3: 671B total, 37B activated a token)
+    model = Transformer.preset(name)
+    assert model.params == pytest.approx(total, rel=0.01)
+    if active:
+        assert model.active_params == pytest.approx(active, rel=0.02)
+
+
+def test_flops_per_token_is_palm_s_six_n_plus_twelve_l_h_s():
+    m = Transformer(2, 64, 4, 256, 1000)                  # gated, untied
+    per_layer = 2 * 64 * 64 + 2 * 64 * 64 + 3 * 64 * 256  # q, o; k, v; gate, up, down
+    matmul = 2 * per_layer + 1000 * 64                    # the output head multiplies; the embedding is a lookup
+    assert m.matmul_params() == matmul
+    assert m.flops_per_token(128) == 6 * matmul + 12 * 2 * 64 * 128
+
+
+def test_grouped_query_attention_and_tied_heads_change_the_count():
+    mha, gqa = Transformer(1, 64, 8, 128, 100), Transformer(1, 64, 8, 128, 100, kv_heads=2)
+    assert mha.attention_params() - gqa.attention_params() == 2 * 64 * (64 - 2 * 8)
+    assert Transformer(1, 64, 8, 128, 100, tied=True).params == mha.params - 100 * 64
+
+
+def test_a_gpt3_layer_keeps_korthikanti_s_34h_less_two_dropout_masks_per_token():
+    gpt3 = Transformer.preset("gpt3-175b")
+    assert gpt3.activation_bytes_per_token() == 32 * gpt3.hidden
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"heads": 5}, "multiple of heads"), ({"kv_heads": 3}, "kv_heads"), ({"top_k": 2}, "top_k"),
+    ({"layers": 0}, "layers"), ({"vocab": 1.5}, "vocab")])
+def test_a_bad_shape_is_refused_by_name(kwargs, word):
+    shape = dict(layers=2, hidden=64, heads=8, ffn=128, vocab=100) | kwargs
+    with pytest.raises(ValueError, match=word):
+        Transformer(**shape)
+
+
+def test_an_unknown_preset_lists_the_known():
+    with pytest.raises(ValueError, match="llama3-70b"):
+        Transformer.preset("llama9")
+
+
+# -- the plan -----------------------------------------------------------------------------------------------------
+H100x32 = rl.topology.cluster("h100", nodes=32)
+
+
+def test_memory_is_weights_gradients_and_adam_sharded_as_zero_says():
+    model = Transformer.preset("llama3-8b")
+    one = rl.topology.cluster("h100", nodes=1)
+    plans = {z: rl.plan(model, one, zero=z, global_batch=8, seq=4096) for z in (0, 1, 2, 3)}
+    P = model.params
+    assert plans[0].memory["weights"] == pytest.approx(WEIGHT_BYTES * P)
+    assert plans[0].memory["gradients"] == pytest.approx(GRAD_BYTES * P)
+    assert plans[0].memory["optimizer"] == pytest.approx(OPTIMIZER_BYTES * P)
+    assert plans[1].memory["optimizer"] == pytest.approx(OPTIMIZER_BYTES * P / 8)
+    assert plans[2].memory["gradients"] == pytest.approx(GRAD_BYTES * P / 8)
+    assert plans[3].memory["weights"] == pytest.approx(WEIGHT_BYTES * P / 8)
+    assert plans[0].memory_total > plans[1].memory_total > plans[2].memory_total > plans[3].memory_total
+    assert not plans[0].fits and plans[0].memory_total > 18 * P  # 18 bytes a parameter before activations
+
+
+def test_tensor_parallelism_divides_activations_and_context_parallelism_the_sequence():
+    base = dict(global_batch=32, seq=8192)
+    one = rl.plan("llama3-70b", H100x32, tp=1, pp=8, zero=1, **base).memory["activations"]
+    eight = rl.plan("llama3-70b", H100x32, tp=8, pp=8, zero=1, **base).memory["activations"]
+    assert eight == pytest.approx(one / 8, rel=0.01)
+    cp2 = rl.plan("llama3-70b", H100x32, tp=8, pp=8, cp=2, zero=1, global_batch=16, seq=8192).memory["activations"]
+    assert cp2 == pytest.approx(eight / 2, rel=0.01)
+
+
+def test_full_recomputation_trades_memory_for_a_third_more_compute():
+    kw = dict(tp=8, pp=4, global_batch=64, seq=8192, zero=1)
+    plain, full = rl.plan("llama3-70b", H100x32, **kw), rl.plan("llama3-70b", H100x32, recompute="full", **kw)
+    assert full.memory["activations"] < plain.memory["activations"] / 5
+    assert 1.25 < full.time["compute"] / plain.time["compute"] < 1.34  # 8/6 of the matmuls, less elsewhere
+
+
+def test_the_bubble_is_pp_minus_one_over_vp_m_of_the_compute():
+    p = rl.plan("llama3-70b", H100x32, tp=8, pp=4, vp=2, zero=1, global_batch=64, seq=4096)
+    m = p.layout["micro_batches"]
+    assert m == 64 // (p.layout["dp"] * 1)
+    assert p.time["bubble"] == pytest.approx(p.time["compute"] * 3 / (2 * m))
+
+
+def test_tensor_parallel_collectives_are_priced_by_nccl_s_model_on_the_group():
+    p = rl.plan("llama3-70b", H100x32, tp=8, pp=4, zero=1, global_batch=64, seq=4096)
+    tp = [c for c in p.collectives if c.parallelism == "tp"]
+    assert {c.collective for c in tp} == {"allgather", "reduce_scatter"}
+    gather = next(c for c in tp if c.collective == "allgather")
+    assert gather.nbytes == 2 * 4096 * 8192               # one micro-batch's hidden states, bf16
+    assert gather.seconds == pytest.approx(predict_nccl("allgather", gather.nbytes,
+                                                        rl.topology.cluster("h100", 1, 8)).seconds)
+    assert gather.calls == p.layout["micro_batches"] * 20 * 2  # 20 layers a stage, forward and backward
+    assert p.time["tp"] == pytest.approx(sum(c.exposed for c in tp))
+
+
+def test_tensor_parallelism_across_nodes_exposes_far_more_time():
+    kw = dict(pp=4, zero=1, global_batch=64, seq=4096)
+    inside, across = rl.plan("llama3-70b", H100x32, tp=8, **kw), rl.plan("llama3-70b", H100x32, tp=16, **kw)
+    assert across.time["tp"] > 2 * inside.time["tp"]   # on half the compute a GPU: the share grows more
+    assert across.time["tp"] / across.step_seconds > 2 * inside.time["tp"] / inside.step_seconds
+    assert any("spans nodes" in n for n in across.notes)
+
+
+def test_data_parallel_reduction_hides_behind_the_last_backward():
+    p = rl.plan("llama3-8b", rl.topology.cluster("h100", nodes=4), zero=1, global_batch=64, seq=4096)
+    dp = [c for c in p.collectives if c.parallelism == "dp"]
+    assert {c.collective for c in dp} == {"reduce_scatter", "allgather"}
+    assert p.hidden["dp"] > 0 and p.hidden["dp"] + p.time["dp"] == pytest.approx(sum(c.total for c in dp))
+
+
+def test_unfused_attention_moves_its_scores_through_memory_and_stores_them():
+    kw = dict(tp=8, global_batch=8, seq=2048)
+    model = Transformer.preset("gpt3-6.7b")
+    one = rl.topology.cluster("a100", nodes=1)
+    flash, unfused = rl.plan(model, one, **kw), rl.plan(model, one, attention="unfused", **kw)
+    assert unfused.time["compute"] > flash.time["compute"]
+    assert unfused.memory["activations"] > flash.memory["activations"]
+    selective = rl.plan(model, one, attention="unfused", recompute="selective", **kw)
+    assert selective.memory["activations"] == pytest.approx(flash.memory["activations"])
+
+
+def test_mfu_is_model_flops_over_the_bf16_peak():
+    p = rl.plan("llama3-8b", rl.topology.cluster("h100", nodes=1), zero=1, global_batch=8, seq=8192)
+    model = Transformer.preset("llama3-8b")
+    assert p.mfu == pytest.approx(p.tokens_per_second_per_gpu * model.flops_per_token(8192) / 989e12)
+    assert p.tokens_per_second_per_gpu == pytest.approx(8 * 8192 / p.step_seconds / 8)
+    assert 0 < p.mfu < p.time["compute"] / p.step_seconds
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"tp": 3}, "does not divide the 256 GPUs"), ({"tp": 128, "pp": 2}, "attention heads"),
+    ({"pp": 128, "tp": 2}, "stages, more than"), ({"global_batch": 100}, "does not divide into"),
+    ({"precision": "fp4"}, "unknown precision"), ({"zero": 4}, "zero must be"), ({"ep": 2}, "no experts"),
+    ({"recompute": "some"}, "recompute must be"), ({"vp": 2}, "needs pp > 1"), ({"attention": "sparse"}, "attention"),
+    ({"cp": 8, "seq": 1000}, "2 x cp")])
+def test_bad_layouts_are_refused_naming_what_is_wrong(kwargs, word):
+    layout = dict(tp=8, global_batch=512, seq=8192) | kwargs
+    with pytest.raises(ValueError, match=word):
+        rl.plan("llama3-70b", H100x32, **layout)
+
+
+def test_a_topology_that_is_not_a_machine_is_refused():
+    with pytest.raises(ValueError, match="rl.topology.cluster"):
+        rl.plan("llama3-8b", rl.topology.uniform(8, bandwidth=1e9, latency=1e-6), global_batch=8, seq=1024)
+
+
+def test_a_plan_of_one_hundred_thousand_gpus_is_made():
+    p = rl.plan("llama3-70b", rl.topology.cluster("h100", nodes=12500), tp=8, pp=4, zero=1, global_batch=12500,
+                seq=8192)
+    assert p.gpus == 100_000 and p.layout["dp"] == 3125 and p.layout["micro_batches"] == 4
+    dp = next(c for c in p.collectives if c.parallelism == "dp")
+    assert dp.ranks == 3125 and "3125 nodes" in dp.where
+
+
+def test_the_table_says_predicted_and_every_kind():
+    p = rl.plan("llama3-70b", H100x32, tp=8, pp=4, zero=1, global_batch=64, seq=4096)
+    text = p.table()
+    assert "predicted, not measured" in text
+    for kind in list(p.memory) + list(p.time):
+        assert kind in text
+    assert json.loads(json.dumps(p.to_dict()))["label"].startswith("predicted")
+
+
+# -- search -------------------------------------------------------------------------------------------------------
+def test_search_ranks_fitting_layouts_by_step_time_and_says_why_the_rest_lose():
+    found = search("llama3-70b", H100x32, global_batch=256, seq=8192, micro_batch=1, recompute=None)
+    assert found.best and all(p.fits for p in found.best)
+    times = [p.step_seconds for p in found.best]
+    assert times == sorted(times)
+    assert any(why.startswith("does not fit") for _, why in found.rejected)
+    assert all(p.layout["micro_batch"] == 1 for p in found.best)  # held fixed
+    slower = found.best[-1]
+    assert found.why_slower(slower) != "as fast as the best"
+    with pytest.raises(ValueError, match="unknown layout keyword"):
+        search("llama3-70b", H100x32, global_batch=256, seq=8192, dpp=2)
+
+
+# -- the command line ---------------------------------------------------------------------------------------------
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "ringlab", "plan", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_ringlab_plan_prints_the_plan_and_writes_json(tmp_path):
+    out = tmp_path / "plan.json"
+    done = run_cli("llama3-70b", "--gpus", "256", "--gpu", "h100", "--tp", "8", "--pp", "4", "--zero", "1",
+                   "--global-batch", "256", "--seq", "8192", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "memory per GPU" in done.stdout and "tokens/s per GPU" in done.stdout
+    saved = json.loads(out.read_text())
+    assert saved["layout"]["tp"] == 8 and saved["layout"]["dp"] == 8 and saved["step_seconds"] > 0
+
+
+def test_ringlab_plan_search_and_errors():
+    done = run_cli("--shape", "32,4096,32,14336,128256,8", "--gpus", "16", "--global-batch", "64", "--seq", "4096",
+                   "--search", "--top", "3")
+    assert done.returncode == 0, done.stderr
+    assert " 1. " in done.stdout and " 3. " in done.stdout and " 4. " not in done.stdout
+    bad = run_cli("llama3-70b", "--gpus", "256", "--tp", "3", "--global-batch", "256", "--seq", "8192")
+    assert bad.returncode == 2 and "does not divide the 256 GPUs" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+# -- published runs -----------------------------------------------------------------------------------------------
+def test_published_throughput_follows_from_what_each_source_printed():
+    gpt_1t = runs.find("megatron2021-gpt-1008b")      # 163 TFLOP/s a GPU, Megatron's own FLOPs (recompute counted)
+    tokens, how = runs.published_tokens_per_second_per_gpu(gpt_1t)
+    l, h, s, V = 128, 25600, 2048, 51200
+    assert tokens == pytest.approx(163e12 / (96 * l * h ** 2 * (1 + s / (6 * h) + V / (16 * l * h))))
+    assert "TFLOP/s" in how
+    # the source's aggregate over its GPUs tells the same story
+    assert tokens * 3072 * 96 * l * h ** 2 * (1 + s / (6 * h) + V / (16 * l * h)) == pytest.approx(502e15, rel=0.01)
+
+
+def test_at_least_a_dozen_runs_are_compared_with_their_sources():
+    compared = []
+    for run in runs.load():
+        try:
+            plan, ratio, _ = runs.predict(run)
+        except (ValueError, TypeError, KeyError):
+            continue
+        assert run["source"]["url"].startswith("http")
+        compared.append(ratio)
+    assert len(compared) >= 12
+    assert all(0.2 < r < 5 for r in compared)
+
+
+def test_the_benchmark_prints_every_compared_run_with_its_ratio(tmp_path):
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, "benchmarks/plan_vs_published.py", "--json", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())
+    assert len(rows["rows"]) >= 12
+    for row in rows["rows"]:
+        assert row["run"] in done.stdout and f"{row['ratio']:.2f}" in done.stdout
+    within = sum(0.8 <= r["ratio"] <= 1.2 for r in rows["rows"])
+    assert f"{within} of {len(rows['rows'])}" in done.stdout
+    assert ("NOT met" in done.stdout) == (not rows["met"])
+
+
+def test_the_planner_takes_nothing_from_the_runs_it_is_judged_on():
+    source = (ROOT / "ringlab/train/planner.py").read_text()
+    assert "training_runs" not in source and "runs" not in [line.split()[-1] for line in source.splitlines()
+                                                            if line.startswith(("import", "from"))]
+    assert planner.compute_data()["h100"]["matmul_source"].startswith("http")
