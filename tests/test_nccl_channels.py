@@ -99,7 +99,8 @@ def test_small_sizes_of_h200_sweep_flat():
     assert len(ratios) == 5 and 0.78 <= min(ratios) and max(ratios) - min(ratios) <= 0.05
 
 
-@pytest.mark.parametrize("name", ["A20_galvatron_dgx-a100-40gb_allreduce", "A21_facebookresearch-gcm_a100-80gb_allreduce",
+@pytest.mark.parametrize("name", ["A20_galvatron_dgx-a100-40gb_allreduce",
+                                  "A21_facebookresearch-gcm_a100-80gb_allreduce",
                                   "A41_mlengineering_a100x8_nvlink3_allreduce_sweep",
                                   "A01_nccltests290_h100x8_hgx_1node_allreduce",
                                   "A05_azure_nd_h100_v5_8xh100_allreduce_busbw",

@@ -2,17 +2,20 @@
 
 A *channel* is one ring (or tree) that NCCL builds at start-up and one thread block, on one SM, that
 runs it. NCCL splits every call's bytes evenly over the channels it uses, each moving its share at
-the same rate, so a call on ``c`` of a communicator's ``C`` channels moves at ``c / C`` of the full
-rate (NCCL's tuner prices the full rate as ``nChannels x`` one channel's bandwidth, ``tuning.cc``).
+the same rate: its tuner prices the full rate as ``nChannels x`` one channel's bandwidth, then caps
+it (LL's cap, ``tuning.cc``). A call on ``c`` of a communicator's ``C`` channels gets ``c / C`` of
+the links' rate, under the same caps.
 
 How many a communicator has (``comm->nChannels``) comes from NCCL's ring search
 (``src/graph/search.cc``, ``ncclTopoCompute``): it tries channel speeds from a table, fastest first,
 and fits as many channels of that speed as a GPU's NVLink bandwidth holds (its links x NCCL's rating
-of one link, ``topo.h``: the port rate ringlab's topologies give an NVSwitch GPU), keeping the speed whose channels carry the most (it stops looking at half
-the first speed). ``ncclTopoDupChannels`` then doubles fast channels at half the speed, and
-``ncclTopoPostset`` (``connect.cc``) doubles them all again. On one HGX node: A100 6 channels at
-40 GB/s, doubled to 12, then 24; H100 6 at 60 GB/s, then 12, then 24 (NCCL's logs print "24 coll
-channels" on both: nccl-tests#100, and AWS's p5 EFA guide).
+of one link, ``topo.h``: the port rate ringlab's topologies give an NVSwitch GPU), keeping the speed
+whose channels carry the most (it stops looking at half the first speed). ``ncclTopoDupChannels``
+then doubles fast channels at half the speed, and ``ncclTopoPostset`` (``connect.cc``) doubles them
+all again. On one HGX node: A100 6 channels at 40 GB/s, doubled to 12, then 24; H100 6 at 60 GB/s,
+then 12, then 24; H800 (8 NVLinks) 4 at 40 GB/s, then 8, then 16. NCCL's logs print the same: 24 on
+8 A100 (nccl-tests#100, "Channel 23/24"), 24 on 8 H100 (AWS's expected output for p5.48xlarge:
+"24 coll channels, 16 nvls channels"), 16 on 8 H800 (nccl#892).
 
 How many a call uses (``src/enqueue.cc``, ``topoGetAlgoInfo``): each thread of a channel must have
 at least a *threshold* of bytes to work on, so while ``bytes < channels x threads x threshold``
@@ -21,7 +24,8 @@ a thread for Simple, 8 for LL and LL128, and a ring's LL threshold is multiplied
 (``tuning.cc``: 64 on 8 GPUs); the threads are 512 for Simple and LL and 640 for LL128
 (``device.h``; Simple 256 where the ring's bandwidth is no more than PCIe 3's 12 GB/s). On 24
 channels of 8 GPUs a ring allreduce keeps all of them from 768 KiB (Simple and LL: 24 x 512 x 64
-bytes) and 120 KiB (LL128: 24 x 640 x 8); at 256 KiB with LL it runs on 8, at a third of the rate.
+bytes) and 120 KiB (LL128: 24 x 640 x 8); at 256 KiB with LL it runs on 8, a third of the links.
+From 32 KiB to 512 KiB each channel added brings its own 32 KiB, so the call takes the same time.
 NVLS and NVLSTree always run on their own channel count, and CollNet has a rule of its own (not
 modelled here).
 
@@ -34,6 +38,11 @@ Modelled where NCCL's search can be followed from what a topology says: one host
 NVSwitch. Elsewhere (PCIe, GPUs joined pairwise, several nodes, RCCL) the search also weighs PCIe
 paths, NICs and CPUs, and a call is priced on all its channels, as NCCL's tuner does. A channel with
 fewer threads is priced at a full channel's rate: NCCL's model gives a channel no rate by threads.
+
+What it does not explain: from 1 MiB to 128 MiB every channel runs, so published sweeps that fall
+below NCCL's model there (8 A100 driven by one thread, ``-g 8``: 1.2-1.9x; their gap a near-constant
+100-140 us a call from 16 to 64 MiB, where a sweep of one process a GPU is within 2-15%) fall below it
+for another reason, which NCCL's channel, thread and chunk rules do not give.
 
 Every constant is NCCL's, at 5067397 (unchanged in these rules since v2.18.3 and v2.21.5).
 """

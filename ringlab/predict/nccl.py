@@ -35,10 +35,10 @@ Protocols: LL carries half of what it stores and NCCL caps it (``llMaxBws``); ov
 (16 bytes, 8 of data) is a PCIe write of its own, so data is 8 of every 42 bytes on the wire
 (:data:`LL_PCIE_SHARE`); LL128 carries 120 of 128 bytes, only where every path inside a node is
 NVLink, and across the network on Hopper and later; Simple carries everything. A GPU reduces while
-it copies, so reduction bounds the rate only where memory is slower than the links. NCCL's per-channel caps of ring LL128 and of trees
-(``perChMax*Bws``) count where the channels are derived (one NVSwitch host, ``ringlab.predict.channels``: they
-bind only on B200's LL128 ring, by 4%, and for calls narrowed to fewer channels). Left out: those caps elsewhere,
-and NCCL's NVLSTree correction on Blackwell x86 hosts.
+it copies, so reduction bounds the rate only where memory is slower than the links. NCCL's per-channel
+caps of ring LL128 and of trees (``perChMax*Bws``) count where the channels are derived (one NVSwitch
+host, ``ringlab.predict.channels``: they bind only on B200's LL128 ring, by 4%). Left out: those caps
+elsewhere, and NCCL's NVLSTree correction on Blackwell x86 hosts.
 
 Channels: a ring or tree call smaller than NCCL's per-thread threshold runs on fewer of the communicator's
 channels, at that share of the links' rate (``ringlab.predict.channels``, ``topoGetAlgoInfo``); NCCL picks the
@@ -127,7 +127,8 @@ class NcclPrediction:
     def __repr__(self) -> str:
         fewer = f" on {self.channels} of {self.channels_total} channels" if self.channels < self.channels_total else ""
         return (f"NcclPrediction({self.collective} of {self.nbytes} B on {self.topology}, {self.nranks} ranks: "
-                f"{self.algorithm}/{self.protocol}{fewer}, {self.seconds * 1e6:.1f} us, busbw {self.busbw / 1e9:.1f} GB/s)")
+                f"{self.algorithm}/{self.protocol}{fewer}, {self.seconds * 1e6:.1f} us, "
+                f"busbw {self.busbw / 1e9:.1f} GB/s)")
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,8 @@ def _algbw(collective: str, algorithm: str, protocol: str, f: Facts, share: floa
     if algorithm == "ring":
         bus = share * (f.ring if f.nodes == 1 else min(_across(f), f.net))
         if protocol == "LL":
-            wire = share * f.ring_peak * LL_PCIE_SHARE if f.machine.intra == "pcie" and f.nodes == 1 else bus * T.LL_SHARE
+            over_pcie = f.machine.intra == "pcie" and f.nodes == 1
+            wire = share * f.ring_peak * LL_PCIE_SHARE if over_pcie else bus * T.LL_SHARE
             bus = min(T.ll_max_bw(f.arch, f.nodes, f.machine.cpu), wire)
         elif protocol == "LL128":
             bus *= T.LL128_SHARE
