@@ -14,11 +14,23 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 from ringlab.measure.tables import table
-from ringlab.train import runs
+from ringlab.topology.machines import cluster
+from ringlab.train import planner, runs
 
 LOW, HIGH = 0.8, 1.2
+SCALE_GOAL = 1.0  # seconds a plan of 100,000 GPUs may take (issue 52)
+
+
+def time_a_large_plan() -> float:
+    """Seconds to plan Llama 3 70B on 100,000 H100s (12,500 nodes), every cache of the planner cold."""
+    planner._group.cache_clear()
+    planner._price.cache_clear()
+    start = time.perf_counter()
+    planner.plan("llama3-70b", cluster("h100", nodes=12_500), tp=8, pp=4, zero=1, global_batch=12_500, seq=8192)
+    return time.perf_counter() - start
 
 
 def rows(gpu: str | None = None) -> tuple[list[dict], list[dict]]:
@@ -74,6 +86,9 @@ def main(argv=None) -> int:
     met = len(within) == len(done) and not no_fit
     print(f"goal, every run within 20% ({LOW} to {HIGH}): {len(within)} of {len(done)} -> "
           f"{'met' if met else 'NOT met'}")
+    seconds = time_a_large_plan()
+    print(f"a plan of Llama 3 70B on 100,000 H100s took {seconds:.3f} s here (goal: under {SCALE_GOAL:g} s) -> "
+          f"{'met' if seconds < SCALE_GOAL else 'NOT met'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": done, "skipped": skipped, "within": len(within), "met": met}, f, indent=1)
