@@ -110,3 +110,16 @@ def test_large_sizes_unchanged(name):
     for r in published.against_model(name):
         if r["bytes"] >= 1 << 30:
             assert 0.95 <= r["ratio"] <= 1.05
+
+
+@pytest.mark.parametrize("name", ["A40_mlengineering_h200x8_allreduce_bench_sweep",
+                                  "A42_mlengineering_b200x8_p6_1node_allreduce_bench_busbw"])
+def test_flat_time_below_768_kib_is_what_was_measured(name):
+    # 8 H200 and 8 B200, one process a GPU: from 32 KiB to 512 KiB the measured call takes the same time (39-40 us,
+    # 47-53 us) over 16x the bytes, as NCCL's rule gives (each channel added brings its own 32 KiB)
+    rows = [r for r in published.against_model(name) if 32 * KiB <= r["bytes"] <= 512 * KiB]
+    measured = [r["bytes"] / r["measured_busbw"] for r in rows]
+    predicted = [r["bytes"] / r["predicted_busbw"] for r in rows]
+    assert len(rows) == 5
+    assert max(measured) / min(measured) < 1.12 and max(predicted) / min(predicted) < 1.01
+    assert 0.8 < sum(predicted) / sum(measured) < 1.25
