@@ -82,6 +82,14 @@ KEY_TERMS = {
     "PAT: all-gather and reduce-scatter in log2 n steps": ["allgather.pat", "Parallel Aggregated Trees"],
     "symmetric memory: one-shot and two-shot allreduce through a shared window, against the ring and MPI's own":
         ["oneshot", "twoshot", "symmetric memory"],
+    "planning a training run: memory per GPU by kind against its capacity, a step's time by kind":
+        ["rl.plan", "memory_bars", "step_timeline"],
+    "a planner's prediction against a published training run": ["against_published", "closest_run"],
+    "the 1F1B pipeline bubble, interleaved: (pp-1)/(vp m)": ["1F1B", "check_interleaved_bubble"],
+    "tensor parallelism inside a node against across nodes, at a real model's size": ["tensor_reach"],
+    "when ZeRO-3 (FSDP) pays: memory against exposed data-parallel time": ["zero_rows", "ZeRO-3"],
+    "context parallelism at 128k tokens: activations and fit": ["context_rows", "128k"],
+    "the same run on B200 and GB200 NVL72, and model FLOPs utilisation (MFU)": ["machines(", "MFU", "NVL72"],
 }
 
 

@@ -18,7 +18,9 @@ is not about one lab lives in the layer that owns it (``measure``, ``predict``, 
   settings, P2P, links), ``quiz``;
 - ``lab08_beyond_data_parallelism``: ``sharding`` (ZeRO), ``mesh`` (tensor parallelism on a mesh), ``experts``,
   ``attention`` (ring attention), ``nccl`` (how NCCL picks; PAT), ``symmetric`` (one-shot and two-shot allreduce),
-  ``quiz``.
+  ``quiz``;
+- ``lab11_plan_a_run``: ``run`` (Llama 3 70B on 256 H100s planned; the memory and bubble exercises), ``published``
+  (the closest published run against its prediction), ``layouts`` (the lab's four questions), ``quiz``.
 
 :func:`quiz` finds a lab's quiz by its number (``quiz(3)``, ``quiz("03_allreduce")``).
 """
@@ -28,7 +30,8 @@ import importlib
 
 ROOMS = {"00": "lab00_your_machine", "01": "lab01_moving_bytes", "02": "lab02_reduce_broadcast",
          "03": "lab03_allreduce", "04": "lab04_parameter_servers", "05": "lab05_scaling",
-         "06": "lab06_training", "07": "lab07_hangs_and_crawls", "08": "lab08_beyond_data_parallelism"}
+         "06": "lab06_training", "07": "lab07_hangs_and_crawls", "08": "lab08_beyond_data_parallelism",
+         "11": "lab11_plan_a_run"}
 
 
 def lab_key(lab) -> str:

@@ -1,0 +1,238 @@
+"""Lab 11's four questions, each answered from the plans it computes (all predicted by ``rl.plan``): tensor
+parallelism inside a node or across two; when ZeRO-3 pays; context parallelism at 128k tokens; the same run on B200
+and on GB200 NVL72. Each ``*_rows`` or ``*_result`` function plans; each ``*_lesson`` says what its numbers say."""
+from __future__ import annotations
+
+from ...lab.findings import Finding
+from ...lab.words import and_join
+from ...train.planner import plan, search
+from .run import GIB, GLOBAL_BATCH, SEQ, machine, model
+
+SAME = 0.05  # two times within 5% are "about the same"
+TOKENS = 1e12  # a trillion tokens: the budget the machines are compared on
+LONG_SEQ, LONG_BATCH = 131072, 32  # 128k tokens a sequence, 32 of them: 4M tokens a step, as at 8k
+
+
+def _layout(p) -> str:
+    return p.layout_str()
+
+
+# -- tensor parallelism: inside a node, or across two -----------------------------------------------------------
+def tensor_reach(tps=(8, 16), model_parallel: int = 32, topology=None, **common) -> dict:
+    """Each ``tp`` with ``pp = model_parallel / tp`` (the same data-parallel group and GPUs), ZeRO 1, 4M tokens a
+    step: its tensor group's all-gathers (size, price, calls, where they run), the exposed tensor time and the step."""
+    topology = topology or machine()
+    settings = {"zero": 1, "micro_batch": 1, "global_batch": GLOBAL_BATCH, "seq": SEQ, **common}
+    rows = []
+    for tp in tps:
+        p = plan(model(), topology, tp=tp, pp=model_parallel // tp, **settings)
+        gather = next(c for c in p.collectives if c.parallelism == "tp" and c.collective == "allgather")
+        rows.append({"tp": tp, "pp": p.layout["pp"], "layers": -(-p.model.layers // p.layout["pp"]), "plan": p,
+                     "where": gather.where, "inside": topology.machine.gpus_per_node >= tp, "nbytes": gather.nbytes,
+                     "algorithm": f"{gather.algorithm}/{gather.protocol}", "call_s": gather.seconds,
+                     "calls": gather.calls, "tp_s": p.time.get("tp", 0.0), "step_s": p.step_seconds,
+                     "memory_gib": p.memory_total / GIB})
+    return {"rows": rows, "gpus_per_node": topology.machine.gpus_per_node}
+
+
+TENSOR_COLUMNS = {"tp": "tp", "pp": "pp", "tensor group": "where", "all-gather": "algorithm",
+                  "one all-gather (ms)": "call_s", "all-gathers a step": ("calls", ".0f"),
+                  "exposed tp (s)": "tp_s", "step (s)": "step_s"}
+
+
+def tensor_lesson(result: dict) -> Finding:
+    """Why the tensor group stays in a node, or not: the price of one call in and across nodes, how many calls a GPU
+    makes, the exposed tensor time and the step, compared."""
+    a, b = result["rows"][0], result["rows"][1]
+    per_call, calls, exposed = b["call_s"] / a["call_s"], b["calls"] / a["calls"], b["tp_s"] / a["tp_s"]
+    on = lambda r: "one node's NVLink" if r["inside"] else f"{r['where']} GPUs, across the network"  # noqa: E731
+    said = [f"tp={a['tp']} (pp={a['pp']}) runs each tensor group on {on(a)}: each all-gather (and each "
+            f"reduce-scatter) of {a['nbytes'] / 2 ** 20:.0f} MiB takes {a['call_s'] * 1e3:.3f} ms ({a['algorithm']}), "
+            f"{a['calls']:.0f} of each a step, {a['tp_s']:.2f} s exposed.",
+            f"tp={b['tp']} (pp={b['pp']}) runs it on {on(b)}: each call takes {b['call_s'] * 1e3:.3f} ms "
+            f"({b['algorithm']}), {per_call:.2f}x, and each GPU makes {b['calls']:.0f} ({calls:.1f}x: it holds slices "
+            f"of {b['layers']} layers where tp={a['tp']} holds {a['layers']}, and every layer's calls carry the "
+            f"micro-batch's whole hidden states whatever tp is), {b['tp_s']:.2f} s exposed: {exposed:.2f}x."]
+    if abs(per_call - 1) <= SAME:
+        crossing = "a call costs about the same across nodes"
+    else:
+        crossing = f"a call costs {'more' if per_call > 1 else 'less'} across nodes"
+    cause = "the calls" if abs(calls - 1) > abs(per_call - 1) else "the price of each call"
+    faster = a if a["step_s"] < b["step_s"] else b
+    said.append(f"So {crossing} ({per_call:.2f}x), and most of the change in exposed time comes from {cause}. "
+                f"The step: {a['step_s']:.2f} s at tp={a['tp']} against {b['step_s']:.2f} s at tp={b['tp']}: "
+                f"tp={faster['tp']} is faster, by {abs(a['step_s'] - b['step_s']):.2f} s a step.")
+    conclusions = (crossing, f"most of the change from {cause}", f"tp={faster['tp']} is faster")
+    return Finding(" ".join(said), conclusions)
+
+
+# -- ZeRO-3: what it saves and what it costs --------------------------------------------------------------------
+ZERO_LAYOUTS = (dict(tp=8, micro_batch=1), dict(tp=8, micro_batch=16, recompute="full"))
+
+
+def zero_rows(layouts=ZERO_LAYOUTS, stages=(1, 3), topology=None, global_batch: int = GLOBAL_BATCH,
+              seq: int = SEQ) -> list[dict]:
+    """Each layout at each ZeRO stage: memory, whether it fits, the data-parallel calls a step, their exposed and
+    hidden seconds, and the step."""
+    topology = topology or machine()
+    rows = []
+    for i, layout in enumerate(layouts):
+        for zero in stages:
+            p = plan(model(), topology, zero=zero, global_batch=global_batch, seq=seq, **layout)
+            dp_calls = sum(c.calls for c in p.collectives if c.parallelism == "dp")
+            rows.append({"case": i, "layout": _layout(p), "zero": zero,
+                         "setting": _layout(p).replace(f" zero={zero}", ""), "plan": p, "memory_gib": p.memory_total / GIB,
+                         "capacity_gib": p.capacity / GIB, "fits": p.fits, "dp_calls": dp_calls,
+                         "dp_s": p.time.get("dp", 0.0), "dp_hidden_s": p.hidden.get("dp", 0.0),
+                         "micro_batches": p.layout["micro_batches"], "step_s": p.step_seconds})
+    return rows
+
+
+ZERO_COLUMNS = {"layout": "layout", "memory (GiB)": ("memory_gib", ".1f"), "fits": "fits",
+                "micro-batches": "micro_batches", "dp calls a step": ("dp_calls", ".0f"), "dp exposed (s)": "dp_s",
+                "dp hidden (s)": "dp_hidden_s", "step (s)": "step_s"}
+
+
+def zero_lesson(rows: list[dict]) -> Finding:
+    """For each layout, whether ZeRO-3 pays against ZeRO-1 there (it must fit where ZeRO-1 does not, or be faster),
+    and which plan of all fits fastest."""
+    said, conclusions = [], []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        low, high = sorted((r for r in rows if r["case"] == case), key=lambda r: r["zero"])[:2]
+        fit = lambda r: "fits" if r["fits"] else "does not fit"  # noqa: E731
+        text = (f"{low['setting']}: ZeRO-{low['zero']} needs {low['memory_gib']:.1f} GiB a GPU ({fit(low)} in "
+                f"{low['capacity_gib']:.0f}), ZeRO-{high['zero']} {high['memory_gib']:.1f} GiB ({fit(high)}), "
+                f"{low['memory_gib'] - high['memory_gib']:.1f} GiB less, for {high['dp_calls']:.0f} data-parallel "
+                f"calls a step against {low['dp_calls']:.0f} (it gathers every layer's weights again for each of its "
+                f"{high['micro_batches']} micro-batch{'es' * (high['micro_batches'] != 1)}), {high['dp_s']:.2f} s of them exposed and "
+                f"{high['dp_hidden_s']:.2f} s hidden behind compute: a step of {high['step_s']:.2f} s against "
+                f"{low['step_s']:.2f} s.")
+        if high["fits"] and not low["fits"]:
+            verdict = f"ZeRO-{high['zero']} pays at {high['setting']}: it makes the layout fit"
+        elif high["fits"] and high["step_s"] < low["step_s"]:
+            verdict = f"ZeRO-{high['zero']} pays at {high['setting']}: it is faster"
+        elif not high["fits"]:
+            verdict = f"ZeRO-{high['zero']} does not pay at {high['setting']}: it does not fit either"
+        else:
+            verdict = (f"ZeRO-{high['zero']} does not pay at {high['setting']}: ZeRO-{low['zero']} fits and is "
+                       f"{high['step_s'] - low['step_s']:.2f} s a step faster")
+        said.append(text + " " + verdict + ".")
+        conclusions.append(verdict)
+    fitting = [r for r in rows if r["fits"]]
+    if fitting:
+        best = min(fitting, key=lambda r: r["step_s"])
+        last = f"the fastest that fits is {best['layout']} ({best['step_s']:.2f} s)"
+    else:
+        last = "none of these fits"
+    said.append(f"Of all {len(rows)}, {last}.")
+    conclusions.append(last)
+    return Finding(" ".join(said), tuple(conclusions))
+
+
+# -- context parallelism at 128k tokens -------------------------------------------------------------------------
+def context_rows(cps=(1, 2, 4, 8), topology=None, seq: int = LONG_SEQ, global_batch: int = LONG_BATCH,
+                 **layout) -> list[dict]:
+    """Each ``cp`` at ``seq`` tokens a sequence (tp=8, pp=4, ZeRO 1 unless ``layout`` says): activations, memory,
+    fit, the ring's exposed and hidden seconds, data parallelism, the bubble and the step."""
+    topology = topology or machine()
+    layout = {"tp": 8, "pp": 4, "zero": 1, "micro_batch": 1, **layout}
+    rows = []
+    for cp in cps:
+        p = plan(model(), topology, cp=cp, global_batch=global_batch, seq=seq, **layout)
+        rows.append({"cp": cp, "plan": p, "layout": _layout(p), "seq": seq, "dp": p.layout["dp"],
+                     "activations_gib": p.memory["activations"] / GIB, "memory_gib": p.memory_total / GIB,
+                     "capacity_gib": p.capacity / GIB, "fits": p.fits, "cp_s": p.time.get("cp", 0.0),
+                     "cp_hidden_s": p.hidden.get("cp", 0.0), "bubble_s": p.time.get("bubble", 0.0),
+                     "micro_batches": p.layout["micro_batches"], "step_s": p.step_seconds})
+    return rows
+
+
+CONTEXT_COLUMNS = {"cp": "cp", "dp": "dp", "activations (GiB)": ("activations_gib", ".1f"),
+                   "memory (GiB)": ("memory_gib", ".1f"), "fits": "fits", "ring exposed (s)": "cp_s",
+                   "ring hidden (s)": "cp_hidden_s", "bubble (s)": "bubble_s", "step (s)": "step_s"}
+
+
+def context_lesson(rows: list[dict]) -> Finding:
+    """What context parallelism buys at long sequences: activations against cp, the smallest cp that fits, what its
+    ring costs and hides, and what it does to the bubble."""
+    first, last = rows[0], rows[-1]
+    said = [f"At {first['seq']:,} tokens a sequence a GPU's activations take {first['activations_gib']:.1f} GiB at "
+            f"cp={first['cp']} and {last['activations_gib']:.1f} GiB at cp={last['cp']} "
+            f"({last['activations_gib'] / first['activations_gib']:.3f}x; 1/cp would be "
+            f"{first['cp'] / last['cp']:.3f}x): each GPU keeps {first['seq'] // last['cp']:,} of a sequence's tokens."]
+    fitting = [r for r in rows if r["fits"]]
+    if fitting:
+        least = fitting[0]
+        fit = f"cp={least['cp']} is the smallest that fits"
+        said.append(f"{fit}: {least['memory_gib']:.1f} GiB of {least['capacity_gib']:.0f}"
+                    + (f", where cp={rows[0]['cp']} needs {rows[0]['memory_gib']:.1f}." if least is not rows[0] else "."))
+        said.append(f"Its ring passes keys and values while attention computes: {least['cp_hidden_s']:.2f} s hidden, "
+                    f"{least['cp_s']:.2f} s exposed a step.")
+    else:
+        fit = "none of these fits"
+        said.append(f"None of cp={and_join(r['cp'] for r in rows)} fits: the least needs {last['memory_gib']:.1f} GiB of "
+                    f"{last['capacity_gib']:.0f}.")
+    bubble = "the bubble shrinks" if last["bubble_s"] < first["bubble_s"] else "the bubble does not shrink"
+    if first["bubble_s"] or last["bubble_s"]:
+        said.append(f"cp takes its GPUs from data parallelism (dp {first['dp']} to {last['dp']}), so each pipeline runs "
+                    f"{last['micro_batches']} micro-batches a step instead of {first['micro_batches']} and {bubble}: "
+                    f"{first['bubble_s']:.2f} s to {last['bubble_s']:.2f} s.")
+    return Finding(" ".join(said), (fit, bubble))
+
+
+# -- the same run on other machines -----------------------------------------------------------------------------
+def machines(seq: int = SEQ, tokens_per_gpu_step: int = GLOBAL_BATCH * SEQ // 256, candidates=None) -> list[dict]:
+    """The fastest layout ``ringlab.train.planner.search`` finds for the lab's model on 256 H100s, 256 B200s and 4
+    GB200 NVL72 racks (72 GPUs an NVLink domain), each at the same tokens a GPU a step as the lab's run: its step,
+    throughput, MFU and days for a trillion tokens."""
+    candidates = candidates or [("256 H100s (32 nodes of 8)", machine("h100")),
+                                ("256 B200s (32 nodes of 8)", machine("b200")),
+                                ("288 GB200s (4 NVL72 racks of 72)", machine("gb200", 4, 72))]
+    rows = []
+    for name, topology in candidates:
+        gpus = topology.machine.nodes * topology.machine.gpus_per_node
+        global_batch = tokens_per_gpu_step * gpus // seq
+        found = search(model(), topology, global_batch=global_batch, seq=seq, top=1)
+        row = {"machine": name, "gpus": gpus, "gpu": topology.machine.gpu, "global_batch": global_batch,
+               "considered": found.considered, "fits": bool(found.best)}
+        if found.best:
+            p = found.best[0]
+            row.update(plan=p, layout=_layout(p), step_s=p.step_seconds, tps=p.tokens_per_second_per_gpu, mfu=p.mfu,
+                       memory_gib=p.memory_total / GIB, capacity_gib=p.capacity / GIB,
+                       days=TOKENS / (p.tokens_per_second_per_gpu * gpus) / 86400,
+                       gpu_hours=TOKENS / p.tokens_per_second_per_gpu / 3600)
+        rows.append(row)
+    return rows
+
+
+MACHINE_COLUMNS = {"machine": "machine", "global batch": "global_batch", "fastest layout": "layout",
+                   "memory (GiB)": ("memory_gib", ".1f"), "step (s)": "step_s", "tokens/s per GPU": ("tps", ",.0f"),
+                   "MFU": ("mfu", ".1%"), "days for 1T tokens": ("days", ".1f")}
+
+
+def machines_lesson(rows: list[dict]) -> Finding:
+    """Each machine's fastest layout and what it takes for a trillion tokens, against the first machine's."""
+    base = rows[0]
+    if not base["fits"]:
+        return Finding(f"Nothing fits on {base['machine']}.", ("nothing fits on the first machine",))
+    said = [f"{base['machine']}: the fastest layout is {base['layout']}, {base['tps']:,.0f} tokens/s per GPU "
+            f"(MFU {base['mfu']:.1%}): a trillion tokens in {base['days']:.1f} days, {base['gpu_hours']:,.0f} GPU-hours."]
+    conclusions = []
+    for r in rows[1:]:
+        if not r["fits"]:
+            said.append(f"{r['machine']}: none of the {r['considered']} layouts tried fits.")
+            conclusions.append(f"nothing fits on {r['machine']}")
+            continue
+        per_gpu = r["tps"] / base["tps"]
+        same_speed = base["tps"] * base["gpus"] / r["tps"]
+        changed = r["layout"] != base["layout"]
+        said.append(f"{r['machine']}, with a global batch of {r['global_batch']} (the same tokens a GPU a step): "
+                    f"{r['layout']}, "
+                    f"{r['tps']:,.0f} tokens/s per GPU, {per_gpu:.2f}x an {base['gpu'].upper()}'s (MFU {r['mfu']:.1%}), "
+                    f"in {r['memory_gib']:.0f} of {r['capacity_gib']:.0f} GiB: a trillion tokens in {r['days']:.1f} days; "
+                    f"{same_speed:.0f} {r['gpu'].upper()}s would match the {base['gpus']} {base['gpu'].upper()}s' tokens a second."
+                    + (f" The best layout differs from the {base['gpu'].upper()}s' ({base['layout']})." if changed else
+                       " The best layout is the same."))
+        conclusions.append(f"{r['machine']} is {'faster' if per_gpu > 1 else 'slower'} per GPU")
+        conclusions.append(f"{r['machine']}: {'another' if changed else 'the same'} layout")
+    return Finding(" ".join(said), tuple(conclusions))
