@@ -10,7 +10,7 @@ How many a communicator has (``comm->nChannels``) comes from NCCL's ring search
 (``src/graph/search.cc``, ``ncclTopoCompute``): it tries channel speeds from a table, fastest first,
 and fits as many channels of that speed as a GPU's NVLink bandwidth holds (its links x NCCL's rating
 of one link, ``topo.h``: the port rate ringlab's topologies give an NVSwitch GPU), keeping the speed
-whose channels carry the most (it stops looking at half the first speed). ``ncclTopoDupChannels``
+whose channels carry the most (it stops looking at half the best speed found). ``ncclTopoDupChannels``
 then doubles fast channels at half the speed, and ``ncclTopoPostset`` (``connect.cc``) doubles them
 all again. On one HGX node: A100 6 channels at 40 GB/s, doubled to 12, then 24; H100 6 at 60 GB/s,
 then 12, then 24; H800 (8 NVLinks) 4 at 40 GB/s, then 8, then 16. NCCL's logs print the same: 24 on
@@ -67,7 +67,8 @@ SPEEDS_INTRA = {
     "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
     "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
 }
-SPEED_FLOOR = 0.49           # the search tries slower speeds while next / found > .49 (ncclTopoCompute)
+SPEED_FLOOR = 0.49           # the search tries slower speeds while next / best found > .49 (ncclTopoCompute); a
+                             # tie keeps the fewer hops, so the faster (ncclTopoCompareGraphs)
 DUP_MIN_BW = 25.0            # ncclTopoDupChannels: channels of 25 GB/s or more are doubled at half the speed...
 DUP_HOPPER_BW = 50.0         # ...except, on Hopper and later, those under 50 GB/s when there are more than 4
 DUP_HOPPER_CHANNELS = 4
@@ -94,7 +95,7 @@ def search(arch: str, port: float) -> tuple[int, float]:
     speeds = [s for s in SPEEDS_INTRA[arch] if s <= max_bw] or [SPEEDS_INTRA[arch][-1]]
     best = (0, 0.0)
     for speed in speeds:
-        if speed <= SPEED_FLOOR * speeds[0]:
+        if best[0] and speed / best[1] <= SPEED_FLOOR:  # "Decrease bw until we find a solution" stops here
             break
         count = min(MAX_CHANNELS // 2, max(1, int(max_bw / speed + 1e-9)))
         if count * speed > best[0] * best[1]:  # a tie keeps the faster: fewer channels, fewer hops
