@@ -89,8 +89,8 @@ class NcclPrediction:
     synchronisation inside one host, which NCCL's tuner does not count); ``channels`` of ``channels_total``
     (``ringlab.predict.channels``: fewer for a small ring or tree call, which then moves at ``channel_algbw``, its
     share of the links under the same caps; 0 where NCCL's channel count is not derived here) with ``threads``
-    each; ``seconds`` and ``busbw``
-    (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own estimate, by which it picks."""
+    each; ``seconds`` and ``busbw`` (nccl-tests' bus bandwidth) follow, and ``tuner_seconds`` is NCCL's own
+    estimate, on all channels, by which it picks."""
 
     collective: str
     nbytes: int
@@ -104,7 +104,6 @@ class NcclPrediction:
     channels: int = 0
     channels_total: int = 0
     threads: int = 0
-
     channel_algbw: float = 0.0
 
     @property
