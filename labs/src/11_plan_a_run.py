@@ -227,7 +227,7 @@ others = machines()
 table(others, MACHINE_COLUMNS)
 print(machines_lesson(others))
 time_bars([r["plan"] for r in others if r["fits"]], [r["machine"] for r in others if r["fits"]],
-          title="predicted: one step's seconds, the fastest layout of each machine")
+          title="predicted: one step's seconds, the fastest layout of each machine", xaxis_title="machine")
 
 # %% [markdown]
 # ## Summary

@@ -23,6 +23,20 @@ COLOURS = dict(zip(list(MEMORY_KINDS) + ["compute", "tp", "cp", "ep", "pp", "bub
                    qualitative.Plotly[:5] + ["#4c78a8", "#e45756", "#f58518", "#b279a2", "#9d755d", "#d0d0d0",
                                              "#54a24b", "#79706e"]))
 LEGEND_BELOW = dict(orientation="h", y=-0.3, x=0, yanchor="top")  # under the plot, never over the controls above
+LEGEND_RIGHT = dict(x=1.02, y=1, xanchor="left", yanchor="top")  # beside bars whose labels take the space below
+LABEL_WIDTH = 16  # characters of a bar's label on one line before it breaks at a space
+
+
+def _wrap(label: str) -> str:
+    """A bar's label broken at spaces into lines of about :data:`LABEL_WIDTH` characters (plotly's <br>)."""
+    lines, line = [], ""
+    for word in str(label).split():
+        if line and len(line) + 1 + len(word) > LABEL_WIDTH:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return "<br>".join(lines + [line])
 
 
 def _time_colour(kind: str) -> str:
@@ -33,7 +47,7 @@ def memory_bars(plans, names=None, title: str | None = None) -> go.Figure:
     """GiB per GPU of each plan (a :class:`~ringlab.train.planner.Plan` or several), stacked by kind, against the
     GPU's capacity (a dashed line for each capacity). Predicted."""
     plans = list(plans) if isinstance(plans, (list, tuple)) else [plans]
-    names = list(names) if names is not None else [p.layout_str() for p in plans]
+    names = [_wrap(n) for n in (names if names is not None else [p.layout_str() for p in plans])]
     fig = go.Figure()
     for kind, label in MEMORY_KINDS.items():
         fig.add_bar(x=names, y=[p.memory.get(kind, 0.0) / GIB for p in plans], name=label,
@@ -42,7 +56,8 @@ def memory_bars(plans, names=None, title: str | None = None) -> go.Figure:
         gpus = " or ".join(sorted({p.gpu.upper() for p in plans if p.capacity == capacity}))
         reference_line(fig, capacity / GIB, f"an {gpus}'s {capacity / GIB:.0f} GiB (published)", line_color="black")
     top = max(max(p.memory_total for p in plans), max(p.capacity for p in plans)) / GIB
-    fig.update_layout(barmode="stack", legend=LEGEND_BELOW, margin=dict(t=60, b=40),
+    fig.update_layout(barmode="stack", legend=LEGEND_RIGHT, margin=dict(t=60, b=40), height=460,
+                      bargap=0.6 if len(plans) == 1 else 0.3,
                       title=title or f"predicted: memory per GPU, {plans[0].model.name or 'the model'}",
                       xaxis_title="layout", yaxis=dict(title="GiB per GPU (predicted)", range=[0, top * 1.12]))
     return fig
@@ -79,7 +94,7 @@ def step_timeline(plan, title: str | None = None) -> go.Figure:
                       title=title or (f"predicted: one step, {plan.step_seconds:.2f} s, MFU {plan.mfu:.0%} "
                                       f"({plan.layout_str()})"),
                       xaxis=dict(title="seconds into the step (predicted)", rangemode="tozero"),
-                      yaxis=dict(autorange="reversed"))
+                      yaxis=dict(autorange="reversed", title="one GPU"))
     return fig
 
 
@@ -90,8 +105,9 @@ def published_bars(rows: list[dict], title: str) -> go.Figure:
     names = [f"{r['quantity']} ({r['unit']})" for r in rows]
     for key, colour in (("published", "#54a24b"), ("predicted", "#4c78a8")):
         fig.add_bar(x=names, y=[r[key] for r in rows], name=key if key == "predicted" else rows[0]["source"],
-                    marker_color=colour, text=[f"{r[key]:,.3g}" for r in rows], textposition="outside")
-    fig.update_layout(barmode="group", title=title, legend=LEGEND_BELOW, xaxis_title="quantity",
+                    marker_color=colour, text=[f"{r[key]:,.0f}" if r[key] >= 100 else f"{r[key]:.3g}" for r in rows],
+                    textposition="outside")
+    fig.update_layout(barmode="group", title=title, legend=LEGEND_BELOW, xaxis_title="quantity", height=420,
                       yaxis=dict(title="value in the unit named below each group", rangemode="tozero"))
     return fig
 
@@ -127,7 +143,7 @@ class PlanExplorer(widgets.VBox):
             setattr(self, name, value)
             options = options if value in options else tuple(sorted(set(options) | {value}, key=str))
             self.controls[name] = widgets.Dropdown(options=options, value=value, description=name,
-                                                   description_tooltip=self.HELP[name],
+                                                   tooltip=self.HELP[name],
                                                    layout=widgets.Layout(width="190px"))
             traitlets.link((self.controls[name], "value"), (self, name))
         self.summary = widgets.HTML()
@@ -185,17 +201,17 @@ class PlanExplorer(widgets.VBox):
                               f"(dp={planned.layout['dp']}, {planned.layout['micro_batches']} micro-batches a step)")
 
 
-def time_bars(plans, names=None, title: str | None = None) -> go.Figure:
+def time_bars(plans, names=None, title: str | None = None, xaxis_title: str = "layout") -> go.Figure:
     """Seconds a step of each plan, stacked by kind (compute, what each parallelism leaves exposed, the bubble, the
     optimizer). Predicted."""
     plans = list(plans) if isinstance(plans, (list, tuple)) else [plans]
-    names = list(names) if names is not None else [p.layout_str() for p in plans]
+    names = [_wrap(n) for n in (names if names is not None else [p.layout_str() for p in plans])]
     kinds = [k for k in TIME_KINDS if any(k in p.time for p in plans)]
     fig = go.Figure()
     for kind in kinds:
         fig.add_bar(x=names, y=[p.time.get(kind, 0.0) for p in plans], name=TIME_KINDS[kind],
                     marker_color=_time_colour(kind), hovertemplate="%{x}: %{y:.3f} s<extra>" + TIME_KINDS[kind] + "</extra>")
-    fig.update_layout(barmode="stack", legend=LEGEND_BELOW, margin=dict(t=60, b=40), xaxis_title="layout",
+    fig.update_layout(barmode="stack", legend=LEGEND_RIGHT, margin=dict(t=60, b=40), xaxis_title=xaxis_title, height=460,
                       title=title or "predicted: one step's seconds by kind",
                       yaxis=dict(title="seconds a step (predicted)", rangemode="tozero"))
     return fig

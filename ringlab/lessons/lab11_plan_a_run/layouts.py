@@ -53,10 +53,11 @@ def tensor_lesson(result: dict) -> Finding:
             f"({b['algorithm']}), {per_call:.2f}x, and each GPU makes {b['calls']:.0f} ({calls:.1f}x: it holds slices "
             f"of {b['layers']} layers where tp={a['tp']} holds {a['layers']}, and every layer's calls carry the "
             f"micro-batch's whole hidden states whatever tp is), {b['tp_s']:.2f} s exposed: {exposed:.2f}x."]
+    where = "across nodes" if a["inside"] and not b["inside"] else f"on {b['tp']} GPUs than on {a['tp']}"
     if abs(per_call - 1) <= SAME:
-        crossing = "a call costs about the same across nodes"
+        crossing = f"a call costs about the same {where}"
     else:
-        crossing = f"a call costs {'more' if per_call > 1 else 'less'} across nodes"
+        crossing = f"a call costs {'more' if per_call > 1 else 'less'} {where}"
     cause = "the calls" if abs(calls - 1) > abs(per_call - 1) else "the price of each call"
     faster = a if a["step_s"] < b["step_s"] else b
     said.append(f"So {crossing} ({per_call:.2f}x), and most of the change in exposed time comes from {cause}. "
