@@ -24,6 +24,7 @@ COLOURS = dict(zip(list(MEMORY_KINDS) + ["compute", "tp", "cp", "ep", "pp", "bub
                                              "#54a24b", "#79706e"]))
 LEGEND_BELOW = dict(orientation="h", y=-0.3, x=0, yanchor="top")  # under the plot, never over the controls above
 LEGEND_RIGHT = dict(x=1.02, y=1, xanchor="left", yanchor="top")  # beside bars whose labels take the space below
+TEXT_SHARE = 0.06  # a timeline segment shorter than this share of the step keeps its text for the hover
 LABEL_WIDTH = 16  # characters of a bar's label on one line before it breaks at a space
 
 
@@ -57,7 +58,7 @@ def memory_bars(plans, names=None, title: str | None = None) -> go.Figure:
         reference_line(fig, capacity / GIB, f"an {gpus}'s {capacity / GIB:.0f} GiB (published)", line_color="black")
     top = max(max(p.memory_total for p in plans), max(p.capacity for p in plans)) / GIB
     fig.update_layout(barmode="stack", legend=LEGEND_RIGHT, margin=dict(t=60, b=40), height=460,
-                      bargap=0.6 if len(plans) == 1 else 0.3,
+                      bargap=0.75 if len(plans) == 1 else 0.3,
                       title=title or f"predicted: memory per GPU, {plans[0].model.name or 'the model'}",
                       xaxis_title="layout", yaxis=dict(title="GiB per GPU (predicted)", range=[0, top * 1.12]))
     return fig
@@ -88,13 +89,14 @@ def step_timeline(plan, title: str | None = None) -> go.Figure:
         fig.add_bar(y=[seg["row"]], x=[seg["seconds"]], base=[seg["start"]], orientation="h", name=seg["label"],
                     marker=dict(color=_time_colour(seg["kind"]), pattern_shape="/" if hidden else "",
                                 line=dict(color="white", width=1)),
-                    text=[f"{seg['kind']} {seg['seconds']:.2f} s"], textposition="inside", insidetextanchor="middle",
+                    text=[f"{seg['kind']} {seg['seconds']:.2f} s" if seg["seconds"] >= TEXT_SHARE * plan.step_seconds
+                          else ""], textposition="inside", insidetextanchor="middle",
                     hovertemplate=f"{seg['label']}: %{{x:.3f}} s<extra></extra>")
     fig.update_layout(barmode="overlay", legend=LEGEND_BELOW, height=300, margin=dict(t=60, b=40),
                       title=title or (f"predicted: one step, {plan.step_seconds:.2f} s, MFU {plan.mfu:.0%} "
                                       f"({plan.layout_str()})"),
                       xaxis=dict(title="seconds into the step (predicted)", rangemode="tozero"),
-                      yaxis=dict(autorange="reversed", title="one GPU"))
+                      yaxis=dict(autorange="reversed", title=dict(text="one GPU", standoff=12), automargin=True))
     return fig
 
 
