@@ -45,8 +45,8 @@ def describe_plan(p) -> Finding:
            f"{room / GIB:.1f} GiB to spare" if p.fits else
            f"does not fit: {p.memory_total / GIB:.1f} GiB, {-room / GIB:.1f} GiB more than the {p.gpu.upper()}'s "
            f"{p.capacity / GIB:.0f} GiB")
-    said = [f"Predicted for {p.model.name} on {p.gpus} {p.gpu.upper()}s at {p.layout_str()} (dp={p.layout['dp']}, "
-            f"{p.layout['micro_batches']} micro-batches a step): it {fit}. The most memory goes to {kinds[0][0]} "
+    said = [f"Predicted for {p.model.name} on {p.gpus} {p.gpu.upper()}s at {p.layout_str()} "
+            f"({p.layout['micro_batches']} micro-batches a step): it {fit}. The most memory goes to {kinds[0][0]} "
             f"({kinds[0][1] / GIB:.1f} GiB), then {kinds[1][0]} ({kinds[1][1] / GIB:.1f} GiB)."]
     comm = {k: v for k, v in p.time.items() if k not in ("compute", "optimizer")}
     worst = max(comm, key=comm.get) if comm else None
