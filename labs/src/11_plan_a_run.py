@@ -13,10 +13,10 @@
 # (pp-1)/(vp x m); which collectives block a layer and which hide behind compute; and model FLOPs utilisation
 # ([MFU](glossary.md)), the number a run is judged by.
 #
-# **What you need:** labs 05, 06 and 08. Nothing here runs a model or measures anything: every number is the
-# planner's **prediction** from published figures (each GPU's peak and measured matrix-multiply rate, NCCL's
-# cost model of each collective on the machine's links), or a **published** measurement with its source, and
-# says which. It runs in seconds on a laptop.
+# **What you need:** labs 05, 06, 08 (sharding) and 09 (model parallelism). Nothing here runs a model or
+# measures anything: every number is the planner's **prediction** from published figures (each GPU's peak and
+# measured matrix-multiply rate, NCCL's cost model of each collective on the machine's links), or a
+# **published** measurement with its source, and says which. It runs in seconds on a laptop.
 
 # %%
 import ringlab as rl
@@ -204,7 +204,7 @@ memory_bars([r["plan"] for r in sharding], title="predicted: memory per GPU, ZeR
 # Long-context training (Llama 3's pre-training ended by growing its context to 128k tokens, the Llama 3 paper's
 # section 3.4.2) multiplies every layer's activations by the
 # sequence's length. With cp GPUs splitting each sequence, each keeps 1/cp of its tokens, and attention passes the
-# keys and values around a ring (ring attention, lab 08) while it computes. 32 sequences of 131,072 tokens a step
+# keys and values around a ring (ring attention, lab 09) while it computes. 32 sequences of 131,072 tokens a step
 # (the same 4M tokens), tp=8, pp=4, ZeRO-1, cp from 1 to 8:
 
 # %%
