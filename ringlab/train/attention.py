@@ -10,6 +10,16 @@ softmax(Q K^T / sqrt(d)) V over the whole sequence, while no rank ever holds mor
 ``overlap`` the next block's send and receive are posted before the compute (non-blocking), so the transfer
 runs during it; without, the rank first exchanges, then computes. ``causal`` masks keys after each query.
 Blocks move point to point on a private duplicate of the communicator (so they never meet the user's messages).
+
+Causal load balance. With contiguous blocks a causal ring is lopsided: rank 0's queries see only its own keys,
+rank n-1's see every rank's, so rank n-1 computes about n times what rank 0 does while the others wait. Cut the
+sequence into 2n chunks instead and give rank r chunks r and 2n-1-r (``layout="zigzag"``, the layout of
+Megatron-LM's context parallelism and of zhuzilin's zigzag ring attention; Brandon et al. 2023, "Striped
+Attention", arXiv 2311.09431, balance it by striding tokens instead): every rank then holds one early and one
+late chunk, and every rank computes the same 2n+1 chunk-by-chunk score blocks (:func:`causal_work`). Either
+layout gives exactly full attention; :func:`shard` cuts a sequence into a rank's tokens for either.
+
+When the transfer hides: :func:`hiding_block` (the condition, derived) and :func:`hiding_examples` (H100 figures).
 """
 from __future__ import annotations
 
@@ -42,8 +52,91 @@ def attention(q, k, v, causal: bool = False):
     return _product(weights / weights.sum(axis=-1, keepdims=True), v)
 
 
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def _check_layout(tokens: int, nranks: int, layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+        raise ValueError(f"nranks must be a whole number >= 1, got {nranks!r}")
+    parts = 2 * nranks if layout == "zigzag" else nranks
+    if tokens % parts:
+        raise ValueError(f"the {layout} layout cuts the sequence into {parts} equal parts; {tokens} tokens do not "
+                         f"divide by {parts}")
+
+
+def layout_chunks(nranks: int, layout: str = "contiguous") -> list[tuple[int, int]]:
+    """The two of the sequence's 2n equal chunks each rank holds, in the order it holds them: (2r, 2r+1) for
+    contiguous blocks, (r, 2n-1-r) for the zigzag layout."""
+    _check_layout(2 * nranks, nranks, layout)
+    return [(r, 2 * nranks - 1 - r) if layout == "zigzag" else (2 * r, 2 * r + 1) for r in range(nranks)]
+
+
+def token_positions(tokens: int, nranks: int, rank: int, layout: str = "contiguous") -> np.ndarray:
+    """Where in the whole sequence of ``tokens`` this rank's tokens sit, in the order it holds them."""
+    _check_layout(tokens, nranks, layout)
+    if layout == "contiguous":
+        per = tokens // nranks
+        return np.arange(rank * per, (rank + 1) * per)
+    per = tokens // (2 * nranks)
+    return np.concatenate([np.arange(c * per, (c + 1) * per) for c in layout_chunks(nranks, layout)[rank]])
+
+
+def shard(x, nranks: int, rank: int, layout: str = "contiguous", axis: int = -2):
+    """This rank's tokens of the whole sequence ``x`` (tokens along ``axis``) in ``layout``."""
+    return np.take(x, token_positions(x.shape[axis], nranks, rank, layout), axis=axis)
+
+
+def causal_work(nranks: int, layout: str = "contiguous") -> list[int]:
+    """Score blocks each rank computes for causal attention, on the grid of 2n equal chunks that both layouts
+    share: a (query chunk, key chunk) block counts when any of its scores is unmasked (key chunk <= query chunk).
+
+    Contiguous: rank r holds chunks 2r and 2r+1, so 4r + 3 blocks: 3 on rank 0, 4n - 1 on rank n-1 (the busiest
+    rank sets the step's time). Zigzag: chunks r and 2n-1-r, (r + 1) + (2n - r) = 2n + 1 on every rank.
+    Both sum to n(2n + 1), the lower triangle of the (2n x 2n) grid with its diagonal."""
+    return [sum(q + 1 for q in chunks) for chunks in layout_chunks(nranks, layout)]
+
+
+def ring_blocks(schedule, rank: int) -> list[tuple[int, int, int]]:
+    """Per step, (block held, rank to send it to, rank to receive from): the ring allgather's, for ``rank``."""
+    out = []
+    for step in schedule.steps:
+        send = int(np.flatnonzero(step.src == rank)[0])
+        recv = int(np.flatnonzero(step.dst == rank)[0])
+        out.append((int(step.chunk[send]), int(step.dst[send]), int(step.src[recv])))
+    return out
+
+
+def _pieces(positions: np.ndarray) -> list[np.ndarray]:
+    """A rank's tokens as its two chunks (indices into its block): blocked attention's tiles."""
+    return [np.asarray(part) for part in np.array_split(np.arange(len(positions)), 2)]
+
+
+def _fold(state, q, q_pos, keys, values, k_pos, causal: bool) -> int:
+    """Fold one held key/value block into this rank's running (max, sum, output), tile by tile; a tile whose
+    every score is masked is skipped. Returns the number of scores computed (the work)."""
+    m, l, o = state
+    d = q.shape[-1]
+    work = 0
+    for qi in _pieces(q_pos):
+        for ki in _pieces(k_pos):
+            if len(qi) == 0 or len(ki) == 0 or (causal and k_pos[ki].min() > q_pos[qi].max()):
+                continue  # a later chunk of keys is all masked for these queries
+            scores = _product(q[..., qi, :], np.swapaxes(keys[..., ki, :], -1, -2)) / np.sqrt(d)
+            if causal and k_pos[ki].max() > q_pos[qi].min():
+                scores = np.where(k_pos[ki][None, :] <= q_pos[qi][:, None], scores, -np.inf)
+            m[..., qi], l[..., qi], o[..., qi, :] = merge(m[..., qi], l[..., qi], o[..., qi, :], scores,
+                                                         values[..., ki, :])
+            work += len(qi) * len(ki)
+    return work
+
+
 class RingAttention:
-    """Attention over the sequence blocks of the ranks of ``comm`` (call it on every rank with its own block)."""
+    """Attention over the sequence blocks of the ranks of ``comm`` (call it on every rank with its own block).
+
+    ``sent``: bytes this rank passed on, over every call; ``work``: the query-key scores it computed in the last
+    call (a tile whose scores are all masked is skipped)."""
 
     def __init__(self, comm=None):
         from mpi4py import MPI
@@ -52,31 +145,27 @@ class RingAttention:
         self.nranks, self.rank = self.comm.Get_size(), self.comm.Get_rank()
         self.schedule = build("allgather.ring", self.nranks)
         self.sent = 0  # bytes this rank passed on
+        self.work = 0
 
     def _blocks(self):
         """Per step, (block held, rank to send it to, rank to receive from): the ring allgather's, for this rank."""
-        out = []
-        for step in self.schedule.steps:
-            send = int(np.flatnonzero(step.src == self.rank)[0])
-            recv = int(np.flatnonzero(step.dst == self.rank)[0])
-            out.append((int(step.chunk[send]), int(step.dst[send]), int(step.src[recv])))
-        return out
+        return ring_blocks(self.schedule, self.rank)
 
-    def __call__(self, q, k, v, causal: bool = False, overlap: bool = True):
+    def __call__(self, q, k, v, causal: bool = False, overlap: bool = True, layout: str = "contiguous"):
         """This rank's block of the output; ``q``, ``k``, ``v`` are its blocks, shaped (..., tokens, d), the
-        same shape on every rank."""
-        shapes = self.comm.allgather((q.shape, k.shape, v.shape))
+        same shape on every rank, holding its tokens in ``layout`` (:func:`shard`)."""
+        shapes = self.comm.allgather((q.shape, k.shape, v.shape, layout))
         if len(set(shapes)) != 1 or q.shape != k.shape or k.shape[:-1] != v.shape[:-1]:
             raise ValueError(f"ring attention needs blocks of one shape on every rank (q and k alike, v with their "
-                             f"tokens); got {shapes}")
+                             f"tokens) and one layout; got {shapes}")
         tokens, d = q.shape[-2], q.shape[-1]
+        positions = [token_positions(tokens * self.nranks, self.nranks, r, layout) for r in range(self.nranks)]
         held = np.ascontiguousarray(np.concatenate([k, v], axis=-1), dtype=np.float64)
         spare = np.empty_like(held)
-        m = np.full(q.shape[:-1], -np.inf)
-        l = np.zeros(q.shape[:-1])
-        o = np.zeros(v.shape)
+        state = (np.full(q.shape[:-1], -np.inf), np.zeros(q.shape[:-1]), np.zeros(v.shape))
         steps = self._blocks() + [(None, None, None)]  # the last block arrives with the last step
         block = self.rank
+        self.work = 0
         for index, (chunk, dst, src) in enumerate(steps):
             if chunk is not None and chunk != block:
                 raise RuntimeError(f"step {index}: the schedule sends block {chunk}, this rank holds {block}")
@@ -87,19 +176,82 @@ class RingAttention:
                 else:
                     self.comm.Sendrecv(held, dest=dst, sendtag=index, recvbuf=spare, source=src, recvtag=index)
                 self.sent += held.nbytes
-            if not (causal and block > self.rank):  # a later block is all masked for a causal query
-                keys, values = held[..., :d], held[..., d:]
-                scores = _product(q, np.swapaxes(keys, -1, -2)) / np.sqrt(d)
-                if causal and block == self.rank:
-                    scores = np.where(np.tril(np.ones((tokens, tokens), dtype=bool)), scores, -np.inf)
-                m, l, o = merge(m, l, o, scores, values)
+            self.work += _fold(state, q, positions[self.rank], held[..., :d], held[..., d:], positions[block],
+                               causal)
             if requests:
                 from mpi4py import MPI
                 MPI.Request.Waitall(requests)
             held, spare = spare, held
             block = (block - 1) % self.nranks
+        m, l, o = state
         return o / l[..., None]
 
     def close(self) -> None:
         """Free the private communicator."""
         self.comm.Free()
+
+
+def simulate_ring_attention(q, k, v, nranks: int, causal: bool = False, layout: str = "contiguous"):
+    """Ring attention on ``nranks`` ranks simulated in one process (the same steps and folds as
+    :class:`RingAttention`): (the output in sequence order, the scores each rank computed)."""
+    schedule = build("allgather.ring", nranks)
+    tokens = q.shape[-2]
+    positions = [token_positions(tokens, nranks, r, layout) for r in range(nranks)]
+    out, work = np.zeros(v.shape), []
+    for rank in range(nranks):
+        mine = positions[rank]
+        state = (np.full(q.shape[:-2] + (len(mine),), -np.inf), np.zeros(q.shape[:-2] + (len(mine),)),
+                 np.zeros(v.shape[:-2] + (len(mine), v.shape[-1])))
+        held = [chunk for chunk, _, _ in ring_blocks(schedule, rank)] + [(rank + 1) % nranks]  # the last arrives last
+        done = 0
+        for block in held:
+            done += _fold(state, q[..., mine, :], mine, k[..., positions[block], :], v[..., positions[block], :],
+                          positions[block], causal)
+        m, l, o = state
+        out[..., mine, :] = o / l[..., None]
+        work.append(done)
+    return out, work
+
+
+def hiding_block(flops_per_second: float, bandwidth: float, bytes_per_element: float = 2,
+                 computed: float = 1.0) -> float:
+    """The fewest tokens a ring-attention block needs for its compute to hide its transfer (Liu et al. 2023,
+    "Ring Attention with Blockwise Transformers", arXiv 2310.01889, whose condition this is).
+
+    At each step a rank computes its c queries against the c keys it holds, while it passes those keys and
+    values on. Per head of width d:
+
+    - compute: Q K^T is c x c dot products of length d (2 c^2 d FLOPs) and P V as many again, so 4 d FLOPs per
+      query-key pair and 4 c^2 d in all, of which a fraction ``computed`` is not masked away (1 without a mask;
+      1/2 for causal zigzag blocks, 2 of their 4 tiles at most steps);
+    - transfer: K and V, c x d each, at b bytes an element: 2 d b bytes per key, 2 c d b in all.
+
+    The transfer hides when computed x 4 c^2 d / F >= 2 c d b / B, that is when
+
+        c >= (F / B) x (2 d b) / (computed x 4 d) = F b / (2 B computed)
+
+    (block size >= (FLOP rate / bandwidth) x (bytes per key / FLOPs per query-key pair)). The head width cancels;
+    the ratio F / B, FLOPs the GPU can do per byte the link moves, decides. Forward pass only, at peak rates:
+    the backward computes about twice as much and sends the gradients of K and V too."""
+    for name, value in (("flops_per_second", flops_per_second), ("bandwidth", bandwidth),
+                        ("bytes_per_element", bytes_per_element), ("computed", computed)):
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return flops_per_second * bytes_per_element / (2 * bandwidth * computed)
+
+
+def hiding_examples() -> dict[str, dict]:
+    """:func:`hiding_block` for an H100's published dense bf16 peak (``ringlab/data/gpu_compute.json``) on NVLink
+    (ringlab.topology's H100 figure, 450 GB/s each way) and on a 400 Gbit/s NIC (50 GB/s), bf16 K and V.
+
+    For an H100 (989 TFLOP/s): about 2,200 tokens a block on NVLink and about 19,800 on a 400G NIC; twice that
+    for causal zigzag blocks. Published peaks, not measurements: real kernels reach less of the FLOP rate
+    (MAMF: ~80%) and NCCL less of the link, and the two shifts partly cancel."""
+    from ..topology.links import H100_NVLINK, IB_400G
+    from .planner import compute_data
+
+    flops = compute_data()["h100"]["peak_tflops"]["bf16"] * 1e12
+    return {link: {"flops_per_second": flops, "bandwidth": rate, "tokens": hiding_block(flops, rate),
+                   "tokens_causal_zigzag": hiding_block(flops, rate, computed=0.5),
+                   "label": "published peaks (vendor dense bf16; link as rated by its maker)"}
+            for link, rate in (("NVLink", H100_NVLINK), ("400G NIC", IB_400G))}
