@@ -269,3 +269,42 @@ def test_the_planner_takes_nothing_from_the_runs_it_is_judged_on():
     assert "training_runs" not in source and "runs" not in [line.split()[-1] for line in source.splitlines()
                                                             if line.startswith(("import", "from"))]
     assert planner.compute_data()["h100"]["matmul_source"].startswith("http")
+
+
+# -- the kernels' published rates ---------------------------------------------------------------------------------
+def test_each_kernel_constant_is_its_published_entry():
+    rates = planner.kernel_rates()
+    layer = rates["te-gemm-b300-bf16-layer"]
+    flops = 3 * 2 * 15872 * 4096 * (12288 + 4096 + 16384 + 16384)          # the layer's 12 GEMMs, as its config says
+    assert flops / (layer["value"] * 1e-3) / 1e12 == pytest.approx(1502.8, abs=0.5)
+    assert planner.GEMM_SHAPE_FACTOR == pytest.approx(1502.8 / rates["mamf-b300-bf16"]["value"])
+    fp8 = rates["te-gemm-h200nvl-fp8_current_autocast-layer"]["value"]
+    assert planner.FP8_GEMM_SPEEDUP == pytest.approx(rates["te-gemm-h200nvl-bf16-layer"]["value"] / fp8)
+    assert planner.ELEMENTWISE_SHARE == pytest.approx(rates["norm-h200-rmsnorm-llama3-8b-cudnn"]["value"] / 4800)
+    for entry in rates.values():
+        assert entry["source"]["url"].startswith("http"), entry["id"]
+
+
+def test_attention_rates_come_from_the_published_sweep_by_sequence_length():
+    fwd, bwd, how = planner.attention_seconds_per_flop("h100", 8192, 1e15)
+    assert 1 / fwd == pytest.approx(644e12) and 1 / bwd == pytest.approx(541e12) and "published" in how
+    between = 1 / planner.attention_seconds_per_flop("h100", 5793, 1e15)[0]  # sqrt(4096 x 8192): halfway in log
+    assert between == pytest.approx((591e12 + 644e12) / 2, rel=1e-3)
+    assert 1 / planner.attention_seconds_per_flop("h100", 512, 1e15)[0] == pytest.approx(484e12)  # held at the end
+    fallback = planner.attention_seconds_per_flop("mi300x", 8192, 5e14)
+    assert fallback[0] == fallback[1] == pytest.approx(1 / 5e14) and "no published" in fallback[2]
+
+
+def test_longer_sequences_run_attention_faster_per_flop_but_cost_more_per_token():
+    one = rl.topology.cluster("h100", nodes=1)
+    short = rl.plan("llama3-8b", one, zero=1, global_batch=16, seq=4096)
+    long = rl.plan("llama3-8b", one, zero=1, global_batch=8, seq=8192)
+    assert long.tokens_per_second_per_gpu < short.tokens_per_second_per_gpu   # attention grows with s
+    assert long.mfu > short.mfu                                               # ... and counts for more FLOPs
+
+
+def test_a_run_on_a_gpu_variant_without_figures_is_not_modelled_and_says_why():
+    run = runs.find("torchtitan-llama3.1-8b-fsdp128-bf16")   # 500 W H100s with 96 GB of HBM2e
+    with pytest.raises(ValueError, match="not modelled: .*500 W"):
+        runs.predict(run)
+    assert runs.not_modelled(runs.find("llama3-405b-8192")) is None

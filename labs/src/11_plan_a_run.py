@@ -153,7 +153,8 @@ print(explorer.summary.value)
 #
 # A planner earns trust against real runs. ringlab ships published ones (`ringlab.train.runs`: each with its
 # source, table and row, and exactly the layout printed there). The one closest to this lab's run (the same model
-# shape on the same GPUs, the nearest count of them), its layout planned as printed:
+# shape on the same GPUs, the nearest count of them; runs on GPU variants the planner has no figures for, such as
+# torchtitan's 500 W H100s, are left out), its layout planned as printed:
 
 # %%
 run = closest_run(model, "h100", 256)
@@ -190,7 +191,7 @@ time_bars([r["plan"] for r in reach["rows"]], title="predicted: one step's secon
 # ZeRO-3 keeps 1/dp of the weights on each GPU and gathers a layer's weights just before the layer runs, forward and
 # backward, for every micro-batch, then reduce-scatters its gradients. It saves memory; it pays in all-gathers,
 # which hide behind compute only as far as there is compute to hide behind. Two layouts, each with ZeRO-1 and
-# ZeRO-3: micro-batches of one sequence, and of 16 with full recomputation (torchtitan's layout above):
+# ZeRO-3: micro-batches of one sequence, and of 16 with full recomputation (torchtitan's published layout):
 
 # %%
 sharding = zero_rows()

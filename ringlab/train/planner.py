@@ -68,6 +68,25 @@ ADAM_TRAFFIC = 2 * GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES  # bytes an u
 BACKWARD_TRAFFIC = 2  # an element-wise op's backward reads its input and the incoming gradient, writes one: 2x forward
 BUCKET_BYTES = 40_000_000 * GRAD_BYTES  # Megatron-LM's default gradient bucket: 40M parameters
 NCCL_BUFFERS = 32 * 2 * 4 * 2 ** 20  # per communicator: up to 32 channels x send/receive x NCCL_BUFFSIZE (4 MiB)
+# Kernels at a real layer's shapes, from published kernel benchmarks (ringlab/data/kernel_rates.json, by id), none of
+# them a training run the planner is judged on:
+GEMM_SHAPE_FACTOR = 1502.8 / 1769.0  # a layer's 12 GEMMs (hidden 4096, 15872 tokens) on B300, Transformer Engine's
+#                                      GEMM profiling (te-gemm-b300-bf16-layer), over B300's best-shape MAMF
+#                                      (mamf-b300-bf16, ml-engineering): 0.85
+FP8_GEMM_SPEEDUP = 32.014 / 20.285  # the same layer's GEMMs in fp8 with current scaling, quantisation included, over
+#                                     bf16, on H200 NVL (te-gemm-h200nvl-fp8_current_autocast-layer)
+ELEMENTWISE_SHARE = 3708.1 / 4800   # a fused RMSNorm's bytes/s over H200's HBM peak, cuDNN
+#                                     (norm-h200-rmsnorm-llama3-8b-cudnn): element-wise work at that share of the peak
+FA_BACKWARD = 2.5     # FlashAttention's backward: 5 matrix products to the forward's 2 (it recomputes Q K^T)
+# Published attention rates (TFLOP/s, FlashAttention's FLOP counting) by GPU: (forward ids, backward ids) or a
+# forward+backward id, with {} for the sequence length; H100 takes cuDNN's rates on the H200 (the same chip and
+# clocks, faster memory: an upper bound for H100)
+ATTENTION_RATES = {
+    "h100": ("cudnn919-h200-fwd-causal-s{}", "cudnn919-h200-bwd-causal-s{}"),
+    "h200": ("cudnn919-h200-fwd-causal-s{}", "cudnn919-h200-bwd-causal-s{}"),
+    "gb200": ("cudnn922-gb200-fwd-causal-s{}", "cudnn922-gb200-bwd-causal-s{}"),
+    "a100": ("fa2-a100-fwdbwd-causal-hd128-s{}",),
+}
 
 
 @lru_cache(maxsize=1)
@@ -77,11 +96,51 @@ def compute_data() -> dict:
         return json.load(f)["gpus"]
 
 
+@lru_cache(maxsize=1)
+def kernel_rates() -> dict:
+    """Published kernel benchmarks by id (``ringlab/data/kernel_rates.json``), each with its source."""
+    with resources.files("ringlab").joinpath("data/kernel_rates.json").open() as f:
+        return {e["id"]: e for e in json.load(f)["entries"]}
+
+
+def _by_seq(pattern: str, seq: int) -> float | None:
+    """A published rate (FLOP/s) at ``seq`` tokens, interpolated in log(seq) between the sequence lengths measured,
+    held at the ends; None where none is published."""
+    rates = kernel_rates()
+    points = sorted((s, rates[pattern.format(s)]["value"] * 1e12) for s in (1024, 2048, 4096, 8192, 16384, 32768)
+                    if pattern.format(s) in rates)
+    if not points:
+        return None
+    if seq <= points[0][0]:
+        return points[0][1]
+    for (s0, r0), (s1, r1) in zip(points, points[1:]):
+        if seq <= s1:
+            w = math.log(seq / s0) / math.log(s1 / s0)
+            return r0 + w * (r1 - r0)
+    return points[-1][1]
+
+
+def attention_seconds_per_flop(gpu: str, seq: int, fallback: float) -> tuple[float, float, str]:
+    """Seconds a forward FLOP and a backward FLOP of causal FlashAttention take on ``gpu`` at ``seq`` tokens (FLOPs
+    counted FlashAttention's way), from published kernel rates; ``fallback`` (FLOP/s) where none is published."""
+    ids = ATTENTION_RATES.get(gpu)
+    if ids and len(ids) == 2:
+        fwd, bwd = _by_seq(ids[0], seq), _by_seq(ids[1], seq)
+        if fwd and bwd:
+            return 1 / fwd, 1 / bwd, "published (cuDNN's fused attention)"
+    if ids and len(ids) == 1:
+        both = _by_seq(ids[0], seq)
+        if both:
+            return 1 / both, 1 / both, "published (FlashAttention-2, forward and backward together)"
+    return 1 / fallback, 1 / fallback, "no published attention rate for this GPU: at its matmul rate"
+
+
 @dataclass(frozen=True)
 class Compute:
     """One GPU's figures for planning: ``memory`` (bytes: the GB it is sold with, as the GiB a program sees),
-    ``peak`` (FLOP/s by precision, dense), ``matmul`` (FLOP/s a large matrix multiplication reaches, measured, by
-    precision), ``hbm`` (bytes/s), ``source``."""
+    ``peak`` (FLOP/s by precision, dense), ``matmul`` (FLOP/s a transformer layer's matrix multiplications reach, by
+    precision: the measured best-shape rate, MAMF, times :data:`GEMM_SHAPE_FACTOR`; fp8 that times
+    :data:`FP8_GEMM_SPEEDUP`), ``hbm`` (bytes/s), ``source``."""
 
     gpu: str
     memory: float
@@ -99,9 +158,10 @@ class Compute:
         peak = {k: v * 1e12 for k, v in d["peak_tflops"].items() if v}
         if "bf16" not in peak or not d.get("matmul_tflops_bf16"):
             raise ValueError(f"GPU {gpu!r} has no published bf16 peak and measured matmul rate to plan with")
-        matmul = {"bf16": d["matmul_tflops_bf16"] * 1e12, "fp16": d["matmul_tflops_bf16"] * 1e12}
-        if "fp8" in peak:  # measured where published, else the bf16 efficiency at the fp8 peak
-            matmul["fp8"] = (d.get("matmul_tflops_fp8") or 0) * 1e12 or peak["fp8"] * matmul["bf16"] / peak["bf16"]
+        best = d["matmul_tflops_bf16"] * 1e12 * GEMM_SHAPE_FACTOR  # at a layer's shapes, not the best one
+        matmul = {"bf16": best, "fp16": best}
+        if "fp8" in peak:
+            matmul["fp8"] = best * FP8_GEMM_SPEEDUP
         return cls(gpu, float(d.get("memory_gb") or d["memory_bytes"] / 1e9) * 2 ** 30, peak, matmul,
                    GPUS[gpu].reduce_rate * 3,  # ringlab's reduce rate is the memory rate / 3 (read two, write one)
                    f"{d.get('peak_source', '')}; matmul: {d.get('matmul_source', '')}")
@@ -380,11 +440,14 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     tokens = global_batch * seq
     matmul_flops = 6.0 * model.matmul_params() * (4 / 3 if full else 1)
     recomputed = full or (selective and not flash)  # the attention's forward runs again in the backward
-    attn_flops = 3 * model.attention_flops_per_token(seq) * (4 / 3 if recomputed else 1)
-    if flash:
-        attn_flops /= 2  # causal: FlashAttention skips the blocks above the diagonal
     matmul_rate = gpu.matmul[precision]
-    attn_rate = gpu.matmul["bf16"]  # FlashAttention runs in bf16 whatever the matmuls' precision
+    attn_fwd = model.attention_flops_per_token(seq)           # forward, every score computed
+    if flash:  # causal: FlashAttention skips the blocks above the diagonal; its backward is 2.5 forwards, in bf16
+        fwd_s, bwd_s, attention_source = attention_seconds_per_flop(m.gpu, seq // cp, gpu.matmul["bf16"])
+        attn_seconds = attn_fwd / 2 * (fwd_s * (2 if recomputed else 1) + FA_BACKWARD * bwd_s)
+    else:      # unfused: batched matrix products at the matmul rate, backward 2 forwards
+        attention_source = "unfused: at the matmul rate"
+        attn_seconds = attn_fwd * (4 if recomputed else 3) / gpu.matmul["bf16"]
     kv_dim = model.kv * model.head_dim if not model.mla else model.mla[1] + model.mla[3]
     width = (3 if model.gated else 2) * (model.ffn * (model.top_k + model.shared_experts) if model.moe else model.ffn)
     elementwise = ACT_BYTES * model.layers * (4 * h + 6 * h + width + 2 * (h + kv_dim))  # bytes forward, per token
@@ -392,8 +455,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if not flash:  # the scores through memory, forward, backward, and again when recomputed
         elementwise += SCORE_TRAFFIC * model.layers * scores * (1 + BACKWARD_TRAFFIC + (1 if recomputed else 0))
     per_gpu = tokens / gpus
-    attention_s = per_gpu * attn_flops / attn_rate
-    compute = (per_gpu * matmul_flops / matmul_rate + attention_s + per_gpu * elementwise / gpu.hbm) * imbalance
+    attention_s = per_gpu * attn_seconds
+    compute = (per_gpu * matmul_flops / matmul_rate + attention_s
+               + per_gpu * elementwise / (gpu.hbm * ELEMENTWISE_SHARE)) * imbalance
     if imbalance > 1:
         notes.append(f"{model.layers} layers do not divide into {pp} stages: the busiest holds {L_stage}, "
                      f"{imbalance - 1:.1%} more than an even share, and sets the pace")
@@ -462,6 +526,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                 hide=max(0.0, last_bwd - hidden.get("dp", 0.0)))
     local = (dense / (shard if zero >= 1 else 1) + experts / (expert_shard if zero >= 1 else 1))
     time["optimizer"] = local * ADAM_TRAFFIC / gpu.hbm
+    notes.append(f"attention's rate: {attention_source}")
     if selective and flash:
         notes.append("selective recomputation recomputes the attention scores, which FlashAttention never stores: "
                      "it changes nothing in this plan")

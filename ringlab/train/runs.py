@@ -137,8 +137,18 @@ def published_tokens_per_second_per_gpu(run: dict) -> tuple[float, str]:
     raise ValueError(f"run {run['id']}: no throughput printed")
 
 
+def not_modelled(run: dict) -> str | None:
+    """Why the planner cannot model the run's machine (a GPU variant it has no figures for), or None."""
+    variant = run["hardware"].get("variant")
+    return f"its GPUs are not a model ringlab has figures for: {variant}" if variant else None
+
+
 def predict(run: dict) -> tuple[Plan, float, list[str]]:
-    """The planner's plan for the run, predicted / published tokens per second per GPU, and what was assumed."""
+    """The planner's plan for the run, predicted / published tokens per second per GPU, and what was assumed.
+    A run on a machine the planner does not model raises ValueError saying why."""
+    why = not_modelled(run)
+    if why:
+        raise ValueError(f"run {run['id']}: not modelled: {why}")
     topology, assumed = topology_of(run)
     layout, more = layout_of(run)
     result = plan(model_of(run), topology, **layout)

@@ -15,11 +15,10 @@ FASTER_IN_REALITY = "tensor-parallel communication overlapped with the matrix mu
 
 def closest_run(model, gpu: str, gpus: int, runs: list[dict] | None = None) -> dict:
     """The transcribed run nearest to ``model`` on ``gpus`` GPUs of kind ``gpu``: the same shape first, then the same
-    GPU, then the nearest GPU count (by ratio)."""
-    if runs is None:
-        from ...train import runs as published
+    GPU, then the nearest GPU count (by ratio). Runs on GPUs the planner has no figures for are left out."""
+    from ...train import runs as published
 
-        runs = published.load()
+    runs = [run for run in (published.load() if runs is None else runs) if not published.not_modelled(run)]
     if not runs:
         raise ValueError("no published runs to compare with")
 
