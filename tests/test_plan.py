@@ -308,3 +308,16 @@ def test_a_run_on_a_gpu_variant_without_figures_is_not_modelled_and_says_why():
     with pytest.raises(ValueError, match="not modelled: .*500 W"):
         runs.predict(run)
     assert runs.not_modelled(runs.find("llama3-405b-8192")) is None
+
+
+def test_the_readme_states_what_the_benchmark_prints_today():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import plan_vs_published
+    finally:
+        sys.path.pop(0)
+    done, skipped = plan_vs_published.rows()
+    within = sum(0.8 <= r["ratio"] <= 1.2 for r in done)
+    readme = (ROOT / "README.md").read_text()
+    assert f"**{within} of {len(done)} runs within 20%**" in readme
+    assert f"{len(skipped)} runs (torchtitan's" in readme
