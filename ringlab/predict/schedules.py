@@ -15,23 +15,25 @@ hold the counted timelines to them.
 
 The four orders, with their sources:
 
-- **GPipe** (Huang et al. 2019, "GPipe", section 2.3): every forward, then every backward. Idle share of a step
+- **GPipe** (Huang et al. 2019, "GPipe", arXiv 1811.06965): every forward, then every backward. Idle share of a step
   (p-1)/(m+p-1), i.e. (p-1)/m of the ideal time; each stage holds all m micro-batches' activations.
-- **1F1B** (PipeDream-Flush: Narayanan et al. 2021, "Memory-Efficient Pipeline-Parallel DNN Training", section 3;
+- **1F1B** (PipeDream-Flush: Narayanan et al. 2021, "Memory-Efficient Pipeline-Parallel DNN Training", ICML;
   Megatron-LM's non-interleaved schedule, Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
   GPU Clusters Using Megatron-LM", section 2.2.1): stage s runs p-1-s forwards to warm up, then one forward one
   backward, then the remaining backwards. The same time as GPipe, but stage s holds at most p-s micro-batches.
 - **interleaved 1F1B** (the Megatron-LM paper, section 2.2.2): each device holds v model chunks, so the model is
   v·p virtual stages and chunk c of device s is virtual stage c·p + s. Each pass is 1/v as long, the fill and drain
   cross the devices v times faster: the bubble is (p-1)/(v·m) of the ideal time (their equation for t_pb^int / t_id),
-  for (v+1)p-1 chunk-passes held on the first device, p + (p-1)/v micro-batches' worth. Megatron needs m to be a
-  multiple of p (micro-batches go round in groups of p).
+  for (v+1)p-1 chunk-passes held on the first device, p + (p-1)/v micro-batches' worth. Micro-batches go round in
+  groups of p (Megatron-LM's default ``microbatch_group_size_per_vp_stage``), so m must be a multiple of p.
 - **ZB-H1** (Qi, Wan, Huang and Lin 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, section 2.1):
   the backward split into B, the gradient of the stage's input (what the stage before waits for), and W, the
   gradient of its weights (which nobody waits for). Stage s runs 1F1B's F and B order and puts off each W by s
   micro-batches, so W fills the drain. Every stage then holds at most p micro-batches, 1F1B's peak (on its first
-  stage), and the bubble shrinks from (p-1)(T_F+T_B+T_W) to (p-1)(T_F+T_B-T_W) a stage (the paper's Table 2,
-  T_B being B alone): a third of 1F1B's when F, B and W take equal time, as with F=1 and a backward of 2 split evenly.
+  stage), and the bubble shrinks from (p-1)(T_F+T_B+T_W) to (p-1)(T_F+T_B-T_W) a stage (section 2.1; the
+  schedules side by side in its Table 2; T_B is B alone): a third of 1F1B's when F, B and W take equal time, as
+  with F=1 and a backward of 2 split evenly. (A stage still holds a micro-batch until its W: W needs the
+  activations too, if fewer of them, so this counts ZB-H1's memory as the paper bounds it, by 1F1B's.)
 
 Times are in any unit: ``forward`` and ``backward`` are one micro-batch's passes over a whole stage (default 1 and
 2: a backward does twice a forward's matrix products), ``weight`` the share of the backward that is W (default half
@@ -342,7 +344,7 @@ def bubble_over_ideal(schedule: str, stages: int, microbatches: int, *, chunks: 
                       backward: float = 2.0, weight: float | None = None) -> float:
     """The papers' bubble, as a share of the ideal time m(F+B) a stage computes (no send time):
 
-    - GPipe and 1F1B: (p-1)/m (GPipe, section 2.3; the Megatron-LM paper, section 2.2.1);
+    - GPipe and 1F1B: (p-1)/m (GPipe; the Megatron-LM paper, section 2.2.1);
     - interleaved: (p-1)/(v·m) (the Megatron-LM paper, section 2.2.2); ``chunks`` is v, and 1F1B's form with v=1;
     - zero-bubble ZB-H1: (p-1)(T_F+T_B-T_W) over m(T_F+T_B+T_W), with T_B the input-gradient pass, backward - weight
       (Qi et al., section 2.1 and Table 2). That assumes W no longer than F or B; past that, the wait for the first
