@@ -62,7 +62,7 @@ def test_labels_are_whole_numbers_at_decades_or_one_two_five():
 
 def test_a_reference_line_on_a_log_axis_is_labelled_at_its_value():
     """Issue 51: the 80 GB line's label at y=80 on a log axis put the axis's top at 10^85."""
-    from ringlab.lessons.lab08_beyond_data_parallelism import sharding
+    from ringlab.lessons.lab08_sharding_and_memory import sharding
     from ringlab.viz.parallelism import scale_bars
 
     fig = scale_bars(sharding.at_scale())
@@ -82,7 +82,7 @@ def test_a_reference_line_on_a_linear_axis_stays_at_its_value():
 
 def test_every_log_axis_ringlab_draws_is_readable():
     from ringlab.lessons.lab05_scaling.datacenter import at_scale
-    from ringlab.lessons.lab08_beyond_data_parallelism import nccl
+    from ringlab.lessons.lab10_inside_nccl import nccl
     from ringlab.viz import (algbw_busbw_plot, busbw_plot, fraction_bars, links_figure, measured_vs_predicted,
                              scale_plot, segments_plot, time_vs_ranks, versus_plot)
     from ringlab.viz.parallelism import protocol_plot

@@ -282,13 +282,13 @@ def test_the_ring_fills_its_panel_at_16_and_32_ranks(big_rings):
 @pytest.fixture
 def learner_view(tmp_path):
     """JupyterLab on a notebook that draws what issue 51 found hard to read: lab 03's kernel-free step figure, lab
-    08's NCCL choice map and its memory bars against 80 GB on a log axis, and a line too long for the output."""
+    10's NCCL choice map, lab 08's memory bars against 80 GB on a log axis, and a line too long for the output."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
                     "import ringlab as rl\nfrom ringlab.viz import step_figure, use_renderer\n"
                     "from ringlab.viz.parallelism import choice_map, scale_bars\n"
-                    "from ringlab.lessons.lab08_beyond_data_parallelism.nccl import choice_rows\n"
-                    "from ringlab.lessons.lab08_beyond_data_parallelism.sharding import at_scale\nuse_renderer();"),
+                    "from ringlab.lessons.lab10_inside_nccl.nccl import choice_rows\n"
+                    "from ringlab.lessons.lab08_sharding_and_memory.sharding import at_scale\nuse_renderer();"),
                 nbformat.v4.new_code_cell('step_figure(rl.build("allreduce.ring", 4))'),
                 nbformat.v4.new_code_cell("choice_map(choice_rows())"),
                 nbformat.v4.new_code_cell("scale_bars(at_scale())"),

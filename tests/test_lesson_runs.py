@@ -30,10 +30,10 @@ LESSONS = {
     "08-sharding": (4, {"each stage holds less than the one before", "stage 3 sends 1.5x what data parallelism sends",
                         "stages 1 and 2 take about as long on the emulated machine",
                         "stage 3 is the slowest on the emulated machine"}),
-    "08-mesh": (4, {"the tensor group carries most of the bytes",
+    "09-mesh": (4, {"the tensor group carries most of the bytes",
                     "the tensor-inside-nodes mapping is faster on the emulated machine",
                     "the measured steps match the predictions on the emulated machine"}),
-    "08-experts": (4, {"the skewed router loads its busiest expert more", "the skewed router's all-to-alls move more bytes",
+    "09-experts": (4, {"the skewed router loads its busiest expert more", "the skewed router's all-to-alls move more bytes",
                        "the skewed layer takes longer on the emulated machine"}),
 }
 

@@ -1,13 +1,13 @@
-"""Lab 08's symmetric memory: the lesson's words follow its numbers (made-up sweeps), the schedules' counts and the
+"""Lab 10's symmetric memory: the lesson's words follow its numbers (made-up sweeps), the schedules' counts and the
 predictions are right, and one real measurement on 2 ranks of this machine gives a table, a figure and a conclusion
 that agree with its numbers."""
 import math
 
 import pytest
 
-from ringlab.lessons.lab08_beyond_data_parallelism import symmetric
-from ringlab.lessons.lab08_beyond_data_parallelism.symmetric import (ALGORITHMS, counted_rows, measure_symmetric,
-                                                                     symmetric_lesson, symmetric_plot, symmetric_rows)
+from ringlab.lessons.lab10_inside_nccl import symmetric
+from ringlab.lessons.lab10_inside_nccl.symmetric import (ALGORITHMS, counted_rows, measure_symmetric,
+                                                         symmetric_lesson, symmetric_plot, symmetric_rows)
 from ringlab.measure.units import format_bytes
 
 SIZES = [8 << k for k in range(18)]  # 8 B .. 1 MiB

@@ -1,11 +1,9 @@
-"""Lab 08's room: the lessons' words follow their numbers, the exercise checks accept the reference and refuse a
-wrong answer, the predictions and published comparisons hold, and the plots draw."""
-import numpy as np
+"""Lab 08's room: the sharding lesson's words follow its numbers, the exercise check accepts the reference and refuses
+a wrong answer, the predictions at scale hold, and the plots draw."""
 import pytest
 
 from ringlab.lab.exercises import NotDoneYet
-from ringlab.lessons.lab08_beyond_data_parallelism import attention, experts, mesh, nccl, sharding
-from ringlab.train.tensor import mesh_groups
+from ringlab.lessons.lab08_sharding_and_memory import sharding
 
 
 def _sharding_result(stage3_s=0.03, stage2_s=0.02):
@@ -46,104 +44,12 @@ def test_at_scale_plain_data_parallelism_does_not_fit_and_stage_3_sends_most():
     assert "ZeRO stage 1 is the first that fits" in sharding.describe_at_scale(rows)
 
 
-def test_the_mapping_lesson_follows_its_numbers():
-    row = lambda name, measured, tensor, data: {
-        "mapping": name, "tensor_gpus": [], "data_gpus": [], "tensor_bytes": 4.0, "data_bytes": 1.0, "tensor_calls": 4,
-        "measured_s": measured, "predicted_s": tensor + data, "predicted_tensor_s": tensor, "predicted_data_s": data}
-    good = mesh.mapping_lesson([row("tensor inside nodes", 1.1, 0.8, 0.2), row("tensor across nodes", 3.3, 2.9, 0.1)])
-    assert good.conclusions == ("the tensor group carries most of the bytes",
-                                "the tensor-inside-nodes mapping is faster on the emulated machine",
-                                "the measured steps match the predictions on the emulated machine")
-    assert "the rest is this CPU's work (compute, Python), counted as the CPU time it took" in good.text
-    modelled = mesh.mapping_lesson([dict(row("tensor inside nodes", 1.0, 0.8, 0.2), compute="model", wall_s=0.1),
-                                    dict(row("tensor across nodes", 3.0, 2.9, 0.1), compute="model", wall_s=0.2)])
-    assert modelled.conclusions == good.conclusions
-    assert "within 0.0% of the predicted collectives: with compute='model' this CPU's work never counts" in modelled.text
-    assert "This machine took 100.0 and 200.0 ms of wall time a step" in modelled.text
-    tie = mesh.mapping_lesson([row("tensor inside nodes", 2.0, 0.8, 0.2), row("tensor across nodes", 2.1, 2.9, 0.1)])
-    assert "the two mappings take about as long on the emulated machine" in tie.conclusions
-    assert "the measured steps do not match the predictions on the emulated machine" in tie.conclusions
-
-
-def test_group_machines_are_the_presets_links():
-    from ringlab.topology import preset
-
-    spec, bandwidth, latency = mesh.group_machine(preset("ib-2x8-h100"), [0, 8], scale=100)
-    assert spec == f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}@100" and bandwidth == pytest.approx(48e9)
-    spec, _, _ = mesh.group_machine(preset("ib-2x8-h100"), [0, 8])  # the lesson's: the H100s' own speed
-    assert spec == f"uniform:{bandwidth / 1e9:.6g}:{latency * 1e6:.6g}"
-
-
-def test_the_imbalance_lesson_follows_its_numbers():
-    row = lambda router, per_expert, capacity, sent, seconds: {
-        "router": router, "per_expert": per_expert, "capacity": capacity, "mean_pair": 2, "sent": sent,
-        "imbalance": max(per_expert) / np.mean(per_expert), "measured_s": seconds, "predicted_s": seconds}
-    finding = experts.imbalance_lesson([row("as initialised", [2, 2], 1, 10, 1.0), row("skewed", [4, 0], 3, 30, 2.0)])
-    assert finding.conclusions == ("the skewed router loads its busiest expert more",
-                                   "the skewed router's all-to-alls move more bytes",
-                                   "the skewed layer takes longer on the emulated machine")
-    assert "it did not grow with the busiest expert's load here" in finding.text
-    computed = experts.imbalance_lesson([dict(row("as initialised", [2, 2], 1, 10, 1.0), predicted_s=0.9, wall_s=0.1),
-                                         dict(row("skewed", [4, 0], 3, 30, 2.0), predicted_s=1.7, padded=3)])
-    assert ("this CPU's work came to 100.0 ms a step as initialised and 300.0 ms skewed, while the busiest expert's "
-            "tokens went from 2 to 4: it grew") in computed.text
-    assert "this machine took 100.0 ms of wall time" in computed.text and "(3 padded ones)" in computed.text
-
-
-def test_the_attention_lesson_says_equal_and_observes_the_overlap():
-    result = {"ranks": 4, "difference": 1e-15, "causal": True, "block_bytes": 1024, "passed_bytes": 3072,
-              "sequence": 64, "overlapped_s": 1.0, "serial_s": 1.0, "compute_s": 0.5, "cores": 2}
-    finding = attention.attention_lesson(result)
-    assert finding.conclusions == ("ring attention equals full attention",)
-    assert finding.observations == ("overlapping did not clearly pay on this machine",)
-
-
-def test_the_checks_take_the_reference_and_refuse_a_wrong_answer():
-    import ringlab.train.attention as reference_attention
-
+def test_the_check_takes_the_reference_and_refuses_a_wrong_answer():
     assert sharding.check_zero_bytes(sharding._zero_bytes, strict=True) is sharding._zero_bytes
     with pytest.raises(AssertionError, match="Hint"):
         sharding.check_zero_bytes(lambda psi, n, stage, k=12: (4 + k) * psi / n, strict=True)
     with pytest.raises(NotDoneYet):
         sharding.check_zero_bytes(lambda psi, n, stage, k=12: None, strict=True)
-    assert mesh.check_mesh_groups(mesh_groups, strict=True) is mesh_groups
-    with pytest.raises(AssertionError, match="Hint"):
-        mesh.check_mesh_groups(lambda w, d, t, inner=True: mesh_groups(w, d, t, not inner), strict=True)
-    assert experts.check_padded_bytes(experts._padded_bytes, strict=True) is experts._padded_bytes
-    with pytest.raises(AssertionError, match="Hint"):
-        experts.check_padded_bytes(lambda table, b: sum(map(sum, table)) * b, strict=True)
-    assert attention.check_merge(reference_attention.merge, strict=True) is reference_attention.merge
-
-    def no_rescale(m, l, o, scores, v):  # forgets to rescale what it had when the maximum grows
-        top = np.maximum(m, scores.max(-1))
-        p = np.exp(scores - top[:, None])
-        return top, l + p.sum(-1), o + p @ v
-
-    with pytest.raises(AssertionError, match="Hint"):
-        attention.check_merge(no_rescale, strict=True)
-    assert nccl.check_fastest_protocol(nccl._fastest_protocol, strict=True) is nccl._fastest_protocol
-    with pytest.raises(AssertionError, match="Hint"):
-        nccl.check_fastest_protocol(lambda nbytes, options: "Simple", strict=True)
-
-
-def test_nccl_choices_switch_by_size_and_agree_with_what_nccl_ran():
-    rows = nccl.choice_rows(machines=("hgx-h100-8",), collectives=("allreduce",))
-    moves = nccl.switches(rows)
-    assert [m["to"] for m in moves] == ["nvls/Simple"] and rows[0]["choice"] == "ring/LL"
-    published_runs = nccl.against_published()
-    agree = [r for r in published_runs if r["nccl_ran"].lower() == r["model_picks"]]
-    assert len(agree) >= len(published_runs) - 1
-    assert all(r["margin"] < 0.05 for r in published_runs if r not in agree)  # only near ties differ
-    forced = nccl.forced_ring_sizes()
-    assert all(p != "ring" for p, r in zip(forced["picks"], forced["ratio"]) if r > 1.1)
-    assert round(nccl.nvlink_port()["links"]) == 18  # 370.8 GB/s of port: 18 NVLinks at NCCL's 20.6 GB/s a link
-
-
-def test_pat_wins_at_many_nodes_and_small_sizes():
-    rows = nccl.pat_rows(nodes=(2, 64), sizes=(1 << 12,))
-    assert [r["choice"].split("/")[0] for r in rows] == ["ring", "pat"]
-    assert rows[-1]["pat_steps"] == 6 and rows[-1]["ring_steps"] == 63
-    assert "PAT" in nccl.describe_pat(rows)
 
 
 def test_the_plots_draw():
@@ -152,11 +58,3 @@ def test_the_plots_draw():
     result = _sharding_result()
     assert len(P.memory_bars(result).data) == 4
     assert P.scale_bars(sharding.at_scale()).data
-    assert P.choice_map(nccl.choice_rows(machines=("hgx-h100-8",))).data
-    assert len(P.protocol_plot(nccl.protocol_rows(sizes=[1 << 10, 1 << 20])).data) == 3
-    rows = [{"mapping": m, "measured_s": 1e-5, "predicted_tensor_s": 5e-6, "predicted_data_s": 1e-6,
-             "machine": "ib-2x8-h100"} for m in ("tensor inside nodes", "tensor across nodes")]
-    assert len(P.mapping_bars(rows).data) == 3
-    loads = [{"router": "as initialised", "per_expert": [3, 5], "imbalance": 1.25},
-             {"router": "skewed", "per_expert": [8, 0], "imbalance": 2.0}]
-    assert len(P.expert_load_bars(loads).data) == 2

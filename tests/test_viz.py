@@ -392,7 +392,7 @@ def test_the_static_figure_keeps_its_legend_clear_of_its_buttons_and_slider():
 
 def test_the_choice_map_labels_are_readable_at_the_default_size():
     """Issue 51: plotly shrank the labels to about 5 px to fit them in their cells."""
-    from ringlab.lessons.lab08_beyond_data_parallelism.nccl import choice_rows
+    from ringlab.lessons.lab10_inside_nccl.nccl import choice_rows
     from ringlab.viz.parallelism import choice_map
 
     fig = choice_map(choice_rows())

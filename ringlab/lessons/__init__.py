@@ -16,8 +16,10 @@ is not about one lab lives in the layer that owns it (``measure``, ``predict``, 
   ``overlap`` (buckets), ``quiz``;
 - ``lab07_hangs_and_crawls``: ``diagnose`` (a missing rank, a straggler), ``checklist`` (NCCL's
   settings, P2P, links), ``quiz``;
-- ``lab08_beyond_data_parallelism``: ``sharding`` (ZeRO), ``mesh`` (tensor parallelism on a mesh), ``experts``,
-  ``attention`` (ring attention), ``nccl`` (how NCCL picks; PAT), ``symmetric`` (one-shot and two-shot allreduce),
+- ``lab08_sharding_and_memory``: ``sharding`` (ZeRO), ``quiz``;
+- ``lab09_model_parallelism``: ``mesh`` (tensor parallelism on a mesh), ``experts``, ``attention`` (ring attention),
+  ``quiz``;
+- ``lab10_inside_nccl``: ``nccl`` (how NCCL picks; its channels; PAT), ``symmetric`` (one-shot and two-shot allreduce),
   ``quiz``;
 - ``lab11_plan_a_run``: ``run`` (Llama 3 70B on 256 H100s planned; the memory and bubble exercises), ``published``
   (the closest published run against its prediction), ``layouts`` (the lab's four questions), ``quiz``.
@@ -30,8 +32,8 @@ import importlib
 
 ROOMS = {"00": "lab00_your_machine", "01": "lab01_moving_bytes", "02": "lab02_reduce_broadcast",
          "03": "lab03_allreduce", "04": "lab04_parameter_servers", "05": "lab05_scaling",
-         "06": "lab06_training", "07": "lab07_hangs_and_crawls", "08": "lab08_beyond_data_parallelism",
-         "11": "lab11_plan_a_run"}
+         "06": "lab06_training", "07": "lab07_hangs_and_crawls", "08": "lab08_sharding_and_memory",
+         "09": "lab09_model_parallelism", "10": "lab10_inside_nccl", "11": "lab11_plan_a_run"}
 
 
 def lab_key(lab) -> str:

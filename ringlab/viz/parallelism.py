@@ -1,4 +1,4 @@
-"""Pictures of lab 08: what each rank holds under ZeRO, the mesh's two mappings, experts' loads, NCCL's choices."""
+"""Pictures of labs 08 to 10: what each rank holds under ZeRO, the mesh's two mappings, experts' loads, NCCL's choices."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -13,7 +13,7 @@ CELL_FONT = 11  # px: the choice map's labels, readable at the figure's default 
 
 def memory_bars(result: dict) -> go.Figure:
     """Bytes each rank held, per variant, stacked by kind (measured from the tensors), with the paper's formula
-    (``ringlab.lessons.lab08_beyond_data_parallelism.sharding.measure_sharding``'s result)."""
+    (``ringlab.lessons.lab08_sharding_and_memory.sharding.measure_sharding``'s result)."""
     rows = result["rows"]
     x = [[r["variant"] for r in rows for _ in r["held"]], [f"rank {i}" for r in rows for i in range(len(r["held"]))]]
     fig = go.Figure()

@@ -69,21 +69,21 @@ def lab07_straggler():
 
 
 def lab08_sharding():
-    from ringlab.lessons.lab08_beyond_data_parallelism.sharding import measure_sharding, sharding_lesson
+    from ringlab.lessons.lab08_sharding_and_memory.sharding import measure_sharding, sharding_lesson
 
     result = measure_sharding(comm)
     return sharding_lesson(result) if comm.Get_rank() == 0 else None
 
 
-def lab08_mesh():
-    from ringlab.lessons.lab08_beyond_data_parallelism.mesh import mapping_lesson, measure_mappings
+def lab09_mesh():
+    from ringlab.lessons.lab09_model_parallelism.mesh import mapping_lesson, measure_mappings
 
     rows = measure_mappings(comm)
     return mapping_lesson(rows) if comm.Get_rank() == 0 else None
 
 
-def lab08_experts():
-    from ringlab.lessons.lab08_beyond_data_parallelism.experts import imbalance_lesson, measure_imbalance
+def lab09_experts():
+    from ringlab.lessons.lab09_model_parallelism.experts import imbalance_lesson, measure_imbalance
 
     rows = measure_imbalance(comm)
     return imbalance_lesson(rows) if comm.Get_rank() == 0 else None
@@ -92,8 +92,8 @@ def lab08_experts():
 LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "06-overlap": lab06_overlap,
            "07-straggler": lab07_straggler,
            "08-sharding": lab08_sharding,
-           "08-mesh": lab08_mesh,
-           "08-experts": lab08_experts}
+           "09-mesh": lab09_mesh,
+           "09-experts": lab09_experts}
 
 for _ in range(runs):
     finding = LESSONS[lab]()

@@ -1,11 +1,9 @@
 """Lab 08's quiz: each expected answer computed by ringlab from the stated inputs."""
 from __future__ import annotations
 
-import math
-
 from ...lab.quiz import Question, Quiz
 
-GB, MiB = 1e9, 1 << 20
+GB = 1e9
 
 
 def _zero_gb(psi, n, stage, k):
@@ -32,36 +30,21 @@ def _stage3_gb(psi, n, itemsize):
     return sum(per_rank) / n / GB
 
 
-def _tp_mib(batch, sequence, hidden, itemsize, t):
-    """What one GPU sends in the ring allreduce of one block's activations, counted from ringlab's schedule."""
-    from ...algorithms import build
-    from ...simulate import traffic
+def _first_fit(psi, n, capacity_gb):
+    """The lowest ZeRO stage at which each GPU's model states fit in ``capacity_gb``, by the paper's formulas."""
+    from ...train.zero import zero_memory
 
-    nbytes = batch * sequence * hidden * itemsize
-    return traffic(build("allreduce.ring", t), nbytes, itemsize)["sent"][0] / MiB
-
-
-def _nccl_pick(machine, nbytes):
-    from ...predict import predict_nccl
-    from ...topology import preset
-
-    return predict_nccl("allreduce", nbytes, preset(machine)).algorithm
+    return next((STAGES[s] for s in range(4) if sum(zero_memory(psi, n, s).values()) / GB <= capacity_gb),
+                "none")
 
 
-def _nccl_fields(machine, nbytes):
-    from ...predict import predict_nccl
-    from ...topology import preset
+def _fit_fields(psi, n, capacity_gb):
+    from ...train.zero import zero_memory
 
-    topology = preset(machine)
-    times = {a: predict_nccl("allreduce", nbytes, topology, algorithm=a).seconds * 1e6 for a in ("ring", "tree", "nvlstree")}
-    return {"ring_us": times["ring"], "tree_us": times["tree"], "nvlstree_us": times["nvlstree"],
-            "mib": nbytes / MiB}
+    return {f"gb{s}": sum(zero_memory(psi, n, s).values()) / GB for s in range(4)}
 
 
-def _pat_steps(nodes):
-    from ...algorithms import build
-
-    return len(build("allgather.pat", nodes).steps)
+STAGES = ("data parallel", "stage 1", "stage 2", "stage 3")
 
 
 QUIZ = Quiz("08", [
@@ -82,27 +65,12 @@ QUIZ = Quiz("08", [
                "sends 2/3 of it).",
         hint="Each ring reduce-scatter or allgather sends (n-1)/n of the buffer from every rank; stage 3 runs three."),
     Question(
-        "Tensor parallelism over {t} GPUs: a block's activations are {batch} sequences x {sequence} tokens x {hidden} "
-        "features in fp16. How many MiB does each GPU send in one ring allreduce of them?",
-        _tp_mib, given=dict(batch=8, sequence=2048, hidden=4096, itemsize=2, t=8), unit="MiB",
-        derived=lambda batch, sequence, hidden, itemsize, t: {"buffer": batch * sequence * hidden * itemsize / MiB},
-        worked="The buffer is {batch} x {sequence} x {hidden} x {itemsize} bytes = {buffer:.0f} MiB, and a ring allreduce sends "
-               "2(t-1)/t of it from every GPU: {answer:.0f} MiB, twice per block (forward and backward), every step. "
-               "That is why the tensor dimension goes on NVLink.",
-        hint="2(n-1)/n of the buffer, with the buffer batch x sequence x hidden x 2 bytes."),
-    Question(
-        "Which algorithm does NCCL's model pick for an allreduce of {mib:.0f} MiB on {machine}?",
-        _nccl_pick, given=dict(machine="ib-2x8-h100", nbytes=64 << 20), derived=_nccl_fields,
-        choices=("ring", "tree", "nvls", "nvlstree", "pat"),
-        worked="{answer}: the model predicts {nvlstree_us:.0f} us for NVLSTree, {ring_us:.0f} for the ring and "
-               "{tree_us:.0f} for the tree; NVLS needs a fabric that reduces to span nodes, and PAT runs only "
-               "all-gather and reduce-scatter with one GPU a node.",
-        hint="Across nodes, with switches that add inside each node: `rl.predict_nccl(\"allreduce\", nbytes, "
-             "rl.topology.preset(machine))`."),
-    Question(
-        "How many steps does PAT's all-gather take over {nodes} nodes of one GPU each (a ring takes {nodes} - 1)?",
-        _pat_steps, given=dict(nodes=1000), rel_tol=0, derived=lambda nodes: {"log": math.log2(nodes)},
-        worked="One step per distance 512, 256, ..., 1: ceil(log2 {nodes}) = {answer} (log2 {nodes} = {log:.2f}), "
-               "counted from `rl.build(\"allgather.pat\", {nodes})`.",
-        hint="Each step doubles how many ranks hold each block."),
+        "A model of {psi:.3g} parameters, mixed-precision Adam (2 + 2 + 12 bytes a parameter), on {n} GPUs of "
+        "{capacity_gb} GB. Leaving activations aside, what is the least sharding under which each GPU's model "
+        "states fit?",
+        _first_fit, given=dict(psi=20e9, n=8, capacity_gb=80), derived=_fit_fields, choices=STAGES,
+        worked="By the paper's formulas a GPU holds {gb0:.0f} GB under data parallelism, {gb1:.1f} GB at stage 1, "
+               "{gb2:.1f} GB at stage 2 and {gb3:.0f} GB at stage 3: the first under {capacity_gb} GB is {answer}.",
+        hint="Work out 2 Psi + 2 Psi + 12 Psi with the optimizer state, then the gradients, then the parameters "
+             "divided by N, and stop at the first that fits."),
 ])

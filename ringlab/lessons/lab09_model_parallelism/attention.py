@@ -1,4 +1,4 @@
-"""Lab 08's ring attention: equal to full attention on the ranks, timed with and without overlap on this machine;
+"""Lab 09's ring attention: equal to full attention on the ranks, timed with and without overlap on this machine;
 the exercise on the online softmax that folds one key/value block at a time."""
 from __future__ import annotations
 

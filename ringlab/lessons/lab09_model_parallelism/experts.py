@@ -1,4 +1,4 @@
-"""Lab 08's experts: a mixture-of-experts layer on 4 ranks, its router as initialised and skewed towards one expert,
+"""Lab 09's experts: a mixture-of-experts layer on 4 ranks, its router as initialised and skewed towards one expert,
 the load on each expert and what the padded all-to-all costs, measured on emulated links; what a fixed capacity
 (capacity factor, dropped tokens) and dropless sizes would send on the same count tables; the exercise on padding."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ...lab.findings import Finding
 from ...measure.units import format_bytes
 from ...predict import predict
 from ...topology import from_spec
-from .sharding import MACHINE
+from ..lab08_sharding_and_memory.sharding import MACHINE  # the emulated machine of lab 08's ZeRO steps
 
 TOKENS, FEATURES, HIDDEN = 1024, 64, 64  # a rank's tokens, their width, each expert's hidden width
 SKEW = 2.0  # added to the router's bias for expert 0: how the skewed router favours it

@@ -1,4 +1,4 @@
-"""Lab 08's mesh: a 2 x 2 mesh (data x tensor) of 4 ranks on the links of two nodes of a preset, the tensor
+"""Lab 09's mesh: a 2 x 2 mesh (data x tensor) of 4 ranks on the links of two nodes of a preset, the tensor
 groups inside the nodes or across them, predicted and measured on emulated links; the same mesh at a real model's
 size (Llama 3 70B, Megatron's four allreduces a layer), predicted by NCCL's model; the exercise on its groups."""
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Lab 08's NCCL: which algorithm and protocol NCCL's own model picks by size, ranks and machine, what each protocol
-trades, an NVLink port's links against NCCL's channels, held against published sweeps that say what NCCL ran; PAT's
+"""Lab 10's NCCL: which algorithm and protocol NCCL's own model picks by size, ranks and machine, what each protocol
+trades, the channels NCCL's ring search gives a board (``ringlab.predict.channels``) against what its logs printed,
+held against published sweeps that say what NCCL ran; PAT's
 steps against NCCL's latency model of it; the exercise on the pick."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 from ...lab.exercises import compare, exercise
 from ...measure import published
 from ...measure.units import format_bytes
+from ...predict import channels as C
 from ...predict import predict_nccl
 from ...predict import tuning as T
 from ...topology import cluster, preset
@@ -15,12 +17,17 @@ from ...topology import cluster, preset
 SIZES = [1 << k for k in range(10, 34, 2)]  # 1 KiB .. 8 GiB
 MACHINES = ("hgx-h100-8", "ib-2x8-h100", "ib-16x8-h100")
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
-# bytes/s NCCL's topology gives one NVLink (SM90_NVLINK_BW, SM100_NVLINK_BW in src/graph/topo.h); a GPU's NVLink
-# bandwidth there is this times its count of links (src/graph/topo.cc: count * nvlBw): a link's rate, not a channel's
-NVLINK_RATE = {"hopper": 20.6e9, "blackwell": 40.1e9}
-# per-channel speeds NCCL's graph search tries inside a node on Hopper, fastest first (sm90SpeedArrayIntra in
-# src/graph/search.cc at 5067397): it keeps the fastest at which it finds rings, and may duplicate them
-SEARCH_SPEEDS_SM90 = (60e9, 50e9, 40e9, 30e9, 24e9, 20e9, 15e9, 12e9, 11e9, 6e9, 3e9)
+# NVLinks a GPU of each preset (NVIDIA's figures): the preset's port over these is NCCL's rate for one link (a GPU's
+# NVLink bandwidth is count x SMxx_NVLINK_BW: src/graph/topo.cc, topo.h)
+NVLINKS = {"hgx-a100-8": 12, "hgx-h100-8": 18, "hgx-b200-8": 18}
+# boards of 8 GPUs on NVSwitch: (the preset of their GPU, NVLinks a GPU); the H800 is an H100 with 8 of its 18 NVLinks
+# (NVIDIA: 400 GB/s bidirectional)
+BOARDS = {"8 x A100": ("hgx-a100-8", 12), "8 x H100": ("hgx-h100-8", 18), "8 x H800": ("hgx-h100-8", 8),
+          "8 x B200": ("hgx-b200-8", 18)}
+# what NCCL_DEBUG=INFO printed on such a board (published), and where
+LOGGED = {"8 x A100": (24, "nccl-tests#100: \"Channel 23/24\""),
+          "8 x H100": (24, "AWS's expected output for p5.48xlarge: \"24 coll channels\""),
+          "8 x H800": (16, "nccl#892: \"16 coll channels\"")}
 NEAR = 0.05  # the model's accuracy taken for granted where no published run agrees with it to measure it by
 
 
@@ -92,31 +99,57 @@ def describe_protocols(rows: list[dict]) -> str:
             f"{T.LL128_SHARE:.0%} is, Simple all of it behind a fence a chunk.")
 
 
-def nvlink_port(machine: str = "hgx-h100-8") -> dict:
-    """One GPU's NVLink bandwidth in the preset, and how many of NCCL's per-link rates it is: the number of links."""
-    topology = preset(machine)
-    port = min(link.rate for link in topology.links if link.kind == "nvswitch")
-    link = NVLINK_RATE[topology.machine.arch]
-    return {"machine": machine, "port_Bps": port, "link_Bps": link, "links": port / link,
-            "per_nic": T.CHANNELS_PER_NIC}
+def channel_rows(boards=BOARDS, logged=LOGGED) -> list[dict]:
+    """Each board: its NVLink port as NCCL rates it (links x the preset's rate for one link), the channels NCCL's ring
+    search finds there and what it doubles them to (``ringlab.predict.channels``), beside what NCCL's log printed."""
+    rows = []
+    for board, (name, links) in boards.items():
+        topology = preset(name)
+        link = min(link.rate for link in topology.links if link.kind == "nvswitch") / NVLINKS[name]
+        port, arch = links * link, topology.machine.arch
+        found, speed = C.search(arch, port / 1e9)
+        seen, source = logged.get(board, (None, None))
+        rows.append({"board": board, "arch": arch, "links": links, "link_Bps": link, "port_Bps": port,
+                     "found": found, "speed_Bps": speed * 1e9, "first_Bps": C.SPEEDS_INTRA[arch][0] * 1e9,
+                     "graph": C.graph_channels(arch, port / 1e9), "channels": C.communicator_channels(arch, port / 1e9),
+                     "logged": seen, "printed": "none published" if seen is None else str(seen),
+                     "source": source, "per_nic": T.CHANNELS_PER_NIC})
+    return rows
 
 
-def describe_nvlink_port(result: dict) -> str:
-    """What the port's rate is made of, and where NCCL's channel count comes from instead."""
-    links = result["links"]
-    whole = abs(links - round(links)) < 0.01
-    made = (f"{round(links)} NVLinks of {result['link_Bps'] / 1e9:.1f} GB/s, NCCL's rate for one link of this "
-            "generation (count x SM90_NVLINK_BW: src/graph/topo.cc, topo.h)" if whole else
-            f"{links:.2f} times NCCL's rate for one link of this generation ({result['link_Bps'] / 1e9:.1f} GB/s): "
-            "not a whole number of links, so this preset's port is not NCCL's per-link rate times a count")
-    return (f"{result['machine']}: one GPU's NVLink carries {result['port_Bps'] / 1e9:.1f} GB/s each way, "
-            f"{made}. That is a count of links, not of channels. NCCL's graph search (src/graph/search.cc) sets "
-            f"the channels: it tries a per-channel speed, from {SEARCH_SPEEDS_SM90[0] / 1e9:.0f} GB/s down on "
-            "Hopper, keeps the fastest at which it finds rings through the links, as many as fit, and may then "
-            "duplicate them (ncclTopoDupChannels); "
-            "NCCL_DEBUG=INFO prints what it found (\"16 coll channels\" on an 8 x H800 board, nccl#892). "
-            f"Across nodes it runs {result['per_nic']} channels for each network card (\"16 rings for 8 NICs\", "
-            "nccl#518).")
+CHANNEL_COLUMNS = {"board": "board", "NVLinks": "links", "port (GB/s)": ("port_Bps", ".1f"), "found": "found",
+                   "channel speed (GB/s)": ("speed_Bps", ".0f"), "duplicated": "graph", "channels": "channels",
+                   "NCCL's log printed": "printed"}
+
+
+def describe_channels(rows: list[dict]) -> str:
+    """Each board's channels from the search, doubled twice, against what NCCL's log printed; the count is the rule's,
+    not the port's rate over one channel's."""
+    said = []
+    for r in rows:
+        speed, first = r["speed_Bps"], r["first_Bps"]
+        fits = int(r["port_Bps"] / first + 1e-9)
+        line = (f"{r['board']}: {r['links']} NVLinks at NCCL's {r['link_Bps'] / 1e9:.1f} GB/s each, a port of "
+                f"{r['port_Bps'] / 1e9:.1f} GB/s; the search keeps {r['found']} channels of {speed / 1e9:.0f} GB/s "
+                f"({r['found'] * speed / 1e9:.0f} GB/s in all")
+        if speed < first:
+            line += (f", more than the {fits} of {first / 1e9:.0f} GB/s, the fastest speed it tries, would carry"
+                     if fits else f"; {first / 1e9:.0f} GB/s, the fastest speed it tries, does not fit")
+        line += ")" + (f", doubled to {r['graph']} (ncclTopoDupChannels)" if r["graph"] > r["found"] else
+                       ", not doubled by ncclTopoDupChannels")
+        line += f" and again to {r['channels']} (ncclTopoPostset)"
+        if r["logged"] is None:
+            line += ": no published log here to hold it against."
+        elif r["logged"] == r["channels"]:
+            line += f": NCCL_DEBUG=INFO printed {r['logged']} ({r['source']})."
+        else:
+            line += f", but NCCL_DEBUG=INFO printed {r['logged']} ({r['source']}): the rule misses this board."
+        said.append(line)
+    per_nic = rows[0]["per_nic"]
+    said.append("The count is the search's, not the port's rate over one channel's, and not the fastest speed that "
+                f"fits. Across nodes NCCL runs {per_nic} channels for each network card (\"16 rings for 8 NICs\", "
+                "nccl#518).")
+    return "\n".join(said)
 
 
 def _margin(collective: str, nbytes: int, topology, ranks: int, ran: str, pick) -> float:

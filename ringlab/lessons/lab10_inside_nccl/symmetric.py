@@ -1,4 +1,4 @@
-"""Lab 08's symmetric memory: one-shot and two-shot allreduce, measured on this machine against the ring and MPI's
+"""Lab 10's symmetric memory: one-shot and two-shot allreduce, measured on this machine against the ring and MPI's
 own allreduce from 8 B to 1 MiB, with what the schedules count (steps, bytes read, bytes added), what NCCL's model
 of its symmetric kernels predicts for 8 H100s, and where PyTorch's SymmetricMemory switches (published).
 

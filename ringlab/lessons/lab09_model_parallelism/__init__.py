@@ -1,0 +1,10 @@
+"""Lab 09, model parallelism: what its notebook measures and says, and its quiz.
+
+- ``mesh``: tensor parallelism's split MLP against the whole one; a 2 x 2 mesh of data and tensor groups on a preset's
+  fast and slow links, both mappings predicted and measured on emulated links, and the mesh at Llama 3 70B's size
+  (exercise: :func:`~.mesh.check_mesh_groups`);
+- ``experts``: a mixture-of-experts layer's load, its padded all-to-all and what a fixed capacity would send
+  (exercise: :func:`~.experts.check_padded_bytes`);
+- ``attention``: ring attention against full attention (exercise: :func:`~.attention.check_merge`);
+- ``quiz``: the lab's questions.
+"""

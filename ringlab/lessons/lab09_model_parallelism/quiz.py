@@ -1,0 +1,75 @@
+"""Lab 09's quiz: each expected answer computed by ringlab from the stated inputs."""
+from __future__ import annotations
+
+from ...lab.quiz import Question, Quiz
+
+MiB = 1 << 20
+
+
+def _tp_mib(batch, sequence, hidden, itemsize, t):
+    """What one GPU sends in the ring allreduce of one block's activations, counted from ringlab's schedule."""
+    from ...algorithms import build
+    from ...simulate import traffic
+
+    nbytes = batch * sequence * hidden * itemsize
+    return traffic(build("allreduce.ring", t), nbytes, itemsize)["sent"][0] / MiB
+
+
+def _capacity_rows(table, factor):
+    from .experts import capacity_rows
+
+    row = {"router": "given", "table": [list(r) for r in table], "per_expert": [0] * len(table), "token_bytes": 1}
+    return [r for r in capacity_rows([row], factors=(factor,)) if r["factor"] == factor][0]
+
+
+def _dropped(table, factor):
+    """Tokens a fixed capacity of ``factor`` x the even share drops on ``table`` (``capacity_rows``)."""
+    return _capacity_rows(table, factor)["dropped"]
+
+
+def _dropped_fields(table, factor):
+    return {"capacity": _capacity_rows(table, factor)["block"], "tokens": sum(table[0]), "experts": len(table),
+            "shown": "\n".join("rank {}: {}".format(s, ", ".join(map(str, row))) for s, row in enumerate(table))}
+
+
+def _ring_attention_mib(n, tokens, kv_heads, head_dim, itemsize):
+    """What one rank sends as a layer's key/value blocks go round the ring: ``allgather.ring``'s traffic."""
+    from ...algorithms import build
+    from ...simulate import traffic
+
+    nbytes = 2 * tokens * kv_heads * head_dim * itemsize  # keys and values of the whole sequence
+    return traffic(build("allgather.ring", n), nbytes, itemsize)["sent"][0] / MiB
+
+
+QUIZ = Quiz("09", [
+    Question(
+        "Tensor parallelism over {t} GPUs: a block's activations are {batch} sequences x {sequence} tokens x {hidden} "
+        "features in fp16. How many MiB does each GPU send in one ring allreduce of them?",
+        _tp_mib, given=dict(batch=8, sequence=2048, hidden=4096, itemsize=2, t=8), unit="MiB",
+        derived=lambda batch, sequence, hidden, itemsize, t: {"buffer": batch * sequence * hidden * itemsize / MiB},
+        worked="The buffer is {batch} x {sequence} x {hidden} x {itemsize} bytes = {buffer:.0f} MiB, and a ring allreduce sends "
+               "2(t-1)/t of it from every GPU: {answer:.0f} MiB, twice per block (forward and backward), every step. "
+               "That is why the tensor dimension goes on NVLink.",
+        hint="2(n-1)/n of the buffer, with the buffer batch x sequence x hidden x 2 bytes."),
+    Question(
+        "{experts} ranks, one expert each, {tokens} tokens a rank; the router's count table below (rank s's tokens "
+        "for each expert). With a capacity factor of {factor}, how many tokens does the layer drop in all?",
+        _dropped, given=dict(table=((40, 8, 8, 8), (30, 10, 12, 12), (20, 20, 12, 12), (16, 16, 16, 16)),
+                             factor=1.25),
+        derived=_dropped_fields, rel_tol=0, exhibit="{shown}",
+        worked="Capacity = factor x tokens / experts = {factor} x {tokens} / {experts} = {capacity} tokens a rank for "
+               "each expert; every count above {capacity} loses the rest: {answer} tokens dropped in all (counted by "
+               "`capacity_rows`). The residual connection carries them on unchanged.",
+        hint="Round the capacity up, then add up max(count - capacity, 0) over the whole table."),
+    Question(
+        "Ring attention over {n} ranks: a sequence of {tokens} tokens, keys and values of {kv_heads} heads x {head_dim} "
+        "in bf16 ({itemsize} bytes). How many MiB does each rank send in one layer's forward as the key/value blocks "
+        "go round the ring?",
+        _ring_attention_mib, given=dict(n=8, tokens=131072, kv_heads=8, head_dim=128, itemsize=2), unit="MiB",
+        derived=lambda n, tokens, kv_heads, head_dim, itemsize: {
+            "whole": 2 * tokens * kv_heads * head_dim * itemsize / MiB, "steps": n - 1},
+        worked="The keys and values of the whole sequence are {whole:.0f} MiB; each rank holds 1/{n} and passes a block "
+               "on at each of {steps} steps, exactly as `allgather.ring` moves its chunks: (n-1)/n of {whole:.0f} MiB, "
+               "{answer:.0f} MiB, hidden behind the attention compute where it overlaps.",
+        hint="A ring all-gather: (n-1)/n of the whole sequence's keys and values from every rank."),
+])
