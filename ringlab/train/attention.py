@@ -12,12 +12,14 @@ runs during it; without, the rank first exchanges, then computes. ``causal`` mas
 Blocks move point to point on a private duplicate of the communicator (so they never meet the user's messages).
 
 Causal load balance. With contiguous blocks a causal ring is lopsided: rank 0's queries see only its own keys,
-rank n-1's see every rank's, so rank n-1 computes about n times what rank 0 does while the others wait. Cut the
-sequence into 2n chunks instead and give rank r chunks r and 2n-1-r (``layout="zigzag"``, the layout of
+rank n-1's see every rank's: rank r computes r+1 blocks, so rank n-1 computes n times what rank 0 does while
+the others wait for it at every step. Cut the sequence into 2n chunks instead and give rank r chunks r and
+2n-1-r (``layout="zigzag"``, the layout of
 Megatron-LM's context parallelism and of zhuzilin's zigzag ring attention; Brandon et al. 2023, "Striped
 Attention", arXiv 2311.09431, balance it by striding tokens instead): every rank then holds one early and one
-late chunk, and every rank computes the same 2n+1 chunk-by-chunk score blocks (:func:`causal_work`). Either
-layout gives exactly full attention; :func:`shard` cuts a sequence into a rank's tokens for either.
+late chunk, every rank has the same 2n+1 unmasked chunk-by-chunk score blocks (:func:`causal_work`), and at
+every step after the first each rank computes 2 of the 4 tiles of the block it holds. Either layout gives
+exactly full attention; :func:`shard` cuts a sequence into a rank's tokens for either.
 
 When the transfer hides: :func:`hiding_block` (the condition, derived) and :func:`hiding_examples` (H100 figures).
 """
@@ -89,7 +91,7 @@ def shard(x, nranks: int, rank: int, layout: str = "contiguous", axis: int = -2)
 
 
 def causal_work(nranks: int, layout: str = "contiguous") -> list[int]:
-    """Score blocks each rank computes for causal attention, on the grid of 2n equal chunks that both layouts
+    """Unmasked score blocks per rank for causal attention, on the grid of 2n equal chunks that both layouts
     share: a (query chunk, key chunk) block counts when any of its scores is unmasked (key chunk <= query chunk).
 
     Contiguous: rank r holds chunks 2r and 2r+1, so 4r + 3 blocks: 3 on rank 0, 4n - 1 on rank n-1 (the busiest
@@ -108,27 +110,27 @@ def ring_blocks(schedule, rank: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _pieces(positions: np.ndarray) -> list[np.ndarray]:
-    """A rank's tokens as its two chunks (indices into its block): blocked attention's tiles."""
-    return [np.asarray(part) for part in np.array_split(np.arange(len(positions)), 2)]
+def _tiles(tokens: int, layout: str) -> list[slice]:
+    """A rank's tokens as the tiles it computes on: its whole block (contiguous) or its two chunks (zigzag)."""
+    return [slice(0, tokens)] if layout == "contiguous" else [slice(0, tokens // 2), slice(tokens // 2, tokens)]
 
 
-def _fold(state, q, q_pos, keys, values, k_pos, causal: bool) -> int:
+def _fold(state, q, q_pos, keys, values, k_pos, causal: bool, layout: str) -> int:
     """Fold one held key/value block into this rank's running (max, sum, output), tile by tile; a tile whose
     every score is masked is skipped. Returns the number of scores computed (the work)."""
     m, l, o = state
     d = q.shape[-1]
     work = 0
-    for qi in _pieces(q_pos):
-        for ki in _pieces(k_pos):
-            if len(qi) == 0 or len(ki) == 0 or (causal and k_pos[ki].min() > q_pos[qi].max()):
-                continue  # a later chunk of keys is all masked for these queries
+    for qi in _tiles(len(q_pos), layout):
+        for ki in _tiles(len(k_pos), layout):
+            if causal and k_pos[ki].min() > q_pos[qi].max():
+                continue  # later keys than every query of the tile: all masked
             scores = _product(q[..., qi, :], np.swapaxes(keys[..., ki, :], -1, -2)) / np.sqrt(d)
             if causal and k_pos[ki].max() > q_pos[qi].min():
                 scores = np.where(k_pos[ki][None, :] <= q_pos[qi][:, None], scores, -np.inf)
             m[..., qi], l[..., qi], o[..., qi, :] = merge(m[..., qi], l[..., qi], o[..., qi, :], scores,
                                                          values[..., ki, :])
-            work += len(qi) * len(ki)
+            work += (qi.stop - qi.start) * (ki.stop - ki.start)
     return work
 
 
@@ -136,7 +138,10 @@ class RingAttention:
     """Attention over the sequence blocks of the ranks of ``comm`` (call it on every rank with its own block).
 
     ``sent``: bytes this rank passed on, over every call; ``work``: the query-key scores it computed in the last
-    call (a tile whose scores are all masked is skipped)."""
+    call. It computes on whole blocks (contiguous) or on its two chunks (zigzag) and skips a tile whose every
+    score is masked; a causal diagonal block is computed whole, its masked half too, so with contiguous
+    blocks rank r computes (r+1) (s/n)^2 scores, 4(r+1) blocks of the 2n grid against :func:`causal_work`'s
+    4r+3 unmasked ones."""
 
     def __init__(self, comm=None):
         from mpi4py import MPI
@@ -177,7 +182,7 @@ class RingAttention:
                     self.comm.Sendrecv(held, dest=dst, sendtag=index, recvbuf=spare, source=src, recvtag=index)
                 self.sent += held.nbytes
             self.work += _fold(state, q, positions[self.rank], held[..., :d], held[..., d:], positions[block],
-                               causal)
+                               causal, layout)
             if requests:
                 from mpi4py import MPI
                 MPI.Request.Waitall(requests)
@@ -202,11 +207,11 @@ def simulate_ring_attention(q, k, v, nranks: int, causal: bool = False, layout: 
         mine = positions[rank]
         state = (np.full(q.shape[:-2] + (len(mine),), -np.inf), np.zeros(q.shape[:-2] + (len(mine),)),
                  np.zeros(v.shape[:-2] + (len(mine), v.shape[-1])))
-        held = [chunk for chunk, _, _ in ring_blocks(schedule, rank)] + [(rank + 1) % nranks]  # the last arrives last
+        held = [chunk for chunk, _, _ in ring_blocks(schedule, rank)] + [(rank + 1) % nranks]  # + the last to arrive
         done = 0
         for block in held:
             done += _fold(state, q[..., mine, :], mine, k[..., positions[block], :], v[..., positions[block], :],
-                          positions[block], causal)
+                          positions[block], causal, layout)
         m, l, o = state
         out[..., mine, :] = o / l[..., None]
         work.append(done)
@@ -230,8 +235,9 @@ def hiding_block(flops_per_second: float, bandwidth: float, bytes_per_element: f
 
         c >= (F / B) x (2 d b) / (computed x 4 d) = F b / (2 B computed)
 
-    (block size >= (FLOP rate / bandwidth) x (bytes per key / FLOPs per query-key pair)). The head width cancels;
-    the ratio F / B, FLOPs the GPU can do per byte the link moves, decides. Forward pass only, at peak rates:
+    (block size >= (FLOP rate / bandwidth) x (bytes per key / FLOPs per query-key pair)); in bf16 (b = 2) with
+    no mask, c >= F / B, the paper's form. The head width cancels; the ratio F / B, FLOPs the GPU can do per byte
+    the link moves, decides. Forward pass only, at peak rates:
     the backward computes about twice as much and sends the gradients of K and V too."""
     for name, value in (("flops_per_second", flops_per_second), ("bandwidth", bandwidth),
                         ("bytes_per_element", bytes_per_element), ("computed", computed)):
@@ -245,8 +251,9 @@ def hiding_examples() -> dict[str, dict]:
     (ringlab.topology's H100 figure, 450 GB/s each way) and on a 400 Gbit/s NIC (50 GB/s), bf16 K and V.
 
     For an H100 (989 TFLOP/s): about 2,200 tokens a block on NVLink and about 19,800 on a 400G NIC; twice that
-    for causal zigzag blocks. Published peaks, not measurements: real kernels reach less of the FLOP rate
-    (MAMF: ~80%) and NCCL less of the link, and the two shifts partly cancel."""
+    for causal zigzag blocks. Published peaks, not measurements: real attention kernels reach less of the FLOP
+    rate (a large bf16 matmul reaches ~80% on an H100, ml-engineering's MAMF) and a transfer less of the link, so
+    the real threshold moves with the ratio of the two rates actually reached."""
     from ..topology.links import H100_NVLINK, IB_400G
     from .planner import compute_data
 
