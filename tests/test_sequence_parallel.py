@@ -21,7 +21,7 @@ def worst(pairs) -> float:
 
 
 def run_layer(nranks: int, sequence_parallel: bool, regather: bool = True, dropout: float = 0.1):
-    """The layer split over simulated ranks against the unsplit one: (difference, sent, saved) per rank."""
+    """The layer split over simulated ranks against the unsplit one: (difference, sent, saved, output) per rank."""
     layer = TransformerLayer(hidden=12, heads=12, ffn=10, dropout=dropout, seed=1).double()
     x = torch.randn(4 * nranks, 2, 12, dtype=torch.float64, requires_grad=True)
     weights = torch.randn(4 * nranks, 2, 12, dtype=torch.float64)
@@ -42,7 +42,7 @@ def run_layer(nranks: int, sequence_parallel: bool, regather: bool = True, dropo
                  (split.fc2_weight.grad, layer.fc2.weight.grad[:, split.ffn_rows]),
                  (split.fc2_bias.grad, layer.fc2.bias.grad), (split.proj_bias.grad, layer.proj.bias.grad),
                  (split.norm1_weight.grad, layer.norm1.weight.grad), (split.norm2_bias.grad, layer.norm2.bias.grad)]
-        return worst(pairs), dict(group.sent), saved
+        return worst(pairs), dict(group.sent), saved, out[0].detach()
 
     return SimulatedRanks(nranks).run(work), x.numel() * 8
 
@@ -52,10 +52,11 @@ def test_sequence_parallel_layer_on_simulated_ranks_equals_the_unsplit_layer_and
         nranks):
     tensor, activation = run_layer(nranks, sequence_parallel=False)
     sequence, _ = run_layer(nranks, sequence_parallel=True)
-    for difference, _, _ in tensor + sequence:
+    for difference, *_ in tensor + sequence:
         assert difference < 1e-9
+    assert worst([(torch.cat([output for *_, output in sequence]), tensor[0][3])]) < 1e-12  # SP's rows = TP's
     ring = 2 * (nranks - 1) * activation // nranks  # one ring allreduce of a (s, b, h) activation
-    for (_, tp_sent, tp_saved), (_, sp_sent, sp_saved) in zip(tensor, sequence):
+    for (_, tp_sent, tp_saved, _), (_, sp_sent, sp_saved, _) in zip(tensor, sequence):
         assert tp_sent["allreduce"] == 4 * ring  # f and g of attention and of the MLP, forward and backward
         assert sp_sent["allgather"] + sp_sent["reduce_scatter"] == tp_sent["allreduce"]  # the same bytes
         assert sp_sent["regather"] == 2 * (nranks - 1) * activation // nranks  # Megatron's backward all-gathers
@@ -67,7 +68,7 @@ def test_sequence_parallel_layer_on_simulated_ranks_equals_the_unsplit_layer_and
 def test_sequence_parallelism_keeping_the_gathered_input_skips_the_backward_gather_and_keeps_t_times_more():
     tensor, _ = run_layer(2, sequence_parallel=False)
     kept, _ = run_layer(2, sequence_parallel=True, regather=False)
-    for (_, _, tp_saved), (difference, sent, saved) in zip(tensor, kept):
+    for (_, _, tp_saved, _), (difference, sent, saved, _) in zip(tensor, kept):
         assert difference < 1e-9 and "regather" not in sent
         assert saved["column input"] == tp_saved["column input"] and saved["norm"] * 2 == tp_saved["norm"]
 

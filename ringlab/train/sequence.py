@@ -77,8 +77,7 @@ class SimulatedRanks:
     def __init__(self, nranks: int, timeout: float = 60):
         if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
             raise ValueError(f"nranks must be a whole number >= 1, got {nranks!r}")
-        self.nranks = nranks
-        self._barrier = threading.Barrier(nranks, timeout=timeout)
+        self.nranks, self.timeout = nranks, timeout
         self._buffers, self._results = [None] * nranks, None
 
     def _collective(self, rank: int, name: str, array: np.ndarray) -> np.ndarray:
@@ -92,6 +91,7 @@ class SimulatedRanks:
     def run(self, work) -> list:
         """``work(group)`` on every simulated rank; the list of what each returned (an error on any is raised)."""
         results, errors = [None] * self.nranks, [None] * self.nranks
+        self._barrier = threading.Barrier(self.nranks, timeout=self.timeout)  # a fresh one: a failed run breaks it
 
         def one(rank):
             try:
@@ -384,7 +384,7 @@ class ParallelLayer(torch.nn.Module):
 
     def scatter_input(self, x: torch.Tensor) -> torch.Tensor:
         """This rank's rows of the whole sequence ``x`` (what forward takes with sequence parallelism)."""
-        if x.shape[0] % self.group.nranks:
+        if self.sequence_parallel and x.shape[0] % self.group.nranks:
             raise ValueError(f"sequence parallelism cuts the sequence into {self.group.nranks} equal parts; "
                              f"{x.shape[0]} tokens do not divide by {self.group.nranks}")
         return _my_rows(x, self.group) if self.sequence_parallel else x
