@@ -40,13 +40,16 @@ ZIGZAG = Path(__file__).parent / "mpi" / "ring_attention_zigzag.py"
 def test_ring_attention_in_the_zigzag_layout_equals_full_attention_and_balances_causal_work(nranks):
     from ringlab.train.attention import causal_work
 
+    pytest.importorskip("torch", reason="the reference gradients are torch autograd's (the train extra)")
     done = run_mpi(nranks, [str(ZIGZAG)], timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert [(row["layout"], row["causal"]) for row in rows] == [
         ("contiguous", False), ("contiguous", True), ("zigzag", False), ("zigzag", True)]
     for row in rows:
-        assert row["difference"] < 1e-9, row
+        assert row["difference"] < 1e-9, row  # the output and the gradients of q, k and v
+        assert row["forward_sent"] == (nranks - 1) * row["block_bytes"]  # K and V passed on n-1 times
+        assert row["backward_sent"] == 2 * (nranks - 1) * row["block_bytes"] + row["block_bytes"]  # + dK, dV home
         tile = row["chunk"] ** 2  # scores in one (chunk x chunk) block, a chunk being 1/2n of the sequence
         if row["causal"]:  # contiguous: the diagonal block is computed whole, its masked half too
             extra = 1 if row["layout"] == "contiguous" else 0
@@ -70,16 +73,33 @@ def test_causal_work_per_rank_contiguous_grows_with_the_rank_zigzag_is_even():
         causal_work(2, "striped")
 
 
+def attention_gradients(q, k, v, grad_out, causal):
+    """dq, dk, dv of sum(attention(q, k, v) * grad_out) by hand (softmax's Jacobian), checked against torch
+    autograd in the multi-rank test."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = grad_out @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / np.sqrt(q.shape[-1])
+    return ds @ k, np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ grad_out
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4])
 def test_simulated_ring_attention_equals_full_attention_in_either_layout(layout, nranks):
-    from ringlab.train.attention import causal_work, simulate_ring_attention
+    from ringlab.train.attention import causal_work, simulate_ring_attention, simulate_ring_attention_backward
 
     rng = np.random.default_rng(nranks)
     q, k, v = (rng.standard_normal((2, 2 * nranks * 3, 4)) for _ in range(3))
     for causal in (False, True):
         out, work = simulate_ring_attention(q, k, v, nranks, causal=causal, layout=layout)
         assert np.allclose(out, attention(q, k, v, causal=causal), rtol=1e-12, atol=1e-12)
+        grad_out = rng.standard_normal(v.shape)
+        grads = simulate_ring_attention_backward(q, k, v, grad_out, nranks, causal=causal, layout=layout)
+        for got, expected in zip(grads, attention_gradients(q, k, v, grad_out, causal)):
+            assert np.allclose(got, expected, rtol=1e-12, atol=1e-12)
         extra = 1 if layout == "contiguous" else 0  # the diagonal block, computed whole
         assert work == ([9 * (b + extra) for b in causal_work(nranks, layout)] if causal else [4 * nranks * 9] * nranks)
 

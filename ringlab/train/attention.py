@@ -134,6 +134,30 @@ def _fold(state, q, q_pos, keys, values, k_pos, causal: bool, layout: str) -> in
     return work
 
 
+def _unfold(q, q_pos, grad_out, lse, delta, keys, values, k_pos, causal: bool, layout: str, grads) -> int:
+    """Backward of :func:`_fold` for one held block, tile by tile (FlashAttention's backward): the
+    probabilities again from the saved log-sum-exp, then dV += P^T dO, dS = P (dO V^T - rowsum(dO O)),
+    dQ += dS K / sqrt(d), dK += dS^T Q / sqrt(d). ``grads`` is (dQ of this rank, dK and dV of the held block),
+    added into. Returns the number of scores computed again."""
+    dq, dk, dv = grads
+    scale = 1 / np.sqrt(q.shape[-1])
+    work = 0
+    for qi in _tiles(len(q_pos), layout):
+        for ki in _tiles(len(k_pos), layout):
+            if causal and k_pos[ki].min() > q_pos[qi].max():
+                continue
+            scores = _product(q[..., qi, :], np.swapaxes(keys[..., ki, :], -1, -2)) * scale
+            if causal and k_pos[ki].max() > q_pos[qi].min():
+                scores = np.where(k_pos[ki][None, :] <= q_pos[qi][:, None], scores, -np.inf)
+            p = np.exp(scores - lse[..., qi, None])
+            dv[..., ki, :] += _product(np.swapaxes(p, -1, -2), grad_out[..., qi, :])
+            ds = p * (_product(grad_out[..., qi, :], np.swapaxes(values[..., ki, :], -1, -2)) - delta[..., qi, None])
+            dq[..., qi, :] += _product(ds, keys[..., ki, :]) * scale
+            dk[..., ki, :] += _product(np.swapaxes(ds, -1, -2), q[..., qi, :]) * scale
+            work += (qi.stop - qi.start) * (ki.stop - ki.start)
+    return work
+
+
 class RingAttention:
     """Attention over the sequence blocks of the ranks of ``comm`` (call it on every rank with its own block).
 
@@ -189,7 +213,51 @@ class RingAttention:
             held, spare = spare, held
             block = (block - 1) % self.nranks
         m, l, o = state
-        return o / l[..., None]
+        out = o / l[..., None]
+        self._saved = (q, k, v, out, m + np.log(l), positions, causal, layout)
+        return out
+
+    def backward(self, grad_out):
+        """The gradients of this rank's ``q``, ``k``, ``v`` (the last call's) given its output's gradient; call
+        it on every rank. The key/value blocks go round the ring again with their gradients, dK and dV, which
+        every rank adds to (:func:`_unfold`); after n-1 passes a block's dK and dV are whole, and one more pass
+        brings them home. Each rank sends (n-1) x (K, V, dK, dV) + (dK, dV): twice the forward's bytes, plus a
+        block (counted in ``sent``); ``backward_work`` counts the scores it computed again. The passes here are
+        not overlapped: dK and dV are only ready once the step's compute is done."""
+        if getattr(self, "_saved", None) is None:
+            raise RuntimeError("backward needs a forward call first")
+        q, k, v, out, lse, positions, causal, layout = self._saved
+        grad_out = np.asarray(grad_out, dtype=np.float64)
+        if grad_out.shape != out.shape:
+            raise ValueError(f"the output's gradient must be shaped like the output {out.shape}, got {grad_out.shape}")
+        d, dv_width = k.shape[-1], v.shape[-1]
+        delta = (grad_out * out).sum(axis=-1)
+        dq, self.backward_work = np.zeros(q.shape), 0
+        held = np.ascontiguousarray(np.concatenate([k, v, np.zeros(k.shape), np.zeros(v.shape)], axis=-1),
+                                    dtype=np.float64)
+        spare = np.empty_like(held)
+        block, steps = self.rank, self._blocks()
+        for index in range(self.nranks):
+            keys, values = held[..., :d], held[..., d:d + dv_width]
+            grads = (dq, held[..., d + dv_width:2 * d + dv_width], held[..., 2 * d + dv_width:])
+            self.backward_work += _unfold(q, positions[self.rank], grad_out, lse, delta, keys, values, positions[block],
+                                 causal, layout, grads)
+            if index < len(steps):  # pass K, V and their gradients so far to the next rank
+                _, dst, src = steps[index]
+                self.comm.Sendrecv(held, dest=dst, sendtag=index, recvbuf=spare, source=src, recvtag=index)
+                self.sent += held.nbytes
+                held, spare = spare, held
+                block = (block - 1) % self.nranks
+        if steps:  # the held block's gradients are whole: home to its owner, the next rank
+            _, dst, src = steps[0]
+            mine = np.ascontiguousarray(held[..., d + dv_width:])
+            home = np.empty_like(mine)
+            self.comm.Sendrecv(mine, dest=dst, sendtag=self.nranks, recvbuf=home, source=src, recvtag=self.nranks)
+            self.sent += mine.nbytes
+        else:
+            home = held[..., d + dv_width:]
+        self._saved = None
+        return dq, home[..., :d], home[..., d:]
 
     def close(self) -> None:
         """Free the private communicator."""
@@ -216,6 +284,39 @@ def simulate_ring_attention(q, k, v, nranks: int, causal: bool = False, layout: 
         out[..., mine, :] = o / l[..., None]
         work.append(done)
     return out, work
+
+
+def simulate_ring_attention_backward(q, k, v, grad_out, nranks: int, causal: bool = False,
+                                     layout: str = "contiguous"):
+    """The gradients of q, k, v (in sequence order) by the steps of :meth:`RingAttention.backward`, simulated in
+    one process: each rank's queries against every block in ring order, each block's dK and dV added to as
+    they would be where it travels."""
+    out, _ = simulate_ring_attention(q, k, v, nranks, causal, layout)
+    schedule = build("allgather.ring", nranks)
+    tokens = q.shape[-2]
+    positions = [token_positions(tokens, nranks, r, layout) for r in range(nranks)]
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    delta = (grad_out * out).sum(axis=-1)
+    for rank in range(nranks):
+        mine = positions[rank]
+        state = (np.full(q.shape[:-2] + (len(mine),), -np.inf), np.zeros(q.shape[:-2] + (len(mine),)),
+                 np.zeros(v.shape[:-2] + (len(mine), v.shape[-1])))
+        order = [chunk for chunk, _, _ in ring_blocks(schedule, rank)] + [(rank + 1) % nranks]
+        for block in order:  # the forward's running max and sum, for this rank's log-sum-exp
+            _fold(state, q[..., mine, :], mine, k[..., positions[block], :], v[..., positions[block], :],
+                  positions[block], causal, layout)
+        lse = state[0] + np.log(state[1])
+        dq_mine = np.zeros(q.shape[:-2] + (len(mine), q.shape[-1]))
+        for block in order:
+            theirs = positions[block]
+            dk_block = np.zeros(k.shape[:-2] + (len(theirs), k.shape[-1]))
+            dv_block = np.zeros(v.shape[:-2] + (len(theirs), v.shape[-1]))
+            _unfold(q[..., mine, :], mine, grad_out[..., mine, :], lse, delta[..., mine], k[..., theirs, :],
+                    v[..., theirs, :], theirs, causal, layout, (dq_mine, dk_block, dv_block))
+            dk[..., theirs, :] += dk_block
+            dv[..., theirs, :] += dv_block
+        dq[..., mine, :] = dq_mine
+    return dq, dk, dv
 
 
 def hiding_block(flops_per_second: float, bandwidth: float, bytes_per_element: float = 2,
