@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the train e
 
 from ringlab.cluster.launch import run_mpi  # noqa: E402
 from ringlab.train.sequence import (ParallelLayer, SimulatedRanks, TransformerLayer, attend,  # noqa: E402
-                                    saved_activations)
+                                    layer_traffic, megatron_activation_bytes, saved_activations)
 from ringlab.train.ulysses import ulysses_attention, ulysses_bytes  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "mpi" / "sequence_equivalence.py"
@@ -56,6 +56,10 @@ def test_sequence_parallel_layer_on_simulated_ranks_equals_the_unsplit_layer_and
         assert difference < 1e-9
     assert worst([(torch.cat([output for *_, output in sequence]), tensor[0][3])]) < 1e-12  # SP's rows = TP's
     ring = 2 * (nranks - 1) * activation // nranks  # one ring allreduce of a (s, b, h) activation
+    tokens = 4 * nranks
+    assert tensor[0][1] == layer_traffic(tokens, 2, 12, nranks, 8, sequence_parallel=False)
+    assert sequence[0][1]["allgather"] == layer_traffic(tokens, 2, 12, nranks, 8)["allgather"]
+    assert sequence[0][1]["reduce_scatter"] == layer_traffic(tokens, 2, 12, nranks, 8)["reduce_scatter"]
     for (_, tp_sent, tp_saved, _), (_, sp_sent, sp_saved, _) in zip(tensor, sequence):
         assert tp_sent["allreduce"] == 4 * ring  # f and g of attention and of the MLP, forward and backward
         assert sp_sent["allgather"] + sp_sent["reduce_scatter"] == tp_sent["allreduce"]  # the same bytes
@@ -148,3 +152,29 @@ def test_sequence_parallelism_and_ulysses_on_real_ranks_equal_torch_on_one(nrank
         ulysses = rows[f"ulysses, causal={causal}"]
         assert ulysses["forward"] == (nranks - 1) * 4 * ulysses["shard_bytes"] // nranks
         assert ulysses["sent"] == 2 * ulysses["forward"]
+
+
+def test_what_tensor_parallelism_leaves_whole_is_the_papers_10_sbh_and_sequence_parallelism_splits_it():
+    nranks, tokens, batch, hidden = 2, 8, 2, 12
+    tensor, _ = run_layer(nranks, sequence_parallel=False)
+    sequence, _ = run_layer(nranks, sequence_parallel=True)
+    sbh, stats = tokens * batch * hidden, 2 * 2 * tokens * batch * 8  # LayerNorm's mean and 1/std a token, twice
+    for (_, _, tp, _), (_, _, sp, _) in zip(tensor, sequence):
+        # float64 here: LayerNorm inputs 2 x 8 sbh, bool masks 2 sbh, column inputs 2 x 8 sbh; in 16 bits the
+        # paper's 4 + 2 + 4 = 10 sbh
+        assert tp["norm"] == 2 * 8 * sbh + 2 * sbh + stats and tp["column input"] == 2 * 8 * sbh
+        assert sp["norm"] == tp["norm"] / nranks and sp["column input"] == tp["column input"] / nranks
+    whole = megatron_activation_bytes(tokens, batch, hidden, 12, nranks)
+    split = megatron_activation_bytes(tokens, batch, hidden, 12, nranks, sequence_parallel=True)
+    assert whole - split == pytest.approx(10 * sbh * (1 - 1 / nranks))  # exactly the part that was left whole
+    assert megatron_activation_bytes(2048, 1, 12288, 96) == pytest.approx(2048 * 12288 * (34 + 5 * 96 * 2048 / 12288))
+
+
+def test_layer_traffic_is_the_same_with_and_without_sequence_parallelism_but_for_megatrons_regather():
+    for nranks in (2, 4, 8):
+        sp = layer_traffic(4096, 1, 8192, nranks)
+        tp = layer_traffic(4096, 1, 8192, nranks, sequence_parallel=False)
+        assert sp["allgather"] + sp["reduce_scatter"] == tp["allreduce"]
+        assert sp["regather"] == tp["allreduce"] // 4  # one more all-gather for each of the two column layers
+    with pytest.raises(ValueError, match="4095 tokens do not divide by 2"):
+        layer_traffic(4095, 1, 8192, 2)

@@ -388,3 +388,42 @@ class ParallelLayer(torch.nn.Module):
             raise ValueError(f"sequence parallelism cuts the sequence into {self.group.nranks} equal parts; "
                              f"{x.shape[0]} tokens do not divide by {self.group.nranks}")
         return _my_rows(x, self.group) if self.sequence_parallel else x
+
+
+def layer_traffic(tokens: int, batch: int, hidden: int, nranks: int, itemsize: int = 2,
+                  sequence_parallel: bool = True, regather: bool = True) -> Counter:
+    """Bytes each rank sends for one layer's forward and backward, by collective, counted from ringlab's
+    schedules as :class:`ParallelLayer` runs them (the replicated gradients' allreduce left out: it is per
+    step, not per layer and micro-batch). Every collective moves one (tokens, batch, hidden) activation:
+    tensor parallelism 4 allreduces; sequence parallelism 4 all-gathers and 4 reduce-scatters, the same
+    bytes, and with ``regather`` 2 all-gathers more."""
+    if sequence_parallel and tokens % nranks:
+        raise ValueError(f"sequence parallelism cuts the sequence into {nranks} equal parts; {tokens} tokens do "
+                         f"not divide by {nranks}")
+    nbytes = tokens * batch * hidden * itemsize
+
+    def one(name):
+        return sent_bytes(name, nranks, nbytes, itemsize)[0]
+
+    if not sequence_parallel:
+        return Counter({"allreduce": 4 * one("allreduce.ring")})
+    sent = Counter({"allgather": 2 * one("allgather.ring"), "reduce_scatter": 2 * one("reduce_scatter.ring")})
+    sent["allgather"] += 2 * one("allgather.ring")  # backward: the reduce-scatters' transposes
+    sent["reduce_scatter"] += 2 * one("reduce_scatter.ring")  # backward: the all-gathers' transposes
+    if regather:
+        sent["regather"] = 2 * one("allgather.ring")
+    return sent
+
+
+def megatron_activation_bytes(tokens: int, batch: int, hidden: int, heads: int, nranks: int = 1,
+                              sequence_parallel: bool = False) -> float:
+    """Activation bytes one transformer layer keeps per rank, by Korthikanti et al. 2022's formulas (section 4,
+    16-bit activations, 1-byte dropout masks, no recomputation): s b h (34 + 5 a s / h) unsplit,
+    s b h (10 + 24/t + 5 a s / (h t)) with tensor parallelism, s b h (34 + 5 a s / h) / t with sequence
+    parallelism too. The 10 s b h that tensor parallelism leaves whole on every rank: the two LayerNorms' inputs
+    (4), the two dropout masks after attention and after the MLP (2), the inputs of the QKV and first MLP
+    layers (4); :func:`saved_activations` measures the same pieces in regions ``norm`` and ``column input``."""
+    s, b, h, a, t = tokens, batch, hidden, heads, nranks
+    if sequence_parallel:
+        return s * b * h * (34 + 5 * a * s / h) / t
+    return s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
