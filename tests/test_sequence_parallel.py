@@ -117,6 +117,15 @@ def test_ulysses_needs_heads_that_divide_by_the_ranks():
     q = torch.zeros(2, 1, 3, 4)
     with pytest.raises(ValueError, match="3 heads do not divide by 2 ranks"):
         SimulatedRanks(2).run(lambda group: ulysses_attention(q, q, q, group))
+    with pytest.raises(ValueError, match="one shape"):
+        SimulatedRanks(2).run(lambda group: ulysses_attention(q, q, q[:1], group))
+    with pytest.raises(ValueError, match="tokens and heads that divide by 4 ranks; got 8 and 6"):
+        ulysses_bytes(8, 1, 6, 4, 4)
+
+
+def test_ulysses_bytes_per_rank_stay_flat_when_the_sequence_grows_with_the_ranks():
+    per_rank = [ulysses_bytes(4096 * n, 1, 64, 128, n)["forward"] for n in (2, 4, 8, 16)]
+    assert per_rank == sorted(per_rank) and per_rank[-1] < 4 * 4096 * 64 * 128 * 2  # -> 4 s0 h b from below
 
 
 def test_a_failing_simulated_rank_raises_its_error_rather_than_leaving_the_others_waiting():

@@ -10,8 +10,10 @@ token's output back to the rank that holds the token. Backward is the same two a
 all-to-all's gradient is the all-to-all of the gradient).
 
 Bytes: an all-to-all keeps 1/n of a rank's buffer and sends the rest, so each rank sends (n-1)/n of its Q, K, V
-and of its output: 4 s h b (n-1)/n^2 bytes forward for s tokens, h features, b bytes an element, which falls
-as n grows when the sequence grows with n (ring attention's K, V traffic per rank does not). The price: the
+and of its output: 4 s h b (n-1)/n^2 bytes forward for s tokens, h features, b bytes an element. Grow the
+sequence with the ranks (s = n s0) and that stays about 4 s0 h b, the paper's point: a ring passes on
+(n-1)/n of the whole sequence's K and V, 2 s h b (n-1)/n, and Megatron's sequence parallelism all-gathers
+and reduce-scatters whole-sequence activations, both growing with s whatever n. The price: the
 heads must divide by n (n is at most the number of heads; fewer with grouped-query attention's K, V heads),
 and an all-to-all crosses every pair of ranks, so Ulysses lives best on one node's NVLink while a ring
 (:mod:`ringlab.train.attention`) can cross nodes neighbour to neighbour.
@@ -62,6 +64,8 @@ def ulysses_attention(q, k, v, group, causal: bool = False):
 def ulysses_bytes(tokens: int, batch: int, heads: int, width: int, nranks: int, itemsize: int = 2) -> dict:
     """Bytes each rank sends for one Ulysses attention over ``tokens`` in all (the paper's accounting): (n-1)/n
     of its Q, K and V (forward) and of its output, the same again backward."""
+    if tokens % nranks or heads % nranks:
+        raise ValueError(f"Ulysses needs tokens and heads that divide by {nranks} ranks; got {tokens} and {heads}")
     shard = tokens // nranks * batch * heads * width * itemsize
     forward = (nranks - 1) * 4 * shard // nranks
     return {"forward": forward, "backward": forward, "qkv_shard": 3 * shard, "output_shard": shard}
