@@ -6,12 +6,13 @@ its hidden features, so those regions hold h/t of the features on each rank. But
 and the residual additions between them are not split: every rank computes them on the whole sequence and
 keeps their activations for backward, t copies of the same numbers. Korthikanti et al. 2022 ("Reducing
 Activation Recomputation in Large Transformer Models", arXiv 2205.05198, section 4.2.2) split those regions
-along the sequence instead: each rank holds s/t of the tokens there. Megatron's two conjugate functions change:
+along the sequence instead: each rank holds s/t of the tokens there. The conjugate pairs around each split
+region change (the 2022 paper's names):
 
-- tensor parallelism: ``f`` before a column-parallel layer (identity forward, allreduce backward) and ``g``
-  after a row-parallel one (allreduce forward, identity backward);
-- sequence parallelism: ``g`` becomes an all-gather along the sequence before the column-parallel layer
-  (reduce-scatter backward) and ``g-bar`` a reduce-scatter along the sequence after the row-parallel one
+- tensor parallelism: ``f`` before a column-parallel layer (identity forward, allreduce backward) and ``f-bar``
+  after a row-parallel one (allreduce forward, identity backward; the 2019 paper's ``g``);
+- sequence parallelism: ``g``, an all-gather along the sequence before the column-parallel layer
+  (reduce-scatter backward), and ``g-bar``, a reduce-scatter along the sequence after the row-parallel one
   (all-gather backward).
 
 A ring allreduce *is* a reduce-scatter followed by an all-gather (``rl.build("allreduce.ring", t)``'s two
@@ -166,7 +167,7 @@ class _Copy(torch.autograd.Function):
 
 
 class _Sum(torch.autograd.Function):
-    """Tensor parallelism's g: an allreduce forward, the identity backward."""
+    """Tensor parallelism's f-bar: an allreduce forward, the identity backward."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -359,7 +360,7 @@ class ParallelLayer(torch.nn.Module):
             return torch.nn.functional.linear(_Copy.apply(x, self.group), weight, bias)
 
     def _row(self, x, weight, bias):
-        """The row-parallel layer and what comes after it: g-bar (reduce-scatter) or g (allreduce); then the bias."""
+        """The row-parallel layer, then g-bar (reduce-scatter) or f-bar (allreduce); then the bias."""
         partial = torch.nn.functional.linear(x, weight)
         return (_Scatter if self.sequence_parallel else _Sum).apply(partial, self.group) + bias
 
