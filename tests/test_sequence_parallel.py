@@ -61,7 +61,7 @@ def test_sequence_parallel_layer_on_simulated_ranks_equals_the_unsplit_layer_and
     assert sequence[0][1]["allgather"] == layer_traffic(tokens, 2, 12, nranks, 8)["allgather"]
     assert sequence[0][1]["reduce_scatter"] == layer_traffic(tokens, 2, 12, nranks, 8)["reduce_scatter"]
     for (_, tp_sent, tp_saved, _), (_, sp_sent, sp_saved, _) in zip(tensor, sequence):
-        assert tp_sent["allreduce"] == 4 * ring  # f and g of attention and of the MLP, forward and backward
+        assert tp_sent["allreduce"] == 4 * ring  # f and f-bar of attention and of the MLP, forward and backward
         assert sp_sent["allgather"] + sp_sent["reduce_scatter"] == tp_sent["allreduce"]  # the same bytes
         assert sp_sent["regather"] == 2 * (nranks - 1) * activation // nranks  # Megatron's backward all-gathers
         assert sp_saved["norm"] * nranks == tp_saved["norm"]  # LayerNorm and dropout activations: 1/t
