@@ -12,11 +12,11 @@ from ...measure.units import format_bytes
 from ...predict import predict, predict_nccl
 from ...topology import from_spec, preset
 
-# The emulated machine of the ZeRO and experts steps: 50 MB/s each way per rank and 20 us a message, so that a step's
-# collectives (435 KB of float64 gradients: some 13 ms of ring allreduce on 4 ranks) outweigh this CPU's own work
-# in the step, which counts as the CPU time it took (compute="cpu": forward, backward, Adam, the optimizer's Python
-# around its collectives), in virtual time: the links set the pace however busy this machine is, and what the CPU
-# adds is in the numbers, beside the cost model's time for the collectives alone.
+# The emulated machine of the ZeRO steps (and of lab 09's experts): 50 MB/s each way per rank and 20 us a message,
+# so that a step's collectives (435 KB of float64 gradients: some 13 ms of ring allreduce on 4 ranks) outweigh this
+# CPU's own work in the step, which counts as the CPU time it took (compute="cpu": forward, backward, Adam, the
+# optimizer's Python around its collectives), in virtual time: the links set the pace however busy this machine is,
+# and what the CPU adds is in the numbers, beside the cost model's time for the collectives alone.
 MACHINE = "uniform:0.05:20"
 WIDTHS = (60, 250, 130, 50)  # the MLP's layer widths: 3 weight matrices and 3 biases, 54,430 parameters
 VARIANTS = ("data parallel", "ZeRO stage 1", "ZeRO stage 2", "ZeRO stage 3")
