@@ -395,3 +395,41 @@ def test_a_learners_copy_opens_without_unsaved_changes(learner_copy):
             browser.close()
     assert raw, "the committed notebook no longer opens changed: this test's control has gone"
     assert not copied, "the learner's copy opens with unsaved changes"
+
+
+@pytest.fixture
+def glossary_link(tmp_path):
+    """JupyterLab on lab 00 as shipped, with the glossary beside it as in labs/."""
+    shutil.copy(notebooks.LABS / "00_your_machine.ipynb", tmp_path / "lab.ipynb")
+    shutil.copy(notebooks.LABS / "glossary.md", tmp_path / "glossary.md")
+    yield from _serve(tmp_path)
+
+
+@pytest.mark.timeout(240)
+def test_a_glossary_link_opens_the_glossary_rendered_at_its_term(glossary_link):
+    """Issue 51: glossary links landed at the top of the file. A lab's link names its term's anchor, and JupyterLab
+    (with ringlab's settings: markdown opens in its Markdown Preview) shows the glossary scrolled to that term."""
+    url, _ = glossary_link
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector(".jp-Notebook", timeout=90_000)
+            link = page.locator('.jp-Notebook a[href*="glossary.md"][href$="#nvlink"]').first
+            link.scroll_into_view_if_needed()
+            link.click()
+            preview = page.locator(".jp-MarkdownViewer .jp-RenderedMarkdown")
+            preview.wait_for(timeout=30_000)
+            target = preview.locator('[data-jupyter-id="nvlink"]')  # JupyterLab keeps an id as data-jupyter-id
+            target.wait_for(state="attached", timeout=30_000)
+            time.sleep(1)  # the viewer scrolls once it has rendered
+            panel, term = preview.bounding_box(), page.locator(".jp-MarkdownViewer h2", has_text="NVLink").first
+            box = term.bounding_box()
+            title = preview.locator("h1").first.bounding_box()
+            page.screenshot(path=str(ROOT / "build" / "screenshots" / "glossary-link.png"))
+        finally:
+            browser.close()
+    viewer_top = panel["y"] if panel["y"] > 0 else 0
+    assert box is not None and viewer_top <= box["y"] < 1000, f"the term's heading is not in view: {box}"
+    assert title is None or title["y"] < viewer_top, "the glossary opened at its top, not at the term"

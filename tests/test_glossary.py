@@ -15,6 +15,11 @@ TERMS = {"algbw": "algbw", "busbw": "busbw", "alpha-beta": "alpha-beta", "rhd": 
          "mixture of experts": "mixture of experts", "ring attention": "ring attention", "PAT": "PAT", "MFU": "MFU"}
 
 
+def slug(heading: str) -> str:
+    """A glossary heading's anchor, as GitHub makes it: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^a-z0-9 -]", "", heading.lower()).strip().replace(" ", "-")
+
+
 def markdown(source: str) -> str:
     """The markdown cells of a jupytext percent script, as one text, comment marks removed."""
     cells = re.split(r"^# %%.*$", source, flags=re.M)
@@ -29,7 +34,20 @@ def test_the_first_use_of_a_term_in_the_labs_text_links_the_glossary(term):
         text = markdown(source.read_text())
         found = re.search(rf"(\[`?)?(?<![\w%]){re.escape(term)}(?![\w])", text)
         if found:
-            after = text[found.start():found.start() + len(term) + 30]
-            assert found.group(1) and "](glossary.md)" in after, f"{source.name}: first '{term}' is not linked: {after!r}"
+            after = text[found.start():found.start() + len(term) + 60]
+            anchor = f"](glossary.md#{slug(TERMS[term])})"
+            assert found.group(1) and anchor in after, f"{source.name}: first '{term}' is not linked to {anchor}: {after!r}"
             return
     pytest.fail(f"no lab uses {term!r}: drop it from the glossary's terms or the test")
+
+
+def test_every_glossary_link_lands_on_its_term():
+    """A link to the glossary names the heading it explains (an anchor placed before the heading, which GitHub and
+    JupyterLab both follow), never the top of the file."""
+    anchors = re.findall(r'^<a id="([^"]+)"></a>\n\n## (.+)$', GLOSSARY, flags=re.M)
+    assert len(anchors) == GLOSSARY.count("\n## ") and all(a == slug(h) for a, h in anchors)
+    known = {a for a, _ in anchors}
+    sources = sorted((LABS / "src").glob("*.py")) + [LABS / "README.md", LABS.parent / "README.md"]
+    for source in sources:
+        for link in re.findall(r"\]\(glossary\.md([^)]*)\)", source.read_text()):
+            assert link.startswith("#") and link[1:] in known, f"{source.name}: glossary link {link!r} lands on no term"

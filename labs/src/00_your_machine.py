@@ -6,7 +6,7 @@
 # set measured host<->device copies against that peak.
 #
 # **What you'll learn:** the parts between two GPUs (PCIe switches, host bridges, the link between
-# CPU sockets, [NVLink](glossary.md)), how to read `nvidia-smi topo -m`, and how close real copies come to a link's
+# CPU sockets, [NVLink](glossary.md#nvlink)), how to read `nvidia-smi topo -m`, and how close real copies come to a link's
 # theoretical rate.
 #
 # **What you need:** nothing else. On a machine with an NVIDIA GPU the copies are measured here.
@@ -41,7 +41,7 @@ print("\n".join(report()))
 # | `PIX` | at most one PCIe bridge (one switch) |
 # | `PXB` | several PCIe bridges, without the CPU's host bridge |
 # | `PHB` | PCIe and a host bridge (typically the CPU) |
-# | `NODE` | PCIe and the link between host bridges within one [NUMA](glossary.md) node |
+# | `NODE` | PCIe and the link between host bridges within one [NUMA](glossary.md#numa) node |
 # | `SYS` | PCIe and the link between NUMA nodes (QPI/UPI) |
 #
 # ringlab reads the same facts through NVML (`rl.topology.discover()`), or from `nvidia-smi topo -m`
@@ -180,7 +180,7 @@ if gpu is not None:
     host_device_figure(gpu, f"host<->device copies, {gpu['source']}").show()
 
 # %% [markdown]
-# ## A published measurement: eight H100s over [NVSwitch](glossary.md)
+# ## A published measurement: eight H100s over [NVSwitch](glossary.md#nvswitch)
 #
 # What a real NVLink machine carries, from a published run of CUDA's p2pBandwidthLatencyTest on an
 # 8x H100 HGX server (ringlab ships it with its source; it was not measured here). Each cell is one

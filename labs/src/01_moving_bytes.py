@@ -45,8 +45,8 @@ links_figure(PUBLISHED_LINKS, title="published figures: bandwidth per direction"
 # %% [markdown]
 # ## Latency against bandwidth, measured here
 #
-# Two MPI ranks on this machine, as [ipyparallel](glossary.md) engines: a cell that starts with
-# [`%%px`](glossary.md) runs on both ranks at once, not in this notebook, and `ranks.pull_rank0(...)`
+# Two MPI ranks on this machine, as [ipyparallel](glossary.md#ipyparallel) engines: a cell that starts with
+# [`%%px`](glossary.md#px) runs on both ranks at once, not in this notebook, and `ranks.pull_rank0(...)`
 # brings rank 0's results back here (lab 03 says more). Rank 0 sends a message to rank 1, which
 # sends it back; half the round trip is the one-way time. The same run times one core copying
 # memory (`np.copyto`: every byte read once and written once) at each of the same sizes, to set MPI
@@ -100,7 +100,7 @@ table(copy_against_mpi(copies, direct),
 print(describe_best_pingpong(copies, direct, cache=last_level_cache()))
 
 # %% [markdown]
-# ## Exercise 1: the [alpha-beta](glossary.md) model
+# ## Exercise 1: the [alpha-beta](glossary.md#alpha-beta) model
 #
 # A message of K bytes over a link with latency alpha (seconds) and bandwidth B (bytes per second)
 # takes alpha + K/B. Write it.
@@ -224,7 +224,7 @@ for host in hosts:
 # over NVLink where they have it. Three published machines: two H100 PCIe cards joined by an NVLink
 # bridge, eight H100 SXM on NVSwitch, and eight RTX 4090s on two sockets with no PCIe switch and a
 # modified driver that allows peer access on this card. Each bar is the median over all pairs, drawn
-# against the peak of the link that copy crosses (NVLink for [P2P](glossary.md) on where there is NVLink, the GPU's
+# against the peak of the link that copy crosses (NVLink for [P2P](glossary.md#p2p) on where there is NVLink, the GPU's
 # PCIe link otherwise). Hover over a bar for its source.
 
 # %%

@@ -116,7 +116,7 @@ step_figure(ring)
 # Nothing here is special to notebooks: in a terminal, `python -m ringlab.lab script 03 > ranks.py`
 # writes this lab's `%%px` cells as one script, and `mpiexec -n 4 python -m mpi4py ranks.py` runs it.
 #
-# The first cell checks three allreduces against MPI's own: the ring, naive, and [`rhd`](glossary.md)
+# The first cell checks three allreduces against MPI's own: the ring, naive, and [`rhd`](glossary.md#rhd)
 # (recursive halving and doubling: 2 log2(n) steps that move as many bytes per rank as the ring).
 
 # %%
@@ -190,7 +190,7 @@ fitted_busbw_plot(emulated_rows, emulated_fits, title=f"markers: measured on {em
 print(sweep_lesson(result, emulated, cores()))  # the ranks run on this machine: its cores are theirs
 
 # %% [markdown]
-# ## [algbw](glossary.md) against [busbw](glossary.md)
+# ## [algbw](glossary.md#algbw) against [busbw](glossary.md#busbw)
 #
 # nccl-tests prints two rates for every collective: algbw, the size over the time, and busbw, algbw
 # times a factor of its own per collective: 2(n-1)/n for allreduce, 1 for broadcast. Where do the

@@ -59,7 +59,7 @@ server_load = check_server_load(server_load)  # yours when it is right, else the
 # ## Training with a server
 #
 # Five ranks: rank 0 serves, ranks 1-4 work. Worker 3 computes four times slower than the others
-# (a [straggler](glossary.md)). First synchronously: the server waits for every push each step. Then
+# (a [straggler](glossary.md#straggler)). First synchronously: the server waits for every push each step. Then
 # asynchronously: each push is applied as it arrives.
 
 # %%

@@ -6,7 +6,7 @@
 # to predict what nobody here can run: DGX-1, DGX-2, the 8-GPU NVSwitch boards, 1024 GPUs, and a
 # cluster of 8 to 100,000 H100s.
 #
-# **What you'll learn:** how to read busbw curves, why [NCCL](glossary.md) switches from tree to ring as messages
+# **What you'll learn:** how to read busbw curves, why [NCCL](glossary.md#nccl) switches from tree to ring as messages
 # grow (and back to trees as clusters grow), and why the order of ranks in a ring matters on a real machine.
 #
 # **What you need:** labs 03 and 02. Measurements run on this machine's CPU (and on its GPU, when
@@ -98,7 +98,7 @@ measured_vs_predicted(fitted.sizes, fitted.measured, fitted.predicted, label="ri
 #
 # The same comparison on GPU buffers: ringlab's ring, MPI's own collective, and NCCL (and
 # torch.distributed) when every rank has a GPU of its own. Measured here when there is a GPU;
-# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, [MPS](glossary.md) when
+# otherwise the recorded sweep that best stands for a GPU machine (direct rather than staged, [MPS](glossary.md#mps) when
 # ranks shared a GPU, the most ranks), labelled with its machine and date.
 
 # %%
@@ -147,7 +147,7 @@ for sweep in published.sweeps("allreduce"):
 #
 # Every published sweep that one of ringlab's presets describes, drawn against the cost model's
 # prediction for that preset (dashed, same colour): the fastest of the ring and the closed forms the
-# model has for that machine, with NCCL's protocol costs (LL, [LL128](glossary.md), Simple). Markers are published
+# model has for that machine, with NCCL's protocol costs (LL, [LL128](glossary.md#ll-ll128-simple), Simple). Markers are published
 # measurements, lines are predictions; nothing here was measured on this machine. The printout gives
 # each sweep's predicted over measured busbw at its largest message.
 
@@ -163,7 +163,7 @@ print(describe_against(against))
 
 # %% [markdown]
 # Across nodes the model follows NCCL: one ring channel per network card (a channel starts at card c
-# mod the cards), trees and [NVLS](glossary.md) where NCCL's tuner would pick them. A ratio far from one is then a
+# mod the cards), trees and [NVLS](glossary.md#nvls) where NCCL's tuner would pick them. A ratio far from one is then a
 # question about the machine, not only about the model, which the section "Is my number normal?" takes up.
 #
 # ## Past the ring's ceiling: reduction inside the switch
@@ -405,7 +405,7 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 #    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
 
 # %% [markdown]
-# ## Is my number normal? Two nodes against their [rails](glossary.md)
+# ## Is my number normal? Two nodes against their [rails](glossary.md#rail)
 #
 # A published sweep is one machine measured on one day, healthy or not. `ringlab explain` (the
 # function `ringlab.measure.explain.explain`) sets every size of an nccl-tests sweep beside what
@@ -483,7 +483,7 @@ print(describe_scale(scale, turning))
 # large the cluster: that is why NCCL switches to trees at scale. NCCL's own model (its tuner's
 # constants, `rl.predict_nccl`) on the same machines: its pick, and the ring and the tree forced.
 # Where a node has one GPU, all-gather and reduce-scatter have a log-depth algorithm of their own,
-# [PAT](glossary.md) (NCCL 2.23), and the model picks it once the cluster is large:
+# [PAT](glossary.md#pat) (NCCL 2.23), and the model picks it once the cluster is large:
 
 # %%
 print(describe_nccl(nccl_at_scale()))

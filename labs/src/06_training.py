@@ -2,7 +2,7 @@
 # # Lab 06: data-parallel training
 #
 # **What you'll do:** train one small model three ways on MPI ranks: with ringlab's allreduce behind
-# a [Horovod](glossary.md)-style `DistributedOptimizer`, with a synchronous parameter server, and with torch's own
+# a [Horovod](glossary.md#horovod)-style `DistributedOptimizer`, with a synchronous parameter server, and with torch's own
 # DistributedDataParallel. You'll check that the weights come out the same, then measure the
 # speed-up against ranks, and trace what gradient buckets and overlap do to a training step.
 #
@@ -46,7 +46,7 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # Three workers each take their slice of every global batch of 96. The parameter server needs a rank
 # of its own to serve, so we start four ranks: rank 0 serves, ranks 1-3 are the three workers of all
 # three trainers. The DistributedOptimizer averages gradients with `rl.allreduce` (ring) after every
-# backward pass; [DDP](glossary.md) does the same with [gloo](glossary.md); both run on a communicator of ranks 1-3 (`Split`) while
+# backward pass; [DDP](glossary.md#ddp) does the same with [gloo](glossary.md#gloo); both run on a communicator of ranks 1-3 (`Split`) while
 # rank 0 waits. Then the synchronous parameter server of lab 04 averages the same gradients on rank 0.
 # After 30 steps of plain SGD, are the three sets of weights the same? And how long did each take?
 

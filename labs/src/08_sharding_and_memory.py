@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Lab 08: sharding and memory
 #
-# **What you'll do:** count where the memory of a training step goes; write the [ZeRO](glossary.md) paper's
+# **What you'll do:** count where the memory of a training step goes; write the [ZeRO](glossary.md#zero) paper's
 # formulas for it; shard a model's optimizer state, gradients and parameters over MPI ranks with ringlab's own
-# reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md)'s full sharding); measure what each rank then holds
+# reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md#fsdp)'s full sharding); measure what each rank then holds
 # and sends; and predict, for a 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays.
 #
 # **What you'll learn:** what each ZeRO stage saves and what it sends, checked equal to plain data parallelism on
@@ -36,7 +36,7 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # ## Where the memory of a training step goes
 #
 # Data parallelism (lab 06) keeps a whole copy of the model on every rank: its parameters, their
-# gradients and the optimizer's state. With Adam in [mixed precision](glossary.md) (Micikevicius et al.,
+# gradients and the optimizer's state. With Adam in [mixed precision](glossary.md#mixed-precision) (Micikevicius et al.,
 # 2018: forward and backward in fp16, while the optimizer updates an fp32 master copy of the weights, so
 # that small updates are not rounded away) that is 2 bytes of fp16
 # parameter, 2 of fp16 gradient and K = 12 of optimizer state (an fp32 copy of the parameter and two
@@ -148,7 +148,7 @@ scale_bars(scaled)
 # %% [markdown]
 # Stages 1 and 2 send what a *ring* allreduce sends, 2(n-1)/n of the gradient from every GPU. But on
 # NVSwitch of the Hopper generation NCCL does not run a large allreduce as a ring: the switch adds
-# ([NVLS](glossary.md)), and each GPU's port carries K(n+1)/n each way instead of 2K(n-1)/n, at NCCL's
+# ([NVLS](glossary.md#nvls)), and each GPU's port carries K(n+1)/n each way instead of 2K(n-1)/n, at NCCL's
 # NVLS efficiency of 0.85. On 8 GPUs that is 2(n-1)/(n+1) x 0.85 = 14/9 x 0.85 = 1.32 in the allreduce's
 # favour, the ratio the model prints. NCCL has NVLS all-gather and reduce-scatter kernels too
 # (`src/device/all_gather.h` and `reduce_scatter.h` in NVIDIA/nccl, since 2.17), but its tuner

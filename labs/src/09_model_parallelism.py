@@ -1,11 +1,11 @@
 # %% [markdown]
 # # Lab 09: model parallelism
 #
-# **What you'll do:** split an MLP's matrices over ranks ([tensor parallelism](glossary.md)) and check that it is
-# still the same MLP; lay four ranks out as a 2-D [device mesh](glossary.md) of tensor and data groups and measure
+# **What you'll do:** split an MLP's matrices over ranks ([tensor parallelism](glossary.md#tensor-parallelism)) and check that it is
+# still the same MLP; lay four ranks out as a 2-D [device mesh](glossary.md#device-mesh) of tensor and data groups and measure
 # both ways of mapping it onto two nodes' links; price the same mesh at Llama 3 70B's size; send tokens to experts
-# and back with an [all-to-all](glossary.md) ([mixture of experts](glossary.md)); and compute attention over a
-# sequence split across ranks ([ring attention](glossary.md)).
+# and back with an [all-to-all](glossary.md#all-to-all) ([mixture of experts](glossary.md#mixture-of-experts)); and compute attention over a
+# sequence split across ranks ([ring attention](glossary.md#ring-attention)).
 #
 # **What you'll learn:** what each split saves and what it sends, checked equal to the unsplit model on real
 # ranks; why a mesh puts its tensor dimension on a node's fast links and its data dimension on the network; what
@@ -67,7 +67,7 @@ table(ranks.pull_rank0("split"), {"what": "what", "largest difference (relative)
 # forward, two backward; Shoeybi et al. 2019, Figure 4), and each blocks: its sum is the next operation's
 # input. The gradients cross the data group once a step, and that allreduce can overlap the backward pass
 # (lab 06). A real job lays its ranks out as a **mesh** of the two groups, and must choose which goes on a
-# node's NVLink and which on the network (lab 05's [rails](glossary.md)): below, first a small mesh measured
+# node's NVLink and which on the network (lab 05's [rails](glossary.md#rail)): below, first a small mesh measured
 # on emulated links, then the same question at a real model's size.
 # `rl.train.tensor.device_mesh(comm, data, tensor, tensor_inner=True)` splits a communicator into both groups.
 #
@@ -91,8 +91,8 @@ mesh_groups = check_mesh_groups(mesh_groups)  # yours when it is right, else the
 
 # %% [markdown]
 # Now the mapping, measured. The four ranks stand for two GPUs of each of the two nodes of the
-# `ib-2x8-h100` preset (GPUs 0, 1, 8 and 9; two nodes of an [HGX](glossary.md) board of 8 H100s each, joined by
-# [InfiniBand](glossary.md)): a 2 x 2 mesh that trains a stack of tensor-parallel MLP blocks (MLPs only: two
+# `ib-2x8-h100` preset (GPUs 0, 1, 8 and 9; two nodes of an [HGX](glossary.md#hgx) board of 8 H100s each, joined by
+# [InfiniBand](glossary.md#infiniband)): a 2 x 2 mesh that trains a stack of tensor-parallel MLP blocks (MLPs only: two
 # allreduces a block, not a Megatron layer's four), 8 wide, on 4096 tokens a data rank. A width of 8 keeps
 # this CPU's work small, and it also makes a block's weights, and so its gradients, tiny beside its activations: the
 # lesson's words say by how much. Each group's collectives run on an emulated machine made of the
@@ -193,7 +193,7 @@ expert_load_bars(loads)
 # Nothing is dropped here, so the layer stays equal to the one-rank layer, and the largest count sets
 # every block. Production layers do not pad to the largest count. GShard (Lepikhin et al., 2020) and the
 # Switch Transformer (Fedus et al., 2021) fix each expert's **capacity** in advance: a
-# [capacity factor](glossary.md) times the even share, capacity = factor x tokens / experts (GShard per
+# [capacity factor](glossary.md#capacity-factor) times the even share, capacity = factor x tokens / experts (GShard per
 # group of tokens, here per rank), so every block has one size known before the router runs. Tokens
 # beyond an expert's capacity are **dropped**: the layer leaves them out and the residual connection
 # carries them on unchanged. The Switch Transformer did best with low factors (1.0, 1.25) and adds a loss
@@ -214,7 +214,7 @@ print(capacity_lesson(capacity))
 # %% [markdown]
 # ## Ring attention: a sequence split over the ranks
 #
-# Long sequences split over ranks too: [context parallelism](glossary.md) (some papers say sequence
+# Long sequences split over ranks too: [context parallelism](glossary.md#context-parallelism) (some papers say sequence
 # parallelism) gives each rank a contiguous block of every sequence's tokens, in every layer. The MLPs
 # and norms work token by token and need nothing from other ranks; attention needs every query
 # against every key, so the key and value blocks travel (ring attention, Liu et al., 2023, as

@@ -38,11 +38,11 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # %% [markdown]
 # ## How NCCL chooses
 #
-# NCCL runs every collective with one of several algorithms and one of three [protocols](glossary.md) (LL128
+# NCCL runs every collective with one of several algorithms and one of three [protocols](glossary.md#ll-ll128-simple) (LL128
 # among them). The algorithms: the ring; the tree (a double binary tree across nodes, chains inside); NVLS
-# ([NVLink SHARP](glossary.md): the NVSwitch adds); [NVLSTree](glossary.md) (NVLS inside each node, a tree of
-# nodes across them); [CollNet](glossary.md) (the network's switches add, InfiniBand's SHARP); and
-# [PAT](glossary.md), below, for all-gather and reduce-scatter with one GPU a node. For each call it costs
+# ([NVLink SHARP](glossary.md#nvls): the NVSwitch adds); [NVLSTree](glossary.md#nvlstree) (NVLS inside each node, a tree of
+# nodes across them); [CollNet](glossary.md#collnet) (the network's switches add, InfiniBand's SHARP); and
+# [PAT](glossary.md#pat), below, for all-gather and reduce-scatter with one GPU a node. For each call it costs
 # every pair with its own model, latency + bytes / bandwidth, from constants in its source
 # (`src/graph/tuning.cc`), and runs the
 # fastest. `rl.predict_nccl` is that model on ringlab's topologies: every number in this section is its
@@ -94,8 +94,8 @@ print(describe_channels(channels))
 
 # %% [markdown]
 # **Algorithms by size and scale.** What the model picks for allreduce, all-gather and reduce-scatter
-# from 1 KiB to 8 GiB, on one [HGX](glossary.md) H100 board (NVIDIA's 8-GPU baseboard, its GPUs joined by
-# NVSwitch), and on two and sixteen such nodes joined by [InfiniBand](glossary.md) (one 400 Gbit/s card a GPU):
+# from 1 KiB to 8 GiB, on one [HGX](glossary.md#hgx) H100 board (NVIDIA's 8-GPU baseboard, its GPUs joined by
+# NVSwitch), and on two and sixteen such nodes joined by [InfiniBand](glossary.md#infiniband) (one 400 Gbit/s card a GPU):
 
 # %%
 choices = choice_rows()
@@ -150,16 +150,16 @@ print(describe_pat(pats, pat_refusal()))
 #
 # Every allreduce so far moves data in messages, and a ring pays a latency at each of its 2(n-1) steps. Inside
 # one node a GPU can instead read and write its peers' memory directly. NCCL 2.27 added kernels for buffers that
-# every GPU has registered as a [symmetric memory](glossary.md) window, "allowing buffers with identical virtual
+# every GPU has registered as a [symmetric memory](glossary.md#symmetric-memory) window, "allowing buffers with identical virtual
 # addresses across GPUs to benefit from optimized collective operations" (NVIDIA's blog on NCCL 2.27,
 # published). A flag or a barrier in memory, not a message, tells a peer that the data is there, so an allreduce
 # needs one or two synchronisations in all:
 #
-# - **[one-shot allreduce](glossary.md)**: every rank makes its whole buffer visible to the others, and each
+# - **[one-shot allreduce](glossary.md#one-shot-allreduce)**: every rank makes its whole buffer visible to the others, and each
 #   adds up all n buffers itself. One synchronisation; each rank reads n-1 whole buffers and adds them in.
 #   NCCL's kernel is `AllReduce_AGxLL_R`: each GPU stores its whole buffer into every peer with LL's flags, then
 #   reduces all the copies locally.
-# - **[two-shot allreduce](glossary.md)**: rank r adds up chunk r of every buffer (a reduce-scatter in one
+# - **[two-shot allreduce](glossary.md#two-shot-allreduce)**: rank r adds up chunk r of every buffer (a reduce-scatter in one
 #   step), then every rank copies the others' finished chunks (an all-gather in one step). Two
 #   synchronisations; each rank reads 2(n-1)/n of the buffer, as in a ring, and adds 1/n of what one-shot adds.
 #   NCCL's kernel is `AllReduce_RSxLD_AGxST`: each GPU loads its slice from every peer and reduces it, then

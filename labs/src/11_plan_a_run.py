@@ -3,15 +3,15 @@
 #
 # **What you'll do:** plan Llama 3 70B on 256 H100s with ringlab's planner (`rl.plan`): see where each GPU's
 # memory goes against its 80 GiB, and where one training step's seconds go (compute, the collectives each kind of
-# parallelism leaves exposed, the [pipeline bubble](glossary.md)); change the layout with the explorer's controls
+# parallelism leaves exposed, the [pipeline bubble](glossary.md#pipeline-bubble)); change the layout with the explorer's controls
 # and watch both move; set a prediction against the closest published run; then answer four questions from the
-# planner's own numbers: why tensor parallelism stays in a node, when [ZeRO](glossary.md)-3 pays, what
-# [context parallelism](glossary.md) buys at 128k tokens, and what the same run needs on B200s or GB200 NVL72 racks.
+# planner's own numbers: why tensor parallelism stays in a node, when [ZeRO](glossary.md#zero)-3 pays, what
+# [context parallelism](glossary.md#context-parallelism) buys at 128k tokens, and what the same run needs on B200s or GB200 NVL72 racks.
 #
 # **What you'll learn:** the arithmetic behind a training layout: 18 bytes a parameter and what ZeRO shards of it;
-# activations and what recomputation and context parallelism do to them; the [1F1B](glossary.md) bubble,
+# activations and what recomputation and context parallelism do to them; the [1F1B](glossary.md#1f1b) bubble,
 # (pp-1)/(vp x m); which collectives block a layer and which hide behind compute; and model FLOPs utilisation
-# ([MFU](glossary.md)), the number a run is judged by.
+# ([MFU](glossary.md#mfu)), the number a run is judged by.
 #
 # **What you need:** labs 05, 06, 08 (sharding) and 09 (model parallelism). Nothing here runs a model or
 # measures anything: every number is the planner's **prediction** from published figures (each GPU's peak and
@@ -53,11 +53,11 @@ print(f"{model.params / 1e9:.1f}B parameters; {model.flops_per_token(8192) / 1e9
 # ## A first plan
 #
 # A layout says how the 256 GPUs split the work. `tp` GPUs split every layer's matrices ([tensor
-# parallelism](glossary.md), with sequence parallelism: an all-gather and a reduce-scatter of the micro-batch's
+# parallelism](glossary.md#tensor-parallelism), with sequence parallelism: an all-gather and a reduce-scatter of the micro-batch's
 # hidden states around attention and around the feed-forward, forward and backward); `pp` pipeline stages hold
 # consecutive layers and pass activations on; `cp` GPUs split every sequence; the rest, dp = 256 / (tp x pp x
 # cp), is data parallelism. `zero` shards over the data-parallel group (1: the optimizer, Megatron-LM's
-# distributed optimizer; 3: the weights too, [FSDP](glossary.md)). A step is 512 sequences of 8192 tokens, 4M
+# distributed optimizer; 3: the weights too, [FSDP](glossary.md#fsdp)). A step is 512 sequences of 8192 tokens, 4M
 # tokens, cut into micro-batches of `micro_batch` sequences. Start with a node's 8 GPUs as the tensor group, 4
 # pipeline stages and ZeRO-1:
 

@@ -7,7 +7,8 @@ model not found" until it is run again). :func:`write_overrides` turns it on for
 one environment (``<prefix>/share/jupyter/lab/settings/overrides.json``, the application settings
 JupyterLab reads at start), keeping whatever else that file holds. It also answers JupyterLab's
 first-start question about fetching Jupyter's news (no, and no update checks), so that a lab opens on
-the lab. ``python3 dev.py`` and Binder's ``postBuild`` run it; ``python -m ringlab.lab settings`` does it
+the lab; and it opens markdown files rendered (JupyterLab's Markdown Preview), so that a lab's link to a term of
+``labs/glossary.md`` shows the glossary scrolled to that term rather than its source text. ``python3 dev.py`` and Binder's ``postBuild`` run it; ``python -m ringlab.lab settings`` does it
 by hand.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 from pathlib import Path
 
 OVERRIDES = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True},
-             "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+             "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+             "@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Markdown Preview"}}}
 
 
 def overrides_path(prefix: str | Path | None = None) -> Path:
