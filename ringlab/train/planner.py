@@ -408,7 +408,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     notes = []
 
     # -- memory (bytes on the busiest GPU: the first pipeline stage, with the embedding) -------------------------
-    moe_stage = model.moe_layers * L_stage / model.layers
+    moe_stage = min(L_stage, model.moe_layers)    # expert layers on the busiest stage (dense ones come first)
     dense_layer, _ = model.layer_params(False)
     moe_dense, moe_experts = model.layer_params(True) if model.moe else (0, 0)
     ends = (model.embedding_params + model.head_params) if pp == 1 else max(model.embedding_params,
