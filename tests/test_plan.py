@@ -321,3 +321,17 @@ def test_the_readme_states_what_the_benchmark_prints_today():
     readme = (ROOT / "README.md").read_text()
     assert f"**{within} of {len(done)} runs within 20%**" in readme
     assert f"{len(skipped)} runs (torchtitan's" in readme
+
+
+def test_expert_parallelism_shards_the_experts_and_sends_tokens_both_ways():
+    model = Transformer.preset("mixtral-8x7b")
+    machine = rl.topology.cluster("h100", nodes=8)
+    one = rl.plan(model, machine, ep=1, zero=1, global_batch=128, seq=4096)
+    four = rl.plan(model, machine, ep=4, zero=1, global_batch=128, seq=4096)
+    assert four.memory["weights"] < one.memory["weights"] / 2           # the experts are most of Mixtral's weights
+    a2a = [c for c in four.collectives if c.parallelism == "ep"]
+    assert len(a2a) == 1 and a2a[0].collective == "alltoall" and a2a[0].ranks == 4
+    assert a2a[0].calls == four.layout["micro_batches"] * 32 * 4          # out and back, forward and backward
+    assert a2a[0].nbytes == 2 * 4096 * 2 * 4096                           # a micro-batch's tokens, top 2, bf16
+    with pytest.raises(ValueError, match="ep=3 must divide the 8 experts"):
+        rl.plan(model, machine, ep=3, global_batch=128, seq=4096)
