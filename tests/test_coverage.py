@@ -78,6 +78,14 @@ KEY_TERMS = {
         ["ExpertParallel", "measure_imbalance"],
     "ring attention (sequence parallelism): key/value blocks round a ring, an online softmax":
         ["RingAttention", "online softmax"],
+    "sequence parallelism (Megatron's): the norms' regions split by the sequence, a reduce-scatter and an all-gather "
+    "for each allreduce, activations t-fold smaller": ["ParallelLayer", "SimulatedRanks", "measure_sequence_parallel"],
+    "Ulysses: attention by two all-to-alls, heads split over the ranks, bytes against a ring's":
+        ["ulysses_attention", "ulysses_rows"],
+    "causal load balance in ring attention (zigzag chunks), and the block that hides a step's transfer":
+        ["causal_work", "hiding_block", "check_zigzag_chunks"],
+    "pipeline schedules from their dependencies: GPipe, 1F1B, interleaved, zero-bubble ZB-H1":
+        ["schedule_rows", "ZB-H1", "check_timeline_bubble"],
     "how NCCL picks its algorithm and protocol (LL, LL128, Simple), and channels": ["predict_nccl", "fastest_protocol"],
     "PAT: all-gather and reduce-scatter in log2 n steps": ["allgather.pat", "Parallel Aggregated Trees"],
     "symmetric memory: one-shot and two-shot allreduce through a shared window, against the ring and MPI's own":

@@ -12,7 +12,9 @@ TERMS = {"algbw": "algbw", "busbw": "busbw", "alpha-beta": "alpha-beta", "rhd": 
          "LL128": "LL, LL128, Simple", "NCCL": "NCCL", "MPS": "MPS", "rails": "rail", "gloo": "gloo", "DDP": "DDP",
          "Horovod": "Horovod", "straggler": "straggler", "ZeRO": "ZeRO", "FSDP": "FSDP",
          "tensor parallelism": "tensor parallelism", "device mesh": "device mesh", "all-to-all": "all-to-all",
-         "mixture of experts": "mixture of experts", "ring attention": "ring attention", "PAT": "PAT", "MFU": "MFU"}
+         "mixture of experts": "mixture of experts", "ring attention": "ring attention", "PAT": "PAT", "MFU": "MFU",
+         "sequence parallelism": "sequence parallelism", "Ulysses": "Ulysses", "zigzag": "zigzag layout",
+         "zero-bubble": "zero-bubble pipeline"}
 
 
 def slug(heading: str) -> str:

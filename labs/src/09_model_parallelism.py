@@ -4,13 +4,16 @@
 # **What you'll do:** split an MLP's matrices over ranks ([tensor parallelism](glossary.md#tensor-parallelism)) and check that it is
 # still the same MLP; lay four ranks out as a 2-D [device mesh](glossary.md#device-mesh) of tensor and data groups and measure
 # both ways of mapping it onto two nodes' links; price the same mesh at Llama 3 70B's size; send tokens to experts
-# and back with an [all-to-all](glossary.md#all-to-all) ([mixture of experts](glossary.md#mixture-of-experts)); and compute attention over a
-# sequence split across ranks ([ring attention](glossary.md#ring-attention)).
+# and back with an [all-to-all](glossary.md#all-to-all) ([mixture of experts](glossary.md#mixture-of-experts)); split a whole transformer layer
+# with Megatron's [sequence parallelism](glossary.md#sequence-parallelism) on simulated ranks; compute attention over a
+# sequence split across ranks ([ring attention](glossary.md#ring-attention), and [Ulysses](glossary.md#ulysses)' two all-to-alls), with
+# its causal work balanced; and draw four [pipeline schedules](glossary.md#pipeline-bubble) from their dependencies.
 #
 # **What you'll learn:** what each split saves and what it sends, checked equal to the unsplit model on real
 # ranks; why a mesh puts its tensor dimension on a node's fast links and its data dimension on the network; what
-# an unbalanced router costs, and what production layers send instead; and how an online softmax keeps attention
-# over blocks exact.
+# an unbalanced router costs, and what production layers send instead; what sequence parallelism saves for no more
+# bytes; how an online softmax keeps attention over blocks exact, when Ulysses sends less than a ring, and why a
+# causal ring needs its chunks dealt out; and which pipeline schedule idles least and which holds least.
 #
 # **What you need:** [lab 08](08_sharding_and_memory.ipynb) (sharding, which keeps every layer whole, and its
 # emulated machine), labs 03, 05 and 06, and torch. Everything runs on this machine's CPU; where the laptop's two
@@ -28,9 +31,12 @@ from ringlab.lessons.lab09_model_parallelism.experts import IMBALANCE_COLUMNS, c
 from ringlab.lessons.lab09_model_parallelism.mesh import (MAPPING_COLUMNS, MEGATRON_COLUMNS, check_mesh_groups,
                                                           mapping_lesson, mapping_rows, megatron_lesson, megatron_mesh,
                                                           megatron_rows)
+from ringlab.lessons.lab09_model_parallelism.balance import check_zigzag_chunks
+from ringlab.lessons.lab09_model_parallelism.pipelines import check_timeline_bubble
 from ringlab.measure.tables import table
 from ringlab.viz import use_renderer
 from ringlab.viz.parallelism import expert_load_bars, mapping_bars
+from ringlab.viz.sequence import activation_bars, causal_work_bars, hiding_bars, sequence_bytes_bars, ulysses_bytes_chart
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
@@ -132,6 +138,47 @@ table(megatron_rows(megatron), MEGATRON_COLUMNS)
 print(megatron_lesson(megatron))
 
 # %% [markdown]
+# ## Sequence parallelism: what tensor parallelism leaves whole
+#
+# Tensor parallelism splits attention by heads and the MLP by features, but not what lies between them: the two
+# LayerNorms, the dropouts and the residual additions run on the whole sequence on every rank, and every rank keeps
+# their activations for backward, t copies of the same numbers. Korthikanti et al. (2022, "Reducing Activation
+# Recomputation in Large Transformer Models", section 4.2.2) split those regions along the sequence instead: each
+# rank holds s/t of the tokens there. The allreduce after a row-parallel layer becomes a **reduce-scatter** (each
+# rank keeps the sum of its own tokens) and the identity before a column-parallel layer an **all-gather** (every
+# rank gets the whole sequence back); backward swaps them. A ring allreduce *is* a reduce-scatter then an
+# all-gather (lab 03), so the bytes stay the same. Megatron also keeps only its s/t of a column-parallel layer's
+# input and gathers it again in backward: one more all-gather, which it overlaps with the gradient's computation.
+#
+# `rl.train.sequence.ParallelLayer` splits a whole pre-norm transformer layer (`TransformerLayer`) either way.
+# `SimulatedRanks(t)` runs it on t ranks that are threads of this kernel (ringlab's simulator does each collective:
+# the same schedules and the same bytes as on MPI ranks, no MPI). At t = 2 and 3, with dropout on: is it the
+# unsplit layer, forward and every gradient? What does rank 0 send, and what does it keep for backward?
+# `saved_activations` measures the tensors autograd keeps, by the part of the layer that made them (in float16, as
+# the paper counts, with 1-byte dropout masks).
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.sequence import (SEQUENCE_COLUMNS, measure_sequence_parallel, paper_bytes,
+                                                              sequence_lesson, sequence_rows)
+
+sequence = measure_sequence_parallel()
+table(sequence_rows(sequence), SEQUENCE_COLUMNS)
+print(sequence_lesson(sequence))
+
+# %%
+sequence_bytes_bars(sequence)
+
+# %% [markdown]
+# The paper counts what a layer keeps as s b h (34 + 5 a s / h) bytes unsplit (16-bit activations, s tokens, b
+# sequences, h features, a heads), s b h (10 + 24/t + 5 a s / (h t)) with tensor parallelism: the 10 s b h left
+# whole are the LayerNorms' inputs (4), the dropout masks (2) and the inputs of the QKV and first MLP layers (4),
+# exactly the norm regions and column inputs measured above. Sequence parallelism divides them by t too. The black
+# marks are the paper's 10 s b h for this layer:
+
+# %%
+activation_bars(sequence, [sum(paper_bytes(row).values()) for row in sequence])
+
+# %% [markdown]
 # ## Experts: an all-to-all there and back
 #
 # A mixture-of-experts layer has many expert MLPs and a router that sends each token to one of them
@@ -215,7 +262,8 @@ print(capacity_lesson(capacity))
 # ## Ring attention: a sequence split over the ranks
 #
 # Long sequences split over ranks too: [context parallelism](glossary.md#context-parallelism) (some papers say sequence
-# parallelism) gives each rank a contiguous block of every sequence's tokens, in every layer. The MLPs
+# parallelism; Megatron's, above, splits only the norms' regions inside a tensor group) gives each rank a contiguous
+# block of every sequence's tokens, in every layer. The MLPs
 # and norms work token by token and need nothing from other ranks; attention needs every query
 # against every key, so the key and value blocks travel (ring attention, Liu et al., 2023, as
 # Megatron-Core's context parallelism passes them around a ring): at step s rank j holds block (j - s) mod n and
@@ -267,6 +315,138 @@ ring_attention = ranks.pull_rank0("ring_attention")
 ranks.stop()
 print(attention_lesson(ring_attention))
 
+# %% [markdown]
+# ## Causal load balance: dealing the chunks out
+#
+# With causal attention a query sees only the keys before it. With contiguous blocks, rank 0's queries see its own
+# block only and rank n-1's see every block: the last rank computes n times what the first does, and every step of
+# the ring waits for it. Cut the sequence into 2n chunks instead and give rank r chunk r and chunk 2n-1-r, one early
+# and one late: the [zigzag](glossary.md#zigzag-layout) layout of Megatron-Core's context parallelism (Striped Attention, Brandon et
+# al. 2023, strides single tokens instead). `causal_work(n, layout)` counts each rank's unmasked blocks of the
+# (2n x 2n) grid of chunks; `simulate_ring_attention` runs the same ring in this process (no MPI) and counts the
+# scores each rank computed, shown as marks over the counted bars, each layout checked against full attention.
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.balance import balance_lesson, causal_rows
+
+balance = causal_rows()
+print(balance_lesson(balance))
+causal_work_bars(balance)
+
+# %% [markdown]
+# ## Exercise 4: the zigzag chunks
+#
+# Write `zigzag_chunks(nranks)`: for each rank, the indices of its two chunks of the 2n, in the zigzag layout
+# (rank r: one from the front, and its mirror from the back).
+
+# %% tags=["solution"]
+def zigzag_chunks(nranks):
+    """[(first chunk, second chunk) for each rank] of the 2 x nranks chunks."""
+    # solution
+    return [(r, 2 * nranks - 1 - r) for r in range(nranks)]
+
+
+# %%
+zigzag_chunks = check_zigzag_chunks(zigzag_chunks)  # yours when it is right, else the reference
+
+# %% [markdown]
+# Balanced or not, a ring step hides its transfer only where the compute of a block takes longer than passing it
+# on. A block of c tokens costs 4 c^2 d FLOPs a head (Q K^T and P V) and sends 2 c d b bytes (K and V), so the
+# transfer hides when c >= F b / (2 B) at F FLOP/s and B bytes/s (Liu et al. 2023), twice that when half the scores
+# are masked: the head width cancels, the ratio of the two rates decides. `hiding_block` at an H100's published
+# dense bf16 peak, on NVLink and on a 400 Gbit/s network card, and a 128k-token sequence over 8 ranks beside them:
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.balance import HIDING_COLUMNS, hiding_lesson, hiding_rows, hiding_table
+
+hiding = hiding_rows()
+table(hiding_table(hiding), HIDING_COLUMNS)
+print(hiding_lesson(hiding, sequence=131072, ranks=8))
+hiding_bars(hiding, block=131072 // 8)
+
+# %% [markdown]
+# ## Ulysses: two all-to-alls instead of a ring
+#
+# DeepSpeed-Ulysses (Jacobs et al. 2023) splits the sequence over n ranks too, but never passes keys around. Heads
+# are independent, so before attention one all-to-all trades the split: rank r sends its tokens of head group j
+# (H/n heads) to rank j and gets every rank's tokens of its own group, the whole sequence for H/n heads. It runs
+# ordinary attention on them, causal or not, and a second all-to-all sends each token's output home. Backward is
+# the same two all-to-alls reversed. `ulysses_attention` on simulated ranks, against attention on one rank:
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.sequence import (ulysses_against_full, ulysses_lesson, ulysses_rows,
+                                                              ulysses_said)
+
+for n in (2, 3):
+    print(ulysses_said(ulysses_against_full(nranks=n, heads=6)))
+
+# %% [markdown]
+# Each rank needs whole heads, so the heads must divide by n: 6 heads cannot go to 4 ranks.
+
+# %%
+try:
+    ulysses_against_full(nranks=4, heads=6)
+except ValueError as error:
+    print(f"refused: {error}")
+
+# %% [markdown]
+# An all-to-all keeps 1/n of a rank's buffer and sends the rest: (n-1)/n of its Q, K, V and of its output, about
+# 4 s h b / n bytes for s tokens. The ring passes (n-1)/n of the *whole* sequence's K and V. Grow the sequence with
+# the ranks, 4096 tokens a rank, as long-context training does, and count both:
+
+# %%
+growth = ulysses_rows()
+print(ulysses_lesson(growth))
+ulysses_bytes_chart(growth)
+
+# %% [markdown]
+# ## Pipeline schedules: the order of the same passes
+#
+# Lab 06 cut a model into stages and counted GPipe's bubble. A schedule is only the order in which each stage takes
+# its forward (F) and backward (B) passes: a stage's forward waits for the stage before, its backward for the stage
+# after, and a device runs one pass at a time. `ringlab.predict.schedules` runs each order as early as those rules
+# allow, so the step, the idle time and the micro-batches a stage holds are counted, not assumed:
+#
+# - **GPipe**: every forward, then every backward; a stage holds all m micro-batches' activations.
+# - **[1F1B](glossary.md#1f1b)** (PipeDream-Flush, Megatron-LM): warm up with p-1-s forwards, then one forward one
+#   backward: the same step, at most p micro-batches held.
+# - **interleaved 1F1B** (Megatron-LM): v chunks of layers a device, the fill and drain v times shorter.
+# - **ZB-H1** ([zero-bubble](glossary.md#zero-bubble-pipeline), Qi et al. 2023): the backward split into B (the input's gradient, which
+#   the stage before waits for) and W (the weights', which nobody waits for); W fills the drain.
+#
+# Four stages, eight micro-batches, two chunks a device for the interleaved one; a forward takes 1 and a backward 2.
+# The counted bubble (idle over the ideal time) and the peak held beside the papers' closed forms:
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.pipelines import SCHEDULE_COLUMNS, pipeline_lesson, schedule_rows
+from ringlab.viz.pipeline_schedules import schedule_chart
+
+schedules = schedule_rows(stages=4, microbatches=8, chunks=2)
+table(schedules, SCHEDULE_COLUMNS)
+print(pipeline_lesson(schedules))
+
+# %%
+for row in schedules:
+    schedule_chart(row["timeline"]).show()
+
+# %% [markdown]
+# ## Exercise 5: the bubble off a timeline
+#
+# Write `timeline_bubble(timeline)`: the stage-time spent idle over the stage-time spent computing. Each stage's
+# passes are `timeline.passes[stage]` (each with `.start` and `.end`); a stage is idle for whatever of
+# `timeline.makespan` its passes do not fill.
+
+# %% tags=["solution"]
+def timeline_bubble(timeline):
+    """Idle stage-time over busy stage-time."""
+    # solution
+    busy = sum(p.end - p.start for row in timeline.passes for p in row)
+    return (timeline.stages * timeline.makespan - busy) / busy
+
+
+# %%
+timeline_bubble = check_timeline_bubble(timeline_bubble)  # yours when it is right, else the reference
+
 
 # %% [markdown]
 # ## Summary
@@ -283,6 +463,14 @@ print(attention_lesson(ring_attention))
 #   and drop nothing.
 # - Ring attention is a ring allgather of key/value blocks with compute between the steps and an online
 #   softmax: exact, masked rows included, with two blocks held at a time.
+# - Sequence parallelism splits the norms' regions by the sequence: each allreduce becomes a reduce-scatter and an
+#   all-gather, the same bytes, and what tensor parallelism left whole (the paper's 10 s b h) shrinks t-fold, for
+#   one re-gather more in backward.
+# - A causal ring needs its chunks dealt out (zigzag) or its last rank sets every step; a step hides its transfer
+#   once a block holds about F b / (2 B) tokens. Ulysses trades the sequence split for a head split with two
+#   all-to-alls: fewer bytes than the ring as the sequence grows with the ranks, but no more ranks than heads.
+# - Pipeline schedules differ only in order: 1F1B takes GPipe's time and holds p micro-batches instead of m;
+#   interleaving shortens the bubble v-fold for more held; ZB-H1 fills the drain with the weight gradients.
 #
 # Next, [lab 10](10_inside_nccl.ipynb): how NCCL, which runs these allreduces, all-gathers and all-to-alls on GPUs,
 # chooses its algorithm, protocol and channels.
@@ -293,6 +481,11 @@ print(attention_lesson(ring_attention))
 #    Does the mapping still matter, and what does the prediction say?
 # 2. (Above) what the padding costs. Run `measure_imbalance(skew=0.5)` and `measure_imbalance(skew=5)`: how do the
 #    block and the step follow the busiest expert?
+# 3. (Above) fold one block in.
+# 4. (Above) the zigzag chunks. Run `balance_lesson(causal_rows(ranks=(16,)))`: how far does the contiguous
+#    layout's step fall behind at 16 ranks?
+# 5. (Above) the bubble off a timeline. Run `schedule_rows(stages=4, microbatches=16)`: which bubbles halve, and
+#    does the memory each schedule holds change?
 
 # %% [markdown]
 # ## Quiz
@@ -342,3 +535,25 @@ answer = (8 - 1) / 8 * 2 * 131072 * 8 * 128 * 2 / 2**20  # (n-1)/n of the sequen
 
 # %%
 QUIZ.check(3, answer)
+
+# %%
+QUIZ.ask(4)
+
+# %% tags=["solution"]
+answer = None  # your MiB
+# solution
+answer = 4 * (8 - 1) / 8 * 131072 / 8 * 32 * 128 * 2 / 2**20  # (n-1)/n of Q, K, V and the output, each s/n tokens
+
+# %%
+QUIZ.check(4, answer)
+
+# %%
+QUIZ.ask(5)
+
+# %% tags=["solution"]
+answer = None  # your %
+# solution
+answer = 100 * (4 - 1) * (1 + 1 - 1) / (8 * (1 + 2))  # (p-1)(F + B - W) / (m (F + B + W))
+
+# %%
+QUIZ.check(5, answer)

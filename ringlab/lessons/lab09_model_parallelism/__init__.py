@@ -6,5 +6,12 @@
 - ``experts``: a mixture-of-experts layer's load, its padded all-to-all and what a fixed capacity would send
   (exercise: :func:`~.experts.check_padded_bytes`);
 - ``attention``: ring attention against full attention (exercise: :func:`~.attention.check_merge`);
+- ``sequence``: Megatron's sequence parallelism on a whole layer against tensor parallelism on simulated ranks (bytes
+  by collective, activations by part beside Korthikanti et al.'s formula), and Ulysses' two all-to-alls, their bytes
+  against ring attention's;
+- ``balance``: causal ring attention's work by layout (contiguous, zigzag) and the block that hides a step's transfer
+  (exercise: :func:`~.balance.check_zigzag_chunks`);
+- ``pipelines``: GPipe, 1F1B, interleaved and ZB-H1 timelines against their closed forms (exercise:
+  :func:`~.pipelines.check_timeline_bubble`);
 - ``quiz``: the lab's questions.
 """

@@ -41,6 +41,20 @@ def _ring_attention_mib(n, tokens, kv_heads, head_dim, itemsize):
     return traffic(build("allgather.ring", n), nbytes, itemsize)["sent"][0] / MiB
 
 
+def _ulysses_mib(n, tokens, heads, head_dim, itemsize):
+    """What one rank sends in one Ulysses attention's forward: ``ulysses_bytes``."""
+    from ...train.ulysses import ulysses_bytes
+
+    return ulysses_bytes(tokens, 1, heads, head_dim, n, itemsize)["forward"] / MiB
+
+
+def _zero_bubble_percent(p, m, forward, backward):
+    """ZB-H1's bubble over the ideal time, in %, counted from its timeline (``ringlab.predict.schedules``)."""
+    from ...predict.schedules import schedule_timeline
+
+    return 100 * schedule_timeline("zero-bubble", p, m, forward=forward, backward=backward).bubble_over_ideal
+
+
 QUIZ = Quiz("09", [
     Question(
         "Tensor parallelism over {t} GPUs: a block's activations are {batch} sequences x {sequence} tokens x {hidden} "
@@ -72,4 +86,27 @@ QUIZ = Quiz("09", [
                "on at each of {steps} steps, exactly as `allgather.ring` moves its chunks: (n-1)/n of {whole:.0f} MiB, "
                "{answer:.0f} MiB, hidden behind the attention compute where it overlaps.",
         hint="A ring all-gather: (n-1)/n of the whole sequence's keys and values from every rank."),
+    Question(
+        "DeepSpeed-Ulysses over {n} ranks: a sequence of {tokens} tokens, {heads} heads x {head_dim} in bf16 "
+        "({itemsize} bytes) for queries, keys and values alike. How many MiB does each rank send in one attention's "
+        "forward (both all-to-alls)?",
+        _ulysses_mib, given=dict(n=8, tokens=131072, heads=32, head_dim=128, itemsize=2), unit="MiB",
+        derived=lambda n, tokens, heads, head_dim, itemsize: {
+            "shard": tokens // n * heads * head_dim * itemsize / MiB},
+        worked="A rank holds {tokens}/{n} tokens: {shard:.0f} MiB of each of Q, K, V and the output. An all-to-all keeps "
+               "1/{n} of a buffer and sends the rest, so the first sends (n-1)/n of Q, K and V and the second (n-1)/n "
+               "of the output: 4 x {shard:.0f} x ({n}-1)/{n} = {answer:.0f} MiB (`ulysses_bytes`). The ring would pass "
+               "(n-1)/n of the whole sequence's K and V instead, which grows with the sequence.",
+        hint="Four shards of s/n tokens x heads x width x 2 bytes, (n-1)/n of each sent."),
+    Question(
+        "Zero-bubble ZB-H1 with {p} stages and {m} micro-batches, a forward taking {forward} and a backward {backward} "
+        "(split evenly into B, the input's gradient, and W, the weights'). What is its bubble, in % of the ideal "
+        "time m(F + B + W) a stage computes?",
+        _zero_bubble_percent, given=dict(p=4, m=8, forward=1, backward=2), unit="%",
+        derived=lambda p, m, forward, backward: {"half": backward / 2,
+                                                  "one_f_one_b": 100 * (p - 1) / m},
+        worked="ZB-H1 fills the drain with the W passes nobody waits for: its bubble is (p-1)(T_F + T_B - T_W) a stage, "
+               "({p}-1)({forward} + {half:g} - {half:g}) over {m} x ({forward} + {backward}): {answer:.1f}%, counted from "
+               "the timeline, against 1F1B's (p-1)/m = {one_f_one_b:.1f}% for the same memory (p micro-batches).",
+        hint="(p-1)(T_F + T_B - T_W) / (m (T_F + T_B + T_W)), with T_B = T_W = half the backward."),
 ])
