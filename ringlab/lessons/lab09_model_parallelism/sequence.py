@@ -21,8 +21,6 @@ GPT3 = {"name": "GPT-3 175B", "tokens": 2048, "batch": 1, "hidden": 12288, "head
 
 
 def _layer(dtype):
-    import torch
-
     from ...train.sequence import TransformerLayer
 
     return TransformerLayer(hidden=HIDDEN, heads=HEADS, ffn=FFN, dropout=DROPOUT, seed=1).to(dtype)
@@ -258,7 +256,7 @@ def ulysses_lesson(rows: list[dict]) -> Finding:
     bound = rows[0]["bound"]
     under = all(r["ulysses"] <= bound for r in able)
     grows = max(r["ring"] for r in able) / min(r["ring"] for r in able)
-    said.append(f"Ulysses' bytes a rank " + (f"stay under 4 s0 h b = {mib(bound)} (s0 the tokens a rank), nearing it "
+    said.append("Ulysses' bytes a rank " + (f"stay under 4 s0 h b = {mib(bound)} (s0 the tokens a rank), nearing it "
                                             "from below" if under else f"pass 4 s0 h b = {mib(bound)}")
                 + f", while the ring's grow {grows:.1f}x over the same n.")
     conclusions.append("Ulysses' bytes a rank stay under 4 s0 h b" if under else "Ulysses' bytes a rank pass 4 s0 h b")
