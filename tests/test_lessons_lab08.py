@@ -1,9 +1,11 @@
-"""Lab 08's room: the sharding lesson's words follow its numbers, the exercise check accepts the reference and refuses
+"""Lab 08's room: the sharding lesson's words follow its numbers, the exercise checks accept the reference and refuse
 a wrong answer, the predictions at scale hold, and the plots draw."""
+import math
+
 import pytest
 
 from ringlab.lab.exercises import NotDoneYet
-from ringlab.lessons.lab08_sharding_and_memory import sharding
+from ringlab.lessons.lab08_sharding_and_memory import checks, sharding
 
 
 def _sharding_result(stage3_s=0.03, stage2_s=0.02):
@@ -44,12 +46,16 @@ def test_at_scale_plain_data_parallelism_does_not_fit_and_stage_3_sends_most():
     assert "ZeRO stage 1 is the first that fits" in sharding.describe_at_scale(rows)
 
 
-def test_the_check_takes_the_reference_and_refuses_a_wrong_answer():
-    assert sharding.check_zero_bytes(sharding._zero_bytes, strict=True) is sharding._zero_bytes
-    with pytest.raises(AssertionError, match="Hint"):
-        sharding.check_zero_bytes(lambda psi, n, stage, k=12: (4 + k) * psi / n, strict=True)
+def test_the_checks_take_the_reference_and_refuse_a_wrong_answer():
+    assert checks.check_fewest_gpus(checks._fewest_gpus, strict=True) is checks._fewest_gpus
+    with pytest.raises(AssertionError, match="no number of GPUs fits"):  # counts through what stays whole
+        checks.check_fewest_gpus(lambda psi, stage, capacity=80e9, k=12: math.ceil((4 + k) * psi / capacity),
+                                 strict=True)
     with pytest.raises(NotDoneYet):
-        sharding.check_zero_bytes(lambda psi, n, stage, k=12: None, strict=True)
+        checks.check_fewest_gpus(lambda psi, stage, capacity=80e9, k=12: None, strict=True)
+    assert checks.check_stage3_sent(checks._stage3_sent, strict=True) is checks._stage3_sent
+    with pytest.raises(AssertionError, match="Hint"):
+        checks.check_stage3_sent(lambda sent, ranks, new_ranks: sent["ZeRO stage 3"], strict=True)
 
 
 def test_the_plots_draw():

@@ -1,14 +1,17 @@
-"""Lab 10's room: the exercise check accepts the reference and refuses a wrong answer, NCCL's model agrees with what
+"""Lab 10's room: the exercise checks accept the reference and refuse a wrong answer, NCCL's model agrees with what
 NCCL ran and its channels with what NCCL's logs printed, PAT wins where it should, and the plots draw."""
 import pytest
 
-from ringlab.lessons.lab10_inside_nccl import nccl
+from ringlab.lessons.lab10_inside_nccl import checks, nccl
 
 
-def test_the_check_takes_the_reference_and_refuses_a_wrong_answer():
-    assert nccl.check_fastest_protocol(nccl._fastest_protocol, strict=True) is nccl._fastest_protocol
+def test_the_checks_take_the_reference_and_refuse_a_wrong_answer():
+    assert checks.check_switch_size(checks._switch_size, strict=True) is checks._switch_size
     with pytest.raises(AssertionError, match="Hint"):
-        nccl.check_fastest_protocol(lambda nbytes, options: "Simple", strict=True)
+        checks.check_switch_size(lambda small, large: (large[0] - small[0]) * large[1], strict=True)
+    assert checks.check_pick_symmetric(checks._pick_symmetric, strict=True) is checks._pick_symmetric
+    with pytest.raises(AssertionError, match="Hint"):
+        checks.check_pick_symmetric(lambda nbytes, nranks, sync_s, read_Bps: "one-shot", strict=True)
 
 
 def test_nccl_choices_switch_by_size_and_agree_with_what_nccl_ran():

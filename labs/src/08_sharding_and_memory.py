@@ -1,14 +1,16 @@
 # %% [markdown]
 # # Lab 08: sharding and memory
 #
-# **What you'll do:** count where the memory of a training step goes; write the [ZeRO](glossary.md#zero) paper's
-# formulas for it; shard a model's optimizer state, gradients and parameters over MPI ranks with ringlab's own
-# reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md#fsdp)'s full sharding); measure what each rank then holds
-# and sends; and predict, for a 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays.
+# **What you'll do:** count where the memory of a training step goes, and work out from the [ZeRO](glossary.md#zero)
+# paper's formulas how few GPUs a model needs; measure what a small transformer keeps for its backward pass, layer by
+# layer, with and without recomputation; shard a model's optimizer state, gradients and parameters over MPI ranks
+# with ringlab's own reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md#fsdp)'s full sharding); measure what
+# each rank then holds and sends, and derive from it what stage 3 sends on other machines; and predict, for a
+# 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays.
 #
 # **What you'll learn:** what each ZeRO stage saves and what it sends, checked equal to plain data parallelism on
-# real ranks; why stages 1 and 2 send what an allreduce sends and stage 3 half as much again; and why the same
-# bytes can still take longer on a machine whose switch adds.
+# real ranks; what recomputation saves and what it costs; why stages 1 and 2 send what an allreduce sends, and what
+# stage 3 adds; and why the same bytes can still take longer on a machine whose switch adds.
 #
 # **What you need:** labs 03, 05 and 06 ([lab 07](07_hangs_and_crawls.ipynb) comes before this one), and torch.
 # Everything runs on this machine's CPU; where the laptop's two cores cannot show a principle, the same code runs
@@ -23,9 +25,13 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
+from ringlab.lessons.lab08_sharding_and_memory.checks import check_fewest_gpus, check_stage3_sent
+from ringlab.lessons.lab08_sharding_and_memory.recompute import (PLAN_COLUMNS, RECOMPUTE_COLUMNS, describe_plans,
+                                                                 llama_plans, measure_recompute, recompute_lesson,
+                                                                 recompute_rows)
 from ringlab.lessons.lab08_sharding_and_memory.sharding import (MEMORY_COLUMNS, SCALE_COLUMNS, TRAFFIC_COLUMNS,
-                                                                at_scale, check_zero_bytes, describe_at_scale,
-                                                                memory_rows, sharding_lesson, traffic_rows)
+                                                                at_scale, describe_at_scale, memory_rows,
+                                                                sharding_lesson, traffic_rows)
 from ringlab.measure.tables import table
 from ringlab.viz import use_renderer
 from ringlab.viz.parallelism import memory_bars, scale_bars
@@ -48,27 +54,71 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # - **stage 2**, also the gradients: 2 Psi + (2 + K) Psi / n;
 # - **stage 3**, also the parameters: (2 + 2 + K) Psi / n. PyTorch's FSDP with full sharding is stage 3.
 #
-# ## Exercise 1: the paper's formulas
+# ## Exercise 1: how few GPUs?
 #
-# Write the bytes a GPU holds for a model of `psi` parameters on `n` GPUs at `stage` (0 for plain
-# data parallelism), with `k` bytes of optimizer state a parameter.
+# A model of `psi` parameters trains with mixed-precision Adam (K = `k` = 12) on GPUs of `capacity` bytes each.
+# Write `fewest_gpus(psi, stage, capacity, k)`: the least number of GPUs on which every GPU's model states fit at
+# `stage` (0 for plain data parallelism), or `None` where no number of GPUs is enough. The checker tries models of
+# 1 to 70 billion parameters on GPUs of 24 and 80 GB, and where your count is wrong it says what that many GPUs
+# would hold.
 
 # %% tags=["solution"]
-def zero_bytes(psi, n, stage, k=12):
-    """Bytes per GPU under ZeRO: 2 bytes of parameter, 2 of gradient and k of optimizer state a parameter."""
+import math
+
+
+def fewest_gpus(psi, stage, capacity=80e9, k=12):
+    """The least number of GPUs on which each holds at most ``capacity`` bytes at ``stage``, or None."""
     # solution
-    params, grads, state = 2 * psi, 2 * psi, k * psi
-    if stage >= 1:
-        state /= n
-    if stage >= 2:
-        grads /= n
-    if stage >= 3:
-        params /= n
-    return params + grads + state
+    parts = {"parameters": 2 * psi, "gradients": 2 * psi, "optimizer state": k * psi}
+    shards = {"optimizer state": stage >= 1, "gradients": stage >= 2, "parameters": stage >= 3}
+    whole = sum(b for kind, b in parts.items() if not shards[kind])  # held in full however many GPUs
+    sharded = sum(b for kind, b in parts.items() if shards[kind])    # divided by n
+    if whole > capacity or (whole == capacity and sharded):
+        return None
+    n = max(1, math.ceil(sharded / (capacity - whole))) if sharded else 1
+    while n > 1 and whole + sharded / (n - 1) <= capacity:  # the float division's last digit
+        n -= 1
+    return n
 
 
 # %%
-zero_bytes = check_zero_bytes(zero_bytes)  # yours when it is right, else the reference
+fewest_gpus = check_fewest_gpus(fewest_gpus)  # yours when it is right, else the reference
+
+# %% [markdown]
+# ## Activation memory and recomputation, measured
+#
+# The formulas above count the model's states. A step also keeps **activations**: every tensor the forward pass
+# computes that the backward pass will need (a matrix product's input, to form its weight's gradient; a softmax's
+# output; the GELU's input). They grow with the tokens of a micro-batch, not with the parameters. Korthikanti et al.
+# (2022, "Reducing Activation Recomputation in Large Transformer Models") count them for a transformer layer of
+# hidden size h and a heads, for s tokens of b sequences in 16 bits: s b h (34 + 5 a s / h) bytes, of which 2 s b h
+# are two dropout masks and 5 a s^2 b the attention's scores (the softmax's output, 2 a s^2 b, and its dropout's).
+# `ringlab.train.Transformer.activation_bytes_per_token` makes the same count for FlashAttention and no dropout.
+#
+# **Full recomputation** (activation checkpointing, `torch.utils.checkpoint`) keeps only each layer's input; in the
+# backward pass it runs that layer's forward again to get the rest back, one layer at a time, and then its backward.
+#
+# Here four of ringlab's transformer layers (`ringlab.train.sequence.TransformerLayer`: pre-norm, causal, attention
+# unfused, a GELU feed-forward 4h wide, no dropout) run in bf16 on this CPU, 128 tokens of 4 sequences, h = 64 and 4
+# heads. The bytes each layer keeps are measured with `torch.autograd.graph.saved_tensors_hooks`, which sees every
+# tensor autograd saves (each storage counted once), without and with `torch.utils.checkpoint`; and a step, forward
+# and backward, is timed both ways, beside a forward alone (one thread, the median of nine runs).
+
+# %%
+kept = measure_recompute()
+table(recompute_rows(kept), RECOMPUTE_COLUMNS)
+print(recompute_lesson(kept))
+
+# %% [markdown]
+# What does that mean for a real run? The planner of [lab 11](11_plan_a_run.ipynb) (`rl.plan`) counts the same
+# bytes for Llama 3 70B on 256 H100s, 512 sequences of 8192 tokens: lab 11's first layout ([tensor parallelism](glossary.md#tensor-parallelism) over a
+# node's 8 GPUs, 4 pipeline stages, ZeRO-1) and one with half the tensor group and four sequences a micro-batch,
+# each without and with `recompute="full"`. Predictions:
+
+# %%
+plans = llama_plans()
+table(plans, PLAN_COLUMNS)
+print(describe_plans(plans))
 
 # %% [markdown]
 # ## ZeRO from ringlab's collectives
@@ -131,6 +181,32 @@ table(traffic_rows(sharded), TRAFFIC_COLUMNS)
 print(sharding_lesson(sharded))
 
 # %% [markdown]
+# ## Exercise 2: what stage 3 sends elsewhere
+#
+# The table gives what each rank sent a step on these 4 ranks. Write `stage3_sent(sent, ranks, new_ranks)`: from
+# `sent` (bytes a rank sent a step, by variant, as measured here on `ranks` ranks), the bytes a rank sends a step at
+# stage 3 for the same model on `new_ranks` ranks. Derive it from the measurements and what you know of rings (lab
+# 03), not from a formula you look up; the checker compares your answer with what ringlab's schedules send on 2 to 16
+# ranks.
+
+# %% tags=["solution"]
+def stage3_sent(sent, ranks, new_ranks):
+    """Bytes a rank sends a step at stage 3 on ``new_ranks``, from what each variant sent on ``ranks``."""
+    # solution
+    extra = sent["ZeRO stage 3"] / sent["ZeRO stage 1"]  # measured: one more ring over the model
+    model = sent["ZeRO stage 1"] / (2 * (ranks - 1) / ranks)  # a reduce-scatter and an allgather, (n-1)/n each
+    return extra * 2 * (new_ranks - 1) / new_ranks * model
+
+
+# %%
+stage3_sent = check_stage3_sent(stage3_sent)  # yours when it is right, else the reference
+
+# %%
+measured = {row["variant"]: row["sent"] for row in traffic_rows(sharded)}
+print(f"At stage 3 a rank would send {stage3_sent(measured, 4, 64) / 1e6:.2f} MB a step on 64 ranks, "
+      f"{stage3_sent(measured, 4, 1024) / 1e6:.2f} MB on 1024 (this MLP, float64)")
+
+# %% [markdown]
 # ## When does sharding pay?
 #
 # When the model does not fit otherwise. The ZeRO paper's example is 7.5 billion parameters; here it is
@@ -164,6 +240,9 @@ scale_bars(scaled)
 #
 # - Data parallelism with mixed-precision Adam holds (2 + 2 + K) Psi bytes on every GPU: 2 of parameter, 2 of
 #   gradient and K = 12 of optimizer state a parameter.
+# - A step also keeps activations, which grow with the tokens: measured layer by layer, they are Korthikanti et al.'s
+#   count. Full recomputation keeps only each layer's input and pays for it with one more forward; by the planner,
+#   worth it only where a layout does not fit without it.
 # - ZeRO shards what data parallelism replicates: stage 1 the optimizer state, stage 2 the gradients,
 #   stage 3 the parameters. Built from a reduce-scatter and an allgather, stages 1 and 2 send what an
 #   allreduce sends (2 Psi) and stage 3 half as much again (3 Psi); each trains exactly as data
@@ -176,10 +255,13 @@ scale_bars(scaled)
 #
 # ## Exercises
 #
-# 1. (Above) the paper's formulas. Find the smallest number of H100s (80 GB) on which a 70B-parameter
-#    model fits at each stage.
-# 2. Train with `ZeroOptimizer(..., stage=3)` and print `memory()` between backward and `step()`, and
-#    after `step()`: which gradients exist when?
+# 1. (Above) how few GPUs, and what stage 3 sends on other machines.
+# 2. From the measured bytes a layer keeps without and with recomputation (the table above), work out how many such
+#    layers fit in 64 MiB of activations each way, counting, with recomputation, the one layer whose activations
+#    the backward pass brings back at a time. Then run `measure_recompute(dict(SHAPE, seq=256))` (SHAPE from
+#    `ringlab.lessons.lab08_sharding_and_memory.recompute`): which part of a layer grew 4x, and which 2x?
+# 3. Train with `ZeroOptimizer(..., stage=3)` and print `memory()` between backward and `step()`, and
+#    after `step()`: which gradients exist when? Predict the numbers from the memory table before you run it.
 
 # %% [markdown]
 # ## Quiz

@@ -2,10 +2,10 @@
 # # Lab 10: inside NCCL
 #
 # **What you'll do:** read how NCCL picks an algorithm and a protocol for every call by its own cost model, and
-# write its rule as an exercise; follow its ring search to the channels it runs on four boards of 8 GPUs; hold
+# work out from it the sizes at which NCCL changes protocol; follow its ring search to the channels it runs on four boards of 8 GPUs; hold
 # the model's picks against published sweeps that say what NCCL ran; step through PAT's all-gather and see what
-# NCCL's model charges for it; and measure one-shot and two-shot allreduce, which read a peer's memory instead of
-# sending it messages.
+# NCCL's model charges for it; and count and measure one-shot and two-shot allreduce, which read a peer's memory
+# instead of sending it messages, and choose between them from what their schedules count.
 #
 # **What you'll learn:** which algorithm and protocol NCCL runs at which size and scale, and why; where its channel
 # count comes from; why PAT's log2 n steps buy far less than (n-1)/log2 n; and when one synchronisation beats a
@@ -21,10 +21,12 @@
 # %%
 import ringlab as rl
 from ringlab.lessons.lab10_inside_nccl.nccl import (CHANNEL_COLUMNS, PAT_COLUMNS, PUBLISHED_COLUMNS, against_published,
-                                                    channel_rows, check_fastest_protocol, choice_rows,
+                                                    channel_rows, choice_rows,
                                                     describe_channels, describe_choices, describe_forced_ring,
                                                     describe_pat, describe_protocols, describe_published,
                                                     forced_ring_sizes, pat_refusal, pat_rows, protocol_rows)
+from ringlab.lessons.lab10_inside_nccl.checks import (check_pick_symmetric, check_switch_size, fastest_protocol,
+                                                     protocol_options)
 from ringlab.lessons.lab10_inside_nccl.symmetric import (COUNTED_COLUMNS, PREDICTED_COLUMNS, SYMMETRIC_COLUMNS,
                                                          counted_rows, describe_predicted, measure_symmetric,
                                                          predicted_rows, symmetric_lesson, symmetric_plot,
@@ -60,20 +62,44 @@ print(describe_protocols(protocols))
 protocol_plot(protocols)
 
 # %% [markdown]
-# ## Exercise 1: NCCL's pick
+# ## Exercise 1: where NCCL changes protocol
 #
-# `options` maps each protocol to its (latency in seconds, bandwidth in bytes/s) from NCCL's model. Return
-# the protocol NCCL runs for a message of `nbytes`.
+# The printout says which protocol is fastest at each size it tried, in steps of 4x; not where, between them, one
+# overtakes another. Each protocol's latency and bandwidth in NCCL's model, the ring allreduce of 8 H100s
+# (`protocol_options()`, at 1 GiB, where no channel is narrowed for a small call):
+
+# %%
+options = protocol_options()
+for protocol, (latency, bandwidth) in options.items():
+    print(f"{protocol}: {latency * 1e6:.1f} us a call, {bandwidth / 1e9:.1f} GB/s")
+
+# %% [markdown]
+# Write `switch_size(small, large)`: given two protocols' `(latency in seconds, bandwidth in bytes/s)`, the first
+# with the lower latency, the message size in bytes from which the second is the faster. The checker tries every pair
+# of protocols on four machines' rings, and where your size is wrong it says which protocol NCCL's model has faster
+# there.
 
 # %% tags=["solution"]
-def fastest_protocol(nbytes, options):
-    """The protocol with the least latency + nbytes / bandwidth."""
+def switch_size(small, large):
+    """Bytes from which protocol ``large`` (latency, bandwidth) is faster than ``small``."""
     # solution
-    return min(options, key=lambda name: options[name][0] + nbytes / options[name][1])
+    (small_latency, small_bandwidth), (large_latency, large_bandwidth) = small, large
+    # latency_s + x / bandwidth_s = latency_l + x / bandwidth_l, solved for x
+    return (large_latency - small_latency) / (1 / small_bandwidth - 1 / large_bandwidth)
 
 
 # %%
-fastest_protocol = check_fastest_protocol(fastest_protocol)  # yours when it is right, else the reference
+switch_size = check_switch_size(switch_size)  # yours when it is right, else the reference
+
+# %% [markdown]
+# NCCL's own rule, the least latency + bytes / bandwidth (`fastest_protocol(nbytes, options)`), on either side of
+# your sizes:
+
+# %%
+for small, large in (("LL", "LL128"), ("LL128", "Simple")):
+    size = switch_size(options[small], options[large])
+    print(f"{large} from {size / 2 ** 20:.2f} MiB: {fastest_protocol(0.99 * size, options)} at 0.99x, "
+          f"{fastest_protocol(1.01 * size, options)} at 1.01x")
 
 # %% [markdown]
 # **Channels.** One ring is a chain of copies driven by one block of GPU threads, and a channel (one such
@@ -185,6 +211,30 @@ StepThrough(rl.build("allreduce.twoshot", 4))
 table(counted_rows(), COUNTED_COLUMNS)
 
 # %% [markdown]
+# ## Exercise 2: one-shot or two-shot?
+#
+# Suppose a rank's time is its waits and its reads: each wait for its peers costs `sync_s` seconds, and it reads
+# its peers' memory at `read_Bps` bytes a second. Write `pick_symmetric(nbytes, nranks, sync_s, read_Bps)`: return
+# `"one-shot"` or `"two-shot"`, whichever then takes less for an allreduce of `nbytes` on `nranks` ranks. Take what
+# each costs from the table above (`counted_rows((nranks,))` counts it for any number of ranks), not from the text.
+# The checker tries 2, 4 and 8 ranks from 4 KiB to 16 MiB, with a 2 us wait and 100 GB/s of reads, and where you
+# pick wrong it gives both costs.
+
+# %% tags=["solution"]
+def pick_symmetric(nbytes, nranks, sync_s, read_Bps):
+    """Which of "one-shot" and "two-shot" takes fewer seconds of waits (sync_s each) and reads (at read_Bps)."""
+    # solution
+    cost = {}
+    for row in counted_rows((nranks,)):
+        if row["algorithm"] in ("one-shot", "two-shot"):
+            cost[row["algorithm"]] = row["steps"] * sync_s + row["read"] * nbytes / read_Bps
+    return min(cost, key=cost.get)
+
+
+# %%
+pick_symmetric = check_pick_symmetric(pick_symmetric)  # yours when it is right, else the reference
+
+# %% [markdown]
 # On ranks of one node, `rl.allreduce(x, "oneshot")` and `"twoshot"` run through a shared MPI window
 # (`MPI.Win.Allocate_shared`, 1 MiB a rank unless `RINGLAB_SYMMETRIC_BYTES` says otherwise): a rank copies its
 # buffer into its own slot and sets its flag to the call's number, and the others, watching the flags, read the
@@ -216,7 +266,7 @@ print(describe_predicted(predicted))
 # ## Summary
 #
 # - NCCL picks algorithm and protocol per call by latency + bytes / bandwidth: LL for small messages,
-#   LL128 and Simple for large ones; trees and NVLS where they beat the ring; PAT for all-gather and
+#   LL128 and Simple for large ones, each taking over where the two times are equal; trees and NVLS where they beat the ring; PAT for all-gather and
 #   reduce-scatter at many nodes of one GPU each (never on nodes of several GPUs), in log2 n steps but, by
 #   NCCL's own model, with a latency term linear in the ranks, so its gain is far short of (n-1)/log2 n.
 # - The channels NCCL runs come from its ring search, not from an NVLink port's rate: the speed whose channels
@@ -231,11 +281,16 @@ print(describe_predicted(predicted))
 #
 # ## Exercises
 #
-# 1. `rl.predict_nccl("allgather", nbytes, rl.topology.cluster("h100", 1000, gpus_per_node=1))`: up to what size
-#    does the model pick PAT at a thousand nodes?
-# 2. Run `symmetric_lesson(measure_symmetric(nranks=4))`: on 4 ranks one-shot reads and adds 3 whole buffers a
-#    rank (`counted_rows((4,))`). Does two-shot overtake one-shot sooner than on 2? (Four ranks share this
-#    machine's cores: the times include the scheduler.)
+# 1. (Above) where NCCL changes protocol, and one-shot or two-shot.
+# 2. From the PAT table, work out NCCL's latency a rank and a log2 step (divide its two terms by the ranks and by
+#    log2 of the nodes), then the fewest nodes at which the linear term is the larger. Check your answer with
+#    `pat_rows(nodes=(...,))`.
+# 3. From the channel table, work out the bandwidth one channel of the 8 H800s carries, and the port the 8 H100s
+#    would need for NCCL's search to give them 32 channels. Check the second with
+#    `ringlab.predict.channels.communicator_channels("hopper", port_gbps)`.
+# 4. Run `symmetric_lesson(measure_symmetric(nranks=4))`, and before it, predict with your `pick_symmetric` (a wait
+#    and a read rate fitted to the 2-rank measurement above) where two-shot should overtake one-shot on 4 ranks.
+#    (Four ranks share this machine's cores: the times include the scheduler.)
 
 # %% [markdown]
 # ## Quiz

@@ -1,6 +1,10 @@
 """Lab 08, sharding and memory: what its notebook measures and says, and its quiz.
 
 - ``sharding``: what plain data parallelism and each ZeRO stage hold and send, measured on emulated links, the
-  paper's formulas and 8 and 16 H100s (exercise: :func:`~.sharding.check_zero_bytes`);
+  paper's formulas and 8 and 16 H100s;
+- ``recompute``: what autograd keeps for the backward pass of a small transformer, layer by layer, without and with
+  full recomputation, against Korthikanti et al.'s count, the extra forward's time, and the planner's Llama 3 70B;
+- ``checks``: the exercises: the fewest GPUs at each stage (:func:`~.checks.check_fewest_gpus`), what stage 3 sends
+  on other ranks from what it sent on four (:func:`~.checks.check_stage3_sent`);
 - ``quiz``: the lab's questions.
 """

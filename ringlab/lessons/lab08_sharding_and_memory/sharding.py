@@ -1,12 +1,11 @@
 """Lab 08's sharded data parallelism: what plain data parallelism and each ZeRO stage hold and send, measured on
-4 ranks on an emulated machine, set against the ZeRO paper's formulas, predicted for 8 and 16 H100s; the
-exercise on the paper's memory formula."""
+4 ranks on an emulated machine, set against the ZeRO paper's formulas, predicted for 8 and 16 H100s (the exercises
+on them: :mod:`.checks`)."""
 from __future__ import annotations
 
 import statistics
 
 from ...algorithms import build
-from ...lab.exercises import compare, exercise
 from ...lab.findings import Finding
 from ...measure.units import format_bytes
 from ...predict import predict, predict_nccl
@@ -315,23 +314,6 @@ def _why_slower(dp: dict, stage1: dict) -> str:
 
     return (said + f"yet take {ratio:.2f}x as long: NCCL's model runs {how(dp, 'allreduce')} of bus bandwidth, "
             f"{how(stage1, 'reduce_scatter')} and {how(stage1, 'allgather')}.")
-
-
-def _zero_bytes(psi, n, stage, k=12):
-    from ...train.zero import zero_memory
-    return sum(zero_memory(psi, n, stage, state_bytes=k).values())
-
-
-@exercise(_zero_bytes, "formula")
-def check_zero_bytes(zero_bytes):
-    """Compare ``zero_bytes(psi, n, stage, k)`` with the paper's formulas (2 + 2 + K bytes a parameter)."""
-    cases = [dict(psi=7.5e9, n=64, stage=0, k=12), dict(psi=7.5e9, n=64, stage=1, k=12),
-             dict(psi=7.5e9, n=64, stage=2, k=12), dict(psi=7.5e9, n=64, stage=3, k=12),
-             dict(psi=1e9, n=8, stage=2, k=16)]
-    compare(zero_bytes, "zero_bytes", cases, _zero_bytes, "fp16 parameters (2 bytes) and gradients (2) and K bytes of "
-            "optimizer state a parameter; stage 1 divides the state by n, stage 2 also the gradients, stage 3 all three.",
-            unit="bytes")
-    print("Correct: your formula gives the paper's 120 GB, 31.4 GB, 16.6 GB and 1.9 GB for 7.5B parameters on 64 GPUs.")
 
 
 def against_data_parallel(comm=None, steps: int = 3) -> list[dict]:

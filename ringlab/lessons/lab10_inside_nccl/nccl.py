@@ -1,12 +1,11 @@
 """Lab 10's NCCL: which algorithm and protocol NCCL's own model picks by size, ranks and machine, what each protocol
 trades, the channels NCCL's ring search gives a board (``ringlab.predict.channels``) against what its logs printed,
 held against published sweeps that say what NCCL ran; PAT's
-steps against NCCL's latency model of it; the exercise on the pick."""
+steps against NCCL's latency model of it (the exercises: :mod:`.checks`)."""
 from __future__ import annotations
 
 import math
 
-from ...lab.exercises import compare, exercise
 from ...measure import published
 from ...measure.units import format_bytes
 from ...predict import channels as C
@@ -264,30 +263,6 @@ def pat_refusal(nodes: int = 8, gpus_per_node: int = 8) -> dict:
     except ValueError as error:
         reason = str(error).split(": ", 1)[-1]
     return {"nodes": nodes, "gpus_per_node": gpus_per_node, "reason": reason}
-
-
-def _fastest_protocol(nbytes, options):
-    return min(options, key=lambda p: options[p][0] + nbytes / options[p][1])
-
-
-@exercise(_fastest_protocol, "rule")
-def check_fastest_protocol(fastest_protocol):
-    """Compare the learner's pick with NCCL's model's, on the ring of 8 H100s at several sizes."""
-    topology = preset("hgx-h100-8")
-    for nbytes in (1 << 12, 1 << 20, 1 << 23, 1 << 26, 1 << 30):
-        options = {}
-        for proto in T.PROTOCOLS:
-            p = predict_nccl("allreduce", nbytes, topology, algorithm="ring", protocol=proto)
-            options[proto] = (p.latency, p.algbw)
-        got, want = fastest_protocol(nbytes, options), _fastest_protocol(nbytes, options)
-        if got is None:
-            from ...lab.exercises import NotDoneYet
-            raise NotDoneYet("fastest_protocol returned None")
-        if got != want:
-            shown = ", ".join(f"{k}: {lat * 1e6:.1f} us and {bw / 1e9:.0f} GB/s" for k, (lat, bw) in options.items())
-            raise AssertionError(f"fastest_protocol({nbytes}, ...) returned {got!r}; NCCL's model picks {want!r} "
-                                 f"({shown}).\nHint: each protocol takes latency + bytes / bandwidth; pick the least.")
-    print("Correct: latency + bytes / bandwidth, the least of the three, is NCCL's rule.")
 
 
 PAT_COLUMNS = {"nodes": "nodes", "size (KiB)": "bytes", "NCCL's model picks": "choice", "PAT steps": "pat_steps",
