@@ -542,7 +542,7 @@ QUIZ.ask(4)
 # %% tags=["solution"]
 answer = None  # your MiB
 # solution
-answer = 4 * (8 - 1) / 8 * 131072 / 8 * 32 * 128 * 2 / 2**20  # (n-1)/n of Q, K, V and the output, each s/n tokens
+answer = 4 * (8 - 1) / 8 * 131072 / 8 * 64 * 128 * 2 / 2**20  # (n-1)/n of Q, K, V and the output, each s/n tokens
 
 # %%
 QUIZ.check(4, answer)

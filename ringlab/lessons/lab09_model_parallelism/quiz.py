@@ -88,15 +88,16 @@ QUIZ = Quiz("09", [
         hint="A ring all-gather: (n-1)/n of the whole sequence's keys and values from every rank."),
     Question(
         "DeepSpeed-Ulysses over {n} ranks: a sequence of {tokens} tokens, {heads} heads x {head_dim} in bf16 "
-        "({itemsize} bytes) for queries, keys and values alike. How many MiB does each rank send in one attention's "
-        "forward (both all-to-alls)?",
-        _ulysses_mib, given=dict(n=8, tokens=131072, heads=32, head_dim=128, itemsize=2), unit="MiB",
+        "({itemsize} bytes), every head with its own keys and values (no grouped-query attention). How many MiB does "
+        "each rank send in one attention's forward (both all-to-alls)?",
+        _ulysses_mib, given=dict(n=8, tokens=131072, heads=64, head_dim=128, itemsize=2), unit="MiB",
         derived=lambda n, tokens, heads, head_dim, itemsize: {
-            "shard": tokens // n * heads * head_dim * itemsize / MiB},
+            "shard": tokens // n * heads * head_dim * itemsize / MiB,
+            "ring": _ring_attention_mib(n, tokens, heads, head_dim, itemsize)},
         worked="A rank holds {tokens}/{n} tokens: {shard:.0f} MiB of each of Q, K, V and the output. An all-to-all keeps "
                "1/{n} of a buffer and sends the rest, so the first sends (n-1)/n of Q, K and V and the second (n-1)/n "
-               "of the output: 4 x {shard:.0f} x ({n}-1)/{n} = {answer:.0f} MiB (`ulysses_bytes`). The ring would pass "
-               "(n-1)/n of the whole sequence's K and V instead, which grows with the sequence.",
+               "of the output: 4 x {shard:.0f} x ({n}-1)/{n} = {answer:.0f} MiB (`ulysses_bytes`). A ring would pass "
+               "(n-1)/n of the whole sequence's K and V, {ring:.0f} MiB, and that grows with the sequence.",
         hint="Four shards of s/n tokens x heads x width x 2 bytes, (n-1)/n of each sent."),
     Question(
         "Zero-bubble ZB-H1 with {p} stages and {m} micro-batches, a forward taking {forward} and a backward {backward} "
