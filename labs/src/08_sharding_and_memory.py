@@ -56,7 +56,8 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 #
 # ## Exercise 1: how few GPUs?
 #
-# A model of `psi` parameters trains with mixed-precision Adam (K = `k` = 12) on GPUs of `capacity` bytes each.
+# A model of `psi` parameters trains with mixed-precision Adam (`k` = 12 bytes of optimizer state a parameter) on
+# GPUs of `capacity` bytes each.
 # Write `fewest_gpus(psi, stage, capacity, k)`: the least number of GPUs on which every GPU's model states fit at
 # `stage` (0 for plain data parallelism), or `None` where no number of GPUs is enough. The checker tries models of
 # 1 to 70 billion parameters on GPUs of 24 and 80 GB, and where your count is wrong it says what that many GPUs
@@ -184,10 +185,10 @@ print(sharding_lesson(sharded))
 # ## Exercise 2: what stage 3 sends elsewhere
 #
 # The table gives what each rank sent a step on these 4 ranks. Write `stage3_sent(sent, ranks, new_ranks)`: from
-# `sent` (bytes a rank sent a step, by variant, as measured here on `ranks` ranks), the bytes a rank sends a step at
-# stage 3 for the same model on `new_ranks` ranks. Derive it from the measurements and what you know of rings (lab
-# 03), not from a formula you look up; the checker compares your answer with what ringlab's schedules send on 2 to 16
-# ranks.
+# `sent` (bytes a rank sent a step, by variant as the table names them, `"data parallel"`, `"ZeRO stage 1"` to
+# `"ZeRO stage 3"`, measured here on `ranks` ranks), the bytes a rank sends a step at stage 3 for the same model on
+# `new_ranks` ranks. Derive it from the measurements and what you know of rings (lab 03), not from a formula you
+# look up; the checker compares your answer with what ringlab's schedules send on 2 to 16 ranks.
 
 # %% tags=["solution"]
 def stage3_sent(sent, ranks, new_ranks):
