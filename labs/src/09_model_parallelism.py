@@ -154,8 +154,9 @@ print(megatron_lesson(megatron))
 # `SimulatedRanks(t)` runs it on t ranks that are threads of this kernel (ringlab's simulator does each collective:
 # the same schedules and the same bytes as on MPI ranks, no MPI). At t = 2 and 3, with dropout on: is it the
 # unsplit layer, forward and every gradient? What does rank 0 send, and what does it keep for backward?
-# `saved_activations` measures the tensors autograd keeps, by the part of the layer that made them (in float16, as
-# the paper counts, with 1-byte dropout masks).
+# `saved_activations` measures the tensors autograd keeps, by the part of the layer that made them. The layer is
+# compared in float64; what rank 0 sends and keeps is counted in float16, as the paper counts, with 1-byte dropout
+# masks.
 
 # %%
 from ringlab.lessons.lab09_model_parallelism.sequence import (SEQUENCE_COLUMNS, measure_sequence_parallel, paper_bytes,

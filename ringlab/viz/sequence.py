@@ -75,7 +75,8 @@ def ulysses_bytes_chart(rows: list[dict]) -> go.Figure:
     fig.update_layout(title=f"counted: bytes a rank sends in one attention's forward, {per_rank} tokens a rank "
                             f"({rows[0]['heads']} heads, bf16)<br><sup>ring from allgather.ring's schedule, Ulysses "
                             "from ulysses_bytes; no Ulysses point where the heads do not divide by n</sup>",
-                      xaxis=dict(title="ranks n (the sequence n x tokens a rank)", type="log"),
+                      xaxis=dict(title="ranks n (the sequence n x tokens a rank)", type="log",
+                                 tickvals=[r["ranks"] for r in rows], ticktext=[str(r["ranks"]) for r in rows]),
                       yaxis=dict(title="MiB sent by a rank", type="log"), legend=LEGEND_BELOW, margin=dict(t=80))
     return finish_log_axes(fig)
 
