@@ -55,6 +55,9 @@ def test_the_words_on_time_follow_the_measured_extra_forward():
     many = R.recompute_lesson(_result(seconds=(0.001, 0.003, 0.006)))
     assert many.observations == ("recomputation cost other than one more forward on this machine",)
     assert "3.0 forwards' time, not one" in many.text
+    less = R.recompute_lesson(_result(seconds=(0.001, 0.003, 0.0032)))
+    assert less.observations == ("recomputation cost other than one more forward on this machine",)
+    assert "0.2 of a forward's time, less than the forward it runs again" in less.text and "Python" not in less.text
     none = R.recompute_lesson(_result(seconds=(0.001, 0.003, 0.003)))
     assert none.observations == ("recomputation took no longer on this machine",) and "noise" in none.text
 

@@ -163,8 +163,11 @@ def recompute_lesson(result: dict, about_one=ABOUT_ONE) -> Finding:
                     f"{added * 1e3:.2f} ms more, {added / sec['keep']:.0%} of the step, against "
                     f"{sec['forward'] * 1e3:.2f} ms for a forward alone: " + (
                         "about one more forward, the price of the memory saved." if about else
-                        f"{ratio:.1f} forwards' time, not one: at these tiny sizes the checkpoint's own work "
-                        "(saving the random state, re-running Python) weighs more than the arithmetic."))
+                        f"{ratio:.1f} forwards' time, not one: at these small sizes the checkpoint's own work "
+                        "(saving the random state, re-running Python) weighs more than the arithmetic."
+                        if ratio > about_one[1] else
+                        f"{ratio:.1f} of a forward's time, less than the forward it runs again: on this machine the "
+                        "timer's noise is as large as the difference."))
     conclusions = (f"recomputation keeps {share:.1%} of a layer's activations",
                    "the measured bytes are the count's" + ("" if extra == 0 else " plus what it leaves out"
                                                            if extra == count["uncounted"] else " give or take"))
