@@ -190,3 +190,15 @@ def test_the_figures_say_what_they_show(measured):
     assert figures["measured here"].data[-1].name.startswith("the paper: 10 s b h")
     ulysses = figures["counted "]
     assert len(ulysses.data[1].x) == 5 and ulysses.layout.yaxis.type == "log"  # no point where it cannot run
+
+
+def test_the_reference_lines_on_log_axes_are_labelled_at_their_value():
+    import math
+
+    from ringlab.viz import sequence as V
+
+    hiding = V.hiding_bars(balance.hiding_rows(), block=16384)
+    assert hiding.layout.annotations[0].y == pytest.approx(math.log10(16384))
+    rows = sequence.ulysses_rows()
+    ulysses = V.ulysses_bytes_chart(rows)
+    assert ulysses.layout.annotations[0].y == pytest.approx(math.log10(rows[0]["bound"] / 2**20))

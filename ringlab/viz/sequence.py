@@ -70,6 +70,7 @@ def ulysses_bytes_chart(rows: list[dict]) -> go.Figure:
     able = [r for r in rows if r["ulysses"] is not None]
     fig.add_scatter(x=[r["ranks"] for r in able], y=[r["ulysses"] / 2**20 for r in able], mode="lines+markers",
                     name="Ulysses: two all-to-alls", marker_color=qualitative.Plotly[1])
+    fig.update_yaxes(type="log")  # before the line: its label lands at log10 of its value
     reference_line(fig, rows[0]["bound"] / 2**20, "4 s0 h b: Ulysses' limit", line_color="grey")
     per_rank = rows[0]["tokens"] // rows[0]["ranks"]
     fig.update_layout(title=f"counted: bytes a rank sends in one attention's forward, {per_rank} tokens a rank "
@@ -109,6 +110,7 @@ def hiding_bars(rows: list[dict], block: int | None = None) -> go.Figure:
     fig.add_bar(x=links, y=[r["tokens"] for r in rows], name="no mask", marker_color=qualitative.Plotly[0])
     fig.add_bar(x=links, y=[r["tokens_causal_zigzag"] for r in rows], name="causal zigzag blocks (half masked)",
                 marker_color=qualitative.Plotly[1])
+    fig.update_yaxes(type="log")  # before the line: its label lands at log10 of its value
     if block is not None:
         reference_line(fig, block, f"a block of this sequence: {block:,} tokens", line_color="black")
     fig.update_layout(barmode="group", title=f"published peaks: the block at which compute hides the transfer "
