@@ -46,21 +46,19 @@ def kept_by_layer(stack, x, recompute: bool) -> list[int]:
     import torch
 
     parameters = {p.untyped_storage().data_ptr() for p in stack.parameters()}
-    seen, sizes, current = set(), [0] * len(stack), [0]
+    seen, sizes = set(), [0] * len(stack)
+    layer = 0  # the layer running now: its forward's saved tensors are counted to it
 
     def pack(tensor):
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in parameters and storage.data_ptr() not in seen:
             seen.add(storage.data_ptr())
-            sizes[current[0]] += storage.nbytes()
+            sizes[layer] += storage.nbytes()
         return tensor
 
-    from torch.utils.checkpoint import checkpoint
-
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        for i, layer in enumerate(stack):
-            current[0] = i
-            x = checkpoint(layer, x, use_reentrant=False) if recompute else layer(x)
+        for layer in range(len(stack)):
+            x = _forward(stack[layer:layer + 1], x, recompute)
     return sizes
 
 
