@@ -202,3 +202,21 @@ def test_the_reference_lines_on_log_axes_are_labelled_at_their_value():
     rows = sequence.ulysses_rows()
     ulysses = V.ulysses_bytes_chart(rows)
     assert ulysses.layout.annotations[0].y == pytest.approx(math.log10(rows[0]["bound"] / 2**20))
+
+
+def test_the_work_measured_on_the_ranks_joins_its_rows_and_the_words_follow_it():
+    from ringlab.viz import sequence as V
+
+    work = {"contiguous": {"scores": [65536, 131072, 196608, 262144], "difference": 2e-15},
+            "zigzag": {"scores": [147456] * 4, "difference": 1e-15}}
+    rows = balance.causal_rows(measured={"ranks": 4, "sequence": 1024, "work": work})
+    by = {(r["ranks"], r["layout"]): r for r in rows}
+    assert by[(4, "contiguous")]["measured"] == [4.0, 8.0, 12.0, 16.0] and "measured" not in by[(8, "zigzag")]
+    agree = balance.balance_lesson(rows)
+    assert "zigzag [9.0, 9.0, 9.0, 9.0], what the simulation computed, and equal to full attention" in agree.text
+    uneven = dict(work, zigzag={"scores": [147456, 147456, 131072, 147456], "difference": 1e-2})
+    off = balance.balance_lesson(balance.causal_rows(measured={"ranks": 4, "sequence": 1024, "work": uneven}))
+    assert "not what the simulation computed, and a layout differs from full attention" in off.text
+    fig = V.causal_work_bars(rows)
+    assert fig.layout.title.text.startswith("counted and measured here:") and len(fig.data) == 6
+    assert balance.causal_rows(measured={"ranks": 4, "sequence": 1024, "work": {}})[0].get("measured") is None

@@ -325,12 +325,13 @@ print(attention_lesson(ring_attention))
 # and one late: the [zigzag](glossary.md#zigzag-layout) layout of Megatron-Core's context parallelism (Striped Attention, Brandon et
 # al. 2023, strides single tokens instead). `causal_work(n, layout)` counts each rank's unmasked blocks of the
 # (2n x 2n) grid of chunks; `simulate_ring_attention` runs the same ring in this process (no MPI) and counts the
-# scores each rank computed, shown as marks over the counted bars, each layout checked against full attention.
+# scores each rank computed, shown as dashes over the counted bars, each layout checked against full attention. At
+# n = 4 the crosses are `RingAttention.work`, measured on the four MPI ranks above in both layouts.
 
 # %%
 from ringlab.lessons.lab09_model_parallelism.balance import balance_lesson, causal_rows
 
-balance = causal_rows()
+balance = causal_rows(ranks=(4, 8), measured=ring_attention)
 print(balance_lesson(balance))
 causal_work_bars(balance)
 

@@ -94,9 +94,20 @@ def causal_work_bars(rows: list[dict]) -> go.Figure:
         fig.add_scatter(x=x, y=[c for r in mine for c in r["computed"]], mode="markers", offsetgroup=layout,
                         name=f"{layout}: blocks the simulated ring computed",
                         marker=dict(symbol="line-ew-open", size=14, color=qualitative.Plotly[i], line=dict(width=3)))
+        timed = [r for r in mine if "measured" in r]
+        if timed:
+            fig.add_scatter(x=[[f"n = {r['ranks']}" for r in timed for _ in r["measured"]],
+                               [f"rank {k}" for r in timed for k in range(len(r["measured"]))]],
+                            y=[w for r in timed for w in r["measured"]], mode="markers", offsetgroup=layout,
+                            name=f"{layout}: RingAttention.work measured on the MPI ranks",
+                            marker=dict(symbol="x-thin-open", size=10, color="black", line=dict(width=2)))
+    measured = any("measured" in r for r in rows)
     fig.update_layout(barmode="group", scattermode="group",
-                      title="counted: causal attention's work per rank, contiguous blocks against zigzag chunks<br>"
-                            "<sup>blocks of the 2n-chunk grid; the marks are what the simulated ring computed</sup>",
+                      title=("counted and measured here" if measured else "counted")
+                            + ": causal attention's work per rank, contiguous blocks against zigzag chunks<br>"
+                            "<sup>blocks of the 2n-chunk grid; the dashes are what the simulated ring computed"
+                            + ("; the crosses RingAttention.work measured on the MPI ranks" if measured else "")
+                            + "</sup>",
                       yaxis_title="score blocks (a chunk x a chunk)", xaxis_title="ranks and rank",
                       legend=LEGEND_BELOW, margin=dict(t=80))
     return fig

@@ -48,11 +48,30 @@ def measure_ring_attention(comm=None, repeats: int = 1, causal: bool = True) -> 
             times.append(MPI.Wtime() - start)
         seconds.setdefault(overlap, []).extend(times)
     block = 2 * HEADS * TOKENS * DIM * 8  # a key and a value block
+    work = _work_by_layout(comm, ring, q, k, v) if causal else {}
     ring.close()
-    return {"ranks": n, "difference": difference, "causal": causal, "block_bytes": block,
+    return {"ranks": n, "difference": difference, "causal": causal, "block_bytes": block, "work": work,
             "passed_bytes": (n - 1) * block, "sequence": TOKENS * n, "cores": cores(),
             "overlapped_s": statistics.median(seconds[True]), "serial_s": statistics.median(seconds[False]),
             "compute_s": statistics.median(seconds["compute"])}
+
+
+def _work_by_layout(comm, ring, q, k, v) -> dict:
+    """Causal ring attention once in each layout: the scores each rank computed (``RingAttention.work``), gathered
+    on every rank, and the layout's largest relative difference from full attention."""
+    from mpi4py import MPI
+
+    from ...train.attention import LAYOUTS, attention, shard
+
+    n, rank = comm.Get_size(), comm.Get_rank()
+    full = attention(q, k, v, causal=True)
+    work = {}
+    for layout in LAYOUTS:
+        out = ring(*(shard(a, n, rank, layout) for a in (q, k, v)), causal=True, layout=layout)
+        want = shard(full, n, rank, layout)
+        difference = comm.allreduce(float(np.abs(out - want).max() / np.abs(want).max()), op=MPI.MAX)
+        work[layout] = {"scores": comm.allgather(ring.work), "difference": difference}
+    return work
 
 
 def _compute_alone(q, k, v, rank: int, n: int, causal: bool):

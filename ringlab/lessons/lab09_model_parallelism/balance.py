@@ -14,9 +14,11 @@ CHUNK, DIM = 4, 4  # tokens a chunk of the 2n grid, head width: small, the work 
 BALANCED = 1.05  # the busiest rank within 5% of the mean: balanced
 
 
-def causal_rows(ranks=RANKS) -> list[dict]:
+def causal_rows(ranks=RANKS, measured: dict | None = None) -> list[dict]:
     """For each n and layout: ``causal_work``'s unmasked blocks of the 2n grid per rank, and the blocks the
-    simulated ring computed (its scores over a chunk's square), with its largest difference from full attention."""
+    simulated ring computed (its scores over a chunk's square), with its largest difference from full attention.
+    ``measured``: ``measure_ring_attention``'s result, whose ``RingAttention.work`` on the MPI ranks joins the rows
+    of its n as blocks too."""
     from ...train.attention import attention, causal_work, simulate_ring_attention
 
     rows = []
@@ -29,6 +31,10 @@ def causal_rows(ranks=RANKS) -> list[dict]:
             rows.append({"ranks": n, "layout": layout, "counted": causal_work(n, layout),
                          "computed": [w / CHUNK**2 for w in work],
                          "difference": float(np.abs(out - full).max() / np.abs(full).max())})
+            if measured and measured.get("work") and measured["ranks"] == n:
+                chunk = measured["sequence"] // (2 * n)
+                rows[-1]["measured"] = [w / chunk**2 for w in measured["work"][layout]["scores"]]
+                rows[-1]["measured_difference"] = measured["work"][layout]["difference"]
     return rows
 
 
@@ -61,6 +67,16 @@ def balance_lesson(rows: list[dict]) -> Finding:
             "half too." if extra[0]["layout"] == "contiguous" else ", and more than counted elsewhere.")
     else:
         said[-1] += "; the simulated ring computed exactly the counted blocks."
+    timed = [r for r in rows if "measured" in r]
+    if timed:
+        n = timed[0]["ranks"]
+        agree = all(r["measured"] == r["computed"] for r in timed)
+        exact = all(r["measured_difference"] < 1e-9 for r in timed)
+        said.append(f"Measured on the {n} MPI ranks (RingAttention.work, in the same blocks): "
+                    + "; ".join(f"{r['layout']} {[round(w, 2) for w in r['measured']]}" for r in timed)
+                    + (", what the simulation computed" if agree else ", not what the simulation computed")
+                    + (", and equal to full attention in both layouts." if exact else
+                       ", and a layout differs from full attention."))
     return Finding(" ".join(said), tuple(conclusions))
 
 
