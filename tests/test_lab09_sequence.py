@@ -220,3 +220,26 @@ def test_the_work_measured_on_the_ranks_joins_its_rows_and_the_words_follow_it()
     fig = V.causal_work_bars(rows)
     assert fig.layout.title.text.startswith("counted and measured here:") and len(fig.data) == 6
     assert balance.causal_rows(measured={"ranks": 4, "sequence": 1024, "work": {}})[0].get("measured") is None
+
+
+@pytest.mark.timeout(200)
+def test_ring_attention_work_is_measured_in_both_layouts_on_real_ranks(tmp_path):
+    import json
+
+    from ringlab.cluster.launch import run_mpi
+    from ringlab.lessons.lab09_model_parallelism.attention import TOKENS
+
+    script = tmp_path / "work.py"
+    script.write_text("import json\nfrom mpi4py import MPI\n"
+                      "from ringlab.lessons.lab09_model_parallelism.attention import measure_ring_attention\n"
+                      "result = measure_ring_attention()\n"
+                      "if MPI.COMM_WORLD.Get_rank() == 0:\n    print(json.dumps(result['work']))\n")
+    done = run_mpi(4, [str(script)], timeout=150, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    work = json.loads(done.stdout.strip().splitlines()[-1])
+    assert work["contiguous"]["scores"] == [(r + 1) * TOKENS**2 for r in range(4)]  # the diagonal block whole
+    assert work["zigzag"]["scores"] == [9 * (TOKENS // 2) ** 2] * 4  # 2n + 1 chunk tiles on every rank
+    assert all(work[layout]["difference"] < 1e-9 for layout in work)
+    rows = balance.causal_rows(ranks=(4,), measured={"ranks": 4, "sequence": 4 * TOKENS, "work": work})
+    assert [r["measured"] for r in rows] == [[4.0 * (r + 1) for r in range(4)], [9.0] * 4]
+    assert [r["measured"] for r in rows] == [r["computed"] for r in rows]  # what the simulated ring computed
