@@ -149,6 +149,8 @@ print(megatron_lesson(megatron))
 # rank gets the whole sequence back); backward swaps them. A ring allreduce *is* a reduce-scatter then an
 # all-gather (lab 03), so the bytes stay the same. Megatron also keeps only its s/t of a column-parallel layer's
 # input and gathers it again in backward: one more all-gather, which it overlaps with the gradient's computation.
+# (The LayerNorms' weights, held whole on every rank, then see only a rank's own tokens: their gradients are summed
+# over the ranks once a step, a small allreduce left out of the bytes below.)
 #
 # `rl.train.sequence.ParallelLayer` splits a whole pre-norm transformer layer (`TransformerLayer`) either way.
 # `SimulatedRanks(t)` runs it on t ranks that are threads of this kernel (ringlab's simulator does each collective:
