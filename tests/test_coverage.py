@@ -70,6 +70,8 @@ KEY_TERMS = {
     "`CUDA_VISIBLE_DEVICES`, local ranks and the link each ring edge uses": ["CUDA_VISIBLE_DEVICES", "rank_links"],
     "sharded data parallelism: ZeRO stages 1-3 and FSDP, what each rank holds and sends":
         ["ZeroOptimizer", "measure_sharding"],
+    "activation memory and full recomputation: measured layer by layer against Korthikanti et al.'s count, the extra "
+    "forward timed, and the planner's Llama 3 70B": ["measure_recompute", "recompute"],
     "tensor parallelism: column- and row-parallel layers, an allreduce of activations in every block":
         ["split_mlp", "column-parallel"],
     "a device mesh: the tensor dimension on a node's fast links, the data dimension across nodes":

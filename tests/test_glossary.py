@@ -14,7 +14,7 @@ TERMS = {"algbw": "algbw", "busbw": "busbw", "alpha-beta": "alpha-beta", "rhd": 
          "tensor parallelism": "tensor parallelism", "device mesh": "device mesh", "all-to-all": "all-to-all",
          "mixture of experts": "mixture of experts", "ring attention": "ring attention", "PAT": "PAT", "MFU": "MFU",
          "sequence parallelism": "sequence parallelism", "Ulysses": "Ulysses", "zigzag": "zigzag layout",
-         "zero-bubble": "zero-bubble pipeline"}
+         "zero-bubble": "zero-bubble pipeline", "recomputation": "activation recomputation"}
 
 
 def slug(heading: str) -> str:

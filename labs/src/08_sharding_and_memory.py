@@ -3,7 +3,7 @@
 #
 # **What you'll do:** count where the memory of a training step goes, and work out from the [ZeRO](glossary.md#zero)
 # paper's formulas how few GPUs a model needs; measure what a small transformer keeps for its backward pass, layer by
-# layer, with and without recomputation; shard a model's optimizer state, gradients and parameters over MPI ranks
+# layer, with and without [recomputation](glossary.md#activation-recomputation); shard a model's optimizer state, gradients and parameters over MPI ranks
 # with ringlab's own reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md#fsdp)'s full sharding); measure what
 # each rank then holds and sends, and derive from it what stage 3 sends on other machines; and predict, for a
 # 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays.
