@@ -28,7 +28,9 @@ What is hidden and what is exposed, as Megatron-LM overlaps by default:
   distributed optimizer) parameters gathered while the first forward runs; ZeRO-3 (FSDP) gathers every layer's
   weights each micro-batch, forward and backward, hidden behind that micro-batch's compute;
 - pipeline stages: the bubble of 1F1B, ``(pp - 1) / (vp x m)`` of the compute with ``m`` micro-batches and ``vp``
-  virtual stages (interleaved), and the sends of its fill and drain.
+  virtual stages (interleaved), and the sends of its fill and drain; ``schedule=`` "gpipe" (the same bubble, all
+  ``m`` micro-batches held) or "zero-bubble" (ZB-H1: about a third of 1F1B's bubble, 1F1B's memory), the closed forms
+  of :mod:`ringlab.predict.schedules`, which builds each schedule from its dependencies.
 
 Memory per GPU, as Megatron-LM's distributed optimizer documents it (docs/source/api-guide/dist_optimizer.md):
 bf16 weights (2 bytes), fp32 gradients (4) and fp32 master weights with Adam's two moments (12); ZeRO 1 shards the
@@ -37,8 +39,9 @@ optimizer over the data-parallel group, 2 the gradients too, 3 the weights too. 
 for as many micro-batches as the first pipeline stage holds (``pp``, more when interleaved), and the fp32 logits of
 the loss; ``recompute="full"`` keeps each layer's input only and runs the forward again in the backward.
 
-Left out, and said: zero-bubble schedules, tensor-parallel communication overlapped with GEMMs, expert load
-imbalance, the memory allocator's fragmentation, data loading, and NICs shared by different parallelisms at once.
+Left out, and said: zero-bubble schedules other than ZB-H1 (ZB-H2, ZB-V), tensor-parallel communication overlapped
+with GEMMs, expert load imbalance, the memory allocator's fragmentation, data loading, and NICs shared by different
+parallelisms at once.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from functools import lru_cache
 from importlib import resources
 
 from ..predict.nccl import predict_nccl
+from ..predict.schedules import SCHEDULES, bubble_over_ideal, peak_in_flight
 from ..topology.graph import GB
 from ..topology.machines import GPUS, cluster
 from .transformer import ACT_BYTES, Transformer
@@ -247,7 +251,8 @@ class Plan:
         L = self.layout
         parts = [f"{k}={L[k]}" for k in ("tp", "pp", "cp", "ep", "vp", "dp") if L[k] > 1 or k == "dp"]
         return " ".join(parts) + f" zero={L['zero']} mb={L['micro_batch']}" + (
-            f" recompute={L['recompute']}" if L["recompute"] else "")
+            f" recompute={L['recompute']}" if L["recompute"] else "") + (
+            f" schedule={L['schedule']}" if L.get("schedule", "1f1b") not in ("1f1b", "interleaved") else "")
 
     def to_dict(self) -> dict:
         return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
@@ -352,7 +357,7 @@ def _where(topo) -> str:
 
 def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vp: int = 1, zero: int = 0,
          micro_batch: int = 1, global_batch: int, seq: int, precision: str = "bf16",
-         recompute: str | None = None, attention: str = "flash") -> Plan:
+         recompute: str | None = None, attention: str = "flash", schedule: str = "1f1b") -> Plan:
     """Plan one training step of ``model`` (a :class:`Transformer` or a preset's name) on ``topology`` (from
     ``rl.topology.cluster``): ``tp`` tensor (with sequence parallelism), ``pp`` pipeline (1F1B; ``vp`` virtual
     stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
@@ -361,7 +366,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     (the attention scores recomputed in the backward instead of stored; FlashAttention always does, so with it
     this changes nothing) or "full" (each layer's forward run again). ``attention``: "flash" (FlashAttention: the
     score matrix never reaches memory, the masked half of a causal mask skipped) or "unfused" (as before 2022:
-    the scores written, softmaxed and dropped out in memory, every one computed).
+    the scores written, softmaxed and dropped out in memory, every one computed). ``schedule``: the pipeline's,
+    "1f1b" (interleaved when ``vp`` > 1), "interleaved" (the same, said outright: needs ``vp`` > 1), "gpipe" or
+    "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`.
 
     Returns a :class:`Plan` (``.fits``, ``.memory``, ``.time``, ``.step_seconds``, ``.tokens_per_second_per_gpu``,
     ``.mfu``): a prediction from published figures, never a measurement."""
@@ -388,6 +395,12 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         raise ValueError(f"pp x vp = {pp} x {vp} stages, more than the model's {model.layers} layers")
     if vp > 1 and pp == 1:
         raise ValueError("vp (virtual pipeline stages) needs pp > 1")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown pipeline schedule {schedule!r}; known: {', '.join(SCHEDULES)}")
+    if schedule == "interleaved" and vp == 1:
+        raise ValueError("schedule='interleaved' needs vp > 1 virtual stages a GPU")
+    if schedule in ("gpipe", "zero-bubble") and vp > 1:
+        raise ValueError(f"schedule={schedule!r} runs one stage a GPU: vp must be 1, got {vp}")
     if ep > 1 and not model.moe:
         raise ValueError(f"ep={ep}, but the model has no experts")
     if model.experts % ep or dp * cp % ep:
@@ -424,7 +437,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     scores = model.heads * seq           # score elements a query has in one layer, all heads, over every key
     stored = model.activation_bytes_per_token() + (0 if flash or selective else SCORE_STORED * scores)
     per_layer = (2 * ACT_BYTES * h if full else stored) * tokens_mb / tp
-    in_flight = 1 if pp == 1 else pp * (1 + (pp - 1) / (pp * vp)) if vp > 1 else pp
+    pipeline_schedule = "interleaved" if vp > 1 else schedule  # 1F1B with virtual stages is interleaved (Megatron-LM)
+    in_flight = 1 if pp == 1 else peak_in_flight(pipeline_schedule, pp, micro if schedule == "gpipe" else None, vp)
     logits = LOGIT_BYTES * tokens_mb * model.vocab / tp
     activations = max(in_flight * L_stage * per_layer + (logits if pp == 1 else 0), L_stage * per_layer + logits)
     if full:  # the layer being recomputed holds its whole activations again
@@ -497,7 +511,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         topo = group_topology(topology, 2, tp * cp * dp)
         boundary = full_tensor / tp
         add("pp", "sendrecv", boundary, topo, 2 * (pp - 1) * vp)
-        time["bubble"] = compute * (pp - 1) / (vp * micro)
+        time["bubble"] = compute * bubble_over_ideal(pipeline_schedule, pp, micro, chunks=vp, forward=fwd_share,
+                                                     backward=1 - fwd_share, weight=fwd_share)  # W: a forward's matmuls
     if dp * cp > 1:
         topo = group_topology(topology, dp * cp, tp)
         params = dense + (experts if ep == 1 else 0)  # with ep > 1, experts are reduced over their own group below
@@ -535,7 +550,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     return Plan(model, topology.name, m.gpu, gpus,
                 {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": vp, "dp": dp, "zero": zero, "micro_batch": micro_batch,
                  "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
-                 "attention": attention,
+                 "attention": attention, "schedule": schedule,
                  "micro_batches": micro},
                 memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes)
 
