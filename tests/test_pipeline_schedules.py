@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import ringlab as rl
 from ringlab.predict.pipeline import gpipe_schedule
 from ringlab.predict.schedules import (BACKWARD, FORWARD, WEIGHT, Pass, ScheduleError, Timeline, bubble_fraction,
                                        bubble_over_ideal, check, dependencies, gpipe_order, interleaved_order,
@@ -219,3 +220,53 @@ def test_the_figure_has_labelled_axes_and_one_trace_a_block_kind(name, v, kinds)
 def test_the_figure_refuses_what_is_not_a_timeline():
     with pytest.raises(TypeError, match="draws a Timeline"):
         schedule_chart(gpipe_schedule(2, 2))
+
+
+# -- the planner takes its pipeline facts from here ---------------------------------------------------------------
+H100x4 = rl.topology.cluster("h100", nodes=4)  # 32 GPUs: tp=8 x pp=4, one data-parallel rank
+LAYOUT = dict(tp=8, pp=4, zero=1, global_batch=64, seq=4096)  # 64 micro-batches a step
+
+
+def test_the_planner_s_bubble_and_activations_are_this_module_s_closed_forms():
+    for vp, name in ((1, "1f1b"), (2, "interleaved")):
+        p = rl.plan("llama3-70b", H100x4, vp=vp, **LAYOUT)
+        m = p.layout["micro_batches"]
+        assert m == 64 and p.layout["schedule"] == "1f1b"
+        assert p.time["bubble"] == pytest.approx(p.time["compute"] * bubble_over_ideal(name, 4, m, chunks=vp))
+        assert p.time["bubble"] == pytest.approx(p.time["compute"] * 3 / (vp * m))  # (pp - 1) / (vp m)
+        said = rl.plan("llama3-70b", H100x4, vp=vp, schedule=name, **LAYOUT)
+        assert said.time == p.time and said.memory == p.memory  # "interleaved" is 1F1B with vp > 1, said outright
+    one, two = rl.plan("llama3-70b", H100x4, **LAYOUT), rl.plan("llama3-70b", H100x4, vp=2, **LAYOUT)
+    held = (two.memory["activations"] / one.memory["activations"])  # p + (p-1)/v against p micro-batches
+    assert held == pytest.approx(peak_in_flight("interleaved", 4, chunks=2) / peak_in_flight("1f1b", 4))
+
+
+def test_zero_bubble_in_the_planner_is_a_third_of_1f1bs_bubble_at_1f1bs_memory():
+    one = rl.plan("llama3-70b", H100x4, **LAYOUT)
+    zb = rl.plan("llama3-70b", H100x4, schedule="zero-bubble", **LAYOUT)
+    assert zb.time["bubble"] == pytest.approx(one.time["bubble"] / 3)  # F = W = a third of a micro-batch's compute
+    assert zb.memory == one.memory and zb.step_seconds < one.step_seconds
+    assert {k: v for k, v in zb.time.items() if k != "bubble"} == {k: v for k, v in one.time.items() if k != "bubble"}
+    assert "schedule=zero-bubble" in zb.layout_str() and "schedule" not in one.layout_str()
+    full = rl.plan("llama3-70b", H100x4, schedule="zero-bubble", recompute="full", **LAYOUT)
+    m = full.layout["micro_batches"]  # B carries the recomputed forward: (p-1)(F + B - W) = (p-1) x 2 quarters
+    assert full.time["bubble"] == pytest.approx(full.time["compute"] * 3 * (2 / 4) / m)
+
+
+def test_gpipe_in_the_planner_has_1f1bs_time_and_holds_every_micro_batch():
+    kw = dict(LAYOUT, global_batch=8)  # 8 micro-batches, 4 stages
+    one = rl.plan("llama3-70b", H100x4, **kw)
+    gpipe = rl.plan("llama3-70b", H100x4, schedule="gpipe", **kw)
+    assert gpipe.time == one.time
+    assert gpipe.memory["activations"] > one.memory["activations"] * 1.9  # 8 micro-batches held, not 4
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"schedule": "pipedream"}, "unknown pipeline schedule 'pipedream'"),
+    ({"schedule": "interleaved"}, "needs vp > 1"),
+    ({"schedule": "zero-bubble", "vp": 2}, "vp must be 1"),
+    ({"schedule": "gpipe", "vp": 2}, "vp must be 1"),
+    ({"schedule": "zero-bubble", "global_batch": 2}, "at least as many micro-batches as stages")])
+def test_the_planner_refuses_a_schedule_it_cannot_run(kw, message):
+    with pytest.raises(ValueError, match=message):
+        rl.plan("llama3-70b", H100x4, **dict(LAYOUT, **kw))
