@@ -84,11 +84,11 @@ def test_memory_is_weights_gradients_and_adam_sharded_as_zero_says():
 
 
 def test_tensor_parallelism_divides_activations_and_context_parallelism_the_sequence():
-    base = dict(global_batch=32, seq=8192)
+    base = dict(global_batch=256, seq=8192)  # at least pp micro-batches in every layout: the first stage holds pp
     one = rl.plan("llama3-70b", H100x32, tp=1, pp=8, zero=1, **base).memory["activations"]
     eight = rl.plan("llama3-70b", H100x32, tp=8, pp=8, zero=1, **base).memory["activations"]
     assert eight == pytest.approx(one / 8, rel=0.01)
-    cp2 = rl.plan("llama3-70b", H100x32, tp=8, pp=8, cp=2, zero=1, global_batch=16, seq=8192).memory["activations"]
+    cp2 = rl.plan("llama3-70b", H100x32, tp=8, pp=8, cp=2, zero=1, **base).memory["activations"]
     assert cp2 == pytest.approx(eight / 2, rel=0.01)
 
 
@@ -335,3 +335,10 @@ def test_expert_parallelism_shards_the_experts_and_sends_tokens_both_ways():
     assert a2a[0].nbytes == 2 * 4096 * 2 * 4096                           # a micro-batch's tokens, top 2, bf16
     with pytest.raises(ValueError, match="ep=3 must divide the 8 experts"):
         rl.plan(model, machine, ep=3, global_batch=128, seq=4096)
+
+
+def test_a_pipeline_holds_no_more_micro_batches_than_a_step_has():
+    few = rl.plan("llama3-70b", H100x32, tp=8, pp=8, zero=1, global_batch=8, seq=4096)     # dp 4: 2 micro-batches
+    many = rl.plan("llama3-70b", H100x32, tp=8, pp=8, zero=1, global_batch=64, seq=4096)   # 16 micro-batches
+    assert few.layout["micro_batches"] == 2 and many.layout["micro_batches"] == 16
+    assert few.memory["activations"] < many.memory["activations"]

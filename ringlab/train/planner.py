@@ -438,7 +438,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     stored = model.activation_bytes_per_token() + (0 if flash or selective else SCORE_STORED * scores)
     per_layer = (2 * ACT_BYTES * h if full else stored) * tokens_mb / tp
     pipeline_schedule = "interleaved" if vp > 1 else schedule  # 1F1B with virtual stages is interleaved (Megatron-LM)
-    in_flight = 1 if pp == 1 else peak_in_flight(pipeline_schedule, pp, micro if schedule == "gpipe" else None, vp)
+    in_flight = 1 if pp == 1 else peak_in_flight(pipeline_schedule, pp, micro, vp)  # never more than there are
     logits = LOGIT_BYTES * tokens_mb * model.vocab / tp
     activations = max(in_flight * L_stage * per_layer + (logits if pp == 1 else 0), L_stage * per_layer + logits)
     if full:  # the layer being recomputed holds its whole activations again
