@@ -162,7 +162,10 @@ def test_optimizer_against_ddp_times_both_on_the_same_ranks_and_prints_the_ratio
     assert [int(r[0].replace(",", "")) for r in rows] == [20003, 99695]  # the widths nearest 0.02 M and 0.1 M
     for r in rows:
         ours, ddp, ratio = float(r[1]), float(r[2]), float(r[3])
-        assert ours > 0 and ddp > 0 and ratio == pytest.approx(ours / ddp, abs=0.01)
+        assert ours > 0 and ddp > 0
+        # the ratio is of the unrounded times: it lies between the printed times' extremes (each +-0.005), +-0.005
+        low, high = (ours - 0.005) / (ddp + 0.005), (ours + 0.005) / max(ddp - 0.005, 1e-9)
+        assert low - 0.005 <= ratio <= high + 0.005, (ours, ddp, ratio)
     goal = next(line for line in done.stdout.splitlines() if line.startswith("# goal (issue 49)"))
     worst = max(float(r[3]) for r in rows)  # the verdict is the table's worst ratio against 0.8
     assert f"worst here {worst:.2f}x: " + ("met" if worst <= 0.8 else "NOT met") in goal

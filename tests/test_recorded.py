@@ -117,7 +117,7 @@ def test_committed_results_are_gpu_results_with_their_metadata():
 def test_doctor_lists_the_labs_that_exist():
     notebooks = sorted(p.stem for p in LABS.glob("[0-9][0-9]_*.ipynb"))
     assert [title[:2] for title, _, _ in DOCTOR_LABS] == [name[:2] for name in notebooks]
-    assert len(notebooks) == 9
+    assert len(notebooks) == 12
 
 
 CHECKS = [

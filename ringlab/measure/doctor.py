@@ -17,7 +17,10 @@ LAB_PLANS = [  # (lab, what it needs, what it does)
     ("05 Scaling", "mpi", "sizes and ranks, fitted alpha and beta, predictions"),
     ("06 Data-parallel training", "torch", "ringlab's allreduce, a parameter server and DDP"),
     ("07 When it hangs or crawls", "mpi", "a missing rank, a straggler's trace, NCCL's settings, ranks to GPUs"),
-    ("08 Beyond data parallelism", "torch", "ZeRO, tensor and expert parallelism, ring attention, NCCL's choice"),
+    ("08 Sharding and memory", "torch", "ZeRO 1-3 on MPI ranks, activation memory and recomputation"),
+    ("09 Model parallelism", "torch", "tensor, sequence and expert parallelism, ring attention, pipelines"),
+    ("10 Inside NCCL", "mpi", "NCCL's choice and channels, PAT, one-shot and two-shot allreduce"),
+    ("11 Plan a real training run", "nothing", "memory, step time and collectives of a run, predicted"),
 ]
 
 
@@ -106,6 +109,8 @@ def report() -> list[str]:
                     + ("; show the recorded GPU results" if recorded else "; no recorded GPU results to show yet"))
         elif needs == "torch":
             plan = "train for real on MPI ranks" if torch_version and mpi_ok else "cannot run: needs torch and MPI"
+        elif needs == "nothing":
+            plan = "runs anywhere: predictions from published figures"
         else:
             plan = "measure on MPI ranks" + (" (and on the GPU)" if gpus else "") if mpi_ok else "cannot run: no MPI"
         if title.startswith("05") or title.startswith("06"):
