@@ -16,6 +16,7 @@ What to check on a GPU machine (NCCL's settings, P2P, links) is in :mod:`ringlab
 """
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import sys
@@ -82,7 +83,11 @@ def _on_rank(mode: str, folder: str) -> None:
     rank = comm.Get_rank()
 
     def say(text: str) -> None:
-        Path(folder, f"rank-{rank}.txt").write_text(text + "\n")
+        # written whole, then renamed into place: rank 0 ends the job as soon as it counts every rank's file, and a
+        # file it counts while it is still being written would be read empty
+        part = Path(folder, f".rank-{rank}.part")
+        part.write_text(text + "\n")
+        os.replace(part, Path(folder, f"rank-{rank}.txt"))
 
     if mode == "sizes":
         try:
