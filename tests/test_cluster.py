@@ -137,6 +137,22 @@ def test_a_mistake_every_rank_makes_alike_keeps_the_ranks_and_a_restart_replays_
     assert "again 10" in said(7) and "again 11" in said(7)
 
 
+@pytest.mark.timeout(300)
+def test_every_rank_keeps_its_line_when_streaming_starts_after_the_ranks_printed():
+    """On a busy machine every rank can print before the notebook starts streaming the cell's output. ipyparallel
+    then published each rank's early output under one shared display id, so rank 2's line replaced rank 0's and
+    rank 1's (seen in CI as '[stdout:1] still 11' alone). Here the client is held back until all output is in."""
+    late = ("import ipyparallel.client.asyncresult as A\n_stream = A.AsyncResult.stream_output\n"
+            "def late(self):\n    self.wait_for_output(30)\n    return _stream(self)\n"
+            "A.AsyncResult.stream_output = late")
+    said = _run_notebook(["from ringlab.lab.cluster import MPICluster\nranks = MPICluster(3).start()", late,
+                          "%%px\nfrom mpi4py import MPI\nprint('rank', MPI.COMM_WORLD.Get_rank(), 'here')",
+                          "%%px\nimport sys\nprint('first', flush=True)\nprint('second')", "ranks.stop()"])
+    for rank in range(3):
+        assert f"[stdout:{rank}] rank {rank} here" in said(2), said(2)
+    assert said(3).count("first") == 3 and said(3).count("second") == 3, said(3)
+
+
 def _run_notebook(cells: list[str], timeout: int = 120):
     import nbformat
     from nbclient import NotebookClient

@@ -325,6 +325,33 @@ def _no_transient_progress() -> None:
         shell.run_line_magic("pxconfig", f"--progress-after {NEVER:g}")
 
 
+def _every_rank_streams_its_own_output() -> None:
+    """Keep each rank's streamed ``%%px`` output apart, however late streaming starts.
+
+    ipyparallel (8.x to 9.2 at least) streams an engine's output as a display whose id is the engine's request
+    id plus the stream's name. Output that reached the client before streaming began is published first, from a
+    message made up without that request id, so every engine's early output gets the one id ``"-stdout"``: the
+    second engine's display then *replaces* the first's. On a busy machine both ranks can finish ``print`` before
+    the notebook starts streaming, and the cell shows rank 1's line alone (seen in CI: ``[stdout:1] still 11``
+    without rank 0's ``still 10``). Here the made-up message gets its engine's request id, so an early line and
+    the later lines of one engine share one display, and two engines never share one."""
+    try:
+        from ipyparallel.client.asyncresult import AsyncResult
+    except ImportError:
+        return
+    original = getattr(AsyncResult, "_iopub_streaming_output_callback", None)
+    if original is None or getattr(original, "ringlab_keeps_ranks_apart", False):
+        return
+
+    def callback(self, eid, msg_future, msg):
+        if not msg.get("parent_header", {}).get("msg_id"):
+            msg = dict(msg, parent_header={"msg_id": msg_future.msg_id})
+        return original(self, eid, msg_future, msg)
+
+    callback.ringlab_keeps_ranks_apart = True
+    AsyncResult._iopub_streaming_output_callback = callback
+
+
 class MPICluster:
     """``n`` MPI ranks as ipyparallel engines; ``activate=True`` makes ``%%px`` target them.
 
@@ -383,6 +410,7 @@ class MPICluster:
         if self.activate:
             self.view.activate()
             _no_transient_progress()
+            _every_rank_streams_its_own_output()
         _explain_rank_errors_in(self)
         return self
 
