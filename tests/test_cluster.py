@@ -147,7 +147,7 @@ def test_every_rank_keeps_its_line_when_streaming_starts_after_the_ranks_printed
             "A.AsyncResult.stream_output = late")
     said = _run_notebook(["from ringlab.lab.cluster import MPICluster\nranks = MPICluster(3).start()", late,
                           "%%px\nfrom mpi4py import MPI\nprint('rank', MPI.COMM_WORLD.Get_rank(), 'here')",
-                          "%%px\nimport sys\nprint('first', flush=True)\nprint('second')", "ranks.stop()"])
+                          "%%px\nprint('first', flush=True)\nprint('second')", "ranks.stop()"])
     for rank in range(3):
         assert f"[stdout:{rank}] rank {rank} here" in said(2), said(2)
     assert said(3).count("first") == 3 and said(3).count("second") == 3, said(3)
