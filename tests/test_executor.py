@@ -326,3 +326,14 @@ def test_sources_say_where_the_input_is_read():
     assert root.reduces[0] == (True, False)
     bcast = sources(compile_plan(rl.build("broadcast.chain", 3), 0, 1000, 8), 1000)
     assert bcast.untouched == ((0, 1000),)  # the root lands nothing: its input is copied at the end
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_ranks_printing_at_once_keep_their_lines_whole(unbuffered):
+    """With PYTHONUNBUFFERED set, print wrote a line's text and its newline apart, and mpiexec joined two ranks'
+    lines into one (seen: 'rank 0: ... 1.0 srank 1: ...'); the runner now line-buffers every rank's stdout."""
+    done = run_mpi(3, [str(HERE / "whole_lines.py")], timeout=60, env={"PYTHONUNBUFFERED": unbuffered})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    expected = {f"rank {r}: line {i} " + "x" * 300 for r in range(3) for i in range(200)}
+    assert len(lines) == len(expected) and set(lines) == expected, [x for x in lines if x not in expected][:3]

@@ -94,7 +94,7 @@ def test_calls_bigger_than_the_window_go_in_rounds():
 def test_a_rank_that_never_comes_is_named_within_the_deadline():
     done = run_mpi(3, [SCRIPT, "absent"], timeout=90)
     seen = lines_by_rank(done.stdout)
-    assert sorted(seen) == [0, 1], done.stderr[-3000:]
+    assert sorted(seen) == [0, 1], f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     for rank, text in seen.items():
         assert "did not finish within 1 s: still waiting for rank 2 to leave its data in the shared window" in text
         assert "(call 2 on this communicator)" in text and "[peers [2]]" in text

@@ -5,11 +5,25 @@ and, where there are GPUs, every rank bound to its own (:func:`ringlab.mpi.devic
 The jobs ringlab starts (``-n``, :func:`ringlab.cluster.launch.run_mpi`) run through it, so that even the first
 ringlab call of a job names a rank that never comes; by hand, ``mpiexec -n 4 python -m mpi4py script.py``
 works as well, with that first call's timeout unable to say which rank is missing.
+
+Each rank's stdout and stderr are line-buffered here: a line goes out whole, and at once. mpiexec forwards the
+ranks' output as it comes, so with ``PYTHONUNBUFFERED`` set, ``print`` wrote a line's text and its newline
+separately, and two ranks printing together came out as ``rank 0: ... 1.0 srank 1: ...`` on one line.
 """
 from __future__ import annotations
 
 
+def whole_lines() -> None:
+    """stdout and stderr line-buffered: each line in one write, written when it ends."""
+    import sys
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # (a replaced stream may not have it)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True, write_through=False)
+
+
 def main() -> None:
+    whole_lines()
     from mpi4py import MPI
     from mpi4py.run import main as run
 
