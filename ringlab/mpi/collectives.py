@@ -334,6 +334,7 @@ def _symmetric(state, x, algorithm: str, comm, transport: str, options: dict, in
     raise RuntimeError(f"{what}: the ranks could not meet on the shared window twice in a row")
 
 
+_NO_SIGNATURES: dict = {}  # (never written: what a state without signatures yet reads)
 _LAST: list = [(None, None)]  # (the communicator of the last thin call, ringlab's state for it)
 
 
@@ -343,16 +344,17 @@ def _lane(x, algorithm: str, comm, in_place: bool, out, op: str, timeout):
     for any other: the general way, which makes them)."""
     if not emulate.plain():
         return _MESSAGES
-    if comm is None:
-        comm = _world(None)
     last = _LAST[0]  # one read of one tuple: another thread may replace it meanwhile, never half of it
+    if comm is None:
+        comm = _WORLD[0] if _WORLD else _world(None)
     state = last[1] if last[0] is comm else None
     if state is None or state.freed:
         state = private.state(comm)
         _LAST[0] = (comm, state)
-    found = state.cache.get("symmetric")
-    sig = state.cache.get("signatures", {}).get((algorithm, x.shape, x.dtype, in_place, out is None, op)) if found \
-        else None
+    cache = state.cache
+    found = cache.get("symmetric")
+    sig = cache.get("signatures", _NO_SIGNATURES).get((algorithm, x.shape, x.dtype, in_place, out is None, op)) \
+        if found else None
     if sig is None or (in_place and out is not None):
         return _MESSAGES
     if out is not None:

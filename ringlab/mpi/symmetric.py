@@ -251,23 +251,27 @@ def run(state, window_: Window, sig: Signature, x, out, in_place: bool, what: st
 def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, what: str, limit) -> bool:
     """One round: ``source`` (this rank's piece) in, the piece's reduction out in ``flat``. False when a peer is
     on the message path."""
-    p, me, flags = (tick // ROUNDS + tick) & 1, w.rank, w.flags  # regions alternate, call after call, round
-    last = w.last[p]                                                # after round
+    p = (tick // ROUNDS + tick) & 1  # regions alternate, call after call, round after round
+    flags, others = w.flags, w.others
+    last = w.last[p]
     if last:
-        for q in w.others:  # someone who took part in the round that last used this region still reads it
-            if flags[q][DONE] < last <= flags[q][POSTED]:
+        for q in others:  # someone who took part in the round that last used this region still reads it
+            f = flags[q]
+            if f[DONE] < last <= f[POSTED]:
                 if w.wait(DONE, last, what, state, limit):
                     return False
                 break
-    found = sig.cache.get((p, source.size)) if sig.window is w and w.stamped[p] is not None else None
-    stamp, mine, regions, heads = found if found is not None and w.stamped[p] is found else sig.views(w, p, source.size)
+    found = w.stamped[p]  # this signature's views, when it was the last to write the region's header
+    if found is None or sig.window is not w or found is not sig.cache.get((p, source.size)):
+        found = sig.views(w, p, source.size)
+    stamp, mine, regions, heads = found
     stamp[0] = tick
-    np.copyto(mine, source)
+    mine[...] = source
     w.sync()
-    flags[me][POSTED] = tick
-    w.last[p] = tick
+    mine_flags = flags[w.rank]
+    mine_flags[POSTED] = w.last[p] = tick
     try:
-        for q in w.others:
+        for q in others:
             if flags[q][POSTED] < tick:
                 if w.wait(POSTED, tick, what, state, limit):
                     return False
@@ -278,15 +282,16 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
         for head in heads:          # says: the headers are read anyway)
             if head.tobytes() != expected:
                 _disagree(state, w, p, sig, what, limit)
-        ufunc, n = sig.ufunc, w.size
+        ufunc = sig.ufunc
         if bounds is None:  # one-shot: every region, added up in rank order (the same bits on every rank)
-            if n == 1:
-                np.copyto(flat, regions[0])
-                return True
-            ufunc(regions[0], regions[1], flat)
-            for q in range(2, n):
-                ufunc(flat, regions[q], flat)
+            if len(regions) == 1:
+                flat[...] = regions[0]
+            else:
+                ufunc(regions[0], regions[1], flat)
+                for q in range(2, len(regions)):
+                    ufunc(flat, regions[q], flat)
             return True
+        n, me = w.size, w.rank
         lo, hi = bounds[me], bounds[me + 1]  # two-shot: this rank's chunk of every region
         piece = flat[lo:hi]
         ufunc(regions[0][lo:hi], regions[1][lo:hi], out=piece) if n > 1 else np.copyto(piece, regions[0][lo:hi])
@@ -294,21 +299,21 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
             ufunc(piece, regions[q][lo:hi], out=piece)
         mine[lo:hi] = piece  # only this rank reads its own chunk: the sum may take its place
         w.sync()
-        flags[me][REDUCED] = tick
-        for q in w.others:
+        mine_flags[REDUCED] = tick
+        for q in others:
             if flags[q][REDUCED] < tick:
                 if w.wait(REDUCED, tick, what, state, limit):
                     raise StepTimeout(f"rank {me}: {what}: a peer left the shared window part-way through a call")
                 break
         else:
             w.sync()
-        for q in w.others:
+        for q in others:
             a, b = bounds[q], bounds[q + 1]
             flat[a:b] = regions[q][a:b]
         return True
     finally:
         w.sync()
-        flags[me][DONE] = tick
+        mine_flags[DONE] = tick
 
 
 def _disagree(state, w: Window, p: int, sig: Signature, what: str, limit) -> None:
