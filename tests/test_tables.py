@@ -31,3 +31,23 @@ def test_an_unknown_unit_leaves_the_value_alone():
     out = io.StringIO()
     table([{"x": 1.23456, "n": 7}], {"ratio (x)": "x", "ranks": "n"}, out=out)
     assert out.getvalue().splitlines()[1].split() == ["1.23", "7"]
+
+
+def test_in_a_notebook_a_table_is_html_with_its_text_kept():
+    """JupyterLab wraps printed text wider than the output at any letter; in a kernel the table is HTML, its cells
+    escaped and aligned as the text's, with the printed text as its plain form."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("from ringlab.measure.tables import table\n"
+            "table([{'t': 1.5e-6, 'what': 'a <b> & c'}, {'t': 2.25e-6, 'what': 'd'}], "
+            "{'time (us)': 't', 'what': 'what'})")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)], metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    outputs = NotebookClient(notebook, timeout=60, kernel_name="python3").execute().cells[0].outputs
+    assert [o.output_type for o in outputs] == ["display_data"]
+    data = outputs[0].data
+    assert data["text/plain"].splitlines() == ["# time (us)  what", "       1.50  a <b> & c", "       2.25  d"]
+    page = data["text/html"]
+    assert page.count("<tr>") == 3 and "a &lt;b&gt; &amp; c" in page and "<b>" not in page
+    assert '<td style="text-align: right">1.50</td><td style="text-align: left">a &lt;b&gt; &amp; c</td>' in page

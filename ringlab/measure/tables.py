@@ -4,9 +4,14 @@
 
 Rows keep ringlab's units (seconds, bytes, bytes per second); a header's unit in brackets says how
 a column shows them, so a lab never multiplies by 1e6 or divides by 1e9 itself.
+
+In a notebook the table is an HTML table (the same text kept as its plain form): JupyterLab wraps printed
+text that is wider than the output at any letter ("traffi" / "c", "0." / "006"), while a table's cells keep
+their words and numbers whole and a wide table scrolls.
 """
 from __future__ import annotations
 
+import html
 import numbers
 import re
 import sys
@@ -24,7 +29,6 @@ def table(rows, columns: dict, out=None) -> None:
     numbers right; the header line starts with ``#``, as nccl-tests' does, so that a program can
     read the rows back by skipping the lines that start with ``#``.
     """
-    out = sys.stdout if out is None else out
     specs = [(header, *_spec(header, column)) for header, column in columns.items()]
     cells = [[_cell(row[key], scale, spec) for _, key, scale, spec in specs] for row in rows]
     widths = [max([len(header)] + [len(line[i]) for line in cells]) for i, (header, *_) in enumerate(specs)]
@@ -33,9 +37,31 @@ def table(rows, columns: dict, out=None) -> None:
     def line(texts):
         return "  ".join(t.rjust(w) if right else t.ljust(w) for t, w, right in zip(texts, widths, numeric)).rstrip()
 
-    print("# " + line([header for header, *_ in specs]), file=out)
-    for texts in cells:
-        print("  " + line(texts), file=out)
+    text = "\n".join(["# " + line([header for header, *_ in specs])] + ["  " + line(texts) for texts in cells])
+    if out is None and _in_notebook():
+        from IPython.display import display
+        display({"text/plain": text, "text/html": _html([header for header, *_ in specs], cells, numeric)}, raw=True)
+        return
+    print(text, file=sys.stdout if out is None else out)
+
+
+ALIGN = {True: "right", False: "left"}  # a column of numbers, of text
+
+
+def _in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (a notebook, or a console on one), where HTML is shown."""
+    shell = sys.modules.get("IPython")
+    shell = shell.get_ipython() if shell is not None else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def _html(headers: list[str], cells: list[list[str]], numeric: list[bool]) -> str:
+    """The table as HTML: numbers right, text left, as in the printed form."""
+    def row(tag: str, texts) -> str:
+        return "<tr>" + "".join(f'<{tag} style="text-align: {ALIGN[right]}">{html.escape(t)}</{tag}>'
+                                for t, right in zip(texts, numeric)) + "</tr>"
+    return ('<table class="ringlab-table">\n<thead>' + row("th", headers) + "</thead>\n<tbody>\n"
+            + "\n".join(row("td", texts) for texts in cells) + "\n</tbody>\n</table>")
 
 
 def _spec(header: str, column) -> tuple[str, float, str | None]:
