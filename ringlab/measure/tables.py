@@ -5,9 +5,9 @@
 Rows keep ringlab's units (seconds, bytes, bytes per second); a header's unit in brackets says how
 a column shows them, so a lab never multiplies by 1e6 or divides by 1e9 itself.
 
-In a notebook the table is an HTML table (the same text kept as its plain form): JupyterLab wraps printed
-text that is wider than the output at any letter ("traffi" / "c", "0." / "006"), while a table's cells keep
-their words and numbers whole and a wide table scrolls.
+In a notebook the table is an HTML table (the same text kept as its plain form): JupyterLab wraps a printed
+line wider than the output (at any letter, or at spaces once :func:`ringlab.viz.use_renderer` ran), which
+breaks a wide table's rows across lines; an HTML table keeps each row on one line, its cells whole, and scrolls.
 """
 from __future__ import annotations
 
