@@ -27,13 +27,15 @@
 # %%
 from ringlab.lab.cluster import MPICluster
 from ringlab.lessons.lab09_model_parallelism.attention import attention_lesson, check_merge
+from ringlab.lessons.lab09_model_parallelism.checks import check_capacity_factor, check_group_ratio, check_hiding_block
 from ringlab.lessons.lab09_model_parallelism.experts import IMBALANCE_COLUMNS, check_padded_bytes, imbalance_lesson
 from ringlab.lessons.lab09_model_parallelism.mesh import (MAPPING_COLUMNS, MEGATRON_COLUMNS, check_mesh_groups,
-                                                          mapping_lesson, mapping_rows, megatron_lesson, megatron_mesh,
-                                                          megatron_rows)
+                                                          group_bytes_lesson, mapping_lesson, mapping_rows,
+                                                          megatron_lesson, megatron_mesh, megatron_rows)
 from ringlab.lessons.lab09_model_parallelism.balance import check_zigzag_chunks
 from ringlab.lessons.lab09_model_parallelism.pipelines import check_timeline_bubble
 from ringlab.measure.tables import table
+from ringlab.train.attention import hiding_examples
 from ringlab.viz import use_renderer
 from ringlab.viz.parallelism import expert_load_bars, mapping_bars
 from ringlab.viz.sequence import activation_bars, causal_work_bars, hiding_bars, sequence_bytes_bars, ulysses_bytes_chart
@@ -126,9 +128,8 @@ mapping_bars(mappings)
 # `intermediate_size` 28672, `num_hidden_layers` 80, 64 attention heads and 8 key-value heads, `config.json` of
 # meta-llama/Meta-Llama-3-70B). On a mesh of 8 x 8 H100s (8 nodes, tensor group of 8, data group of 8) with 4096
 # tokens a micro-batch in bf16, each layer's tensor group runs Megatron's four allreduces of 4096 x 8192 activations,
-# and once a step the data group allreduces a rank's gradients, an eighth of the model. A layer has about
-# 12 x hidden^2 weights, so a micro-batch's tensor bytes are about tokens x tensor / (3 x hidden) of the data
-# group's. NCCL's model (`rl.predict_nccl`) prices every call with each mapping: the tensor group on one node's
+# and once a step the data group allreduces a rank's gradients, an eighth of the model (exercise 2 works out how the
+# two compare). NCCL's model (`rl.predict_nccl`) prices every call with each mapping: the tensor group on one node's
 # NVLink and the data group across nodes (one GPU a node, each on its own rail), or the other way round. All
 # predicted, nothing measured:
 
@@ -136,6 +137,35 @@ mapping_bars(mappings)
 megatron = megatron_mesh()
 table(megatron_rows(megatron), MEGATRON_COLUMNS)
 print(megatron_lesson(megatron))
+
+# %% [markdown]
+# ## Exercise 2: the two groups' bytes
+#
+# The printout compares what a GPU's two groups allreduce at 4096 tokens a micro-batch. Derive the comparison
+# yourself, for micro-batches of two sequences of 4096 tokens (8192 a data rank) on the same mesh (tensor groups of
+# t = 8): a micro-batch's tensor-group bytes over the data group's bytes a step, both a GPU's. Count one layer of h
+# features, taken as about 12 h^2 weights (attention's four h x h projections, and an MLP 4h wide: 8 h^2). Megatron
+# allreduces the layer's tokens x h activations twice forward and twice backward every micro-batch; the data group
+# allreduces, once a step however many micro-batches it accumulated, the gradients of the weights a GPU holds. Write
+# the ratio as a formula of the tokens, t and h, then its value. The checker counts Llama 3 70B's own layers
+# (`group_bytes`, as the printout did) and accepts within 15%.
+
+# %% tags=["solution"]
+answer = None  # your ratio: a micro-batch's tensor bytes over a step's data bytes
+# solution
+tokens, tensor, hidden = 8192, 8, 8192
+tensor_bytes = 4 * tokens * hidden  # a layer's 4 allreduces of tokens x hidden activations (x 2 bytes, x layers)
+data_bytes = 12 * hidden**2 / tensor  # gradients of the 1/tensor of a layer's ~12 h^2 weights (x 2 bytes, x layers)
+answer = tensor_bytes / data_bytes  # tokens x tensor / (3 x hidden)
+
+# %%
+answer = check_group_ratio(answer)  # yours when it is right, else ringlab's
+
+# %% [markdown]
+# What the two sizes say about the mapping:
+
+# %%
+print(group_bytes_lesson(megatron, tokens=8192))
 
 # %% [markdown]
 # ## Sequence parallelism: what tensor parallelism leaves whole
@@ -203,7 +233,7 @@ moe_same = against_one_rank()
 print(ranks.pull_rank0("moe_same"))
 
 # %% [markdown]
-# ## Exercise 2: what the padding costs
+# ## Exercise 3: what the padding costs
 #
 # `table[s][d]` is how many tokens rank s has for rank d (the diagonal, `table[s][s]`, is what stays on
 # rank s). Write how many bytes one rank sends in one padded all-to-all when a token is `token_bytes`
@@ -262,6 +292,37 @@ table(capacity, CAPACITY_COLUMNS)
 print(capacity_lesson(capacity))
 
 # %% [markdown]
+# ## Exercise 4: the smallest capacity factor
+#
+# A trained router is uneven too: some experts are more popular than others. `routing_table()` draws such a router's
+# count table, seeded so that everyone gets the same one: 8 ranks of 4096 tokens, one expert a rank, each expert's
+# popularity drawn once (lognormal) and each rank's shares drawn around it. Choose the smallest capacity factor, a
+# multiple of 0.05, at which the layer drops under 1% of its tokens, with capacity = ceil(factor x tokens / experts)
+# for each rank's tokens to each expert, as `capacity_rows` counts it. The checker counts the drops at your factor and
+# at your factor less 0.05.
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.experts import describe_routing, routing_table
+
+routing = routing_table()
+print(describe_routing(routing))
+
+# %% tags=["solution"]
+answer = None  # your capacity factor, a multiple of 0.05
+# solution
+import math
+
+from ringlab.lessons.lab09_model_parallelism.experts import routing_table
+
+routing = routing_table()  # the table above
+tokens, experts = sum(routing[0]), len(routing)
+dropped = lambda factor: sum(max(c - math.ceil(factor * tokens / experts), 0) for row in routing for c in row)
+answer = next(k / 20 for k in range(1, 200) if dropped(k / 20) < 0.01 * tokens * experts)  # steps of 0.05
+
+# %%
+answer = check_capacity_factor(answer)  # yours when it is right, else ringlab's
+
+# %% [markdown]
 # ## Ring attention: a sequence split over the ranks
 #
 # Long sequences split over ranks too: [context parallelism](glossary.md#context-parallelism) (some papers say sequence
@@ -275,7 +336,7 @@ print(capacity_lesson(capacity))
 # softmax of FlashAttention): a running maximum m, a running sum l of exp(score - m) and a running
 # output o, rescaled whenever m grows. After all the blocks o / l is the softmax over the whole sequence.
 #
-# ## Exercise 3: fold one block in
+# ## Exercise 5: fold one block in
 #
 # `merge(m, l, o, scores, v)` takes the running values for each query (m and l vectors, o a matrix) and
 # one block's `scores` (queries x keys) and values `v`; return the new (m, l, o). A masked key (causal
@@ -338,7 +399,7 @@ print(balance_lesson(balance))
 causal_work_bars(balance)
 
 # %% [markdown]
-# ## Exercise 4: the zigzag chunks
+# ## Exercise 6: the zigzag chunks
 #
 # Write `zigzag_chunks(nranks)`: for each rank, the indices of its two chunks of the 2n, in the zigzag layout
 # (rank r: one from the front, and its mirror from the back).
@@ -354,10 +415,38 @@ def zigzag_chunks(nranks):
 zigzag_chunks = check_zigzag_chunks(zigzag_chunks)  # yours when it is right, else the reference
 
 # %% [markdown]
-# Balanced or not, a ring step hides its transfer only where the compute of a block takes longer than passing it
-# on. A block of c tokens costs 4 c^2 d FLOPs a head (Q K^T and P V) and sends 2 c d b bytes (K and V), so the
-# transfer hides when c >= F b / (2 B) at F FLOP/s and B bytes/s (Liu et al. 2023), twice that when half the scores
-# are masked: the head width cancels, the ratio of the two rates decides. `hiding_block` at an H100's published
+# ## Exercise 7: a block that hides its transfer
+#
+# Balanced or not, a ring step hides its transfer only where computing with a block takes longer than passing it on:
+# at each step a rank computes its c queries against the c keys and values it holds while it sends those on. Llama 3
+# 70B's attention has 64 query heads of 128 and 8 key-value heads (grouped-query attention: each key-value head
+# serves 8 query heads), in bf16 (b = 2 bytes). With no mask, on H100s at their published dense bf16 peak F, passing
+# blocks over NVLink at B (below): what is the smallest block c, in tokens, whose compute hides its transfer? Count Q
+# K^T and P V (2 FLOPs a multiply-add) for every query head, K and V for every key-value head. The checker computes
+# it with `hiding_block` and accepts within 5%.
+
+# %%
+nvlink = hiding_examples()["NVLink"]
+print(f"F = {nvlink['flops_per_second'] / 1e12:.0f} TFLOP/s (H100, dense bf16, published); "
+      f"B = {nvlink['bandwidth'] / 1e9:.0f} GB/s each way (NVLink)")
+
+# %% tags=["solution"]
+answer = None  # your block size, in tokens
+# solution
+nvlink = hiding_examples()["NVLink"]
+F, B = nvlink["flops_per_second"], nvlink["bandwidth"]
+heads, kv_heads, head_dim, b = 64, 8, 128, 2
+# compute heads x 4 c^2 d / F >= transfer kv_heads x 2 c d b / B; the head width d cancels
+answer = F * b * kv_heads / (2 * B * heads)
+
+# %%
+answer = check_hiding_block(answer)  # yours when it is right, else ringlab's
+
+# %% [markdown]
+# With every head carrying its own keys and values, a block of c tokens costs 4 c^2 d FLOPs a head (Q K^T and P V)
+# and sends 2 c d b bytes (K and V), so the transfer hides when c >= F b / (2 B) at F FLOP/s and B bytes/s (Liu et
+# al. 2023), twice that when half the scores are masked; grouped-query attention divides it by heads / kv_heads, as
+# exercise 7 found. The head width cancels, the ratio of the two rates decides. `hiding_block` at an H100's published
 # dense bf16 peak, on NVLink and on a 400 Gbit/s network card, and a 128k-token sequence over 8 ranks beside them:
 
 # %%
@@ -434,7 +523,7 @@ for row in schedules:
     schedule_chart(row["timeline"]).show()
 
 # %% [markdown]
-# ## Exercise 5: the bubble off a timeline
+# ## Exercise 8: the bubble off a timeline
 #
 # Write `timeline_bubble(timeline)`: the stage-time spent idle over the stage-time spent computing. Each stage's
 # passes are `timeline.passes[stage]` (each with `.start` and `.end`); a stage is idle for whatever of
@@ -464,14 +553,14 @@ timeline_bubble = check_timeline_bubble(timeline_bubble)  # yours when it is rig
 # - Expert parallelism is two all-to-alls per layer; with equal blocks the largest count in the table
 #   sets every block's size, so an uneven router costs bytes and time on every rank. Production layers
 #   fix a capacity (capacity factor x tokens / experts) and drop the overflow, or send variable sizes
-#   and drop nothing.
+#   and drop nothing; the factor is chosen for what the router's skew drops.
 # - Ring attention is a ring allgather of key/value blocks with compute between the steps and an online
 #   softmax: exact, masked rows included, with two blocks held at a time.
 # - Sequence parallelism splits the norms' regions by the sequence: each allreduce becomes a reduce-scatter and an
 #   all-gather, the same bytes, and what tensor parallelism left whole (the paper's 10 s b h) shrinks t-fold, for
 #   one re-gather more in backward.
 # - A causal ring needs its chunks dealt out (zigzag) or its last rank sets every step; a step hides its transfer
-#   once a block holds about F b / (2 B) tokens. Ulysses trades the sequence split for a head split with two
+#   once a block holds about F b / (2 B) tokens, kv_heads / heads of that with grouped-query attention. Ulysses trades the sequence split for a head split with two
 #   all-to-alls: fewer bytes than the ring as the sequence grows with the ranks, but no more ranks than heads.
 # - Pipeline schedules differ only in order: 1F1B takes GPipe's time and holds p micro-batches instead of m;
 #   interleaving shortens the bubble v-fold for more held; ZB-H1 fills the drain with the weight gradients.
@@ -483,12 +572,18 @@ timeline_bubble = check_timeline_bubble(timeline_bubble)  # yours when it is rig
 #
 # 1. (Above) the mesh's groups. Run `measure_mappings(placement=(0, 1, 2, 3))`: all four GPUs on one node.
 #    Does the mapping still matter, and what does the prediction say?
-# 2. (Above) what the padding costs. Run `measure_imbalance(skew=0.5)` and `measure_imbalance(skew=5)`: how do the
+# 2. (Above) the two groups' bytes: derive a micro-batch's tensor bytes over a step's data bytes. At how many tokens
+#    a micro-batch would the tensor group carry more than 3x the data group's? Check with `group_bytes_lesson`.
+# 3. (Above) what the padding costs. Run `measure_imbalance(skew=0.5)` and `measure_imbalance(skew=5)`: how do the
 #    block and the step follow the busiest expert?
-# 3. (Above) fold one block in.
-# 4. (Above) the zigzag chunks. Run `balance_lesson(causal_rows(ranks=(16,)))`: how far does the contiguous
+# 4. (Above) the smallest capacity factor that drops under 1% of a drawn router's tokens. Draw
+#    `routing_table(spread=0.5)`: how much higher must the factor go?
+# 5. (Above) fold one block in.
+# 6. (Above) the zigzag chunks. Run `balance_lesson(causal_rows(ranks=(16,)))`: how far does the contiguous
 #    layout's step fall behind at 16 ranks?
-# 5. (Above) the bubble off a timeline. Run `schedule_rows(stages=4, microbatches=16)`: which bubbles halve, and
+# 7. (Above) a block that hides its transfer, with grouped-query attention on NVLink. How large must it be on a
+#    400 Gbit/s network card, and with causal zigzag blocks?
+# 8. (Above) the bubble off a timeline. Run `schedule_rows(stages=4, microbatches=16)`: which bubbles halve, and
 #    does the memory each schedule holds change?
 
 # %% [markdown]

@@ -90,6 +90,17 @@ def hiding_rows() -> list[dict]:
             for link, e in hiding_examples().items()]
 
 
+def grouped_hiding_block(heads: int, kv_heads: int, link: str = "NVLink", computed: float = 1.0) -> float:
+    """``hiding_block`` at ``hiding_examples``' rates on ``link`` for grouped-query attention: ``kv_heads`` heads of K
+    and V travel while ``heads`` query heads compute against them, so each query head's compute has kv_heads / heads
+    of a head's K and V bytes to hide."""
+    from ...train.attention import hiding_block, hiding_examples
+
+    rates = hiding_examples()[link]
+    return hiding_block(rates["flops_per_second"], rates["bandwidth"], bytes_per_element=2 * kv_heads / heads,
+                        computed=computed)
+
+
 HIDING_COLUMNS = {"link": "link", "GB/s (each way)": ("gb_s", ".0f"), "TFLOP/s (bf16 dense)": ("tflops", ".0f"),
                   "block that hides it (tokens)": ("tokens", ",.0f"),
                   "causal zigzag block (tokens)": ("tokens_causal_zigzag", ",.0f")}

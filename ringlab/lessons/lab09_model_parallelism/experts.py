@@ -153,6 +153,43 @@ def capacity_rows(rows: list[dict], factors=FACTORS) -> list[dict]:
     return out
 
 
+def capacity_row(table, factor: float) -> dict:
+    """``capacity_rows``' row for a fixed capacity of ``factor`` x the even share on a bare count ``table`` (one expert a
+    rank; its block, the tokens it drops and their share)."""
+    row = {"router": "given", "table": [list(r) for r in table], "per_expert": [0] * len(table), "token_bytes": 1}
+    return next(r for r in capacity_rows([row], factors=(factor,)) if r["factor"] == factor)
+
+
+# A router's count table to choose a capacity factor for: each expert's popularity drawn once (lognormal), each rank's
+# around it, each token routed top-1 by those shares; seeded, so every learner gets the same table
+ROUTING = {"ranks": 8, "tokens": 4096, "seed": 0, "spread": 0.3, "rank_spread": 0.1}
+
+
+def routing_table(ranks: int = ROUTING["ranks"], tokens: int = ROUTING["tokens"], seed: int = ROUTING["seed"],
+                  spread: float = ROUTING["spread"], rank_spread: float = ROUTING["rank_spread"]) -> list[list[int]]:
+    """A skewed top-1 router's count table (``table[s][e]``: rank s's tokens for expert e, one expert a rank): the
+    experts' popularity drawn from a lognormal of sigma ``spread``, each rank's from its own of ``rank_spread`` around
+    it, and each rank's ``tokens`` drawn from those shares (multinomial)."""
+    rng = np.random.default_rng(seed)
+    popularity = rng.lognormal(0.0, spread, ranks)
+    rows = []
+    for _ in range(ranks):
+        shares = popularity * rng.lognormal(0.0, rank_spread, ranks)
+        rows.append([int(c) for c in rng.multinomial(tokens, shares / shares.sum())])
+    return rows
+
+
+def describe_routing(table) -> str:
+    """The count table, a rank a line, and each expert's load against the even share."""
+    counts = np.asarray(table)
+    loads = counts.sum(axis=0) / (counts.sum() / len(counts))
+    lines = [f"rank {s}: " + " ".join(f"{c:5d}" for c in row) for s, row in enumerate(counts)]
+    lines.append("experts' loads against the even share: " + ", ".join(f"{x:.2f}" for x in loads)
+                 + f" (largest count {counts.max()}, {counts.max() / (counts.sum(axis=1).max() / len(counts)):.2f}x a "
+                 "rank's even share for one expert)")
+    return "\n".join(lines)
+
+
 def _factor(factor: float) -> str:
     return f"{factor:.2f}".rstrip("0").rstrip(".") if factor * 10 % 1 else f"{factor:.1f}"
 

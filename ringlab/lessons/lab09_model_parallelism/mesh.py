@@ -33,6 +33,7 @@ LLAMA3_70B = {"name": "Llama 3 70B", "hidden": 8192, "ffn": 28672, "layers": 80,
 # (Shoeybi et al. 2019, Figure 4: "4 total communication operations in the forward and backward pass")
 ALLREDUCES_A_LAYER = 4
 SAME_ORDER = 3  # one group's bytes within 3x of the other's: bytes alone do not pick the mapping
+MICRO_BATCH = 4096  # tokens a data rank's micro-batch at Llama 3 70B's size
 
 
 def group_machine(topology, gpus, scale: float = SCALE) -> tuple[str, float, float]:
@@ -234,18 +235,28 @@ def layer_params(model: dict = LLAMA3_70B) -> int:
     return 2 * h * h + 2 * h * kv + 3 * h * model["ffn"]
 
 
-def megatron_mesh(model: dict = LLAMA3_70B, tokens: int = 4096, tensor: int = 8, data: int = 8,
+def group_bytes(model: dict = LLAMA3_70B, tokens: int = MICRO_BATCH, tensor: int = 8, value_bytes: int = 2) -> dict:
+    """What a GPU's two groups allreduce with Megatron's tensor parallelism, in bytes: in its tensor group, a
+    micro-batch's 4 allreduces a layer of ``tokens`` x hidden activations; in its data group, once a step, its
+    gradients (1/``tensor`` of the weights: the layers', the embedding's and the output layer's)."""
+    h, layers = model["hidden"], model["layers"]
+    activation = tokens * h * value_bytes
+    calls = ALLREDUCES_A_LAYER * layers
+    weights = layers * layer_params(model) + 2 * model["vocab"] * h  # the layers, the embedding and the output layer
+    gradients = weights // tensor * value_bytes
+    return {"weights": weights, "activation_bytes": activation, "tensor_calls": calls,
+            "tensor_bytes": calls * activation, "data_bytes": gradients}
+
+
+def megatron_mesh(model: dict = LLAMA3_70B, tokens: int = MICRO_BATCH, tensor: int = 8, data: int = 8,
                   micro_batches: int = 16, value_bytes: int = 2, gpu: str = "h100") -> dict:
     """A ``data`` x ``tensor`` mesh of 8-GPU nodes training ``model`` with Megatron's tensor parallelism, predicted
     by NCCL's model: per micro-batch of ``tokens`` a data rank, the tensor group's 4 allreduces a layer of tokens x
     hidden activations (each blocks the next layer); per step of ``micro_batches``, the data group's one allreduce of
     a rank's gradients (1/tensor of the model). Both mappings: tensor group inside a node and data group across nodes
     (one GPU a node, on its own rail), and the other way round."""
-    h, layers = model["hidden"], model["layers"]
-    activation = tokens * h * value_bytes
-    calls = ALLREDUCES_A_LAYER * layers
-    weights = layers * layer_params(model) + 2 * model["vocab"] * h  # the layers, the embedding and the output layer
-    gradients = weights // tensor * value_bytes
+    counted = group_bytes(model, tokens, tensor, value_bytes)
+    activation, calls, gradients = counted["activation_bytes"], counted["tensor_calls"], counted["data_bytes"]
     inside = lambda n: cluster(gpu, 1, gpus_per_node=n)
     across = lambda n: cluster(gpu, n, gpus_per_node=1)
     rows = []
@@ -257,9 +268,8 @@ def megatron_mesh(model: dict = LLAMA3_70B, tokens: int = 4096, tensor: int = 8,
                      "tensor_call_s": call.seconds, "micro_batch_s": calls * call.seconds,
                      "tensor_step_s": micro_batches * calls * call.seconds,
                      "data_algorithm": f"{grads.algorithm}/{grads.protocol}", "data_step_s": grads.seconds})
-    return {"model": model["name"], "hidden": h, "layers": layers, "tokens": tokens, "tensor": tensor, "data": data,
-            "micro_batches": micro_batches, "weights": weights, "activation_bytes": activation, "tensor_calls": calls,
-            "tensor_bytes": calls * activation, "data_bytes": gradients, "rows": rows}
+    return {"model": model["name"], "hidden": model["hidden"], "layers": model["layers"], "tokens": tokens,
+            "tensor": tensor, "data": data, "micro_batches": micro_batches, **counted, "rows": rows}
 
 
 def megatron_lesson(result: dict) -> Finding:
@@ -274,8 +284,7 @@ def megatron_lesson(result: dict) -> Finding:
             f"group runs {ALLREDUCES_A_LAYER} allreduces of {r['activation_bytes'] / 2**20:.0f} MiB (attention and "
             f"MLP, forward and backward), {r['tensor_calls']} a micro-batch, {r['tensor_bytes'] / 2**30:.0f} GiB; the "
             f"data group one allreduce a step of a rank's {r['data_bytes'] / 2**30:.1f} GiB of gradients. A "
-            f"micro-batch's tensor bytes are {ratio:.2f}x the data group's step (tokens x tensor / (3 x hidden) = "
-            f"{r['tokens'] * r['tensor'] / (3 * r['hidden']):.2f} for layers of 12 hidden^2 weights), "]
+            f"micro-batch's tensor bytes are {ratio:.2f}x the data group's step, "]
     if 1 / SAME_ORDER <= ratio <= SAME_ORDER:
         bytes_say = "of the same order: bytes alone do not say which group needs NVLink"
     else:
@@ -304,6 +313,43 @@ def megatron_lesson(result: dict) -> Finding:
                 + (", and that mapping is the faster one even if the data group's allreduce overlapped nothing."
                    if serial_inside == blocking_inside else
                    ", though with nothing overlapped the other mapping would be faster."))
+    return Finding(" ".join(said), conclusions)
+
+
+def group_bytes_lesson(result: dict, tokens: int, model: dict = LLAMA3_70B) -> Finding:
+    """The two groups' bytes at ``tokens`` a micro-batch beside ``megatron_mesh``'s ``result`` (its own tokens), and
+    what decides the mapping when they are of the same order: the tensor group's collectives block, the data group's
+    overlap the backward pass (its blocking, predicted, from ``result``'s rows)."""
+    r = result
+    there = group_bytes(model, tokens, r["tensor"])
+    ratios = {r["tokens"]: r["tensor_bytes"] / r["data_bytes"], tokens: there["tensor_bytes"] / there["data_bytes"]}
+    said = [f"At {tokens} tokens a micro-batch a GPU's tensor group allreduces {there['tensor_bytes'] / 2**30:.0f} GiB "
+            f"a micro-batch ({there['tensor_calls']} allreduces of {there['activation_bytes'] / 2**20:.0f} MiB) and its "
+            f"data group {there['data_bytes'] / 2**30:.1f} GiB a step: {ratios[tokens]:.2f}x, against "
+            f"{ratios[r['tokens']]:.2f}x at {r['tokens']} tokens."]
+    t, d = r["tensor"], r["data"]
+    sent = ratios[tokens] * ((t - 1) / t) / ((d - 1) / d)  # a ring sends 2(n-1)/n of what it allreduces
+    said[-1] += (f" Both groups are rings of {t}, which send 2({t}-1)/{t} of what they allreduce, so what a GPU sends "
+                 "compares the same way." if t == d else
+                 f" A ring of n sends 2(n-1)/n of what it allreduces: with {t} in the tensor group and {d} in the data "
+                 f"group, what a GPU sends compares as {sent:.2f}x.")
+    same = all(1 / SAME_ORDER <= x <= SAME_ORDER for x in ratios.values())
+    good, bad = sorted(r["rows"], key=lambda row: row["mapping"] != "tensor inside nodes")
+    if same:
+        said.append(f"Within {SAME_ORDER}x of each other either way: bytes alone do not say which group belongs on "
+                    "NVLink. What does is when each group's collectives run. The tensor group's sit on the critical path "
+                    f"of every layer of every micro-batch, {r['tensor_calls']} of them, each blocking the next layer; "
+                    "the data group's one a step overlaps the backward pass. Predicted above, the tensor group blocks a "
+                    f"micro-batch {good['micro_batch_s'] * 1e3:.0f} ms inside a node and "
+                    f"{bad['micro_batch_s'] * 1e3:.0f} ms across nodes.")
+        conclusions = ("the two groups' bytes are of the same order",
+                       "the tensor group's collectives block and the data group's overlap")
+    else:
+        heavier = "tensor" if ratios[tokens] > 1 else "data"
+        said.append(f"At {tokens} tokens the {heavier} group carries most of the bytes, more than {SAME_ORDER}x the "
+                    "other's; the tensor group's collectives also block every layer of every micro-batch.")
+        conclusions = (f"the {heavier} group carries most of the bytes",
+                       "the tensor group's collectives block and the data group's overlap")
     return Finding(" ".join(said), conclusions)
 
 

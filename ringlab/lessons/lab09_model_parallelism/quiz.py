@@ -15,20 +15,17 @@ def _tp_mib(batch, sequence, hidden, itemsize, t):
     return traffic(build("allreduce.ring", t), nbytes, itemsize)["sent"][0] / MiB
 
 
-def _capacity_rows(table, factor):
-    from .experts import capacity_rows
-
-    row = {"router": "given", "table": [list(r) for r in table], "per_expert": [0] * len(table), "token_bytes": 1}
-    return [r for r in capacity_rows([row], factors=(factor,)) if r["factor"] == factor][0]
-
-
 def _dropped(table, factor):
     """Tokens a fixed capacity of ``factor`` x the even share drops on ``table`` (``capacity_rows``)."""
-    return _capacity_rows(table, factor)["dropped"]
+    from .experts import capacity_row
+
+    return capacity_row(table, factor)["dropped"]
 
 
 def _dropped_fields(table, factor):
-    return {"capacity": _capacity_rows(table, factor)["block"], "tokens": sum(table[0]), "experts": len(table),
+    from .experts import capacity_row
+
+    return {"capacity": capacity_row(table, factor)["block"], "tokens": sum(table[0]), "experts": len(table),
             "shown": "\n".join("rank {}: {}".format(s, ", ".join(map(str, row))) for s, row in enumerate(table))}
 
 
