@@ -64,3 +64,82 @@ def test_the_plots_draw():
     result = _sharding_result()
     assert len(P.memory_bars(result).data) == 4
     assert P.scale_bars(sharding.at_scale()).data
+
+
+# Hybrid sharding (issue 51): ZeRO-3 inside simulated nodes, replicas across them
+HYBRID_SCRIPT = __import__("pathlib").Path(__file__).parent / "mpi" / "lab08_hybrid.py"
+
+
+def _hybrid_run(nranks, per_node, *args):
+    import json
+
+    from ringlab.cluster.launch import run_mpi
+
+    done = run_mpi(nranks, [str(HYBRID_SCRIPT), *args], timeout=240, env={"RINGLAB_RANKS_PER_NODE": str(per_node)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("[")))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nranks, per_node", [(4, 2), (6, 3)])  # 2 x 2, and nodes of 3 that divide no unit
+def test_hybrid_sharding_trains_as_data_parallelism_and_sends_its_piece_across(nranks, per_node):
+    from ringlab.lessons.lab08_sharding_and_memory import hybrid
+
+    rows = _hybrid_run(nranks, per_node)
+    nodes = nranks // per_node
+    assert [r["optimizer"] for r in rows] == ["SGD", "Adam"]
+    for row in rows:
+        assert row["layout"] == f"{nodes} nodes x {per_node} GPUs"
+        assert row["difference"] < hybrid.TOLERANCE, row
+        assert row["across"] == pytest.approx(2 * (nodes - 1) / nodes * 155 * 8 / per_node)  # 155 parameters
+    assert "inside the tolerance" in hybrid.hybrid_check_sentence(rows)
+
+
+@pytest.mark.timeout(300)
+def test_a_wrong_hybrid_replica_group_is_caught():
+    from ringlab.lessons.lab08_sharding_and_memory import hybrid
+
+    rows = _hybrid_run(4, 2, "crossed")  # node 0's piece 0 summed with node 1's piece 1: same sizes, wrong sums
+    assert all(r["difference"] > 1e-3 for r in rows), rows
+    assert "outside the tolerance" in hybrid.hybrid_check_sentence(rows)
+
+
+def test_hybrid_bytes_across_nodes_follow_the_formula():
+    from ringlab.lessons.lab08_sharding_and_memory import hybrid
+
+    rows = hybrid.hybrid_at_scale()
+    assert len(rows) == 6
+    for r in rows:
+        assert r["across"] == pytest.approx(hybrid.across_formula(r["variant"], r["params"], 4, 8), rel=1e-9)
+        assert r["across_s"] > 0 and (r["inside_s"] > 0) == (r["variant"] == "hybrid sharding")
+    eight = {r["variant"]: r for r in rows if r["model"] == "llama3-8b"}
+    assert eight["hybrid sharding"]["across"] / eight["ZeRO-3 over all GPUs"]["across"] == pytest.approx(
+        (2 * 3 / 4) / (3 * 31 / 32))
+    assert eight["hybrid sharding"]["memory"] == pytest.approx(16 * eight["hybrid sharding"]["params"] / 8)
+    # counted from small schedules too: 2 nodes x 3 ranks, odd bytes
+    assert hybrid.across_bytes("allreduce.ring", 6, 3, 601) == pytest.approx(2 * 5 / 6 * 601 / 3, rel=0.02)
+    assert hybrid.across_bytes("allreduce.ring", 6, 6, 601) == 0  # one node: nothing leaves it
+
+
+def test_the_hybrid_conclusion_follows_the_numbers():
+    from ringlab.lessons.lab08_sharding_and_memory import hybrid
+
+    rows = [r for r in hybrid.hybrid_at_scale(models=("llama3-8b",)) if r["variant"] != "data parallel"]
+    dp = next(r for r in hybrid.hybrid_at_scale(models=("llama3-8b",)) if r["variant"] == "data parallel")
+    fast, slow = dict(rows[1], comm_s=0.1, across_s=0.08, inside_s=0.02), dict(rows[0], comm_s=0.3)
+    said = hybrid.describe_hybrid([dp, slow, fast])
+    assert said.conclusions == ("llama3-8b at 400 Gbit/s: of those that fit, hybrid sharding has the quickest "
+                                "collectives",)
+    assert "the allreduce across the nodes takes the most" in said.text
+    assert "0.33x as long as ZeRO-3's, so the bytes it keeps off the network are time saved" in said.text
+    said = hybrid.describe_hybrid([dp, dict(slow, comm_s=0.05), dict(fast, across_s=0.01, inside_s=0.09)])
+    assert said.conclusions == ("llama3-8b at 400 Gbit/s: of those that fit, ZeRO-3 over all GPUs has the quickest "
+                                "collectives",)
+    assert "the collectives inside the node take more" in said.text
+    assert "are not time saved" in said.text
+    assert hybrid.describe_hybrid([dp, slow, dict(fast, comm_s=0.29)]).conclusions == (
+        "llama3-8b at 400 Gbit/s: of those that fit, hybrid sharding and ZeRO-3 over all GPUs take about as long",)
+    assert hybrid.describe_hybrid([dp, slow, dict(fast, fits=False)]).conclusions == (
+        "llama3-8b at 400 Gbit/s: only ZeRO-3 over all GPUs fits",)
+    assert hybrid.describe_hybrid([dict(dp, fits=False), dict(slow, fits=False), dict(fast, fits=False)]).conclusions \
+        == ("llama3-8b at 400 Gbit/s: none of the three fits",)

@@ -5,8 +5,10 @@
 # paper's formulas how few GPUs a model needs; measure what a small transformer keeps for its backward pass, layer by
 # layer, with and without [recomputation](glossary.md#activation-recomputation); shard a model's optimizer state, gradients and parameters over MPI ranks
 # with ringlab's own reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md#fsdp)'s full sharding); measure what
-# each rank then holds and sends, and derive from it what stage 3 sends on other machines; and predict, for a
-# 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays.
+# each rank then holds and sends, and derive from it what stage 3 sends on other machines; predict, for a
+# 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays; and shard inside nodes only, replicating across
+# them ([hybrid sharding](glossary.md#hybrid-sharding)), checked equal to data parallelism on simulated nodes and
+# predicted for Llama 3 on 32 H100s.
 #
 # **What you'll learn:** what each ZeRO stage saves and what it sends, checked equal to plain data parallelism on
 # real ranks; what recomputation saves and what it costs; why stages 1 and 2 send what an allreduce sends, and what
@@ -26,6 +28,8 @@
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lessons.lab08_sharding_and_memory.checks import check_fewest_gpus, check_stage3_sent
+from ringlab.lessons.lab08_sharding_and_memory.hybrid import (CHECK_COLUMNS, HYBRID_COLUMNS, describe_hybrid,
+                                                              hybrid_at_scale, hybrid_check_sentence)
 from ringlab.lessons.lab08_sharding_and_memory.recompute import (PLAN_COLUMNS, RECOMPUTE_COLUMNS, describe_plans,
                                                                  llama_plans, measure_recompute, recompute_lesson,
                                                                  recompute_rows)
@@ -235,6 +239,60 @@ scale_bars(scaled)
 # 363 GB/s for the ring all-gather and reduce-scatter, 1.33x. ringlab's NCCL model prices NVLS for
 # allreduce only, and picks the ring for both, as NCCL did there.
 
+# %% [markdown]
+# ## Hybrid sharding: ZeRO-3 inside a node, replicas across nodes
+#
+# ZeRO-3 over every GPU of a cluster runs its all-gathers and its reduce-scatter over all of them, so each one
+# crosses the network between the nodes. **Hybrid sharding** shards inside each node only and keeps a whole
+# (sharded) replica of the model on every node. PyTorch's FSDP calls it `ShardingStrategy.HYBRID_SHARD` ("apply
+# FULL_SHARD within a node, and replicate parameters across nodes", the FSDP documentation; FSDP2 takes a 2-D device
+# mesh for it, "HSDP"). DeepSpeed's ZeRO++ (Wang et al., 2023) does the same for the weights with its hpZ: a second
+# copy of them sharded inside each node, so that the backward pass's all-gather never leaves the node. On m nodes of
+# g GPUs a step
+#
+# - reduce-scatters each unit's gradient over the node's g GPUs: GPU r of the node holds the node's sum of piece r;
+# - allreduces piece r across the m nodes, between the m GPUs that hold piece r (its *replica group*);
+# - updates piece r, and all-gathers the parameters inside the node only, before forward and before backward.
+#
+# Only the allreduce leaves the node: 2(m-1)/m of a piece of 1/g of the gradient, a GPU. Each GPU holds
+# (2 + 2 + K) Psi / g, m times what ZeRO-3 over all N = m g GPUs holds.
+#
+# `HybridShardOptimizer` (the lab's room, `hybrid.py`) is `ZeroOptimizer(stage=3)` on the node's communicator with
+# that allreduce on the replica group's; the two groups are lab 09's [device mesh](glossary.md#device-mesh) with its
+# "tensor" groups inside the nodes. Four ranks run as two simulated nodes of two (`simulated_nodes(2)`, as
+# `RINGLAB_RANKS_PER_NODE=2` would: consecutive pairs of ranks count as a node, on this one machine). Does it train
+# as plain data parallelism does?
+
+# %%
+ranks = MPICluster(4).start()
+
+# %%
+# %%px
+from ringlab.lessons.lab08_sharding_and_memory.hybrid import hybrid_against_data_parallel
+from ringlab.mpi.nodes import simulated_nodes
+
+with simulated_nodes(2):  # ranks 0 and 1 are node 0, ranks 2 and 3 node 1
+    hybrid = hybrid_against_data_parallel()  # against data parallelism, 3 steps, SGD and Adam, float64
+
+# %%
+hybrid = ranks.pull_rank0("hybrid")
+ranks.stop()
+table(hybrid, CHECK_COLUMNS)
+print(hybrid_check_sentence(hybrid))
+
+# %% [markdown]
+# At real sizes: Llama 3 8B and 70B (`rl.train.Transformer.preset`'s parameter counts) on 4 nodes of 8 H100s,
+# one NIC a GPU, at 400 Gbit/s and at 100 Gbit/s, all predictions. Memory a GPU by the paper's formulas; the bytes a
+# GPU sends to other nodes a step counted from ringlab's ring schedules (a node's ring traffic spread over its 8
+# NICs, as NCCL's channels spread it); each collective's time by NCCL's model (`rl.predict_nccl`, fp16, each over
+# the whole model, or the piece, in one call, priced alone: no overlap with computation or with each other). A
+# replica group's allreduce runs on one rail: one GPU of each node, each on its own NIC, the g groups at once.
+
+# %%
+hybrid_rows = hybrid_at_scale() + hybrid_at_scale(nic_gbps=100)
+table(hybrid_rows, HYBRID_COLUMNS)
+print(describe_hybrid(hybrid_rows))
+
 
 # %% [markdown]
 # ## Summary
@@ -250,6 +308,12 @@ scale_bars(scaled)
 #   parallelism does. It pays when the model does not fit otherwise. On an H100 board the same bytes
 #   still cost stages 1 and 2 about 1.3x the time: NCCL adds the allreduce in the switch (NVLS) and runs
 #   the reduce-scatter and all-gather as rings.
+# - Hybrid sharding (FSDP's `HYBRID_SHARD`) is ZeRO-3 inside each node and whole replicas across the nodes: built
+#   from the same reduce-scatter and all-gather on the node's ranks and an allreduce on the replica group's, it
+#   trains as data parallelism does. Only that allreduce of a 1/g piece leaves the node, 2(m-1)/m of it a GPU: on 4
+#   nodes of 8, 0.52x what ZeRO-3 over all 32 sends across, for m = 4 times its memory (Llama 3 70B then no longer
+#   fits in 80 GB). By NCCL's model the bytes it saves are time saved only where the network is the slow link: with
+#   400 Gbit/s NICs ZeRO-3's collectives are quicker for Llama 3 8B, with 100 Gbit/s hybrid sharding's.
 #
 # Next, [lab 09](09_model_parallelism.ipynb) splits the layers themselves over the ranks, and
 # [lab 11](11_plan_a_run.ipynb) weighs ZeRO-3 against the other ways of splitting a real run.
@@ -310,3 +374,14 @@ answer = next(stage for stage, gb in held.items() if gb <= 80)  # the first that
 
 # %%
 QUIZ.check(3, answer)
+
+# %%
+QUIZ.ask(4)
+
+# %% tags=["solution"]
+answer = None  # your GB
+# solution
+answer = 2 * (4 - 1) / 4 * (8e9 * 2 / 8) / 1e9  # the piece's allreduce alone leaves the node: 2(m-1)/m of 2 Psi / g
+
+# %%
+QUIZ.check(4, answer)

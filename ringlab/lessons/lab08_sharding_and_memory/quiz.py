@@ -47,6 +47,22 @@ def _fit_fields(psi, n, capacity_gb):
 STAGES = ("data parallel", "stage 1", "stage 2", "stage 3")
 
 
+def _hybrid_across_gb(psi, nodes, gpus, itemsize):
+    """Bytes a GPU sends to other nodes a step under hybrid sharding, counted from ringlab's ring schedule: its fp16
+    gradient piece allreduced across the nodes."""
+    from .hybrid import across_bytes
+
+    return across_bytes("allreduce.ring", nodes, 1, -(-int(psi * itemsize) // gpus)) / GB
+
+
+def _hybrid_fields(psi, nodes, gpus, itemsize):
+    from .hybrid import across_bytes
+
+    n, nbytes = nodes * gpus, int(psi * itemsize)
+    zero3 = (across_bytes("reduce_scatter.ring", n, gpus, nbytes) + 2 * across_bytes("allgather.ring", n, gpus, nbytes))
+    return {"piece": nbytes / gpus / GB, "n": n, "zero3": zero3 / GB}
+
+
 QUIZ = Quiz("08", [
     Question(
         "A model of {psi:.3g} parameters trains with mixed-precision Adam (2 bytes of parameter, 2 of gradient and "
@@ -73,4 +89,15 @@ QUIZ = Quiz("08", [
                "{gb2:.1f} GB at stage 2 and {gb3:.0f} GB at stage 3: the first under {capacity_gb} GB is {answer}.",
         hint="Work out 2 Psi + 2 Psi + 12 Psi with the optimizer state, then the gradients, then the parameters "
              "divided by N, and stop at the first that fits."),
+    Question(
+        "Hybrid sharding (ZeRO-3 inside each node, whole replicas across the nodes) of a model of {psi:.3g} parameters "
+        "in fp16 ({itemsize} bytes) on {nodes} nodes of {gpus} GPUs. How many GB does each GPU send to other nodes in "
+        "one training step on ring collectives?",
+        _hybrid_across_gb, given=dict(psi=8e9, nodes=4, gpus=8, itemsize=2), derived=_hybrid_fields, unit="GB",
+        worked="The all-gathers and the reduce-scatter stay inside the node; only each gradient piece, {piece:.1f} GB "
+               "(the model over {gpus} GPUs), is allreduced across the {nodes} nodes, and a ring allreduce sends "
+               "2(m-1)/m of it: {answer:.2f} GB. ZeRO-3 over all {n} GPUs would send {zero3:.2f} GB a GPU to other "
+               "nodes (three rings over the whole model, counted from their schedules).",
+        hint="Which of the step's collectives leave the node? Only one, on a piece of size Psi x {itemsize} / {gpus}, "
+             "over {nodes} ranks."),
 ])
