@@ -143,3 +143,26 @@ def test_the_hybrid_conclusion_follows_the_numbers():
         "llama3-8b at 400 Gbit/s: only ZeRO-3 over all GPUs fits",)
     assert hybrid.describe_hybrid([dict(dp, fits=False), dict(slow, fits=False), dict(fast, fits=False)]).conclusions \
         == ("llama3-8b at 400 Gbit/s: none of the three fits",)
+
+
+def test_the_summary_says_what_the_hybrid_numbers_say():
+    """The lab's Summary states the hybrid rows' outcome in words: held to the rows, so that a change of the cost
+    model that turns a verdict fails here instead of leaving the Summary saying the opposite of the table."""
+    from pathlib import Path
+
+    from ringlab.lessons.lab08_sharding_and_memory.hybrid import hybrid_at_scale
+
+    rows = hybrid_at_scale() + hybrid_at_scale(nic_gbps=100)
+
+    def row(model, nic, variant):
+        return next(r for r in rows if r["model"] == model and r["nic_gbps"] == nic and r["variant"].startswith(variant))
+
+    summary = (Path(__file__).parents[1] / "labs" / "src" / "08_sharding_and_memory.py").read_text()
+    summary = " ".join(line.lstrip("# ").strip() for line in summary.split("## Summary", 1)[1].splitlines())
+    ratio = row("llama3-8b", 400, "hybrid")["across"] / row("llama3-8b", 400, "ZeRO-3")["across"]
+    assert f"{ratio:.2f}x what ZeRO-3 over all 32 sends across" in summary
+    assert "Llama 3 70B then no longer fits in 80 GB" in summary and not row("llama3-70b", 400, "hybrid")["fits"]
+    assert "with 400 Gbit/s NICs ZeRO-3's collectives are quicker for Llama 3 8B" in summary
+    assert row("llama3-8b", 400, "ZeRO-3")["comm_s"] < row("llama3-8b", 400, "hybrid")["comm_s"]
+    assert "with 100 Gbit/s hybrid sharding's" in summary
+    assert row("llama3-8b", 100, "hybrid")["comm_s"] < row("llama3-8b", 100, "ZeRO-3")["comm_s"]
