@@ -342,3 +342,86 @@ def test_a_pipeline_holds_no_more_micro_batches_than_a_step_has():
     many = rl.plan("llama3-70b", H100x32, tp=8, pp=8, zero=1, global_batch=64, seq=4096)   # 16 micro-batches
     assert few.layout["micro_batches"] == 2 and many.layout["micro_batches"] == 16
     assert few.memory["activations"] < many.memory["activations"]
+
+
+# -- Megatron-Core's memory settings, as the published recipes set them (issue 52) --------------------------------
+def test_sixteen_bit_gradients_cost_four_plus_sixteen_over_d_bytes_a_parameter():
+    # Megatron-LM docs/source/api-guide/dist_optimizer.md: "fp16 parameters, fp16 gradients: 4 + 16/d"
+    model = Transformer.preset("llama3-8b")
+    one = rl.topology.cluster("h100", nodes=1)
+    kw = dict(zero=1, global_batch=8, seq=4096)
+    fp32, bf16 = rl.plan(model, one, **kw), rl.plan(model, one, grad_reduce_in_fp32=False, **kw)
+    aware = rl.plan(model, one, grad_reduce_in_fp32=False, precision_aware_optimizer=True, **kw)
+    P, d = model.params, 8
+    assert bf16.memory["gradients"] == pytest.approx(WEIGHT_BYTES * P)
+    assert bf16.memory["weights"] + bf16.memory["gradients"] + bf16.memory["optimizer"] == pytest.approx(
+        (4 + 16 / d) * P)
+    assert planner.OPTIMIZER_BYTES + planner.MAIN_GRAD_BYTES == 16
+    assert aware.memory["optimizer"] == pytest.approx(OPTIMIZER_BYTES * P / d)  # reads the 16-bit shard in place
+    assert fp32.memory["optimizer"] == pytest.approx(OPTIMIZER_BYTES * P / d)   # "6 + 12/d": no copy needed
+    sent = [sum(c.nbytes * c.calls for c in p.collectives if c.collective == "reduce_scatter") for p in (fp32, bf16)]
+    assert sent[1] == pytest.approx(sent[0] / 2, rel=1e-6)  # reduced in 16 bits: half the bytes
+
+
+def test_fp8_saves_the_gemm_inputs_transformer_engine_quantised():
+    llama = Transformer.preset("llama3-70b")
+    h, f = llama.hidden, llama.ffn
+    # 16-bit: 12h + 4 kv + 6f; fp8: two normed inputs and the down projection's input at 1 byte, the attention
+    # projection's input once more at 1 byte
+    assert llama.activation_bytes_per_token() == 12 * h + 4 * llama.kv * llama.head_dim + 6 * f
+    assert llama.activation_bytes_per_token(fp8=True) == llama.activation_bytes_per_token() - h - f
+    kw = dict(tp=8, pp=4, zero=1, global_batch=64, seq=8192)
+    bf16, fp8 = rl.plan(llama, H100x32, **kw), rl.plan(llama, H100x32, precision="fp8", **kw)
+    assert fp8.memory["activations"] < bf16.memory["activations"]
+
+
+def test_offloaded_layers_leave_the_others_activations_on_the_gpu():
+    # Transformer Engine: "At most (model_layers - num_layers) sets of activations are on GPU at any time"
+    machine = rl.topology.cluster("gb200", nodes=16, gpus_per_node=4)
+    kw = dict(zero=3, micro_batch=2, global_batch=256, seq=8192, precision="fp8")
+    whole, half = rl.plan("llama3-70b", machine, **kw), rl.plan("llama3-70b", machine, offload_layers=40, **kw)
+    logits = planner.LOGIT_BYTES * 2 * 8192 * 128256
+    assert half.memory["activations"] - logits == pytest.approx((whole.memory["activations"] - logits) / 2)
+    with pytest.raises(ValueError, match="pipeline"):
+        rl.plan("llama3-70b", H100x32, pp=4, offload_layers=10, global_batch=64, seq=4096)
+    with pytest.raises(ValueError, match="under the model's 80 layers"):
+        rl.plan("llama3-70b", machine, offload_layers=80, **kw)
+
+
+def test_the_embedding_counted_as_a_layer_takes_one_from_the_first_stage():
+    # Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split: 126 + 2 = 8 x 16
+    machine = rl.topology.cluster("h100", nodes=64)
+    kw = dict(tp=8, pp=8, cp=2, vp=8, zero=1, global_batch=256, seq=8192)
+    plain = rl.plan("llama3.1-405b", machine, **kw)
+    ends = rl.plan("llama3.1-405b", machine, ends_in_pipeline_split=True, **kw)
+    assert ends.memory["activations"] == pytest.approx(plain.memory["activations"] * 15 / 16)
+    assert ends.time["compute"] == pytest.approx(plain.time["compute"])  # the busiest stage still runs 16 layers
+    with pytest.raises(ValueError, match="pp=5"):
+        rl.plan("llama3.1-405b", rl.topology.cluster("h100", nodes=5), tp=8, pp=5, ends_in_pipeline_split=True,
+                global_batch=40, seq=8192)
+
+
+ISSUE_52 = ("mbridge2511-llama3.1-405b-b200-128-fp8", "mbridge2511-llama3.1-405b-gb200-256-fp8",
+            "mbridge2511-llama3-70b-gb200-64-fp8-fsdp", "dgxc2505-llama3.1-405b-h100-512-bf16",
+            "dgxc2505-llama3.1-405b-h100-512-fp8")
+
+
+@pytest.mark.parametrize("run_id", ISSUE_52)
+def test_the_published_layouts_that_ran_fit_with_their_recipes_settings(run_id):
+    run = runs.find(run_id)
+    layout, _ = runs.layout_of(run)
+    assert layout["grad_reduce_in_fp32"] is False  # every one of these recipes reduces gradients in bf16
+    for key in ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split"):
+        if key in run["layout"]:
+            assert "github.com/NVIDIA" in run["recipe_settings"][key], key  # each setting cites its recipe file
+    plan, _, _ = runs.predict(run)
+    assert plan.fits, f"{plan.memory_total / GiB:.1f} GiB of {plan.capacity / GiB:.0f}"
+
+
+def test_recipe_settings_are_read_from_the_data():
+    layout, _ = runs.layout_of(runs.find("mbridge2511-llama3-70b-gb200-64-fp8-fsdp"))
+    assert layout["offload_layers"] == 40 and layout["ends_in_pipeline_split"] is False
+    assert runs.layout_of(runs.find("dgxc2505-llama3.1-405b-h100-512-bf16"))[0]["precision_aware_optimizer"] is True
+    assert runs.layout_of(runs.find("dgxc2505-llama3.1-405b-h100-512-fp8"))[0]["precision_aware_optimizer"] is False
+    old = runs.layout_of(runs.find("megatron2021-gpt-1.7b"))[0]   # no recipe settings: Megatron-LM's defaults
+    assert old["grad_reduce_in_fp32"] is True and old["offload_layers"] == 0

@@ -32,16 +32,26 @@ What is hidden and what is exposed, as Megatron-LM overlaps by default:
   ``m`` micro-batches held) or "zero-bubble" (ZB-H1: about a third of 1F1B's bubble, 1F1B's memory), the closed forms
   of :mod:`ringlab.predict.schedules`, which builds each schedule from its dependencies.
 
-Memory per GPU, as Megatron-LM's distributed optimizer documents it (docs/source/api-guide/dist_optimizer.md):
-bf16 weights (2 bytes), fp32 gradients (4) and fp32 master weights with Adam's two moments (12); ZeRO 1 shards the
-optimizer over the data-parallel group, 2 the gradients too, 3 the weights too. Activations as
-:meth:`Transformer.activation_bytes_per_token` counts them, divided by ``tp`` (sequence parallelism) and ``cp``,
-for as many micro-batches as the first pipeline stage holds (``pp``, more when interleaved), and the fp32 logits of
-the loss; ``recompute="full"`` keeps each layer's input only and runs the forward again in the backward.
+Memory per GPU, as Megatron-LM's distributed optimizer documents it (docs/source/api-guide/dist_optimizer.md): bf16
+weights (2 bytes), fp32 gradients (4) and fp32 master weights with Adam's two moments (12); ZeRO 1 shards the
+optimizer over the data-parallel group (with context parallelism, its data x context ranks: Megatron-LM's
+distributed_data_parallel.py at 92c8482e, line 313), 2 the gradients too, 3 the weights too.
+``grad_reduce_in_fp32=False`` (as NeMo's and Megatron-Bridge's performance recipes set it) keeps the gradient buffer
+in the weights' 16 bits, and the optimizer then keeps an fp32 copy of its shard of them (4 bytes), as the docs' "4 +
+16/d" says, unless ``precision_aware_optimizer`` (which reads the 16-bit shard in place). Activations as
+:meth:`Transformer.activation_bytes_per_token` counts them, divided by ``tp`` (sequence parallelism) and ``cp``, for
+as many micro-batches as the first pipeline stage holds (``pp``, more when interleaved), and the fp32 logits of the
+loss; ``recompute="full"`` keeps each layer's input only and runs the forward again in the backward. In fp8,
+Transformer Engine keeps the GEMM inputs it quantised (``Transformer.activation_bytes_per_token(fp8=True)``).
+``offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``, activations only) keeps at most the other layers'
+activations on the GPU (Transformer Engine's CPU offloading); the copies are assumed hidden, as it overlaps them.
+``ends_in_pipeline_split`` counts the embedding and the loss as a layer each when layers are split into stages
+(Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``): the first
+stage then holds one transformer layer fewer.
 
 Left out, and said: zero-bubble schedules other than ZB-H1 (ZB-H2, ZB-V), tensor-parallel communication overlapped
-with GEMMs, expert load imbalance, the memory allocator's fragmentation, data loading, and NICs shared by different
-parallelisms at once.
+with GEMMs, weights kept in fp8 (``fp8_param_gather``: still counted at 2 bytes), expert load imbalance, the memory
+allocator's fragmentation, data loading, and NICs shared by different parallelisms at once.
 """
 from __future__ import annotations
 
@@ -65,12 +75,20 @@ SCORE_TRAFFIC = 13    # bytes an unfused attention moves a score forward: writte
 #                       the product with V (2); Korthikanti et al. keep 5 of them for the backward (their 5 a s / h)
 SCORE_STORED = 5      # bytes a stored score costs (softmax input 2, its output 2, the dropout mask 1; ibid.)
 WEIGHT_BYTES = 2      # bf16 (or fp16) weights
-GRAD_BYTES = 4        # fp32 gradients, reduced in fp32: Megatron-LM's default (and the Llama 3 paper's, section 3.3.2)
+GRAD_BYTES = 4        # fp32 gradients, reduced in fp32: Megatron-LM's default (and the Llama 3 paper's, section 3.3.2);
+#                       with grad_reduce_in_fp32=False the buffer takes the weights' dtype, WEIGHT_BYTES (Megatron-LM
+#                       megatron/core/distributed/distributed_data_parallel.py at 92c8482e, line 168: "grad_dtype =
+#                       torch.float if self.ddp_config.grad_reduce_in_fp32 else param.dtype")
+MAIN_GRAD_BYTES = 4   # the optimizer's fp32 copy of its shard of 16-bit gradients (Megatron-LM
+#                       megatron/core/optimizer/distrib_optimizer.py at 92c8482e, line 2399: "shard_main_param.grad =
+#                       shard_model_grad.float()"; the precision-aware optimizer reads the 16-bit shard in place, line
+#                       2397; Megatron-FSDP skips the copy, line 2377): docs/source/api-guide/dist_optimizer.md's
+#                       "fp16 parameters, fp16 gradients: 4 + 16/d" bytes a parameter, 16 = OPTIMIZER_BYTES + this
 OPTIMIZER_BYTES = 12  # fp32 master weights and Adam's two moments (ZeRO paper, K = 12; Megatron-LM's docs)
 LOGIT_BYTES = 4       # the loss's logits in fp32
 ADAM_TRAFFIC = 2 * GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES  # bytes an update reads and writes a parameter
 BACKWARD_TRAFFIC = 2  # an element-wise op's backward reads its input and the incoming gradient, writes one: 2x forward
-BUCKET_BYTES = 40_000_000 * GRAD_BYTES  # Megatron-LM's default gradient bucket: 40M parameters
+BUCKET_PARAMS = 40_000_000  # Megatron-LM's default gradient bucket: 40M parameters
 NCCL_BUFFERS = 32 * 2 * 4 * 2 ** 20  # per communicator: up to 32 channels x send/receive x NCCL_BUFFSIZE (4 MiB)
 # Kernels at a real layer's shapes, from published kernel benchmarks (ringlab/data/kernel_rates.json, by id), none of
 # them a training run the planner is judged on:
@@ -357,7 +375,9 @@ def _where(topo) -> str:
 
 def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, vp: int = 1, zero: int = 0,
          micro_batch: int = 1, global_batch: int, seq: int, precision: str = "bf16",
-         recompute: str | None = None, attention: str = "flash", schedule: str = "1f1b") -> Plan:
+         recompute: str | None = None, attention: str = "flash", schedule: str = "1f1b",
+         grad_reduce_in_fp32: bool = True, precision_aware_optimizer: bool = False, offload_layers: int = 0,
+         ends_in_pipeline_split: bool = False) -> Plan:
     """Plan one training step of ``model`` (a :class:`Transformer` or a preset's name) on ``topology`` (from
     ``rl.topology.cluster``): ``tp`` tensor (with sequence parallelism), ``pp`` pipeline (1F1B; ``vp`` virtual
     stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
@@ -368,7 +388,10 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     score matrix never reaches memory, the masked half of a causal mask skipped) or "unfused" (as before 2022:
     the scores written, softmaxed and dropped out in memory, every one computed). ``schedule``: the pipeline's,
     "1f1b" (interleaved when ``vp`` > 1), "interleaved" (the same, said outright: needs ``vp`` > 1), "gpipe" or
-    "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`.
+    "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`. Megatron-Core's memory settings, by its names:
+    ``grad_reduce_in_fp32`` (False: 16-bit gradient buffer, reduced in 16 bits), ``precision_aware_optimizer``,
+    ``offload_layers`` (``cpu_offloading_num_layers``: that many layers' activations in host memory; needs pp=1),
+    ``ends_in_pipeline_split`` (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``).
 
     Returns a :class:`Plan` (``.fits``, ``.memory``, ``.time``, ``.step_seconds``, ``.tokens_per_second_per_gpu``,
     ``.mfu``): a prediction from published figures, never a measurement."""
@@ -385,6 +408,14 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     if attention not in ATTENTION:
         raise ValueError(f"attention must be 'flash' or 'unfused', got {attention!r}")
+    _whole("offload_layers", offload_layers, minimum=0)
+    if offload_layers and (offload_layers >= model.layers or pp > 1):
+        # Megatron-Core's own checks (megatron/core/transformer/transformer_config.py at 92c8482e, lines 1053-1062)
+        raise ValueError(f"offload_layers={offload_layers} must be under the model's {model.layers} layers, with "
+                         f"pp=1 (Megatron-Core has no CPU offloading with pipeline parallelism), got pp={pp}")
+    if ends_in_pipeline_split and (model.layers + 2) % pp:
+        raise ValueError(f"with the embedding and the loss counted as layers, {model.layers} + 2 must divide into "
+                         f"pp={pp} stages (Megatron-Core's check)")
     gpus = m.nodes * m.gpus_per_node
     if gpus % (tp * pp * cp):
         raise ValueError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the {gpus} GPUs")
@@ -414,35 +445,42 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if precision not in gpu.peak:
         raise ValueError(f"no published {precision} peak for {m.gpu}")
     micro = global_batch // (dp * micro_batch)   # micro-batches a step, per pipeline
-    L_stage = -(-model.layers // pp)               # layers of the busiest pipeline stage, which sets the pace
+    ends_split = ends_in_pipeline_split and pp > 1
+    L_stage = -(-(model.layers + (2 if ends_split else 0)) // pp)  # layers of the busiest stage, which sets the pace
+    L_first = L_stage - (1 if ends_split else 0)  # the first stage's (the memory's): the embedding takes a layer
     imbalance = L_stage * pp / model.layers
     h = model.hidden
     full = recompute == "full"
     notes = []
 
     # -- memory (bytes on the busiest GPU: the first pipeline stage, with the embedding) -------------------------
-    moe_stage = min(L_stage, model.moe_layers)    # expert layers on the busiest stage (dense ones come first)
+    moe_stage = min(L_first, model.moe_layers)    # expert layers on the first stage (dense ones come first)
     dense_layer, _ = model.layer_params(False)
     moe_dense, moe_experts = model.layer_params(True) if model.moe else (0, 0)
     ends = (model.embedding_params + model.head_params) if pp == 1 else max(model.embedding_params,
                                                                                model.head_params)
-    dense = ((L_stage - moe_stage) * dense_layer + moe_stage * moe_dense + ends) / tp
+    dense = ((L_first - moe_stage) * dense_layer + moe_stage * moe_dense + ends) / tp
     experts = moe_stage * moe_experts / (tp * ep)
     shard, expert_shard = dp * cp, dp * cp // ep
     weights = WEIGHT_BYTES * (dense / (shard if zero >= 3 else 1) + experts / (expert_shard if zero >= 3 else 1))
-    grads = GRAD_BYTES * (dense / (shard if zero >= 2 else 1) + experts / (expert_shard if zero >= 2 else 1))
-    optimizer = OPTIMIZER_BYTES * (dense / (shard if zero >= 1 else 1) + experts / (expert_shard if zero >= 1 else 1))
+    grad_bytes = GRAD_BYTES if grad_reduce_in_fp32 else WEIGHT_BYTES
+    main_grad = 0 if grad_reduce_in_fp32 or precision_aware_optimizer or zero >= 3 else MAIN_GRAD_BYTES
+    grads = grad_bytes * (dense / (shard if zero >= 2 else 1) + experts / (expert_shard if zero >= 2 else 1))
+    optimizer = (OPTIMIZER_BYTES + main_grad) * (dense / (shard if zero >= 1 else 1)
+                                                 + experts / (expert_shard if zero >= 1 else 1))
     tokens_mb = micro_batch * seq // cp                   # tokens of one micro-batch on one GPU (before tp)
     flash, selective = attention == "flash", recompute == "selective"
     scores = model.heads * seq           # score elements a query has in one layer, all heads, over every key
-    stored = model.activation_bytes_per_token() + (0 if flash or selective else SCORE_STORED * scores)
+    fp8 = precision == "fp8"
+    stored = model.activation_bytes_per_token(fp8=fp8) + (0 if flash or selective else SCORE_STORED * scores)
     per_layer = (2 * ACT_BYTES * h if full else stored) * tokens_mb / tp
     pipeline_schedule = "interleaved" if vp > 1 else schedule  # 1F1B with virtual stages is interleaved (Megatron-LM)
     in_flight = 1 if pp == 1 else peak_in_flight(pipeline_schedule, pp, micro, vp)  # never more than there are
     logits = LOGIT_BYTES * tokens_mb * model.vocab / tp
-    activations = max(in_flight * L_stage * per_layer + (logits if pp == 1 else 0), L_stage * per_layer + logits)
+    on_gpu = L_first - offload_layers  # Transformer Engine keeps at most the layers not offloaded on the GPU
+    activations = max(in_flight * on_gpu * per_layer + (logits if pp == 1 else 0), on_gpu * per_layer + logits)
     if full:  # the layer being recomputed holds its whole activations again
-        activations += model.activation_bytes_per_token() * tokens_mb / tp
+        activations += model.activation_bytes_per_token(fp8=fp8) * tokens_mb / tp
     groups = sum(x > 1 for x in (tp, pp, cp, dp, ep)) + (pp > 1)
     buffers = NCCL_BUFFERS * groups
     if zero >= 3:  # two layers' weights gathered at once: the one computing and the one prefetched
@@ -524,10 +562,10 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
             layer = params / L_stage
             add("dp", "allgather", WEIGHT_BYTES * layer, topo, micro * L_stage * (2 + (1 if full else 0)),
                 hide=compute * 2 / 3)
-            add("dp", "reduce_scatter", GRAD_BYTES * layer, topo, micro * L_stage, hide=compute / 3)
+            add("dp", "reduce_scatter", grad_bytes * layer, topo, micro * L_stage, hide=compute / 3)
         else:
-            gbytes = GRAD_BYTES * params
-            buckets = max(1, math.ceil(gbytes / BUCKET_BYTES))
+            gbytes = grad_bytes * params
+            buckets = max(1, math.ceil(params / BUCKET_PARAMS))
             if zero == 0:
                 add("dp", "allreduce", gbytes / buckets, topo, buckets, hide=last_bwd)
             else:
@@ -535,8 +573,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                 add("dp", "allgather", WEIGHT_BYTES * params / buckets, topo, buckets, hide=first_fwd)
         if ep > 1 and expert_shard > 1:
             etopo = group_topology(topology, expert_shard, tp * cp * ep)
-            ebytes = GRAD_BYTES * experts
-            buckets = max(1, math.ceil(ebytes / BUCKET_BYTES))
+            ebytes = grad_bytes * experts
+            buckets = max(1, math.ceil(experts / BUCKET_PARAMS))
             add("dp", "allreduce" if zero == 0 else "reduce_scatter", ebytes / buckets, etopo, buckets,
                 hide=max(0.0, last_bwd - hidden.get("dp", 0.0)))
     local = (dense / (shard if zero >= 1 else 1) + experts / (expert_shard if zero >= 1 else 1))
@@ -550,8 +588,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     return Plan(model, topology.name, m.gpu, gpus,
                 {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": vp, "dp": dp, "zero": zero, "micro_batch": micro_batch,
                  "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
-                 "attention": attention, "schedule": schedule,
-                 "micro_batches": micro},
+                 "attention": attention, "schedule": schedule, "grad_reduce_in_fp32": grad_reduce_in_fp32,
+                 "precision_aware_optimizer": precision_aware_optimizer, "offload_layers": offload_layers,
+                 "ends_in_pipeline_split": ends_in_pipeline_split, "micro_batches": micro},
                 memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes)
 
 

@@ -16,7 +16,9 @@ per second per GPU with the source's own arithmetic, never the planner's:
   same sum written per layer).
 
 Where a run leaves part of its layout unsaid (micro-batch, ZeRO stage, virtual stages, the network), the
-prediction assumes the common default and says so in its notes.
+prediction assumes the common default and says so in its notes. Memory settings a run's published recipe sets
+(``grad_reduce_in_fp32``, ``precision_aware_optimizer``, ``offload_layers``, ``ends_in_pipeline_split``, each cited
+in the run's ``recipe_settings``) go to the planner as they are; where a run has none, Megatron-LM's defaults.
 """
 from __future__ import annotations
 
@@ -94,6 +96,11 @@ def layout_of(run: dict) -> tuple[dict, list[str]]:
     out["zero"] = 1 if L.get("zero") is None else L["zero"]
     out.update(global_batch=L["global_batch"], seq=L["seq"], precision=L.get("precision") or "bf16",
                recompute=L.get("recompute"), attention=L.get("attention") or "flash")
+    # the recipe's memory settings, where the run's published recipe sets them (cited in its recipe_settings)
+    out.update(grad_reduce_in_fp32=L.get("grad_reduce_in_fp32", True),
+               precision_aware_optimizer=L.get("precision_aware_optimizer", False),
+               offload_layers=L.get("offload_layers") or 0,
+               ends_in_pipeline_split=L.get("ends_in_pipeline_split", False))
     if out["precision"] == "fp16":
         out["precision"] = "bf16" if "fp16" not in compute_data()[run["hardware"]["gpu"]]["peak_tflops"] else "fp16"
     return out, assumed

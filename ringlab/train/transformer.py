@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 ACT_BYTES = 2  # bytes of a 16-bit activation (bf16 or fp16)
+FP8_BYTES = 1  # bytes of an fp8 element: what Transformer Engine saves of a GEMM input it quantised (below)
 
 
 def _count(name: str, value, minimum: int = 1) -> int:
@@ -183,13 +184,21 @@ class Transformer:
         return 6.0 * self.matmul_params() + 3 * self.attention_flops_per_token(seq)
 
     # -- memory --------------------------------------------------------------------------------------
-    def activation_bytes_per_token(self, moe: bool | None = None) -> float:
+    def activation_bytes_per_token(self, moe: bool | None = None, fp8: bool = False) -> float:
         """Bytes one layer keeps per token for its backward pass (16-bit, FlashAttention, no dropout), before any
         split. Tensor by tensor: the two norms' inputs (2h each); attention's input, queries, keys and values,
         and its output (2h + 2h + 4h kv/heads + 2h); the feed-forward's input (2h), then per expert a token
         visits: up and gate outputs and their product, ``6f`` (gated), or the input and output of the
-        activation, ``4f``. For GPT-3's layer that is 32h: Korthikanti et al.'s 34h less their two dropout masks."""
+        activation, ``4f``. For GPT-3's layer that is 32h: Korthikanti et al.'s 34h less their two dropout masks.
+
+        ``fp8``: as Transformer Engine keeps them in fp8 training, each GEMM input it quantises is saved in fp8
+        (1 byte) instead: the two normed inputs (LayerNormLinear saves its quantised ``ln_out``,
+        transformer_engine/pytorch/module/layernorm_linear.py at d0067d0d, lines 299, 316 and 469) and the
+        second feed-forward GEMM's input (Linear saves its quantised input, module/linear.py lines 619-621);
+        the attention projection's input is saved once more in fp8 beside the attention kernel's 16-bit output.
+        Net ``h + f`` bytes fewer a token (dense). Multi-head latent attention's own GEMM inputs are left 16-bit."""
         h, a = self.hidden, ACT_BYTES
+        q = FP8_BYTES if fp8 else a  # a GEMM input Transformer Engine quantises before saving it
         if self.mla:
             _, kv_rank, nope, rope, v = self.mla
             # input; the query's down-projection and its up-projected heads; the compressed keys and values; the
@@ -197,12 +206,12 @@ class Transformer:
             attention = a * (h + q_rank_of(self.mla) + self.heads * (nope + rope) + kv_rank + rope
                              + self.heads * (nope + rope + v) + self.heads * v)
         else:  # input, queries, keys, values, output (Korthikanti et al.'s 11 s b h less the dropout mask's 1)
-            attention = a * (h + h + 2 * self.kv * self.head_dim + h)
+            attention = q * h + a * (h + 2 * self.kv * self.head_dim + h) + (FP8_BYTES * h if fp8 else 0)
         norms = 2 * a * h
-        per_expert = a * (3 if self.gated else 2) * (self.ffn if (moe if moe is not None else self.moe) else
-                                                     (self.dense_ffn or self.ffn))
+        width = self.ffn if (moe if moe is not None else self.moe) else (self.dense_ffn or self.ffn)
+        per_expert = (a * (2 if self.gated else 1) + q) * width  # the last is the second GEMM's input
         visits = (self.top_k + self.shared_experts) if (moe if moe is not None else self.moe) else 1
-        return norms + attention + a * h + visits * per_expert
+        return norms + attention + q * h + visits * per_expert
 
     def describe(self) -> str:
         kind = f", {self.experts} experts (top {self.top_k})" if self.moe else ""
