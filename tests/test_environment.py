@@ -82,3 +82,34 @@ def test_notebooks_are_committed_without_outputs():
         for cell in notebook.cells:
             if cell.cell_type == "code":
                 assert not cell.outputs and cell.execution_count is None, f"{path.name} has outputs"
+
+
+def test_an_exercise_notebook_runs_once_in_the_browser_or_else_under_nbval():
+    """The root conftest leaves an exercise notebook to the browser test's Run All when that test is collected and
+    can run, and to nbval otherwise: never to neither (-k taking the browser test away gives it back to nbval)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+
+    def collected(*args):
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
+                               "labs/03_allreduce.ipynb", "labs/solutions/03_allreduce.ipynb", "tests/test_browser.py",
+                               *args], cwd=root, capture_output=True, text=True, timeout=120)
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("root_conftest", root / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    everything = collected()
+    exercise_cells = [line for line in everything if line.startswith("labs/03_allreduce.ipynb::")]
+    browser = [line for line in everything if "runs_all_in_a_real_browser[03_allreduce]" in line]
+    assert any(line.startswith("labs/solutions/03_allreduce.ipynb::") for line in everything)
+    if conftest._browser_can_run():
+        assert browser and not exercise_cells
+    else:
+        assert exercise_cells
+    without_browser = collected("-k", "not browser")
+    assert any(line.startswith("labs/03_allreduce.ipynb::") for line in without_browser)
