@@ -166,3 +166,132 @@ def test_the_summary_says_what_the_hybrid_numbers_say():
     assert row("llama3-8b", 400, "ZeRO-3")["comm_s"] < row("llama3-8b", 400, "hybrid")["comm_s"]
     assert "with 100 Gbit/s hybrid sharding's" in summary
     assert row("llama3-8b", 100, "hybrid")["comm_s"] < row("llama3-8b", 100, "ZeRO-3")["comm_s"]
+
+
+# Prefetch (FSDP's forward_prefetch and BACKWARD_PRE, issue 51): ZeRO-3 with the next unit's allgather handed over early
+PREFETCH_SCRIPT = __import__("pathlib").Path(__file__).parent / "mpi" / "lab08_prefetch.py"
+
+
+@pytest.fixture(scope="module")
+def prefetch_run():
+    import json
+
+    from ringlab.cluster.launch import run_mpi
+
+    done = run_mpi(4, [str(PREFETCH_SCRIPT)], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith(("[", "{"))]
+    return lines[0], lines[1]
+
+
+@pytest.mark.timeout(300)
+def test_prefetch_trains_bit_for_bit_as_without_it_and_as_data_parallelism(prefetch_run):
+    rows, _ = prefetch_run
+    assert [r["optimizer"] for r in rows] == ["SGD", "Adam"]
+    for row in rows:
+        assert row["versus_no_prefetch"] == 0.0, row  # the same collectives on the same data: the same bits
+        assert row["versus_data_parallel"] < 1e-12, row  # as the ZeRO stages do against data parallelism
+
+
+@pytest.mark.timeout(300)
+def test_prefetch_holds_one_more_unit_at_the_peak_and_shortens_the_step(prefetch_run):
+    from ringlab.lessons.lab08_sharding_and_memory import prefetch
+
+    _, result = prefetch_run
+    off, on = result["rows"]
+    unit = result["unit_bytes"]
+    assert unit == (prefetch.WIDTH ** 2 + prefetch.WIDTH) * 8
+    for a, b, pieces in zip(off["peak"], on["peak"], on["pieces"]):  # every rank, measured from the tensors
+        assert a == pieces + unit and b == pieces + 2 * unit
+    assert on["measured_s"] < off["measured_s"]
+    for row in (off, on):
+        assert row["measured_s"] == pytest.approx(row["predicted_s"], rel=prefetch.MATCH)
+    assert prefetch.prefetch_lesson(result).conclusions == (
+        "prefetch hid the gathers on the emulated machine",
+        "the measured steps match the predictions on the emulated machine",
+        "prefetch held one more unit's parameters at the peak")
+
+
+def _prefetch_result(off_s=0.19, on_s=0.12, on_peak=3000, predicted=(0.19, 0.12)):
+    row = lambda prefetch, s, peak, p: {"prefetch": prefetch, "measured_s": s, "predicted_s": p, "peak": [peak],
+                                        "pieces": [1000], "compute_s": 0.096, "gathers_s": 0.064, "scatters_s": 0.032}
+    return {"rows": [row(False, off_s, 2000, predicted[0]), row(True, on_s, on_peak, predicted[1])],
+            "machine": "uniform:0.05:20", "ranks": 4, "unit_bytes": 1000, "forward": 0.008, "backward": 0.016}
+
+
+def test_the_prefetch_conclusion_follows_the_numbers():
+    from ringlab.lessons.lab08_sharding_and_memory.prefetch import prefetch_lesson
+
+    said = prefetch_lesson(_prefetch_result())
+    assert said.conclusions == ("prefetch hid the gathers on the emulated machine",
+                                "the measured steps match the predictions on the emulated machine",
+                                "prefetch held one more unit's parameters at the peak")
+    assert "37% shorter" in said.text and "2.00 against 1.00 full units" in said.text
+    said = prefetch_lesson(_prefetch_result(on_s=0.185, on_peak=2000, predicted=(0.19, 0.185)))
+    assert said.conclusions == ("prefetch did not clearly hide the gathers on the emulated machine",
+                                "the measured steps match the predictions on the emulated machine",
+                                "prefetch held no more parameters at the peak")
+    said = prefetch_lesson(_prefetch_result(on_peak=4000, predicted=(0.19, 0.09)))
+    assert said.conclusions[1:] == ("the measured steps do not match the predictions on the emulated machine",
+                                    "prefetch held more than one more unit's parameters at the peak")
+
+
+def test_the_timeline_hides_what_compute_can_hide():
+    from ringlab.lessons.lab08_sharding_and_memory.prefetch import prefetch_timeline
+
+    assert prefetch_timeline([1] * 3, [2] * 3, [1] * 3, [1] * 3, prefetch=False) == 9 + 6 + 3
+    # forward: the first gather exposed (1), the others under 1 s of compute; backward: the first gather exposed (1),
+    # then each 2 s of compute hides the next gather and the last reduce-scatter; the final reduce-scatter sticks out
+    assert prefetch_timeline([1] * 3, [2] * 3, [1] * 3, [1] * 3, prefetch=True) == 1 + 3 + 1 + 6 + 1
+    # collectives far longer than compute: the stream sets the pace, 3 + 3 gathers and 3 reduce-scatters back to back
+    assert prefetch_timeline([0] * 3, [0] * 3, [5] * 3, [5] * 3, prefetch=True) == 45
+
+
+def test_the_summary_says_what_the_prefetch_numbers_say(prefetch_run):
+    """The Summary's prefetch bullet states the measured run's saving and what was left exposed: held to them."""
+    from pathlib import Path
+
+    from ringlab.lessons.lab08_sharding_and_memory.prefetch import LAYERS, prefetch_rows
+
+    _, result = prefetch_run
+    off, on = prefetch_rows(result)
+    summary = (Path(__file__).parents[1] / "labs" / "src" / "08_sharding_and_memory.py").read_text()
+    summary = summary.split("## Summary")[1].split("## Exercises")[0]
+    summary = " ".join(line.lstrip("# ") for line in summary.splitlines())
+    assert f"a ZeRO-3 step {1 - on['measured_s'] / off['measured_s']:.0%} shorter" in summary
+    row = result["rows"][1]
+    gather, scatter = row["gathers_s"] / (2 * LAYERS), row["scatters_s"] / LAYERS  # one unit's, predicted
+    assert on["measured_s"] - on["compute_s"] == pytest.approx(2 * gather + scatter, rel=0.01)  # "the first
+    assert "first all-gather of each pass and the last reduce-scatter" in summary  # all-gather of each pass ..."
+    assert on["units"] - off["units"] == pytest.approx(1) and "one more unit's full parameters" in summary
+
+
+def test_prefetch_on_one_rank_trains_as_without_it_and_is_refused_below_stage_3():
+    import torch
+    from mpi4py import MPI
+
+    from ringlab.train import ZeroOptimizer
+
+    def model():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)).double()
+
+    with pytest.raises(ValueError, match="True only at stage 3"):
+        m = model()
+        ZeroOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, stage=2, comm=MPI.COMM_SELF, prefetch=True)
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    weights, peaks = [], []
+    for prefetch in (False, True):
+        m = model()
+        opt = ZeroOptimizer(torch.optim.Adam(m.parameters(), lr=0.1), m, stage=3, comm=MPI.COMM_SELF, prefetch=prefetch)
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).pow(2).sum().backward()
+            opt.step()
+        weights.append(torch.cat([p.reshape(-1) for p in opt.full_parameters()]))
+        peaks.append(opt.peak_parameters)
+        opt.close()
+    assert torch.equal(weights[0], weights[1])
+    # one rank's piece is the whole unit: without prefetch the pieces and the larger unit (20 parameters) in full,
+    # with it the pieces and both units (20 and 12) in full
+    assert peaks == [(32 + 20) * 8, (32 + 32) * 8]

@@ -17,15 +17,28 @@ A ring reduce-scatter and a ring allgather each send (n-1)/n of the buffer from 
 2 send what a ring allreduce sends (the paper's 2 Psi) and stage 3 half as much again (3 Psi).
 :meth:`ZeroOptimizer.memory` measures what a rank holds from its tensors; :func:`zero_memory` and
 :func:`zero_traffic` are the paper's formulas. Every rank must give every parameter a gradient each step.
+
+At stage 3, ``prefetch=True`` is FSDP's prefetching (``forward_prefetch`` and ``BACKWARD_PRE``): every collective
+runs on a communication thread, as DistributedOptimizer's overlap runs its allreduces, and unit i+1's allgather
+is handed to it when unit i's forward begins (unit i-1's when unit i's backward begins), so that it runs while
+unit i computes; the reduce-scatters go the same way, in the order they are handed over, and ``step()`` waits for
+them. The next unit is the next in ``model.modules()`` order (a Sequential's order of execution). The price: two
+units' full parameters are held at once. On an emulated machine the thread keeps its own virtual clock: a
+collective starts no sooner than it was handed over, and whoever waits for it goes on no sooner than it ended.
+:attr:`ZeroOptimizer.peak_parameters` is the most parameter bytes held at once during the last step.
 """
 from __future__ import annotations
 
+import queue
+import threading
 from collections import Counter
 from functools import lru_cache
 
 import torch
 
 from ..algorithms import build
+from ..mpi import emulate, private
+from ..mpi.deadlines import DEFAULT, seconds
 from ..mpi.collectives import execute
 from ..schedule import chunk_bounds
 from ..simulate import traffic
@@ -109,6 +122,16 @@ class _Unit:
             p.data = self.flat[at:at + p.numel()].view_as(p)
             at += p.numel()
         self.ready = 0  # parameters whose gradient backward has produced this step
+        self.pending = None  # with prefetch: the allgather handed to the communication thread, not yet waited for
+
+
+class _Job:
+    """A collective handed to the communication thread at this thread's time ``handed``; ``finished`` is the
+    communication thread's time when it ended."""
+
+    def __init__(self, run):
+        self.run, self.handed, self.finished, self.error = run, emulate.now(), None, None
+        self.done = threading.Event()
 
 
 class ZeroOptimizer:
@@ -116,15 +139,19 @@ class ZeroOptimizer:
     over the ranks of ``comm`` (see the module). The parameters each module owns are sharded together, as one
     flat buffer (FSDP's unit), so a step runs a few large collectives rather than one per tensor. ``optimizer``
     must be fresh (no state yet) and hold exactly the model's parameters that require gradients, those of one
-    module in one param group."""
+    module in one param group. ``prefetch`` (stage 3 only): FSDP's prefetching, see the module."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, stage: int = 1, comm=None):
+    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, stage: int = 1, comm=None,
+                 prefetch: bool = False):
         from mpi4py import MPI
 
         if isinstance(stage, bool) or stage not in STAGES:
             raise ValueError(f"stage must be 1 (optimizer state), 2 (and gradients) or 3 (and parameters), "
                              f"got {stage!r}")
-        self.optimizer, self.model, self.stage = optimizer, model, stage
+        if not isinstance(prefetch, bool) or (prefetch and stage != 3):
+            raise ValueError(f"prefetch is True or False, and True only at stage 3 (the only stage that gathers "
+                             f"parameters before use), got prefetch={prefetch!r} at stage {stage}")
+        self.optimizer, self.model, self.stage, self.prefetch = optimizer, model, stage, prefetch
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.nranks, self.rank = self.comm.Get_size(), self.comm.Get_rank()
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
@@ -146,13 +173,21 @@ class ZeroOptimizer:
         self.sent = Counter()  # bytes this rank sent in training, by collective (counted from the schedules)
         self.steps = 0
         self._hooks = []
+        self._comm, self._jobs, self._thread, self._inflight = self.comm, None, None, []
+        if prefetch:  # every collective on a communicator of its own, on a communication thread
+            with emulate.inside():
+                self._comm = private.duplicate(self.comm, "ZeroOptimizer", DEFAULT)
+            self._jobs = queue.Queue()
+            self._thread = threading.Thread(target=self._communicate, daemon=True, name="ringlab-zero")
+            self._thread.start()
         if stage >= 2:
             self._hooks += [p.register_post_accumulate_grad_hook(self._gradient_ready) for p in self.params]
         if stage == 3:
             for u in self.units:
                 _free(u.flat)
-                self._hooks += [u.module.register_forward_pre_hook(lambda m, args, u=u: self._gather(u)),
+                self._hooks += [u.module.register_forward_pre_hook(lambda m, args, u=u: self._gather(u, then=1)),
                                 u.module.register_forward_hook(lambda m, args, out, u=u: self._after(u, out))]
+        self._peak = self.peak_parameters = self._parameter_bytes()
 
     def _check(self, named) -> None:
         if not named:
@@ -200,11 +235,64 @@ class ZeroOptimizer:
         array = as_array(flat)
         if count:
             self.sent[name.split(".")[0]] += sent_bytes(name, self.nranks, array.nbytes, array.itemsize)[self.rank]
-        return execute(name, array, comm=self.comm, in_place=in_place)
+        return execute(name, array, comm=self._comm, in_place=in_place)
+
+    def _hand(self, run) -> _Job:
+        """Prefetch: hand ``run`` (a collective) to the communication thread."""
+        job = _Job(run)
+        self._inflight.append(job)
+        self._jobs.put(job)
+        return job
+
+    def _communicate(self) -> None:
+        """The communication thread: run the collectives handed to it, in the order they came."""
+        while (job := self._jobs.get()) is not None:
+            with emulate.inside():  # the collective's own times are on this thread's clock
+                if emulate.current() is not None:  # not before it was handed over
+                    emulate.clock().at_least(job.handed)
+                try:
+                    job.run()
+                except BaseException as err:  # surfaces on the main thread, which waits for it
+                    job.error = err
+                finally:
+                    job.finished = emulate.now()
+                    job.done.set()
+
+    def _wait(self, job: _Job) -> None:
+        """Wait for a collective handed over; on an emulated machine this thread goes on no sooner than it ended."""
+        limit = seconds(DEFAULT)
+        with emulate.inside():  # waiting is not compute
+            if not job.done.wait(None if limit is None else 4 * limit):
+                raise RuntimeError("ZeroOptimizer: a collective on the communication thread did not end within its "
+                                   "deadline (the thread is stuck)")
+            if emulate.current() is not None:
+                emulate.clock().at_least(job.finished)
+        if job in self._inflight:
+            self._inflight.remove(job)
+        if job.error is not None:
+            raise job.error
+
+    def _drain(self) -> None:
+        while self._inflight:
+            self._wait(self._inflight[0])
+
+    def _parameter_bytes(self) -> int:
+        return held_bytes(list(self.model.parameters()) + self.pieces)
+
+    def _note_peak(self) -> None:
+        with emulate.inside():  # bookkeeping: not compute on an emulated machine
+            self._peak = max(self._peak, self._parameter_bytes())
 
     def _reduce_scatter(self, i: int, grads: torch.Tensor) -> None:
-        """Sum unit i's flat gradient over the ranks; this rank's piece of the average goes to the piece's grad."""
+        """Sum unit i's flat gradient over the ranks; this rank's piece of the average goes to the piece's grad (with
+        prefetch, on the communication thread: ``step()`` waits for it)."""
         u, piece = self.units[i], self.pieces[i]
+        if self.prefetch:
+            self._hand(lambda: self._scatter_into_piece(u, piece, grads))
+            return
+        self._scatter_into_piece(u, piece, grads)
+
+    def _scatter_into_piece(self, u: _Unit, piece: torch.nn.Parameter, grads: torch.Tensor) -> None:
         summed = self._run("reduce_scatter.ring", grads)
         mine = torch.as_tensor(summed[u.lo:u.hi], device=grads.device) / self.nranks
         if self.stage == 1:  # the piece's gradient is its slice of the unit's full gradient, averaged
@@ -239,29 +327,61 @@ class ZeroOptimizer:
             q.grad = None
         u.ready = 0  # a second backward before step() reduces again, adding into the pieces' gradients
         if self.stage == 3:
-            _free(u.flat)
+            self._release(u)
 
-    def _gather(self, u: _Unit) -> None:
-        """Stage 3: allgather unit ``u``'s full parameters unless they are held now."""
-        if u.flat.untyped_storage().nbytes() == 0:
-            self._gather_into(u, u.flat)
+    def _gather(self, u: _Unit, then: int = 0) -> None:
+        """Stage 3: allgather unit ``u``'s full parameters unless they are held now; with prefetch, wait for them
+        and hand over the allgather of the unit ``then`` places on (+1 in forward, -1 in backward)."""
+        if not self.prefetch:
+            if u.flat.untyped_storage().nbytes() == 0:
+                self._gather_into(u, u.flat)
+            return
+        self._prefetch(u)
+        if u.pending is not None:
+            self._wait(u.pending)
+            u.pending = None
+        following = self.units.index(u) + then
+        if then and 0 <= following < len(self.units):
+            self._prefetch(self.units[following])
 
-    def _gather_into(self, u: _Unit, out: torch.Tensor, count: bool = True) -> torch.Tensor:
+    def _prefetch(self, u: _Unit) -> None:
+        """Hand over unit ``u``'s allgather unless its parameters are held or on their way: its full buffer is
+        allocated now, on this thread, so the parameters held at once are counted where the program holds them."""
+        if u.pending is None and u.flat.untyped_storage().nbytes() == 0:
+            _allocate(u.flat)
+            self._note_peak()
+            u.pending = self._hand(lambda: u.flat.copy_(self._gathered(u)))
+
+    def _gathered(self, u: _Unit, count: bool = True) -> torch.Tensor:
+        """Unit ``u``'s full parameters, allgathered from the ranks' pieces into a new tensor."""
         i = self.units.index(u)
         work = torch.zeros(u.numel, dtype=u.flat.dtype, device=u.flat.device)  # not out: numpy would pin its storage
         work[u.lo:u.hi] = self.pieces[i].data
         gathered = self._run("allgather.ring", work, in_place=True, count=count)
+        return torch.as_tensor(gathered, device=u.flat.device)
+
+    def _gather_into(self, u: _Unit, out: torch.Tensor, count: bool = True) -> torch.Tensor:
+        gathered = self._gathered(u, count=count)
         _allocate(out)
-        out.copy_(torch.as_tensor(gathered, device=u.flat.device))
+        if out is u.flat:
+            self._note_peak()
+        out.copy_(gathered)
         return out
+
+    def _release(self, u: _Unit) -> None:
+        """Free unit ``u``'s full parameters (after an allgather still writing into them, if one is)."""
+        if u.pending is not None:
+            self._wait(u.pending)
+            u.pending = None
+        _free(u.flat)
 
     def _after(self, u: _Unit, out) -> None:
         """Stage 3, after a module's forward: free its parameters, and gather them again before its backward."""
-        _free(u.flat)
+        self._release(u)
         outputs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
                    if isinstance(t, torch.Tensor) and t.requires_grad]
         if outputs:
-            outputs[0].register_hook(lambda grad: self._gather(u))
+            outputs[0].register_hook(lambda grad: self._gather(u, then=-1))
 
     def step(self, closure=None):
         """Average the gradients (reduce-scatter), update this rank's pieces, and (stages 1, 2) allgather them."""
@@ -274,11 +394,15 @@ class ZeroOptimizer:
                 for q in u.params:
                     q.grad = None
             u.ready = 0
+        self._drain()  # prefetch: every reduce-scatter handed over has ended
+        self._note_peak()
         loss = self.optimizer.step(closure)
         if self.stage < 3:
             for u in self.units:
                 self._run("allgather.ring", u.flat, in_place=True)
         self.steps += 1
+        with emulate.inside():
+            self.peak_parameters, self._peak = self._peak, self._parameter_bytes()
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -303,6 +427,7 @@ class ZeroOptimizer:
         """Every parameter in full, in ``model.parameters()`` order (stage 3: gathered, on every rank at once)."""
         if self.stage < 3:
             return [p.detach().clone() for p in self.model.parameters()]
+        self._drain()
         full = {id(p): p.detach().clone() for p in self.model.parameters() if id(p) not in self._unit_of}  # frozen
         for u in self.units:
             flat = self._gather_into(u, torch.empty(u.numel, dtype=u.flat.dtype, device=u.flat.device), count=False)
@@ -317,9 +442,20 @@ class ZeroOptimizer:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        if self._thread is not None:
+            self._drain()
+            for u in self.units:
+                u.pending = None
+            self._jobs.put(None)
+            self._thread.join(timeout=10)
+            self._thread = None
         if self.stage == 3:
             for u in self.units:
-                self._gather(u)
+                if u.flat.untyped_storage().nbytes() == 0:
+                    self._gather_into(u, u.flat)
+        if self._comm is not self.comm:
+            private.release(self._comm)
+            self._comm = self.comm
 
     def __getattr__(self, name):  # param_groups, state ... of the wrapped optimizer
         return getattr(self.optimizer, name)

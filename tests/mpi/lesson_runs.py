@@ -75,6 +75,13 @@ def lab08_sharding():
     return sharding_lesson(result) if comm.Get_rank() == 0 else None
 
 
+def lab08_prefetch():
+    from ringlab.lessons.lab08_sharding_and_memory.prefetch import measure_prefetch, prefetch_lesson
+
+    result = measure_prefetch(comm)
+    return prefetch_lesson(result) if comm.Get_rank() == 0 else None
+
+
 def lab09_mesh():
     from ringlab.lessons.lab09_model_parallelism.mesh import mapping_lesson, measure_mappings
 
@@ -92,6 +99,7 @@ def lab09_experts():
 LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "06-overlap": lab06_overlap,
            "07-straggler": lab07_straggler,
            "08-sharding": lab08_sharding,
+           "08-prefetch": lab08_prefetch,
            "09-mesh": lab09_mesh,
            "09-experts": lab09_experts}
 
