@@ -22,8 +22,8 @@ from ringlab.lessons.lab05_scaling.predictions import (against_published, check_
                                                        hierarchical_against_flat, machines_at, published_sweeps,
                                                        rings_on, trees_against_ring, with_ranks)
 from ringlab.lessons.lab05_scaling.realcluster import here_or_recorded, table as cluster_table
-from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, measure_here, nvlink_to_nic,
-                                                    predicted_on_simulated, side_by_side)
+from ringlab.lessons.lab05_scaling.simnodes import (describe_simulated, measure_here, predicted_on_simulated,
+                                                    side_by_side, simulated_link_gbps)
 from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
 from ringlab.measure import published
 from ringlab.measure.bench import in_machine_units
@@ -320,15 +320,17 @@ print(describe_hierarchy(hierarchy, 1 << 28))
 # `measure_on_simulated_nodes` on every rank) becomes 2 simulated nodes of 2.
 # That is the emulated machine `nodes:2:B:0` (lab 02's virtual time): between the nodes each message
 # takes its bytes' time on its rank's port of B GB/s, shared by the messages of a step that cross it,
-# with B set 9 times below the bandwidth you fitted above, the ratio of an H100's NVLink to its
-# 400 Gbit/s network card (public figures); inside a node a message costs nothing on the virtual
+# with B set 9 times below the bandwidth you fitted above (or, where the fit found none, below the ring's measured
+# busbw at its largest size), the ratio of an H100's NVLink to its 400 Gbit/s network card (public figures); inside a node a message costs nothing on the virtual
 # clocks but this CPU's work of adding it, counted as the CPU time it took, as if the node's own links
 # were far faster still. These are **simulated nodes**: real code and data on a modelled link, not a
 # network. Each result is checked against MPI's `Allreduce` before it is timed; the cost model
 # predicts the same emulated machine, without this CPU's additions.
 
 # %%
-per_node, link_gbps = 2, float(fitted.bandwidth / nvlink_to_nic() / 1e9)
+per_node = 2
+link_gbps, chosen = simulated_link_gbps(fitted, nranks=4)
+print(chosen)
 node_sizes = [1 << k for k in range(16, 23, 2)]  # 64 KiB .. 4 MiB per rank
 on_nodes = measure_here(node_sizes, per_node, link_gbps, nranks=4, repeats=3)  # one MPI job of 4 ranks
 model = predicted_on_simulated(node_sizes, 4, per_node, link_gbps * 1e9)  # the cost model on the same links

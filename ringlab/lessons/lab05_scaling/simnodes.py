@@ -26,6 +26,27 @@ def nvlink_to_nic() -> float:
     return H100_NVLINK / IB_400G
 
 
+def simulated_link_gbps(fitted, nranks: int) -> tuple[float, str]:
+    """B for the simulated nodes, in GB/s, and a sentence saying where it came from: the bandwidth ``fitted`` to
+    this machine's ring allreduce on ``nranks`` ranks, over :func:`nvlink_to_nic`; or, where that fit found no
+    finite bandwidth (on a busy machine the times need not grow with size, and the best fit then has no cost per
+    byte), the ring's measured busbw at the largest size it was fitted to, over the same ratio. Either is finite: a
+    slowed link must have a rate."""
+    ratio = nvlink_to_nic()
+    if 0 < fitted.bandwidth < np.inf:
+        gbps = float(fitted.bandwidth / ratio / 1e9)
+        return gbps, (f"B = the bandwidth fitted above, {fitted.bandwidth / 1e9:.2f} GB/s, / {ratio:.0f} = "
+                      f"{gbps:.3g} GB/s")
+    if not len(fitted.sizes):
+        raise ValueError("the fit holds no measurements to take a bandwidth from")
+    largest = int(np.argmax(fitted.sizes))
+    size, seconds = float(fitted.sizes[largest]), float(fitted.measured[largest])
+    busbw = size / seconds * bus_factor("allreduce", nranks)
+    gbps = float(busbw / ratio / 1e9)
+    return gbps, (f"The fit above found no finite bandwidth (its times did not grow with size), so B = the ring's "
+                  f"measured busbw at {size / 2**20:g} MiB, {busbw / 1e9:.2f} GB/s, / {ratio:.0f} = {gbps:.3g} GB/s")
+
+
 def measure_on_simulated_nodes(sizes: list[int], per_node: int, link_gbps: float, repeats: int = 5,
                                comm=None, timeout: float = 60) -> list[dict]:
     """Call on every rank: the flat ring and the hierarchical allreduce at each size (bytes of float64
@@ -103,7 +124,7 @@ def checked_and_timed(sizes: list[int], repeats: int, comm, timeout: float, wher
 def simulated_spec(per_node: int, link_Bps: float) -> str:
     """The emulated machine that simulated nodes of ``per_node`` ranks with a ``link_Bps`` link between them run on
     (``RINGLAB_NODE_LINK_GBPS``: free inside a node, a port of that rate per rank between nodes, no latency)."""
-    return f"nodes:{per_node}:{link_Bps / 1e9!r}:0"
+    return f"nodes:{per_node}:{float(link_Bps) / 1e9!r}:0"  # (a numpy scalar's repr is no number here)
 
 
 def predicted_on_simulated(sizes: list[int], nranks: int, per_node: int, link_Bps: float) -> list[dict]:
