@@ -5,7 +5,8 @@ The nodes are simulated (``ringlab.mpi.nodes``): every rank runs here, and the l
 the emulated machine ``nodes:RANKS:B:0`` (:mod:`ringlab.mpi.emulate`), timed in virtual time. Between the
 nodes each message takes its bytes' time on its rank's port of B; inside a node a message costs nothing on
 the virtual clocks but this CPU's work of landing it (an addition, counted as the CPU time it took). B is
-chosen in the same ratio to the bandwidth fitted here as an H100's NVLink to its 400 Gbit/s network card.
+chosen in the same ratio to the bandwidth fitted here (where the fit found none, to the ring's measured
+busbw: :func:`simulated_link_gbps`) as an H100's NVLink to its 400 Gbit/s network card.
 Measured figures are this code and data on those modelled links; they say nothing about InfiniBand itself.
 """
 from __future__ import annotations
