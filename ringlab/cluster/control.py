@@ -3,7 +3,8 @@
 ``up`` is idempotent: the same cluster already up is left as it is; anything else carrying the cluster's
 prefix (a different cluster of that name, or what a killed run left half-built) is removed first. Jobs
 run from the head namespace, with MPI between nodes forced onto TCP over the nodes' ``eth0`` (UCX's tcp
-transport; OFI's tcp provider if MPICH picks OFI), so that their bytes cross the shaped links.
+transport; OFI's tcp provider where MPICH uses OFI, as Slurm's tasks do: see ``slurm.TASK_PROLOG``), so that
+their bytes cross the shaped links.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from . import netns, relay, rootless, slurm
 from .layout import HEAD, Layout, format_rate, locked, private_folder, read_state, write_state, write_whole
 
 RUN_TAG = "RINGLAB_RUN"  # every process of one `cluster run` inherits RINGLAB_RUN=<its own id>: how it is found
-TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp",
+TCP_BETWEEN_NODES = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0",
                      "GLOO_SOCKET_IFNAME": "eth0"}  # torch's gloo too, for DDP across the nodes
 
 

@@ -3,7 +3,8 @@
 Debian's ``slurm-wlm`` and ``munge`` packages supply the programs; the cluster gives them their own
 key, socket, configuration, spool folders and logs under its folder, so the machine's own munge and
 Slurm (if any) are neither used nor touched. The partition ``ringlab`` holds every node and is the
-default; ``srun`` and ``sbatch`` use Slurm's PMI-2 (``MpiDefault=pmi2``), which MPICH's ranks speak.
+default; ``srun`` and ``sbatch`` use Slurm's PMI-2 (``MpiDefault=pmi2``), which MPICH's ranks speak, and
+MPICH's OFI netmod (see ``TASK_PROLOG``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,19 @@ from .netns import node_command
 PARTITION = "ringlab"
 PROGRAMS = {"munged": "munge", "slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "srun": "slurm-wlm",
             "sbatch": "slurm-wlm", "sinfo": "slurm-wlm"}  # program -> the Debian package that has it
+
+
+# What every Slurm task of the cluster runs before the job (its "export" lines set the task's environment): MPICH's
+# OFI netmod unless the job chose one. A node root's UCX business card is a fixed 4096 bytes (MPID_MAX_BC_SIZE,
+# read past the end of UCX's address), sent over PMI as nine hex segments of up to 1022 characters. Slurm's
+# PMI-2 plugin serves the mpich wheel's PMI-1 requests and takes one read() of at most 1024 bytes as one request
+# ("TODO: read until newline", src/plugins/mpi/pmi2/pmi1.c): a segment whose bytes are mostly non-zero overflows
+# it, "value not properly terminated in client request", and MPI_Init fails on every rank. Whether it does
+# depends on the heap behind the address: one program never, another four times in a row. OFI's card is its tcp
+# address, 16 bytes. mpiexec's own PMI server reads whole lines, and its jobs keep MPICH's default, UCX.
+TASK_PROLOG = """# MPICH's OFI netmod under srun: Slurm's PMI-2 cannot take UCX's address in whole lines (ringlab.cluster.slurm)
+[ -n "$MPIR_CVAR_CH4_NETMOD" ] || echo export MPIR_CVAR_CH4_NETMOD=ofi
+"""
 
 
 def missing() -> list[str]:
@@ -63,7 +77,7 @@ def write_config(layout: Layout) -> None:
     cases = "".join(f"    {h}) echo export CUDA_VISIBLE_DEVICES={layout.gpus_of(h)} ;;\n" for h in layout.hosts
                     if layout.gpus_of(h) is not None)
     prolog.write_text(f"#!/bin/sh\n# each node's share of this machine's GPUs (--gpus-per-node)\ncase \"$(hostname)\" in\n"
-                      f"{cases}esac\n")
+                      f"{cases}esac\n{TASK_PROLOG}")
     prolog.chmod(0o755)
     nodes = ",".join(layout.hosts)
     addresses = ",".join(layout.address(h) for h in layout.hosts)
