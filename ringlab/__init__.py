@@ -23,7 +23,7 @@ import importlib
 
 from . import topology
 from .algorithms import ALGORITHMS, build
-from .mpi import (StepTimeout, Trace, allreduce, alltoall, broadcast, execute, gather, reduce, release_buffers,
+from .mpi import (StepTimeout, Trace, allreduce, alltoall, alltoallv, broadcast, execute, gather, reduce, release_buffers,
                   scatter, which_transport)
 from .predict import NcclPrediction, Prediction, predict, predict_nccl
 from .schedule import (COPY, REDUCE, Collective, Schedule, Step, Transfer, chunk_bounds,
@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ALGORITHMS", "build", "Schedule", "Step", "Transfer", "Collective", "REDUCE", "COPY",
     "chunk_bounds", "make_schedule", "simulate", "check", "traffic", "Simulation", "ScheduleError",
-    "provenance_str", "allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "execute",
+    "provenance_str", "allreduce", "reduce", "broadcast", "gather", "scatter", "alltoall", "alltoallv", "execute",
     "which_transport", "release_buffers", "StepTimeout", "Trace", "topology", "predict", "Prediction", "predict_nccl",
     "NcclPrediction", "emulate", "bind_device", "__version__",
 ]

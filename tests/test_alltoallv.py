@@ -1,0 +1,44 @@
+"""rl.alltoallv (ringlab.mpi.alltoallv): equal to MPI's own Alltoallv on random tables, bad input refused alike on
+every rank, and its virtual time on emulated machines equal to the pairwise rounds' recurrence; at 2 and 3 ranks."""
+import json
+from pathlib import Path
+
+import pytest
+
+from ringlab.cluster.launch import run_mpi
+
+SCRIPT = Path(__file__).parent / "mpi" / "alltoallv_check.py"
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def checked(request):
+    done = run_mpi(request.param, [str(SCRIPT), "uniform:10:5" if request.param == 2 else "hgx-h100-8"], timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return request.param, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(180)
+def test_alltoallv_equals_mpis_own(checked):
+    _, seen = checked
+    assert seen["same"] == [True] * 6
+
+
+@pytest.mark.timeout(180)
+def test_bad_input_is_the_same_value_error_on_every_rank(checked):
+    n, seen = checked
+    for name, said in seen["refused"].items():
+        assert len(said) == n and len(set(said)) == 1 and said[0] is not None, (name, said)  # one error, everywhere
+    refused = {name: said[0] for name, said in seen["refused"].items()}
+    assert "the ranks disagree (counts: rank 0 has [[1," in refused["one rank's table differs"]
+    assert f"rank 0's x has {n - 1} rows, but its row of counts sends {n}" in refused["one rank's rows do not match its counts"]
+    assert f"counts must be an {n} x {n} table of whole numbers" in refused["not a square table"]
+    assert "counts must be >= 0, got -1" in refused["a negative count"]
+    assert "x must be a numpy array, got Tensor: pass t.numpy()" in refused["a torch tensor"]
+
+
+@pytest.mark.timeout(180)
+def test_on_an_emulated_machine_each_rank_finishes_when_its_last_message_arrives(checked):
+    _, seen = checked
+    measured, recurrence = seen["emulated"]["measured"], seen["emulated"]["recurrence"]
+    assert max(recurrence) > 0
+    assert measured == pytest.approx(recurrence, rel=1e-9, abs=1e-12)
