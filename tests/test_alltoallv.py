@@ -1,5 +1,6 @@
 """rl.alltoallv (ringlab.mpi.alltoallv): equal to MPI's own Alltoallv on random tables, bad input refused alike on
-every rank, and its virtual time on emulated machines equal to the pairwise rounds' recurrence; at 2 and 3 ranks."""
+every rank, its virtual time on emulated machines equal to the pairwise rounds' recurrence, and a rank that never
+comes a StepTimeout naming the round; at 2 and 3 ranks."""
 import json
 from pathlib import Path
 
@@ -42,3 +43,13 @@ def test_on_an_emulated_machine_each_rank_finishes_when_its_last_message_arrives
     measured, recurrence = seen["emulated"]["measured"], seen["emulated"]["recurrence"]
     assert max(recurrence) > 0
     assert measured == pytest.approx(recurrence, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_that_never_comes_is_a_timeout_naming_the_round_and_the_peers(checked):
+    n, seen = checked
+    assert seen["late"][0] is None  # rank 0 never called
+    for rank, (said, peers) in enumerate(seen["late"][1:], start=1):  # rank r receives from rank 0 in round r
+        assert said == (f"rank {rank}: rl.alltoallv round {rank} of {n - 1} did not finish within 1 s: still waiting "
+                        "to receive 1 row from rank 0"), said  # its own send, small, is on its way: not waited for
+        assert peers == [0], peers

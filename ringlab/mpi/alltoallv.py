@@ -119,16 +119,25 @@ def _exchange(x: np.ndarray, table: np.ndarray, comm, rank: int, n: int, limit: 
             stamp_out[0] = emulate.clock().now() + times.get((rank, to), 0.0)
             requests += [comm.Irecv(stamp_in, source=frm, tag=STAMP_TAG), comm.Isend(stamp_out, dest=to, tag=STAMP_TAG)]
 
-        def late(k=k, to=to, frm=frm) -> str:
+        def late(k=k, to=to, frm=frm, requests=requests) -> str:
+            waiting = []
+            if not requests[0].Test():
+                waiting.append(f"to receive {_rows(table[frm, rank])} from rank {frm}")
+            if not requests[1].Test():
+                waiting.append(f"for rank {to} to take {_rows(table[rank, to])}")
             return (f"rank {rank}: rl.alltoallv round {k} of {n - 1} did not finish within {limit:g} s: still waiting "
-                    f"to receive {int(table[frm, rank])} rows from rank {frm}, or for rank {to} to take its "
-                    f"{int(table[rank, to])}")
+                    + (" and ".join(waiting) or "for the arrival times of an emulated machine's messages"))
 
         try:
             wait_all(requests, deadline, late)
         except StepTimeout as err:
-            err.peers = tuple(sorted({to, frm}))
+            err.peers = tuple(sorted({peer for peer, request in ((frm, requests[0]), (to, requests[1]))
+                                      if not request.Test()} or {to, frm}))
             raise
         if machine is not None:
             emulate.clock().at_least(float(stamp_in[0]))
     return out
+
+
+def _rows(count) -> str:
+    return f"{int(count)} row{'' if count == 1 else 's'}"

@@ -1,7 +1,7 @@
 """Run on every rank: rl.alltoallv against MPI's own Alltoallv on random tables (zeros, a rank that sends nothing,
 a rank that receives nothing, rows of 1 and of 3 x 2 values, float64, int32, float32), its refusals of bad input
-on every rank, and its virtual time on an emulated machine against the pairwise rounds' recurrence. Rank 0 prints
-one JSON line: {"same": [...], "refused": {...}, "emulated": {...}}."""
+on every rank, its virtual time on an emulated machine against the pairwise rounds' recurrence, and a rank that
+never comes. Rank 0 prints one JSON line: {"same": [...], "refused": {...}, "emulated": {...}, "late": [...]}."""
 import json
 import sys
 
@@ -81,6 +81,15 @@ with rl.emulate(spec, compute="model"):  # this CPU's time never counts: the clo
         arrivals = {(q + k) % n: clocks[q] + times.get((q, (q + k) % n), 0.0) for q in range(n)}
         clocks = np.array([max(clocks[d], arrivals[d]) for d in range(n)])
 took = comm.gather(took, root=0)
+
+# Last (ringlab's communicator is left behind on the ranks that gave up): rank 0 never calls, the others agree=False
+late = None
+if rank != 0:
+    try:
+        rl.alltoallv(np.zeros(n), np.ones((n, n), np.int64), agree=False, timeout=1)
+    except rl.StepTimeout as err:
+        late = [str(err), list(err.peers)]
+late = comm.gather(late, root=0)
 if rank == 0:
     print(json.dumps({"same": same, "refused": refused,
-                      "emulated": {"measured": took, "recurrence": clocks.tolist()}}))
+                      "emulated": {"measured": took, "recurrence": clocks.tolist()}, "late": late}))
