@@ -249,3 +249,22 @@ def test_versus_sets_nccls_model_beside_measured_rows():
     assert model_seconds("ring", "allreduce", 8, h100, bench=g8)[0] == g8.floor
     with pytest.raises(ValueError, match="unknown model 'fastest'"):
         versus(rows, h100, "allreduce", "fastest")
+
+
+def test_an_alltoallv_is_priced_round_by_round_as_the_pairwise_alltoall_with_equal_blocks():
+    from ringlab.predict import predict_alltoallv
+    from ringlab.topology import from_spec
+
+    topology, _ = from_spec("uniform:10:5", 4)
+    block = 1 << 20
+    equal = np.full((4, 4), block)
+    pairwise = rl.predict(rl.build("alltoall.pairwise", 4), 4 * 4 * block, topology).seconds  # n x n blocks
+    assert predict_alltoallv(equal, topology) == pytest.approx(pairwise, rel=1e-12)  # the same rounds, the same bytes
+    skewed = equal.copy()
+    skewed[0, 1] = 8 * block  # one large message: its round takes its time, the others are unchanged
+    one_round = 5e-6 + block / 10e9
+    assert predict_alltoallv(skewed, topology) == pytest.approx(pairwise - one_round + 5e-6 + 8 * block / 10e9,
+                                                                rel=1e-9)
+    assert predict_alltoallv(np.diag([block] * 4), topology) == 0.0  # what stays home costs nothing
+    with pytest.raises(ValueError, match="square table of bytes >= 0"):
+        predict_alltoallv(np.ones((4, 3)), topology)

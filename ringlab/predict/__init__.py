@@ -25,7 +25,7 @@
 ``rl.predict`` is the function :func:`predict`; the package itself is reached with
 ``from ringlab.predict import ...``.
 """
-from .costmodel import Prediction, best_segments, crossover, predict, whatif
+from .costmodel import Prediction, best_segments, crossover, predict, predict_alltoallv, whatif
 from .fitting import Fit, compare_trace, fit, fit_schedules
 from .nccl import NcclPrediction, predict_nccl
 from .nvls import nvls_allreduce, nvls_busbw
@@ -33,6 +33,6 @@ from .protocols import PROTOCOLS
 from .rings import best_ring, ring_report
 from .symmetric import symmetric_seconds
 
-__all__ = ["predict", "Prediction", "best_segments", "crossover", "whatif", "fit", "fit_schedules", "Fit",
+__all__ = ["predict", "predict_alltoallv", "Prediction", "best_segments", "crossover", "whatif", "fit", "fit_schedules", "Fit",
            "compare_trace", "best_ring", "ring_report", "nvls_allreduce", "nvls_busbw", "PROTOCOLS", "predict_nccl",
            "NcclPrediction", "symmetric_seconds"]

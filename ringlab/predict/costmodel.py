@@ -213,8 +213,6 @@ def _walk(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int, pl
     """The explicit walk: every step's transfers, merged into messages, routed and timed (the reference)."""
     chunk_bytes = np.diff(chunk_bounds(nbytes // itemsize, schedule.nchunks)) * itemsize
     out = np.zeros(len(schedule.steps), dtype=STEP_DTYPE)
-    nchannels = len(topology.channel_bandwidth)
-    rate = topology.channel_rate * (chosen.rate_share if chosen else 1.0)
     with _progress(len(schedule.steps), "predicting step by step", "step") as bar:
         for index, step in enumerate(schedule.steps):
             bar.update()
@@ -223,29 +221,58 @@ def _walk(schedule: Schedule, nbytes: int, topology: Topology, itemsize: int, pl
             if not moving.any():
                 out[index]["bottleneck"] = -1
                 continue
-            src, dst = place[step.src[moving]], place[step.dst[moving]]
-            pair, which = np.unique(src * topology.nranks + dst, return_inverse=True)
-            message_bytes = np.bincount(which, weights=sizes[moving])
-            message_src, message_dst = pair // topology.nranks, pair % topology.nranks
-            hop_pairs, channels = topology.routes(message_src, message_dst)
-            if chosen is None:
-                message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels],
-                                              minlength=len(pair))
-            else:
-                message_latency = np.array([chosen.latency(h) for h in _route_hardware(topology, hop_pairs,
-                                                                                        channels, len(pair))])
-            latency = max(np.bincount(message_src, weights=message_latency).max(),
-                          np.bincount(message_dst, weights=message_latency).max())
-            load = topology.channel_load(np.bincount(channels, weights=message_bytes[hop_pairs], minlength=nchannels))
-            busy = load / rate
-            bottleneck = int(busy.argmax())
-            reducing = step.op[moving] == REDUCE
-            reduce_time = 0.0
-            if reducing.any() and np.isfinite(topology.reduce_rate):
-                reduce_time = np.bincount(dst[reducing], weights=sizes[moving][reducing]).max() / topology.reduce_rate
-            out[index] = (latency, busy[bottleneck], reduce_time, latency + busy[bottleneck] + reduce_time,
-                          bottleneck, len(pair), int(sizes.sum()))
+            out[index] = _price_step(place[step.src[moving]], place[step.dst[moving]], sizes[moving],
+                                     step.op[moving] == REDUCE, topology, chosen)
     return out
+
+
+def _price_step(src: np.ndarray, dst: np.ndarray, sizes: np.ndarray, reducing: np.ndarray, topology: Topology,
+                chosen: Protocol | None) -> tuple:
+    """One step's transfers (topology ranks, bytes, whether each is reduced), merged into messages, routed and
+    timed: a row of STEP_DTYPE. Latency: the most any rank pays, a route's latency for each message it sends or
+    receives; transfer: the busiest channel's load over its rate; reduction: the most bytes a rank reduces."""
+    pair, which = np.unique(src * topology.nranks + dst, return_inverse=True)
+    message_bytes = np.bincount(which, weights=sizes)
+    message_src, message_dst = pair // topology.nranks, pair % topology.nranks
+    hop_pairs, channels = topology.routes(message_src, message_dst)
+    if chosen is None:
+        message_latency = np.bincount(hop_pairs, weights=topology.channel_latency[channels], minlength=len(pair))
+    else:
+        message_latency = np.array([chosen.latency(h) for h in _route_hardware(topology, hop_pairs, channels,
+                                                                                len(pair))])
+    latency = max(np.bincount(message_src, weights=message_latency).max(),
+                  np.bincount(message_dst, weights=message_latency).max())
+    rate = topology.channel_rate * (chosen.rate_share if chosen else 1.0)
+    load = topology.channel_load(np.bincount(channels, weights=message_bytes[hop_pairs],
+                                             minlength=len(topology.channel_bandwidth)))
+    busy = load / rate
+    bottleneck = int(busy.argmax())
+    reduce_time = 0.0
+    if reducing.any() and np.isfinite(topology.reduce_rate):
+        reduce_time = np.bincount(dst[reducing], weights=sizes[reducing]).max() / topology.reduce_rate
+    return (latency, busy[bottleneck], reduce_time, latency + busy[bottleneck] + reduce_time, bottleneck, len(pair),
+            int(sizes.sum()))
+
+
+def predict_alltoallv(table_bytes, topology: Topology) -> float:
+    """Predicted seconds of ``rl.alltoallv`` (:mod:`ringlab.mpi.alltoallv`) on ``topology``: ``table_bytes[s][d]``
+    bytes from rank s to rank d, sent in its n-1 pairwise rounds (round k: every rank r to r+k at once), each
+    round priced as the explicit walk prices a step (its messages share the links they cross), one after the
+    other; the bare alpha-beta model, no protocol. A rank's bytes for itself stay home and cost nothing."""
+    table = np.asarray(table_bytes, dtype=np.int64)
+    n = len(table)
+    if table.shape != (n, n) or n > topology.nranks or (table < 0).any():
+        raise ValueError(f"table_bytes must be a square table of bytes >= 0 for at most {topology.nranks} ranks, "
+                         f"got shape {table.shape}")
+    ranks = np.arange(n)
+    total = 0.0
+    for k in range(1, n):
+        sizes = table[ranks, (ranks + k) % n]
+        moving = sizes > 0
+        if moving.any():
+            total += _price_step(ranks[moving], ((ranks + k) % n)[moving], sizes[moving].astype(float),
+                                 np.zeros(int(moving.sum()), bool), topology, None)[3]
+    return float(total)
 
 
 def _route_hardware(topology: Topology, hop_pairs: np.ndarray, channels: np.ndarray, count: int) -> np.ndarray:
