@@ -14,9 +14,10 @@ rank) as every ringlab call does, so a mistake on one rank is the same ValueErro
 does not finish within the deadline is a StepTimeout naming the round and the peer.
 
 On an emulated machine (``rl.emulate``) each round's n messages share the links they cross
-(:func:`ringlab.mpi.emulate.message_times`, from the table every rank holds), each message's arrival on its
-sender's clock travels beside it as a stamp, and the receiver's clock moves on to it; the call's own copies and
-bookkeeping count nothing.
+(:func:`ringlab.mpi.emulate.message_times`, from the table every rank holds), and each message's arrival on its
+sender's clock travels beside it as a stamp; as in a schedule's step, a send is done when it has arrived, and a
+receive no sooner than that arrival nor than the message's own time from the round's start on the receiver's
+clock (its link takes one round's message after the other's). The call's own copies and bookkeeping count nothing.
 """
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ def _exchange(x: np.ndarray, table: np.ndarray, comm, rank: int, n: int, limit: 
         if machine is not None:  # every round's messages at once, sharing the links they cross
             times = emulate.message_times([(q, (q + k) % n, int(table[q, (q + k) % n]) * row_bytes)
                                            for q in range(n)], comm)
-            stamp_out[0] = emulate.clock().now() + times.get((rank, to), 0.0)
+            start = emulate.clock().now()
+            stamp_out[0] = start + times.get((rank, to), 0.0)
             requests += [comm.Irecv(stamp_in, source=frm, tag=STAMP_TAG), comm.Isend(stamp_out, dest=to, tag=STAMP_TAG)]
 
         def late(k=k, to=to, frm=frm, requests=requests) -> str:
@@ -134,8 +136,9 @@ def _exchange(x: np.ndarray, table: np.ndarray, comm, rank: int, n: int, limit: 
             err.peers = tuple(sorted({peer for peer, request in ((frm, requests[0]), (to, requests[1]))
                                       if not request.Test()} or {to, frm}))
             raise
-        if machine is not None:
-            emulate.clock().at_least(float(stamp_in[0]))
+        if machine is not None:  # as a schedule's step: a send is done when it has arrived, and a receive no
+            # sooner than its arrival on the sender's clock nor than this rank's own time for it from the round's start
+            emulate.clock().at_least(max(float(stamp_out[0]), float(stamp_in[0]), start + times.get((frm, rank), 0.0)))
     return out
 
 

@@ -64,10 +64,12 @@ for name, args in {
         refused[name] = said
 
 # Virtual time: each rank's clock after the rounds, against the recurrence on message_times' seconds (each round's
-# n messages sent at once; a rank's clock moves on to the arrival of what it receives)
+# n messages sent at once; a rank is done with a round when its send has arrived and what it receives has, no sooner
+# than that message's time after the rank's own start of the round)
 spec = sys.argv[1] if len(sys.argv) > 1 else "uniform:10:5"  # a preset or uniform:GBPS:US
 table = np.random.default_rng(11).integers(0, 4000, size=(n, n))
 table[0] *= 4  # one busy sender
+table[:, 1] *= 3  # and one busy receiver: its link takes one round's message after another
 x = np.zeros((int(table[rank].sum()), 16))
 with rl.emulate(spec, compute="model"):  # this CPU's time never counts: the clocks are the links' alone
     rl.alltoallv(x, table)  # warm-up
@@ -76,10 +78,13 @@ with rl.emulate(spec, compute="model"):  # this CPU's time never counts: the clo
     rl.alltoallv(x, table)
     took = emulate.now() - start
     clocks = np.zeros(n)
-    for k in range(1, n):
+    for k in range(1, n):  # rank r sends to r+k and receives from r-k
         times = emulate.message_times([(q, (q + k) % n, int(table[q, (q + k) % n]) * 128) for q in range(n)], comm)
-        arrivals = {(q + k) % n: clocks[q] + times.get((q, (q + k) % n), 0.0) for q in range(n)}
-        clocks = np.array([max(clocks[d], arrivals[d]) for d in range(n)])
+        t = lambda s, d: times.get((s, d), 0.0)
+        clocks = np.array([max(clocks[r] + t(r, (r + k) % n),  # its send has arrived
+                               clocks[(r - k) % n] + t((r - k) % n, r),  # what it receives has arrived
+                               clocks[r] + t((r - k) % n, r))  # and took its time on this rank's side
+                           for r in range(n)])
 took = comm.gather(took, root=0)
 
 # Last (ringlab's communicator is left behind on the ranks that gave up): rank 0 never calls, the others agree=False
