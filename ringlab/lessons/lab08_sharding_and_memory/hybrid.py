@@ -20,7 +20,7 @@ from ...lab.findings import Finding
 from ...predict import predict_nccl
 from ...schedule import chunk_bounds
 from ...train.zero import ZeroOptimizer, sent_bytes
-from .sharding import H100_MEMORY
+from .sharding import H100_MEMORY, optimizers, small_model, train_small_model
 
 TOLERANCE = 1e-9  # largest relative difference from data parallelism's weights allowed (float64; sums in another order)
 MODELS = ("llama3-8b", "llama3-70b")
@@ -70,20 +70,10 @@ class HybridShardOptimizer(ZeroOptimizer):
         piece.grad = mine if piece.grad is None else piece.grad + mine
 
 
-def _small_model():
-    """against_data_parallel's model: modules of 88, 1, 60 and 6 parameters, float64."""
-    import torch
-
-    torch.manual_seed(5)
-    return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.PReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
-                               torch.nn.Linear(5, 1)).double()
-
-
-def hybrid_against_data_parallel(comm=None, steps: int = 3, make_model=_small_model) -> list[dict]:
+def hybrid_against_data_parallel(comm=None, steps: int = 3, make_model=small_model) -> list[dict]:
     """Hybrid sharding and plain data parallelism train ``make_model()`` ``steps`` steps with SGD and with Adam on the
     nodes ringlab sees; per optimizer, on every rank: the largest relative difference of the weights, and the bytes a
     rank sent to other nodes a step (mean over ranks), beside what the formula 2(m-1)/m x Psi/g says."""
-    import torch
     from mpi4py import MPI
 
     from ...train import DistributedOptimizer
@@ -94,24 +84,12 @@ def hybrid_against_data_parallel(comm=None, steps: int = 3, make_model=_small_mo
     nodes, per_node = mesh.data.Get_size(), mesh.tensor.Get_size()
 
     def train(wrap, make):
-        m = make_model()
-        opt = wrap(m, make(m.parameters()))
-        for step in range(steps):
-            gen = torch.Generator().manual_seed(1000 * step + rank)
-            x = torch.randn(6, m[0].in_features, generator=gen, dtype=torch.float64)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(m(x), x.sum(dim=1, keepdim=True).sin()).backward()
-            opt.step()
-        weights = torch.cat([t.reshape(-1) for t in (opt.full_parameters() if hasattr(opt, "full_parameters")
-                                                     else m.parameters())]).detach()
-        across = getattr(opt, "across", 0) / steps
-        opt.close()
-        return weights, across
+        weights, opt = train_small_model(wrap, make, rank, steps, make_model)
+        return weights, getattr(opt, "across", 0) / steps
 
     rows = []
     nparams = sum(p.numel() for p in make_model().parameters())
-    for name, make in (("SGD", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
-                       ("Adam", lambda p: torch.optim.Adam(p, lr=0.01))):
+    for name, make in optimizers():
         plain, _ = train(lambda m, o: DistributedOptimizer(o, m.named_parameters(), overlap=False, comm=comm), make)
         mine, across = train(lambda m, o: HybridShardOptimizer(o, m, mesh.tensor, mesh.data), make)
         difference = float((mine - plain).abs().max() / plain.abs().max())

@@ -197,35 +197,22 @@ def prefetch_lesson(result: dict) -> Finding:
 
 
 def prefetch_against_data_parallel(comm=None, steps: int = 3) -> list[dict]:
-    """ZeRO-3 with and without prefetch train the small float64 model of :func:`.sharding.against_data_parallel`
+    """ZeRO-3 with and without prefetch train the small float64 model of :func:`.sharding.small_model`
     ``steps`` steps (SGD with momentum, Adam): per optimizer, the largest absolute difference between their weights
     (0.0: bit for bit) and the largest relative difference of prefetch's from data parallelism's, on every rank."""
-    import torch
     from mpi4py import MPI
 
     from ...train import DistributedOptimizer, ZeroOptimizer
+    from .sharding import optimizers, train_small_model
 
     comm = MPI.COMM_WORLD if comm is None else comm
     rank = comm.Get_rank()
 
     def train(wrap, make):
-        torch.manual_seed(5)
-        m = torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.PReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
-                                torch.nn.Linear(5, 1)).double()  # units of 88, 1, 60 and 6 parameters
-        opt = wrap(m, make(m.parameters()))
-        for step in range(steps):
-            x = torch.randn(6, 7, generator=torch.Generator().manual_seed(1000 * step + rank), dtype=torch.float64)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(m(x), x.sum(dim=1, keepdim=True).sin()).backward()
-            opt.step()
-        weights = torch.cat([t.reshape(-1) for t in (opt.full_parameters() if hasattr(opt, "full_parameters")
-                                                     else m.parameters())]).detach()
-        opt.close()
-        return weights
+        return train_small_model(wrap, make, rank, steps)[0]
 
     rows = []
-    for name, make in (("SGD", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
-                       ("Adam", lambda p: torch.optim.Adam(p, lr=0.01))):
+    for name, make in optimizers():
         plain = train(lambda m, o: DistributedOptimizer(o, m.named_parameters(), overlap=False, comm=comm), make)
         off = train(lambda m, o: ZeroOptimizer(o, m, stage=3, comm=comm), make)
         on = train(lambda m, o: ZeroOptimizer(o, m, stage=3, comm=comm, prefetch=True), make)

@@ -316,11 +316,47 @@ def _why_slower(dp: dict, stage1: dict) -> str:
             f"{how(stage1, 'reduce_scatter')} and {how(stage1, 'allgather')}.")
 
 
-def against_data_parallel(comm=None, steps: int = 3) -> list[dict]:
-    """Each stage and plain data parallelism train a small float64 model (modules of 88, 1, 60 and 6 parameters, no
-    count dividing by most rank counts) ``steps`` steps with SGD and with Adam; the largest relative difference of
-    each stage's weights from data parallelism's, on every rank."""
+def optimizers() -> tuple:
+    """The optimizers the ZeRO checks train with: (name, a function of the parameters that makes one)."""
     import torch
+
+    return (("SGD", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
+            ("Adam", lambda p: torch.optim.Adam(p, lr=0.01)))
+
+
+def small_model():
+    """The small float64 model of the ZeRO checks: modules of 88, 1, 60 and 6 parameters (no count dividing by most
+    rank counts), made with the same seed wherever it is made."""
+    import torch
+
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.PReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
+                               torch.nn.Linear(5, 1)).double()
+
+
+def train_small_model(wrap, make, rank: int, steps: int = 3, make_model=small_model):
+    """``make_model()`` (a Sequential whose first module is a Linear) trained ``steps`` steps on this ``rank``'s own
+    batches, with ``wrap(model, make(model.parameters()))`` as the optimizer under test. Its weights after the last
+    step, whole (``full_parameters()`` where the optimizer shards them), and the optimizer, closed."""
+    import torch
+
+    m = make_model()
+    opt = wrap(m, make(m.parameters()))
+    for step in range(steps):
+        x = torch.randn(6, m[0].in_features, generator=torch.Generator().manual_seed(1000 * step + rank),
+                        dtype=torch.float64)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(m(x), x.sum(dim=1, keepdim=True).sin()).backward()
+        opt.step()
+    weights = torch.cat([t.reshape(-1) for t in (opt.full_parameters() if hasattr(opt, "full_parameters")
+                                                 else m.parameters())]).detach()
+    opt.close()
+    return weights, opt
+
+
+def against_data_parallel(comm=None, steps: int = 3) -> list[dict]:
+    """Each stage and plain data parallelism train :func:`train_small_model` ``steps`` steps with SGD and with
+    Adam; the largest relative difference of each stage's weights from data parallelism's, on every rank."""
     from mpi4py import MPI
 
     from ...train import DistributedOptimizer, ZeroOptimizer
@@ -328,28 +364,11 @@ def against_data_parallel(comm=None, steps: int = 3) -> list[dict]:
     comm = MPI.COMM_WORLD if comm is None else comm
     rank = comm.Get_rank()
 
-    def model():
-        torch.manual_seed(5)
-        return torch.nn.Sequential(torch.nn.Linear(7, 11), torch.nn.PReLU(), torch.nn.Linear(11, 5), torch.nn.Tanh(),
-                                   torch.nn.Linear(5, 1)).double()
-
     def train(wrap, make):
-        m = model()
-        opt = wrap(m, make(m.parameters()))
-        for step in range(steps):
-            gen = torch.Generator().manual_seed(1000 * step + rank)
-            x = torch.randn(6, 7, generator=gen, dtype=torch.float64)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(m(x), x.sum(dim=1, keepdim=True).sin()).backward()
-            opt.step()
-        weights = torch.cat([t.reshape(-1) for t in (opt.full_parameters() if hasattr(opt, "full_parameters")
-                                                     else m.parameters())]).detach()
-        opt.close()
-        return weights
+        return train_small_model(wrap, make, rank, steps)[0]
 
     rows = []
-    for name, make in (("SGD", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)),
-                       ("Adam", lambda p: torch.optim.Adam(p, lr=0.01))):
+    for name, make in optimizers():
         plain = train(lambda m, o: DistributedOptimizer(o, m.named_parameters(), overlap=False, comm=comm), make)
         for stage in (1, 2, 3):
             mine = train(lambda m, o: ZeroOptimizer(o, m, stage=stage, comm=comm), make)
