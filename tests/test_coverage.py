@@ -78,6 +78,8 @@ KEY_TERMS = {
         ["device_mesh", "measure_mappings"],
     "expert parallelism: all-to-all dispatch and combine, and what an uneven router costs":
         ["ExpertParallel", "measure_imbalance"],
+    "expert capacity and dropless dispatch: tokens dropped at a capacity factor, each pair's own count by all-to-all-v":
+        ["measure_dispatch", "alltoallv"],
     "ring attention (sequence parallelism): key/value blocks round a ring, an online softmax":
         ["RingAttention", "online softmax"],
     "sequence parallelism (Megatron's): the norms' regions split by the sequence, a reduce-scatter and an all-gather "

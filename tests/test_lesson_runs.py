@@ -38,6 +38,12 @@ LESSONS = {
                     "the measured steps match the predictions on the emulated machine"}),
     "09-experts": (4, {"the skewed router loads its busiest expert more", "the skewed router's all-to-alls move more bytes",
                        "the skewed layer takes longer on the emulated machine"}),
+    "09-dispatch": (4, {"dropless sends fewer bytes than padding with the router skewed",
+                        "with the router skewed dropless takes as long as padding on the emulated machine",
+                        "with the router as initialised dropless is quicker than padding on the emulated machine",
+                        "capacity factor 1.25 drops tokens with the router skewed",
+                        "the measured steps match the predictions on the emulated machine",
+                        "every way equals the one-rank layer"}),
 }
 
 

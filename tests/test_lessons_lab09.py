@@ -51,6 +51,37 @@ def test_the_imbalance_lesson_follows_its_numbers():
     assert "this machine took 100.0 ms of wall time" in computed.text and "(3 padded ones)" in computed.text
 
 
+def test_the_dispatch_lesson_follows_its_numbers():
+    def way(router, name, block, dropped, sent, into, seconds, predicted=None, difference=1e-16):
+        return {"router": router, "way": name, "block": block, "dropped": dropped, "dropped_share": dropped / 4096,
+                "per_expert": [1, 2], "sent": sent, "busiest_in": into, "measured_s": seconds,
+                "predicted_s": seconds if predicted is None else predicted, "difference": difference,
+                "factor": 1.25 if name.startswith("capacity") else None}
+
+    rows = [way("even", "padded", 300, 0, 100, 90, 1.0), way("even", "capacity factor 1.25", 320, 0, 110, 96, 1.05),
+            way("even", "dropless", "variable", 0, 80, 70, 0.8),
+            way("skewed", "padded", 999, 0, 300, 280, 3.0), way("skewed", "capacity factor 1.25", 320, 2700, 110, 96, 1.0),
+            way("skewed", "dropless", "variable", 0, 100, 279, 2.97)]
+    finding = experts.dispatch_lesson(rows)
+    assert finding.conclusions == (
+        "dropless sends fewer bytes than padding with the router even",
+        "with the router even dropless is quicker than padding on the emulated machine",
+        "capacity factor 1.25 drops no tokens with the router even",
+        "dropless sends fewer bytes than padding with the router skewed",
+        "with the router skewed dropless takes as long as padding on the emulated machine",
+        "capacity factor 1.25 drops tokens with the router skewed",
+        "the measured steps match the predictions on the emulated machine", "every way equals the one-rank layer")
+    assert "Dropless (each pair its own count) dropped 0 tokens" in finding.text
+    assert "Dropless sent 67% fewer bytes than padding and took 0.99x its time: the busiest receiver took 1.00x" \
+        in finding.text and "its largest messages were smaller too (the busiest receiver took 0.78x" in finding.text
+    rows[2] = way("even", "dropless", "variable", 0, 120, 95, 1.2, predicted=1.0, difference=1e-3)
+    worse = experts.dispatch_lesson(rows)
+    assert "dropless sends no fewer bytes than padding with the router even" in worse.conclusions
+    assert "with the router even dropless is slower than padding on the emulated machine" in worse.conclusions
+    assert worse.conclusions[-2:] == ("the measured steps do not match the predictions on the emulated machine",
+                                      "a way differs from the one-rank layer")
+
+
 def test_the_attention_lesson_says_equal_and_observes_the_overlap():
     result = {"ranks": 4, "difference": 1e-15, "causal": True, "block_bytes": 1024, "passed_bytes": 3072,
               "sequence": 64, "overlapped_s": 1.0, "serial_s": 1.0, "compute_s": 0.5, "cores": 2}

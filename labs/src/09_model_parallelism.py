@@ -292,6 +292,32 @@ table(capacity, CAPACITY_COLUMNS)
 print(capacity_lesson(capacity))
 
 # %% [markdown]
+# ## Capacity and dropless, built
+#
+# `capacity_rows` counted on tables. `ExpertParallel` builds both. `capacity_factor=1.25` keeps, on each rank,
+# the first ceil(1.25 x tokens / experts) tokens that chose each expert, in blocks of that fixed size, and drops
+# the rest. `dispatch="dropless"` sends each pair of ranks its own count with `rl.alltoallv`, an all-to-all
+# whose sizes differ per pair (MPI's `Alltoallv`; on NCCL one send and one receive per peer in a group, as
+# `torch.distributed.all_to_all_single` with split sizes runs): the n-1 pairwise rounds of `alltoall.pairwise`,
+# each message its own size. All three run with both routers on the emulated links with `compute="model"`, so a
+# step's time is its collectives' alone, beside the cost model's prediction (`ringlab.predict.predict_alltoallv`
+# for the variable sizes); each is checked against the one-rank layer dropping the same tokens. Which saves
+# time: fewer bytes, or a smaller largest message?
+
+# %%
+# %%px
+from ringlab.lessons.lab09_model_parallelism.experts import measure_dispatch
+
+ways = measure_dispatch()
+
+# %%
+from ringlab.lessons.lab09_model_parallelism.experts import DISPATCH_COLUMNS, dispatch_lesson
+
+ways = ranks.pull_rank0("ways")
+table(ways, DISPATCH_COLUMNS)
+print(dispatch_lesson(ways))
+
+# %% [markdown]
 # ## Exercise 4: the smallest capacity factor
 #
 # A trained router is uneven too: some experts are more popular than others. `routing_table()` draws such a router's
@@ -553,7 +579,9 @@ timeline_bubble = check_timeline_bubble(timeline_bubble)  # yours when it is rig
 # - Expert parallelism is two all-to-alls per layer; with equal blocks the largest count in the table
 #   sets every block's size, so an uneven router costs bytes and time on every rank. Production layers
 #   fix a capacity (capacity factor x tokens / experts) and drop the overflow, or send variable sizes
-#   and drop nothing; the factor is chosen for what the router's skew drops.
+#   and drop nothing; the factor is chosen for what the router's skew drops. Dropless (`rl.alltoallv`)
+#   saves bytes, and time only where the largest messages shrink: while one expert draws most tokens,
+#   its rank's link takes as much as with padding, and the step is as long.
 # - Ring attention is a ring allgather of key/value blocks with compute between the steps and an online
 #   softmax: exact, masked rows included, with two blocks held at a time.
 # - Sequence parallelism splits the norms' regions by the sequence: each allreduce becomes a reduce-scatter and an

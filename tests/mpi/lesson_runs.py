@@ -96,12 +96,20 @@ def lab09_experts():
     return imbalance_lesson(rows) if comm.Get_rank() == 0 else None
 
 
+def lab09_dispatch():
+    from ringlab.lessons.lab09_model_parallelism.experts import dispatch_lesson, measure_dispatch
+
+    rows = measure_dispatch(comm)
+    return dispatch_lesson(rows) if comm.Get_rank() == 0 else None
+
+
 LESSONS = {"02": lab02, "03": lab03, "04-server": lab04_server, "05": lab05, "06-overlap": lab06_overlap,
            "07-straggler": lab07_straggler,
            "08-sharding": lab08_sharding,
            "08-prefetch": lab08_prefetch,
            "09-mesh": lab09_mesh,
-           "09-experts": lab09_experts}
+           "09-experts": lab09_experts,
+           "09-dispatch": lab09_dispatch}
 
 for _ in range(runs):
     finding = LESSONS[lab]()

@@ -1,6 +1,7 @@
 """Lab 09's experts: a mixture-of-experts layer on 4 ranks, its router as initialised and skewed towards one expert,
 the load on each expert and what the padded all-to-all costs, measured on emulated links; what a fixed capacity
-(capacity factor, dropped tokens) and dropless sizes would send on the same count tables; the exercise on padding."""
+(capacity factor, dropped tokens) and dropless sizes would send on the same count tables; the three ways built and run
+on the skewed router (padded, a capacity of 1.25, dropless by rl.alltoallv); the exercise on padding."""
 from __future__ import annotations
 
 import math
@@ -75,6 +76,128 @@ def measure_imbalance(comm=None, steps: int = 2, machine: str = MACHINE, skew: f
                          "wall_s": comm.allreduce(statistics.median(walls[1:]), op=MPI.MAX),
                          "predicted_s": sum(predict(build(name, n), nbytes, topology).seconds for name, nbytes in calls)})
     return rows
+
+
+CAPACITY_FACTOR = 1.25  # Switch Transformer's factor for training
+WAYS = (("padded to the largest count", "padded", None), (f"capacity factor {CAPACITY_FACTOR}", "padded", CAPACITY_FACTOR),
+        ("dropless (rl.alltoallv)", "dropless", None))  # name, ExpertParallel's dispatch and capacity_factor
+AGREE = 0.05  # a measured step within 5% of the prediction "matches" it
+
+
+def measure_dispatch(comm=None, steps: int = 1, machine: str = MACHINE, skew: float = SKEW,
+                     factor: float = CAPACITY_FACTOR) -> list[dict]:
+    """The layer three ways, built (``ExpertParallel``), with the router as initialised and skewed (``skew`` added to
+    expert 0's bias): padded to the largest count, a fixed capacity of ``factor`` x the even share (the overflow
+    dropped), and dropless (``rl.alltoallv``, each pair's own count). Forward and backward on ``machine``'s emulated
+    links with ``compute="model"``: a step's virtual time is its collectives' alone, beside the cost model's
+    prediction of the same collectives (rl.alltoall as the pairwise schedule, rl.alltoallv by
+    ``predict_alltoallv``). Each way also against the layer on one rank (dropping the same tokens where a capacity
+    does): the largest relative difference of the outputs. A row a router and way, on every rank."""
+    import torch
+    from mpi4py import MPI
+
+    from ...mpi.emulate import emulate, now, synchronize
+    from ...predict import predict_alltoallv
+    from ...train.experts import ExpertParallel, MixtureOfExperts, expert_capacity
+    from ...train.task import one_thread
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    n, rank = comm.Get_size(), comm.Get_rank()
+    topology, scale = from_spec(machine, n)
+    x = torch.randn(TOKENS, FEATURES, generator=torch.Generator().manual_seed(rank), dtype=torch.float64)
+    token_bytes, rows = FEATURES * 8, []
+    pairwise = lambda nbytes: predict(build("alltoall.pairwise", n), nbytes, topology).seconds
+
+    def made(bias: float) -> MixtureOfExperts:
+        moe = MixtureOfExperts(FEATURES, n, HIDDEN, seed=0).double()
+        with torch.no_grad():
+            moe.router.bias[0] += bias
+        return moe
+
+    with one_thread():
+        for router, bias in (("as initialised", 0.0), ("skewed", skew)):
+            for name, dispatch, capacity_factor in WAYS:
+                layer = ExpertParallel(made(bias), comm, dispatch=dispatch, capacity_factor=capacity_factor)
+                seconds = []
+                with emulate(machine, compute="model"):
+                    for step in range(steps + 1):  # the first is a warm-up
+                        synchronize(comm)
+                        start = now()
+                        out = layer(x)
+                        out.sum().backward()
+                        synchronize(comm)
+                        seconds.append(now() - start)
+                        if step == 0:
+                            layer.sent.clear()
+                with torch.no_grad():
+                    capacity = None if capacity_factor is None else expert_capacity(capacity_factor, TOKENS, n)
+                    alone = made(bias)(x, capacity)
+                difference = float((out.detach() - alone).abs().max() / alone.abs().max())
+                table, block = np.asarray(layer.last["table"]), layer.last["capacity"]
+                into = np.where(np.eye(n, dtype=bool), 0, table).sum(axis=0)  # tokens each rank takes from others
+                if dispatch == "dropless":  # dispatch, the experts' ids, combine, and combine's gradient backward
+                    predicted = (2 * predict_alltoallv(table * token_bytes, topology)
+                                 + predict_alltoallv(table.T * token_bytes, topology)
+                                 + predict_alltoallv(table * 8, topology))
+                    busiest_in = int(into.max()) * token_bytes
+                else:  # the same of padded blocks: three of tokens, one of ids (8-byte slots)
+                    predicted = 3 * pairwise(n * n * block * token_bytes) + pairwise(n * n * block * 8)
+                    busiest_in = (n - 1) * block * token_bytes
+                predicted += predict(build("allreduce.ring", n), (n + 2) * n * 8, topology).seconds  # the counts
+                sent = sum(v for k, v in layer.sent.items() if k != "allreduce") / steps
+                rows.append({"router": router, "way": name, "dispatch": dispatch, "factor": capacity_factor,
+                             "block": "variable" if block is None else block, "dropped": layer.last["dropped"],
+                             "dropped_share": layer.last["dropped"] / (n * TOKENS), "per_expert": layer.last["per_expert"],
+                             "sent": comm.allreduce(sent, op=MPI.MAX), "busiest_in": busiest_in,
+                             "measured_s": comm.allreduce(statistics.median(seconds[1:]), op=MPI.MAX) / scale,
+                             "predicted_s": predicted, "difference": comm.allreduce(difference, op=MPI.MAX)})
+    return rows
+
+
+SAME_TIME = 0.05  # steps within 5% of each other take "as long"
+
+
+def dispatch_lesson(rows: list[dict]) -> Finding:
+    """What the three built ways did with each router: tokens dropped, bytes sent, the bytes into the busiest rank, a
+    step on the emulated links against the prediction, and equality with the one-rank layer."""
+    said, conclusions = [], []
+    for router in dict.fromkeys(r["router"] for r in rows):
+        padded, capped, dropless = (r for r in rows if r["router"] == router)
+        said.append(f"Router {router}: the experts got {padded['per_expert']} tokens.")
+        for r in (padded, capped, dropless):
+            block = f"blocks of {r['block']} tokens" if isinstance(r["block"], int) else "each pair its own count"
+            said.append(f"{r['way'].capitalize()} ({block}) dropped {r['dropped']} tokens ({r['dropped_share']:.1%}); "
+                        f"the busiest rank sent {format_bytes(r['sent'])} a step, the busiest receiver took "
+                        f"{format_bytes(r['busiest_in'])} a dispatch, and a step's collectives took "
+                        f"{r['measured_s'] * 1e3:.1f} ms on the emulated links ({r['predicted_s'] * 1e3:.1f} ms "
+                        "predicted).")
+        ratio = dropless["measured_s"] / padded["measured_s"]
+        same = abs(ratio - 1) <= SAME_TIME
+        said.append(f"Dropless sent {1 - dropless['sent'] / padded['sent']:.0%} fewer bytes than padding and took "
+                    f"{ratio:.2f}x its time: "
+                    + (f"the busiest receiver took {dropless['busiest_in'] / padded['busiest_in']:.2f}x padding's bytes, "
+                       "and each pairwise round lasts as long as its largest message, so the bytes saved were on "
+                       "links that were not the bottleneck." if same else
+                       f"its largest messages were smaller too (the busiest receiver took "
+                       f"{dropless['busiest_in'] / padded['busiest_in']:.2f}x padding's bytes)."))
+        said.append(f"The capacity's fixed blocks of {capped['block']} tokens took {capped['measured_s'] / padded['measured_s']:.2f}x "
+                    f"padding's time and dropped {capped['dropped_share']:.1%} of the tokens.")
+        conclusions.append(f"dropless sends fewer bytes than padding with the router {router}"
+                           if dropless["sent"] < padded["sent"] else
+                           f"dropless sends no fewer bytes than padding with the router {router}")
+        conclusions.append(f"with the router {router} dropless takes as long as padding on the emulated machine" if same
+                           else f"with the router {router} dropless is quicker than padding on the emulated machine"
+                           if ratio < 1 else f"with the router {router} dropless is slower than padding on the "
+                           "emulated machine")
+        conclusions.append(f"capacity factor {_factor(capped['factor'])} drops tokens with the router {router}"
+                           if capped["dropped"] else
+                           f"capacity factor {_factor(capped['factor'])} drops no tokens with the router {router}")
+    match = all(abs(r["measured_s"] / r["predicted_s"] - 1) <= AGREE for r in rows)
+    conclusions.append("the measured steps match the predictions on the emulated machine" if match else
+                       "the measured steps do not match the predictions on the emulated machine")
+    conclusions.append("every way equals the one-rank layer" if all(r["difference"] < 1e-9 for r in rows) else
+                       "a way differs from the one-rank layer")
+    return Finding(" ".join(said), tuple(conclusions))
 
 
 def imbalance_lesson(rows: list[dict]) -> Finding:
@@ -258,6 +381,11 @@ def against_one_rank(comm=None) -> dict:
             "tokens per expert": layer.last["per_expert"]}
 
 
+DISPATCH_COLUMNS = {"router": "router", "way": "way", "block (tokens)": "block", "tokens dropped": "dropped",
+                    "dropped share": ("dropped_share", ".1%"), "busiest rank sends a step (KiB)": "sent",
+                    "busiest receiver takes a dispatch (KiB)": "busiest_in",
+                    "measured step, virtual (ms)": "measured_s", "predicted (ms)": "predicted_s",
+                    "vs one rank": ("difference", ".1e")}
 CAPACITY_COLUMNS = {"router": "router", "scheme": "scheme", "block (tokens)": "block", "tokens dropped": "dropped",
                     "dropped share": ("dropped_share", ".1%"), "busiest rank sends a dispatch (KiB)": "sent"}
 IMBALANCE_COLUMNS = {"router": "router", "tokens per expert": "per_expert", "busiest / mean": ("imbalance", ".2f"),
