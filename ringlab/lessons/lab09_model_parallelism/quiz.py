@@ -15,18 +15,25 @@ def _tp_mib(batch, sequence, hidden, itemsize, t):
     return traffic(build("allreduce.ring", t), nbytes, itemsize)["sent"][0] / MiB
 
 
-def _dropped(table, factor):
-    """Tokens a fixed capacity of ``factor`` x the even share drops on ``table`` (``capacity_rows``)."""
-    from .experts import capacity_row
-
-    return capacity_row(table, factor)["dropped"]
+def _dispatch_table(n, big, small):
+    """KiB from rank s to rank d: ``big`` into rank 0 (expert 0's), ``small`` to every other rank, nothing home."""
+    return [[0 if s == d else big if d == 0 else small for d in range(n)] for s in range(n)]
 
 
-def _dropped_fields(table, factor):
-    from .experts import capacity_row
+def _dropless_ms(n, big, small, gbps, us):
+    """A dropless dispatch (rl.alltoallv's pairwise rounds) on uniform links, as ``predict_alltoallv`` prices it."""
+    import numpy as np
 
-    return {"capacity": capacity_row(table, factor)["block"], "tokens": sum(table[0]), "experts": len(table),
-            "shown": "\n".join("rank {}: {}".format(s, ", ".join(map(str, row))) for s, row in enumerate(table))}
+    from ...predict import predict_alltoallv
+    from ...topology import from_spec
+
+    topology, _ = from_spec(f"uniform:{gbps}:{us}", n)
+    return predict_alltoallv(np.array(_dispatch_table(n, big, small)) * 1024, topology) * 1e3
+
+
+def _dropless_fields(n, big, small, gbps, us):
+    return {"round": us / 1e3 + big * 1024 / (gbps * 1e9) * 1e3, "rounds": n - 1,
+            "even": _dropless_ms(n, small, small, gbps, us)}
 
 
 def _ring_attention_mib(n, tokens, kv_heads, head_dim, itemsize):
@@ -63,15 +70,16 @@ QUIZ = Quiz("09", [
                "That is why the tensor dimension goes on NVLink.",
         hint="2(n-1)/n of the buffer, with the buffer batch x sequence x hidden x 2 bytes."),
     Question(
-        "{experts} ranks, one expert each, {tokens} tokens a rank; the router's count table below (rank s's tokens "
-        "for each expert). With a capacity factor of {factor}, how many tokens does the layer drop in all?",
-        _dropped, given=dict(table=((40, 8, 8, 8), (30, 10, 12, 12), (20, 20, 12, 12), (16, 16, 16, 16)),
-                             factor=1.25),
-        derived=_dropped_fields, rel_tol=0, exhibit="{shown}",
-        worked="Capacity = factor x tokens / experts = {factor} x {tokens} / {experts} = {capacity} tokens a rank for "
-               "each expert; every count above {capacity} loses the rest: {answer} tokens dropped in all (counted by "
-               "`capacity_rows`). The residual connection carries them on unchanged.",
-        hint="Round the capacity up, then add up max(count - capacity, 0) over the whole table."),
+        "A dropless dispatch over {n} ranks on links of {gbps} GB/s and {us} us each way: every other rank sends {big} "
+        "KiB to rank 0 (the popular expert's) and {small} KiB to each of the rest; rank 0 sends {small} KiB to each. "
+        "rl.alltoallv runs {n}-1 pairwise rounds (round k: rank r sends to r+k). How many ms does it take?",
+        _dropless_ms, given=dict(n=4, big=512, small=64, gbps=1, us=20), unit="ms",
+        derived=_dropless_fields,
+        worked="In every round one rank sends rank 0 its {big} KiB, and a round lasts as long as its largest message: "
+               "{us} us + {big} KiB / {gbps} GB/s = {round:.3f} ms, {rounds} rounds, {answer:.2f} ms "
+               "(`predict_alltoallv`). Padding every block to {big} KiB would take as long: the bytes dropless saves "
+               "are on the quiet links. With every message {small} KiB it would take {even:.2f} ms.",
+        hint="Each round: latency + the largest message of that round / the bandwidth; add up the n-1 rounds."),
     Question(
         "Ring attention over {n} ranks: a sequence of {tokens} tokens, keys and values of {kv_heads} heads x {head_dim} "
         "in bf16 ({itemsize} bytes). How many MiB does each rank send in one layer's forward as the key/value blocks "
