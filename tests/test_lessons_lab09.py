@@ -71,9 +71,12 @@ def test_the_dispatch_lesson_follows_its_numbers():
         "with the router skewed dropless takes as long as padding on the emulated machine",
         "capacity factor 1.25 drops tokens with the router skewed",
         "the measured steps match the predictions on the emulated machine", "every way equals the one-rank layer")
-    assert "Dropless (each pair its own count) dropped 0 tokens" in finding.text
-    assert "Dropless sent 67% fewer bytes than padding and took 0.99x its time: the busiest receiver took 1.00x" \
-        in finding.text and "its largest messages were smaller too (the busiest receiver took 0.78x" in finding.text
+    assert ("Router skewed (the experts got [1, 2] tokens): dropless sent 67% fewer bytes than padding in 0.99x its time, "
+            "since the busiest receiver took as many bytes") in finding.text
+    assert ("dropless sent 20% fewer bytes than padding in 0.80x its time, its busiest receiver taking 0.78x padding's "
+            "bytes; the capacity took 1.05x padding's time and dropped 0.0% of the tokens.") in finding.text
+    rows[5] = way("skewed", "dropless", "variable", 0, 100, 140, 2.97)
+    assert "in 0.99x its time, though its busiest receiver took 0.50x padding's bytes" in experts.dispatch_lesson(rows).text
     rows[2] = way("even", "dropless", "variable", 0, 120, 95, 1.2, predicted=1.0, difference=1e-3)
     worse = experts.dispatch_lesson(rows)
     assert "dropless sends no fewer bytes than padding with the router even" in worse.conclusions

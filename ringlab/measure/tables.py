@@ -56,12 +56,17 @@ def _in_notebook() -> bool:
 
 
 def _html(headers: list[str], cells: list[list[str]], numeric: list[bool]) -> str:
-    """The table as HTML: numbers right, text left, as in the printed form."""
+    """The table as HTML: numbers right, text left, as in the printed form; a number is never broken across lines
+    (a narrow column would wrap "5.2e-16" after its minus sign); headers and text may wrap between words."""
     def row(tag: str, texts) -> str:
-        return "<tr>" + "".join(f'<{tag} style="text-align: {ALIGN[right]}">{html.escape(t)}</{tag}>'
+        return "<tr>" + "".join(f'<{tag} style="{_style(tag, right)}">{html.escape(t)}</{tag}>'
                                 for t, right in zip(texts, numeric)) + "</tr>"
     return ('<table class="ringlab-table">\n<thead>' + row("th", headers) + "</thead>\n<tbody>\n"
             + "\n".join(row("td", texts) for texts in cells) + "\n</tbody>\n</table>")
+
+
+def _style(tag: str, right: bool) -> str:
+    return f"text-align: {ALIGN[right]}" + ("; white-space: nowrap" if right and tag == "td" else "")
 
 
 def _spec(header: str, column) -> tuple[str, float, str | None]:
