@@ -34,7 +34,8 @@ def test_bad_input_is_the_same_value_error_on_every_rank(checked):
     assert f"rank 0's x has {n - 1} rows, but its row of counts sends {n}" in refused["one rank's rows do not match its counts"]
     assert f"counts must be an {n} x {n} table of whole numbers" in refused["not a square table"]
     assert "counts must be >= 0, got -1" in refused["a negative count"]
-    assert "x must be a numpy array, got Tensor: pass t.numpy()" in refused["a torch tensor"]
+    assert "x must be a numpy or cupy array, got Tensor: pass t.numpy() (on the CPU) or cupy.from_dlpack(t)" \
+        in refused["a torch tensor"]
 
 
 @pytest.mark.timeout(180)

@@ -272,3 +272,11 @@ def test_gpu_buffers_on_emulated_links_give_mpis_sum_in_virtual_time(nranks):
     assert all(said.startswith("right ") for said in seen.values()), seen
     assert float(seen["cpu"].split()[1]) >= 0.999, seen  # never faster than its links
     assert abs(float(seen["model"].split()[1]) - 1) < 0.01, seen
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_alltoallv_on_device_arrays_is_staged_through_host_memory(nranks):
+    """rl.alltoallv on the stand-in's device arrays: the numpy call's rows, a device array on the rank's GPU,
+    the input's pending asynchronous write landed before its bytes are sent."""
+    done = run_gpusim(nranks, [str(SCRIPTS / "gpusim_alltoallv.py")])
+    ok(done, f"ok {nranks} ranks")

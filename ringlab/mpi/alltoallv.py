@@ -27,6 +27,7 @@ import numpy as np
 
 from . import emulate, private
 from .deadlines import DEFAULT, StepTimeout, seconds, wait_all
+from .devices import array_module, is_device_array
 
 DATA_TAG, STAMP_TAG = 0, 1  # on ringlab's private duplicate of the communicator: a call's rows, and their arrival
 
@@ -34,10 +35,11 @@ DATA_TAG, STAMP_TAG = 0, 1  # on ringlab's private duplicate of the communicator
 def alltoallv(x, counts, comm=None, *, agree: bool = True, timeout=DEFAULT) -> np.ndarray:
     """Rank r sends ``counts[r][d]`` rows of ``x`` to rank d; returns what rank r received, grouped by source.
 
-    ``x``: a numpy array whose first axis holds ``sum(counts[r])`` rows, those for rank 0 first, then rank 1's,
+    ``x``: a numpy or cupy array whose first axis holds ``sum(counts[r])`` rows, those for rank 0 first, then rank 1's,
     and so on (a rank's rows for itself stay home). ``counts``: the n x n table of whole numbers >= 0, the same
     on every rank. Returns an array of ``sum(counts[:, r])`` rows shaped like ``x``'s, rank 0's first. Call on
-    every rank of ``comm`` (default: MPI.COMM_WORLD).
+    every rank of ``comm`` (default: MPI.COMM_WORLD). A cupy array is staged through host memory (to the host,
+    exchanged, back to its GPU), and the result is a cupy array on the same GPU.
     """
     ticking = None
     if emulate.possible():  # on an emulated machine the learner's compute ends here: the rest is the call's own
@@ -69,16 +71,24 @@ def _call(x, counts, comm, agree: bool, timeout) -> np.ndarray:
             private.agree(state, what, text, private.digest(text), limit)
         if problems:
             raise ValueError(f"{what}: {'; '.join(problems)}")
-        return _exchange(x, table, dup, rank, n, limit)
+        if not is_device_array(x):
+            return _exchange(x, table, dup, rank, n, limit)
+        cp = array_module(x)  # a GPU array: staged through host memory, on the GPU that holds it
+        with x.device:
+            host = cp.asnumpy(x)  # blocking: x's pending work is done, and its bytes are here
+            out = cp.asarray(_exchange(host, table, dup, rank, n, limit))
+            cp.cuda.get_current_stream().synchronize()  # the result is on the GPU when the call returns
+        return out
 
 
 def _checked(x, counts, n: int, rank: int) -> tuple[np.ndarray | None, list[str]]:
     """The table as int64, and what is wrong with this rank's arguments (empty: nothing)."""
     problems = []
-    if type(x) is not np.ndarray:
+    if type(x) is not np.ndarray and not is_device_array(x):
         kind = type(x).__module__.split(".", 1)[0]
-        hint = ": pass t.numpy(), which shares its memory" if kind == "torch" else ""
-        problems.append(f"x must be a numpy array, got {type(x).__name__}{hint}")
+        hint = (": pass t.numpy() (on the CPU) or cupy.from_dlpack(t) (on a GPU), which share its memory"
+                if kind == "torch" else "")
+        problems.append(f"x must be a numpy or cupy array, got {type(x).__name__}{hint}")
     elif x.ndim < 1:
         problems.append("x must have at least one axis (its rows)")
     elif x.dtype.hasobject:
