@@ -11,7 +11,7 @@ TERMS = {"algbw": "algbw", "busbw": "busbw", "alpha-beta": "alpha-beta", "rhd": 
          "%%px": "%%px", "NUMA": "NUMA", "P2P": "P2P", "NVLink": "NVLink", "NVSwitch": "NVSwitch", "NVLS": "NVLS",
          "LL128": "LL, LL128, Simple", "NCCL": "NCCL", "MPS": "MPS", "rails": "rail", "gloo": "gloo", "DDP": "DDP",
          "Horovod": "Horovod", "straggler": "straggler", "ZeRO": "ZeRO", "FSDP": "FSDP",
-         "tensor parallelism": "tensor parallelism", "device mesh": "device mesh", "all-to-all": "all-to-all",
+         "tensor parallelism": "tensor parallelism", "device mesh": "device mesh", "all-to-all": "all-to-all", "all-to-all-v": "all-to-all-v",
          "mixture of experts": "mixture of experts", "ring attention": "ring attention", "PAT": "PAT", "MFU": "MFU",
          "sequence parallelism": "sequence parallelism", "Ulysses": "Ulysses", "zigzag": "zigzag layout",
          "zero-bubble": "zero-bubble pipeline", "recomputation": "activation recomputation"}

@@ -296,9 +296,9 @@ print(capacity_lesson(capacity))
 #
 # `capacity_rows` counted on tables. `ExpertParallel` builds both. `capacity_factor=1.25` keeps, on each rank,
 # the first ceil(1.25 x tokens / experts) tokens that chose each expert, in blocks of that fixed size, and drops
-# the rest. `dispatch="dropless"` sends each pair of ranks its own count with `rl.alltoallv`, an all-to-all
-# whose sizes differ per pair (MPI's `Alltoallv`; on NCCL one send and one receive per peer in a group, as
-# `torch.distributed.all_to_all_single` with split sizes runs): the n-1 pairwise rounds of `alltoall.pairwise`,
+# the rest. `dispatch="dropless"` sends each pair of ranks its own count with `rl.alltoallv`, an
+# [all-to-all-v](glossary.md#all-to-all-v) (MPI's `Alltoallv`; on NCCL one send and one receive per peer in a group,
+# as `torch.distributed.all_to_all_single` with split sizes runs): the n-1 pairwise rounds of `alltoall.pairwise`,
 # each message its own size. All three run with both routers on the emulated links with `compute="model"`, so a
 # step's time is its collectives' alone, beside the cost model's prediction (`ringlab.predict.predict_alltoallv`
 # for the variable sizes); each is checked against the one-rank layer dropping the same tokens. Which saves
