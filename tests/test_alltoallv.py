@@ -1,4 +1,4 @@
-"""rl.alltoallv (ringlab.mpi.alltoallv): equal to MPI's own Alltoallv on random tables, bad input refused alike on
+"""rl.alltoallv (ringlab.mpi.collectives.alltoallv): equal to MPI's own Alltoallv on random tables, bad input refused alike on
 every rank, its virtual time on emulated machines equal to the pairwise rounds' recurrence, and a rank that never
 comes a StepTimeout naming the round; at 2 and 3 ranks."""
 import json

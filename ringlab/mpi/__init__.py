@@ -4,7 +4,7 @@ A call goes down these layers once, each importing only the layers below it, and
 
     collectives   the public calls: check the arguments, agree, choose the schedule and the transport
         |         (rl.allreduce, rl.reduce, rl.broadcast, rl.execute, rl.gather, rl.scatter, rl.alltoall; beside
-        |         them rl.alltoallv, whose sizes differ per pair: pairwise rounds of its own, alltoallv.py)
+        |         them rl.alltoallv, whose sizes differ per pair: pairwise rounds of its own)
     plan          a schedule and a size become this rank's compiled plan (cached), and the buffer the
         |         result lands in (a numpy call's whole setup is kept per signature: plan.Call)
     transports    how a step's bytes move: host memory, staged through it, a CUDA-aware MPI, CUDA IPC,
@@ -19,8 +19,7 @@ waiting with one), ``devices`` (numpy or cupy, a rank's GPU and cores, whether M
 
 Starting jobs and the cluster on this machine are :mod:`ringlab.cluster`'s.
 """
-from .alltoallv import alltoallv
-from .collectives import allreduce, alltoall, broadcast, execute, gather, reduce, scatter, which_transport
+from .collectives import allreduce, alltoall, alltoallv, broadcast, execute, gather, reduce, scatter, which_transport
 from .private import OutOfStep
 from .deadlines import StepTimeout
 from .run import Trace

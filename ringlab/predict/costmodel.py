@@ -255,7 +255,7 @@ def _price_step(src: np.ndarray, dst: np.ndarray, sizes: np.ndarray, reducing: n
 
 
 def predict_alltoallv(table_bytes, topology: Topology) -> float:
-    """Predicted seconds of ``rl.alltoallv`` (:mod:`ringlab.mpi.alltoallv`) on ``topology``: ``table_bytes[s][d]``
+    """Predicted seconds of ``rl.alltoallv`` (:func:`ringlab.mpi.collectives.alltoallv`) on ``topology``: ``table_bytes[s][d]``
     bytes from rank s to rank d, sent in its n-1 pairwise rounds (round k: every rank r to r+k at once), each
     round priced as the explicit walk prices a step (its messages share the links they cross), one after the
     other; the bare alpha-beta model, no protocol. A rank's bytes for itself stay home and cost nothing."""

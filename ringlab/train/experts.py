@@ -26,7 +26,7 @@ Production layers do one of two other things, and so can this one:
   shapes want. ``MixtureOfExperts(x, capacity=C)`` drops the same tokens of
   one rank's ``x``.
 - ``dispatch="dropless"`` (MegaBlocks, DeepEP): nothing padded, nothing dropped: each pair of ranks sends its
-  own count, by ``rl.alltoallv`` (:mod:`ringlab.mpi.alltoallv`) on the count table every rank already has; the
+  own count, by ``rl.alltoallv`` (:func:`ringlab.mpi.collectives.alltoallv`) on the count table every rank already has; the
   combine sends the transposed table back, and so does each one's backward.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch
 
 import math
 
-from ..mpi.alltoallv import alltoallv
+from ..mpi.collectives import alltoallv
 from ..mpi.collectives import allreduce
 from ..mpi.collectives import alltoall
 from .zero import as_array, sent_bytes
