@@ -31,7 +31,7 @@ OPTIMIZER = [(2, ["gpusim_optimizer.py", "host", o], {}) for o in ("overlap", "n
 CLOCKS = [(1, ["gpusim_timing.py"], {"machine": "rtx2080ti-2"}), (2, ["gpusim_timing_ranks.py"], {})]
 CHECKS = {  # which quick runs exercise each file's synchronisations
     "mpi/run.py": COLLECTIVES + NODES + WINDOWS,
-    "mpi/collectives.py": COLLECTIVES,
+    "mpi/collectives.py": COLLECTIVES + [(2, ["gpusim_alltoallv.py"], {})],  # rl.alltoallv's staging
     "mpi/plan.py": TRACE,
     "mpi/devices.py": COLLECTIVES + TRACE,
     "train/buckets.py": OPTIMIZER,
