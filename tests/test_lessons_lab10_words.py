@@ -138,3 +138,39 @@ def test_nccls_model_of_pat_at_64_nodes_is_1_5x_not_log_depth():
     assert small["pat_latency_s"] == pytest.approx(8e-6 + small["pat_log_s"] + small["pat_linear_s"])
     said = nccl.describe_pat(rows, nccl.pat_refusal())
     assert "on 64 PAT is faster at every size here" in said and "PAT needs one GPU per node" in said
+
+
+def _nvls(collective, speedups, n=8):
+    """Rows of one collective at 1 KiB, 1 MiB, 1 GiB with NVLS's speedups over the ring; busbw by the speedup."""
+    from ringlab.lessons.lab10_inside_nccl.nccl import PORT_SHARE
+    return [{"collective": collective, "ranks": n, "bytes": size, "speedup": s, "ring_busbw_Bps": 100e9,
+             "nvls_busbw_Bps": 100e9 * s, "ring_port": PORT_SHARE["ring"][collective](n),
+             "nvls_port": PORT_SHARE["nvls"][collective](n)} for size, s in zip((1024, MiB, 1 << 30), speedups)]
+
+
+def test_nvls_words_follow_where_it_wins_and_the_port_counts():
+    lose = nccl.describe_nvls(_nvls("allgather", [0.5, 0.8, 0.75]))
+    assert "allgather: the ring is faster at every size from 1 KiB to 1 GiB (NVLS takes 1.25x to 2.00x its time)" \
+        in lose
+    assert "carries 1.00 K each way with NVLS against the ring's 0.88 K" in lose and "0.75 of the ring's" in lose
+    assert "the switch saves no bytes in all-gather and reduce-scatter" in lose and "(n-1)/n = 0.88" in lose
+    win = nccl.describe_nvls(_nvls("allreduce", [0.5, 1.1, 1.3]))
+    assert "allreduce: NVLS is faster at 2 of 3 sizes, from 1 MiB (up to 1.30x)" in win
+    assert "1.12 K each way with NVLS against the ring's 1.75 K" in win and "saves no bytes" not in win
+    # were NVLS to win an all-gather, the words would say so
+    gather_win = nccl.describe_nvls(_nvls("allgather", [0.5, 1.2, 0.9]))
+    assert "allgather: NVLS is faster at 1 of 3 sizes, from 1 MiB (up to 1.20x)" in gather_win
+
+
+def test_on_one_h100_node_nvls_wins_large_allreduces_and_never_an_all_gather_or_reduce_scatter():
+    rows = nccl.nvls_rows()
+    for collective in ("allgather", "reduce_scatter"):
+        mine = [r for r in rows if r["collective"] == collective]
+        assert all(r["speedup"] < 1 and r["choice"].startswith("ring") for r in mine)
+        # at the largest size NVLS's busbw is NCCL's NVLS efficiency x (n-1)/n of the ring's: 0.85 x 7/8
+        assert mine[-1]["nvls_busbw_Bps"] / mine[-1]["ring_busbw_Bps"] == pytest.approx(0.85 * 7 / 8, rel=0.02)
+    allreduce = [r for r in rows if r["collective"] == "allreduce"]
+    assert allreduce[-1]["choice"] == "nvls/Simple" and allreduce[-1]["speedup"] > 1.25
+    assert allreduce[0]["choice"].startswith("ring")
+    said = nccl.describe_nvls(rows)
+    assert "allgather: the ring is faster at every size" in said and "allreduce: NVLS is faster at" in said

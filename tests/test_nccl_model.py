@@ -228,3 +228,23 @@ def test_bad_requests_say_what_is_wrong():
     with pytest.raises(ValueError, match="9 ranks: topology hgx-h100-8 has 8"):
         predict_nccl("allreduce", 1024, h100, nranks=9)
     assert rl.predict_nccl is predict_nccl
+
+
+def test_nvls_all_gather_and_reduce_scatter_carry_the_whole_buffer_through_each_port_and_stay_inside_a_node():
+    from ringlab.predict import predict_nccl
+    from ringlab.predict.nvls import port_rate
+    from ringlab.predict.tuning import NVLS_EFFICIENCY
+    from ringlab.topology import preset
+    node, size = preset("hgx-h100-8"), 1 << 32
+    port = port_rate(node)
+    for collective in ("allgather", "reduce_scatter"):
+        nvls = predict_nccl(collective, size, node, algorithm="nvls")
+        # K through the port one way at NCCL's NVLS efficiency: busbw (n-1)/n of that (nccl-tests' definition)
+        assert nvls.busbw == pytest.approx(port * NVLS_EFFICIENCY["hopper"] * 7 / 8, rel=0.01)
+        assert predict_nccl(collective, size, node).algorithm == "ring"  # as 8 H200s ran them (published A19)
+        with pytest.raises(ValueError, match="across nodes need a CollNet plugin"):
+            predict_nccl(collective, size, preset("ib-2x8-h100"), algorithm="nvls")
+        with pytest.raises(ValueError, match="switches cannot add"):
+            predict_nccl(collective, size, preset("hgx-a100-8"), algorithm="nvls")
+        with pytest.raises(ValueError, match="at most 32 GPUs of a node"):  # NCCL_MAX_NVLS_ARITY: 72 GPUs, no NVLS
+            predict_nccl(collective, size, preset("gb200-nvl72"), algorithm="nvls")

@@ -237,8 +237,8 @@ scale_bars(scaled)
 # (`src/graph/tuning.cc`) prices them without the allreduce's doubling and turns them off across nodes
 # without CollNet, and a node runs them as rings: 8 H200s at 16 GiB (stas00/ml-engineering's table,
 # ringlab's published sweep A19) gave 480 GB/s of bus bandwidth for the NVLS allreduce against 361 and
-# 363 GB/s for the ring all-gather and reduce-scatter, 1.33x. ringlab's NCCL model prices NVLS for
-# allreduce only, and picks the ring for both, as NCCL did there.
+# 363 GB/s for the ring all-gather and reduce-scatter, 1.33x. ringlab's NCCL model prices NVLS for all
+# three, and picks the ring for both, as NCCL did there: [lab 10](10_inside_nccl.ipynb) counts why.
 
 # %% [markdown]
 # ## Prefetch: the next unit's all-gather while this one computes

@@ -3,12 +3,13 @@
 #
 # **What you'll do:** read how NCCL picks an algorithm and a protocol for every call by its own cost model, and
 # work out from it the sizes at which NCCL changes protocol; follow its ring search to the channels it runs on four boards of 8 GPUs; hold
-# the model's picks against published sweeps that say what NCCL ran; step through PAT's all-gather and see what
+# the model's picks against published sweeps that say what NCCL ran; see what the switch buys all-gather and
+# reduce-scatter; step through PAT's all-gather and see what
 # NCCL's model charges for it; and count and measure one-shot and two-shot allreduce, which read a peer's memory
 # instead of sending it messages, and choose between them from what their schedules count.
 #
 # **What you'll learn:** which algorithm and protocol NCCL runs at which size and scale, and why; where its channel
-# count comes from; why PAT's log2 n steps buy far less than (n-1)/log2 n; and when one synchronisation beats a
+# count comes from; why the switch speeds up allreduce and not all-gather; why PAT's log2 n steps buy far less than (n-1)/log2 n; and when one synchronisation beats a
 # ring's 2(n-1) steps.
 #
 # **What you need:** labs 03 and 05 (rings, trees, NVLS, bus bandwidth), and [lab 09](09_model_parallelism.ipynb)
@@ -20,11 +21,12 @@
 
 # %%
 import ringlab as rl
-from ringlab.lessons.lab10_inside_nccl.nccl import (CHANNEL_COLUMNS, PAT_COLUMNS, PUBLISHED_COLUMNS, against_published,
-                                                    channel_rows, choice_rows,
-                                                    describe_channels, describe_choices, describe_forced_ring,
+from ringlab.lessons.lab10_inside_nccl.nccl import (CHANNEL_COLUMNS, NVLS_COLUMNS, PAT_COLUMNS, PUBLISHED_COLUMNS,
+                                                    against_published, channel_rows, choice_rows, describe_channels,
+                                                    describe_choices, describe_forced_ring, describe_nvls,
                                                     describe_pat, describe_protocols, describe_published,
-                                                    forced_ring_sizes, pat_refusal, pat_rows, protocol_rows)
+                                                    forced_ring_sizes, nvls_rows, nvls_table, pat_refusal, pat_rows,
+                                                    protocol_rows)
 from ringlab.lessons.lab10_inside_nccl.checks import (check_pick_symmetric, check_switch_size, fastest_protocol,
                                                      protocol_options)
 from ringlab.lessons.lab10_inside_nccl.symmetric import (COUNTED_COLUMNS, PREDICTED_COLUMNS, SYMMETRIC_COLUMNS,
@@ -143,6 +145,29 @@ print(describe_forced_ring(forced_ring_sizes()))
 # %% [markdown]
 # The model predicts healthy hardware of each description. Where a published busbw sits well below it,
 # the choice can still agree; lab 05's section "Is my number normal?" asks which fault such a number matches.
+#
+# ## NVLS for all-gather and reduce-scatter
+#
+# [NVLS](glossary.md#nvls) wins a large allreduce because the switch adds: each GPU's port carries K(n+1)/n
+# each way where a ring's carries 2K(n-1)/n. NCCL has NVLS kernels for all-gather and reduce-scatter too
+# (`src/device/all_gather.h` and `reduce_scatter.h` in NVIDIA/nccl). In all-gather the switch copies each GPU's
+# stored shard to all n GPUs; in reduce-scatter each GPU loads its shard through the switch, which fetches it from
+# all n GPUs and adds. Either way every GPU's port carries the whole buffer K one way, its own shard included,
+# where a ring's skips its own: K(n-1)/n. NCCL's tuner prices them so (`src/graph/tuning.cc`: the NVLS rate times
+# (ppn-1)/ppn, ppn the GPUs of a node, without the allreduce's doubling), and turns them off across nodes unless a CollNet plugin
+# gathers and scatters for every GPU. `rl.predict_nccl(..., algorithm="nvls")` prices all three on one node;
+# against the ring at its best protocol, on 8 H100s (predicted):
+
+# %%
+nvls = nvls_rows()
+table(nvls_table(nvls), NVLS_COLUMNS)
+print(describe_nvls(nvls))
+
+# %% [markdown]
+# The published table above says the same of a real node: at 16 GiB, 8 H200s ran the allreduce as NVLS and
+# all-gather and reduce-scatter as rings (A19), where the model picks the same. This is why, in lab 08,
+# ZeRO's all-gathers and reduce-scatters take longer than data parallelism's allreduce of the same bytes on such a
+# node: the switch speeds up the one collective in which it has something to add.
 #
 # ## PAT: all-gather in log2 n steps, and what NCCL's model charges for it
 #

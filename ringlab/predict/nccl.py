@@ -14,6 +14,13 @@ hardware of that description gives:
   with two nodes), at log-depth latency.
 - ``nvls``: the switch adds (NVLink SHARP): ``ringlab.predict.nvls``'s closed form, each GPU moving
   K(n+1)/n each way, at NCCL's NVLS efficiency for its generation (Hopper 0.85, Blackwell 0.74).
+  All-gather and reduce-scatter by NVLS (one node): the switch copies a stored shard to every GPU, or adds a
+  shard it loads from every GPU, so each GPU's port carries the whole size K one way, where a ring's carries
+  K(n-1)/n: ``nvls_gather_algbw``, busbw (n-1)/n of the port at the same efficiency, as NCCL's tuner prices it
+  (``intraBw *= (ppn-1)/ppn``). NCCL's tuner then takes that bus bandwidth for the call's rate (its conversion
+  skips non-ring all-gathers), n/(n-1) slower again; the prediction keeps the count of bytes, the faster of the
+  two, and the ring still wins at every size on the presets, so the pick is NCCL's either way. Not over more than
+  32 GPUs of a node (``NCCL_MAX_NVLS_ARITY``: GB200 NVL72), nor across nodes without a CollNet plugin.
 - ``nvlstree``: NVLS inside each node, a tree of nodes across: each NIC carries its GPU's shard,
   K/G each way (twice that past two nodes).
 - ``collnet``: the fabric adds (InfiniBand SHARP): each NIC sends its shard up once and gets the sum.
@@ -69,7 +76,7 @@ from ..topology.machines import Machine
 from . import p2p, rccl
 from . import tuning as T
 from .channels import Channels, call_channels, communicator_channels, graph_channels
-from .nvls import nvls_algbw, port_rate
+from .nvls import nvls_algbw, nvls_gather_algbw, port_rate
 from .protocols import hardware_class, NET
 from .p2p import P2P_COLLECTIVES
 from .rings import mesh_ring_rates
@@ -249,12 +256,15 @@ def unusable(algorithm: str, collective: str, facts: Facts) -> str | None:
             return "PAT is for all-gather and reduce-scatter"
         return None if facts.per_node == 1 and facts.nodes > 1 else "PAT needs one GPU per node"
     if not reducing_all and algorithm == "nvls" and collective in ("allgather", "reduce_scatter"):
-        # NCCL has these kernels (src/device/all_gather.h, reduce_scatter.h at 5067397) and its tuner prices them at
-        # the NVLS rate x (ppn-1)/ppn, without allreduce's x2 (tuning.cc), turning them off across nodes without
-        # CollNet; 8 H200s ran both as rings at 16 GiB (published A19), so this model leaves them out
-        return ("NCCL prices NVLS all-gather and reduce-scatter without allreduce's doubling and turns them off "
-                "across nodes without CollNet (8 H200s ran them as rings, published A19); this model prices NVLS for "
-                "allreduce only")
+        if not facts.nvls:
+            return "its switches cannot add (NVLS needs NVSwitch of the Hopper generation or later, and NVLS on)"
+        if facts.per_node > T.NVLS_MAX_ARITY:
+            return (f"NCCL runs NVLS all-gather and reduce-scatter over at most {T.NVLS_MAX_ARITY} GPUs of a node "
+                    "(NCCL_MAX_NVLS_ARITY)")
+        # NCCL's tuner turns them off across nodes unless a CollNet plugin gathers and scatters for every GPU
+        # (tuning.cc: busBw = 0 without ncclCollNet->iallgather / ireducescatter and a head per local rank)
+        return None if facts.nodes == 1 else ("NVLS all-gather and reduce-scatter across nodes need a CollNet "
+                                              "plugin that gathers and scatters, one head a GPU (not modelled)")
     if not reducing_all:
         return f"{algorithm} runs allreduce only here"
     if algorithm == "tree":
@@ -370,6 +380,8 @@ def _algbw(collective: str, algorithm: str, protocol: str, f: Facts, share: floa
         elif cap:
             bus = min(bus, cap * T.PER_CHANNEL_TREE[f.arch])
         return T.TREE_ALGBW * bus
+    if algorithm == "nvls" and collective in ("allgather", "reduce_scatter"):
+        return nvls_gather_algbw(f.port, T.NVLS_EFFICIENCY[f.arch])
     inside = nvls_algbw(f.port, T.NVLS_EFFICIENCY[f.arch], per_node) if f.nvls else 0.0
     if algorithm == "nvls":
         return inside if f.nodes == 1 else min(inside, f.net)

@@ -44,6 +44,15 @@ def nvls_algbw(port: float, efficiency: float, nranks: int) -> float:
     return port * efficiency * nranks / (nranks + 1)
 
 
+def nvls_gather_algbw(port: float, efficiency: float) -> float:
+    """Bytes/s of size (nccl-tests' all-gather and reduce-scatter size K, the whole buffer) an NVLS all-gather or
+    reduce-scatter reaches: the switch copies each GPU's stored shard to all n GPUs (all-gather), or loads each
+    shard from all n and adds (reduce-scatter), so every GPU's port carries K one way (its own shard included),
+    at its ``port``'s rate times NCCL's ``efficiency``. A ring carries K(n-1)/n: with nothing for the switch to
+    add in all-gather, NVLS has no bytes to save there."""
+    return port * efficiency
+
+
 def port_rate(topology: Topology) -> float:
     """Bytes/s each way of the slowest GPU port into the switch (its peak times its rating)."""
     ports = [link.rate for link, joins_rank in topology.link_classes() if link.kind == "nvswitch" and joins_rank]

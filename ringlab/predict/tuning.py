@@ -61,6 +61,9 @@ LL_MAX_BW = {"volta": (39.0 * GB, 39.0 * GB, 20.4 * GB), "ampere": (87.7 * GB, 2
 # the rows NCCL reads across nodes, by CPU vendor (AMD and mixed: row 1; Intel, Arm and the rest: row 0)
 LL_MAX_BW_ACROSS_NODES = {"intel": "volta", "amd": "ampere", "arm": "volta"}
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}  # nvlsEfficiency (Volta and Ampere have no NVLS)
+# NCCL runs NVLS for all-gather and reduce-scatter over at most this many GPUs of a node (allreduce over any):
+# NCCL_MAX_NVLS_ARITY, src/include/device.h, checked in src/enqueue.cc (ncclGetAlgoInfo's cost table)
+NVLS_MAX_ARITY = 32
 
 LL_SHARE = 0.5             # ring LL: half of every 8-byte store is its flag
 LL128_SHARE = 0.92         # ring LL128: 120 of 128 bytes carry data ("0.92 /*120.0/128.0*/")

@@ -1,6 +1,6 @@
 """Lab 10's NCCL: which algorithm and protocol NCCL's own model picks by size, ranks and machine, what each protocol
 trades, the channels NCCL's ring search gives a board (``ringlab.predict.channels``) against what its logs printed,
-held against published sweeps that say what NCCL ran; PAT's
+held against published sweeps that say what NCCL ran; NVLS for allreduce, all-gather and reduce-scatter; PAT's
 steps against NCCL's latency model of it (the exercises: :mod:`.checks`)."""
 from __future__ import annotations
 
@@ -234,6 +234,78 @@ def describe_forced_ring(result: dict) -> str:
                 "." if max(result["share"]) >= 0.75 else
                 ": the choice agrees, the speed does not." if set(ahead) <= set(not_ring) else
                 ": below the model's speed as well as off its choice."))
+
+
+# bytes each GPU's port carries one way, in units of the call's size K (nccl-tests' size): the ring's and NVLS's
+PORT_SHARE = {"ring": {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+                       "reduce_scatter": lambda n: (n - 1) / n},
+              "nvls": {"allreduce": lambda n: (n + 1) / n, "allgather": lambda n: 1.0,
+                       "reduce_scatter": lambda n: 1.0}}
+
+
+def nvls_rows(machine: str = "hgx-h100-8", collectives=COLLECTIVES, sizes=SIZES) -> list[dict]:
+    """NVLS against the ring, size by size, inside one NVSwitch node (predicted by NCCL's model): the ring at its
+    best protocol, NVLS forced, what the model picks, and what each makes a GPU's port carry (units of the size)."""
+    topology = preset(machine)
+    n = topology.nranks
+    rows = []
+    for collective in collectives:
+        for nbytes in sizes:
+            ring = predict_nccl(collective, nbytes, topology, algorithm="ring")
+            nvls = predict_nccl(collective, nbytes, topology, algorithm="nvls")
+            pick = predict_nccl(collective, nbytes, topology)
+            rows.append({"machine": machine, "ranks": n, "collective": collective, "bytes": nbytes,
+                         "ring": f"ring/{ring.protocol}", "ring_s": ring.seconds, "nvls_s": nvls.seconds,
+                         "ring_busbw_Bps": ring.busbw, "nvls_busbw_Bps": nvls.busbw,
+                         "speedup": ring.seconds / nvls.seconds, "choice": f"{pick.algorithm}/{pick.protocol}",
+                         "ring_port": PORT_SHARE["ring"][collective](n), "nvls_port": PORT_SHARE["nvls"][collective](n)})
+    return rows
+
+
+def nvls_table(rows: list[dict]) -> list[dict]:
+    """:func:`nvls_rows` one size a row: NVLS's speedup over the ring and the model's pick, collective by collective."""
+    out = {}
+    for r in rows:
+        row = out.setdefault(r["bytes"], {"bytes": r["bytes"], "size": format_bytes(r["bytes"])})
+        row[f"{r['collective']}_speedup"] = r["speedup"]
+        row[f"{r['collective']}_choice"] = r["choice"]
+    return list(out.values())
+
+
+NVLS_COLUMNS = {"size": "size", **{f"{name}: NVLS speedup": (f"{c}_speedup", ".2f") for c, name in
+                                    (("allreduce", "allreduce"), ("allgather", "all-gather"),
+                                     ("reduce_scatter", "reduce-scatter"))},
+                **{f"{name}: model picks": f"{c}_choice" for c, name in
+                   (("allreduce", "allreduce"), ("allgather", "all-gather"), ("reduce_scatter", "reduce-scatter"))}}
+
+
+def describe_nvls(rows: list[dict]) -> str:
+    """For each collective, where NVLS beats the ring and by how much, and why at the largest size: the bytes a
+    GPU's port carries each way, and the efficiency NCCL gives NVLS."""
+    said = []
+    for collective in dict.fromkeys(r["collective"] for r in rows):
+        mine = [r for r in rows if r["collective"] == collective]
+        wins = [r for r in mine if r["speedup"] > 1]
+        top = mine[-1]
+        n = top["ranks"]
+        span = f"{format_bytes(mine[0]['bytes'])} to {format_bytes(top['bytes'])}"
+        if not wins:
+            verdict = (f"{collective}: the ring is faster at every size from {span} (NVLS takes "
+                       f"{min(1 / r['speedup'] for r in mine):.2f}x to {max(1 / r['speedup'] for r in mine):.2f}x "
+                       "its time)")
+        else:
+            verdict = (f"{collective}: NVLS is faster at {len(wins)} of {len(mine)} sizes, from "
+                       f"{format_bytes(wins[0]['bytes'])} (up to {max(r['speedup'] for r in wins):.2f}x)")
+        port = (f"at {format_bytes(top['bytes'])} a GPU's port carries {top['nvls_port']:.2f} K each way with NVLS "
+                f"against the ring's {top['ring_port']:.2f} K, so NVLS's bus bandwidth is "
+                f"{top['nvls_busbw_Bps'] / top['ring_busbw_Bps']:.2f} of the ring's")
+        said.append(f"{verdict}; {port}.")
+    gather = [r for r in rows if r["collective"] in ("allgather", "reduce_scatter")]
+    if gather and all(r["nvls_port"] > r["ring_port"] for r in gather):
+        said.append(f"On {n} GPUs the switch saves no bytes in all-gather and reduce-scatter: every GPU still "
+                    "receives (or sends) the whole buffer through its port, its own shard included, where a ring "
+                    f"skips its own, (n-1)/n = {(n - 1) / n:.2f} of it; it saves steps only, one against n-1.")
+    return "\n".join(said)
 
 
 def pat_rows(nodes=(2, 4, 8, 16, 32, 64), sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 24)) -> list[dict]:
