@@ -72,6 +72,8 @@ KEY_TERMS = {
         ["ZeroOptimizer", "measure_sharding"],
     "activation memory and full recomputation: measured layer by layer against Korthikanti et al.'s count, the extra "
     "forward timed, and the planner's Llama 3 70B": ["measure_recompute", "recompute"],
+    "a whole step's peak memory, measured by the operating system, without and with recomputation":
+        ["measure_peak", "VmHWM"],
     "tensor parallelism: column- and row-parallel layers, an allreduce of activations in every block":
         ["split_mlp", "column-parallel"],
     "a device mesh: the tensor dimension on a node's fast links, the data dimension across nodes":
@@ -91,6 +93,7 @@ KEY_TERMS = {
     "pipeline schedules from their dependencies: GPipe, 1F1B, interleaved, zero-bubble ZB-H1":
         ["schedule_rows", "ZB-H1", "check_timeline_bubble"],
     "how NCCL picks its algorithm and protocol (LL, LL128, Simple), and channels": ["predict_nccl", "fastest_protocol"],
+    "NVLS for all-gather and reduce-scatter: the switch saves steps, not bytes": ["nvls_rows", "describe_nvls"],
     "PAT: all-gather and reduce-scatter in log2 n steps": ["allgather.pat", "Parallel Aggregated Trees"],
     "symmetric memory: one-shot and two-shot allreduce through a shared window, against the ring and MPI's own":
         ["oneshot", "twoshot", "symmetric memory"],

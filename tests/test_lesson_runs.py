@@ -72,6 +72,17 @@ def test_busbw_over_ranks_draws_the_same_conclusions_five_times():
 
 
 @pytest.mark.timeout(900)
+def test_the_measured_peak_of_a_step_draws_the_same_conclusions_five_times():
+    """Lab 08's peak of a whole step, without and with recomputation, measured by the operating system, five times."""
+    from ringlab.lessons.lab08_sharding_and_memory.peak import measure_peak, peak_lesson
+
+    findings = [peak_lesson(measure_peak()) for _ in range(RUNS)]
+    assert len({f.conclusions for f in findings}) == 1, "\n\n".join(f.text for f in findings)
+    assert findings[0].conclusions == ("recomputation cut the step's peak",
+                                       "the measured cut is the activations counted"), findings[0].text
+
+
+@pytest.mark.timeout(900)
 def test_the_payoff_on_emulated_links_draws_the_same_conclusions_five_times():
     """Lab 06's 'when does data parallelism pay' on the emulated network: one rank timed here, then a 2-rank job
     on the emulated links, five times."""

@@ -3,7 +3,7 @@
 #
 # **What you'll do:** count where the memory of a training step goes, and work out from the [ZeRO](glossary.md#zero)
 # paper's formulas how few GPUs a model needs; measure what a small transformer keeps for its backward pass, layer by
-# layer, with and without [recomputation](glossary.md#activation-recomputation); shard a model's optimizer state, gradients and parameters over MPI ranks
+# layer, with and without [recomputation](glossary.md#activation-recomputation), and the peak of a whole step; shard a model's optimizer state, gradients and parameters over MPI ranks
 # with ringlab's own reduce-scatter and allgather (ZeRO, and [FSDP](glossary.md#fsdp)'s full sharding); measure what
 # each rank then holds and sends, and derive from it what stage 3 sends on other machines; predict, for a
 # 7.5-billion-parameter model on 8 and 16 H100s, when sharding pays; and shard inside nodes only, replicating across
@@ -11,7 +11,7 @@
 # predicted for Llama 3 on 32 H100s.
 #
 # **What you'll learn:** what each ZeRO stage saves and what it sends, checked equal to plain data parallelism on
-# real ranks; what recomputation saves and what it costs; why stages 1 and 2 send what an allreduce sends, and what
+# real ranks; what recomputation saves and what it costs, and what a step's peak holds beyond the activations; why stages 1 and 2 send what an allreduce sends, and what
 # stage 3 adds; and why the same bytes can still take longer on a machine whose switch adds.
 #
 # **What you need:** labs 03, 05 and 06 ([lab 07](07_hangs_and_crawls.ipynb) comes before this one), and torch.
@@ -31,6 +31,7 @@ from ringlab.lessons.lab08_sharding_and_memory.checks import check_fewest_gpus, 
 from ringlab.lessons.lab08_sharding_and_memory.hybrid import (CHECK_COLUMNS, HYBRID_COLUMNS, describe_hybrid,
                                                               hybrid_at_scale, hybrid_check_sentence)
 from ringlab.lessons.lab08_sharding_and_memory.prefetch import PREFETCH_COLUMNS, prefetch_lesson, prefetch_rows
+from ringlab.lessons.lab08_sharding_and_memory.peak import PEAK_COLUMNS, measure_peak, peak_lesson, peak_rows
 from ringlab.lessons.lab08_sharding_and_memory.recompute import (PLAN_COLUMNS, RECOMPUTE_COLUMNS, describe_plans,
                                                                  llama_plans, measure_recompute, recompute_lesson,
                                                                  recompute_rows)
@@ -114,6 +115,21 @@ fewest_gpus = check_fewest_gpus(fewest_gpus)  # yours when it is right, else the
 kept = measure_recompute()
 table(recompute_rows(kept), RECOMPUTE_COLUMNS)
 print(recompute_lesson(kept))
+
+# %% [markdown]
+# Those are the bytes autograd *keeps*. What a step needs at its fullest is more: while a layer's backward runs it
+# also holds the gradients it computes. The peak of a whole step, forward and backward, measured by the operating
+# system: the process's resident high-water mark (Linux's `VmHWM`, reset just before the step), less what the
+# process held when the step began. Each way runs in a fresh process of its own, with glibc mapping every
+# allocation of 64 KiB or more on its own so that a freed tensor leaves the count at once; a larger stack than
+# above, so that activations dwarf the allocator's small change: 1024 tokens of 2 sequences, h = 256, 8 heads. Held
+# against autograd's count of what each way keeps at the peak: every layer's activations, or, recomputing, every
+# layer's input and the one layer's activations that its backward brings back.
+
+# %%
+peak = measure_peak()
+table(peak_rows(peak), PEAK_COLUMNS)
+print(peak_lesson(peak))
 
 # %% [markdown]
 # What does that mean for a real run? The planner of [lab 11](11_plan_a_run.ipynb) (`rl.plan`) counts the same
@@ -348,6 +364,8 @@ print(describe_hybrid(hybrid_rows))
 # - A step also keeps activations, which grow with the tokens: measured layer by layer, they are Korthikanti et al.'s
 #   count. Full recomputation keeps only each layer's input and pays for it with one more forward; by the planner,
 #   worth it only where a layout does not fit without it.
+# - A whole step's peak, measured by the operating system, is what autograd keeps plus what a layer's backward
+#   works with while it runs; recomputation cuts the first and leaves the second.
 # - ZeRO shards what data parallelism replicates: stage 1 the optimizer state, stage 2 the gradients,
 #   stage 3 the parameters. Built from a reduce-scatter and an allgather, stages 1 and 2 send what an
 #   allreduce sends (2 Psi) and stage 3 half as much again (3 Psi); each trains exactly as data
