@@ -564,9 +564,9 @@ def which_transport(x, comm=None, transport: str = "auto") -> str:
     """The transport a call on ``x`` would use here: ``host`` for numpy; for cupy, what ``auto`` picks."""
     return choose(x.device.id if is_device_array(x) else None, _world(comm), transport)
 
-# rl.alltoallv: an all-to-all with sizes of its own for every pair (MPI's ``Alltoallv``; NCCL has none, and frameworks group one
-# send and one receive per peer, as ``torch.distributed.all_to_all_single`` with split sizes does): what a dropless
-# mixture-of-experts layer sends, each rank's tokens to each expert's rank, as many as the router chose.
+# rl.alltoallv: an all-to-all with sizes of its own for every pair (MPI's ``Alltoallv``; NCCL has none, and frameworks
+# group one send and one receive per peer, as ``torch.distributed.all_to_all_single`` with split sizes does): what a
+# dropless mixture-of-experts layer sends, each rank's tokens to each expert's rank, as many as the router chose.
 #
 # ``rl.alltoallv(x, counts)``: rank r sends ``counts[r][d]`` rows of ``x`` to rank d (``x``'s rows grouped by
 # destination, in rank order) and gets back the rows every rank sent it, grouped by source in rank order. Every
@@ -665,7 +665,8 @@ def _checked_v(x, counts, n: int, rank: int) -> tuple[np.ndarray | None, list[st
 
 
 def _exchange_v(x: np.ndarray, table: np.ndarray, comm, rank: int, n: int, limit: float | None) -> np.ndarray:
-    """The pairwise rounds (see the module's docstring)."""
+    """The pairwise rounds (see the comment that opens this section): in round k rank r sends its block for rank
+    r+k and receives rank r-k's, each message its own size; on an emulated machine a stamp travels with each."""
     row_bytes = x.dtype.itemsize * int(np.prod(x.shape[1:], dtype=np.int64))
     source = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
     out = np.empty((int(table[:, rank].sum()), *x.shape[1:]), x.dtype)
@@ -685,7 +686,8 @@ def _exchange_v(x: np.ndarray, table: np.ndarray, comm, rank: int, n: int, limit
                                            for q in range(n)], comm)
             start = emulate.clock().now()
             stamp_out[0] = start + times.get((rank, to), 0.0)
-            requests += [comm.Irecv(stamp_in, source=frm, tag=V_STAMP_TAG), comm.Isend(stamp_out, dest=to, tag=V_STAMP_TAG)]
+            requests += [comm.Irecv(stamp_in, source=frm, tag=V_STAMP_TAG),
+                         comm.Isend(stamp_out, dest=to, tag=V_STAMP_TAG)]
 
         def late(k=k, to=to, frm=frm, requests=requests) -> str:
             waiting = []

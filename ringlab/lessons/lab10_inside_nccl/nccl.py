@@ -258,7 +258,8 @@ def nvls_rows(machine: str = "hgx-h100-8", collectives=COLLECTIVES, sizes=SIZES)
                          "ring": f"ring/{ring.protocol}", "ring_s": ring.seconds, "nvls_s": nvls.seconds,
                          "ring_busbw_Bps": ring.busbw, "nvls_busbw_Bps": nvls.busbw,
                          "speedup": ring.seconds / nvls.seconds, "choice": f"{pick.algorithm}/{pick.protocol}",
-                         "ring_port": PORT_SHARE["ring"][collective](n), "nvls_port": PORT_SHARE["nvls"][collective](n)})
+                         "ring_port": PORT_SHARE["ring"][collective](n),
+                         "nvls_port": PORT_SHARE["nvls"][collective](n)})
     return rows
 
 
