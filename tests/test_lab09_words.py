@@ -116,3 +116,13 @@ def test_the_padding_check_counts_the_diagonal_as_the_text_says():
     with pytest.raises(AssertionError, match="Hint"):
         experts.check_padded_bytes(off_diagonal_only, strict=True)
     assert experts._padded_bytes([[3, 1], [2, 2]], 8) == 24  # the largest count, 3, is rank 0's own
+
+
+def test_routing_words_are_the_tables_own_loads():
+    from ringlab.lessons.lab09_model_parallelism.experts import describe_routing
+
+    even = describe_routing([[5, 5], [5, 5]])
+    assert even.splitlines()[0] == "rank 0:     5     5"
+    assert "loads against the even share: 1.00, 1.00 (largest count 5, 1.00x a rank's even share" in even
+    skewed = describe_routing([[9, 1], [7, 3]])
+    assert "loads against the even share: 1.60, 0.40 (largest count 9, 1.80x a rank's even share" in skewed
