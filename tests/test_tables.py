@@ -52,3 +52,12 @@ def test_in_a_notebook_a_table_is_html_with_its_text_kept():
     assert page.count("<tr>") == 3 and "a &lt;b&gt; &amp; c" in page and "<b>" not in page
     assert ('<td style="text-align: right; white-space: nowrap">1.50</td><td style="text-align: left">a &lt;b&gt; &amp; '
             'c</td>') in page  # a number never wraps (5.2e-16 did, after its minus sign); text and headers may
+
+
+def test_a_short_label_stays_on_one_line_and_a_sentence_may_wrap():
+    from ringlab.measure.tables import _html
+
+    page = _html(["size", "why"], [["64 MiB", "the ring is faster at every size here"]], [False, False])
+    assert '<td style="text-align: left; white-space: nowrap">64 MiB</td>' in page  # never "64" over "MiB"
+    assert '<td style="text-align: left">the ring is faster at every size here</td>' in page
+    assert '<th style="text-align: left">size</th>' in page  # headers wrap between words

@@ -57,16 +57,21 @@ def _in_notebook() -> bool:
 
 def _html(headers: list[str], cells: list[list[str]], numeric: list[bool]) -> str:
     """The table as HTML: numbers right, text left, as in the printed form; a number is never broken across lines
-    (a narrow column would wrap "5.2e-16" after its minus sign); headers and text may wrap between words."""
+    (a narrow column would wrap "5.2e-16" after its minus sign), nor is a short label of two words at most ("64
+    MiB", "ring/LL128": :data:`SHORT` characters or fewer); headers and longer text may wrap between words."""
     def row(tag: str, texts) -> str:
-        return "<tr>" + "".join(f'<{tag} style="{_style(tag, right)}">{html.escape(t)}</{tag}>'
+        return "<tr>" + "".join(f'<{tag} style="{_style(tag, right, t)}">{html.escape(t)}</{tag}>'
                                 for t, right in zip(texts, numeric)) + "</tr>"
     return ('<table class="ringlab-table">\n<thead>' + row("th", headers) + "</thead>\n<tbody>\n"
             + "\n".join(row("td", texts) for texts in cells) + "\n</tbody>\n</table>")
 
 
-def _style(tag: str, right: bool) -> str:
-    return f"text-align: {ALIGN[right]}" + ("; white-space: nowrap" if right and tag == "td" else "")
+SHORT = 16  # characters of a text cell kept on one line, when it has two words at most
+
+
+def _style(tag: str, right: bool, text: str = "") -> str:
+    whole = tag == "td" and (right or (len(text) <= SHORT and text.count(" ") <= 1))
+    return f"text-align: {ALIGN[right]}" + ("; white-space: nowrap" if whole else "")
 
 
 def _spec(header: str, column) -> tuple[str, float, str | None]:
