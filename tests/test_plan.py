@@ -260,8 +260,22 @@ def test_the_benchmark_prints_every_compared_run_with_its_ratio(tmp_path):
     for row in rows["rows"]:
         assert row["run"] in done.stdout and f"{row['ratio']:.2f}" in done.stdout
     within = sum(0.8 <= r["ratio"] <= 1.2 for r in rows["rows"])
-    assert f"{within} of {len(rows['rows'])}" in done.stdout
+    below = [r for r in rows["rows"] if r["ratio"] > 1.2 and r["twin"] and 0.8 <= r["twin"]["ratio"] <= 1.2]
+    assert f"{within} + {len(below)} of {len(rows['rows'])}" in done.stdout
+    assert rows["below_hardware"] == len(below) and all(f"{r['run']}: below what its hardware allows" in done.stdout
+                                                        for r in below)
     assert ("NOT met" in done.stdout) == (not rows["met"])
+
+
+def test_a_run_its_own_source_ran_faster_on_the_same_layout_is_below_its_hardware():
+    slow = runs.find("megascale2024-175b-megatron-256")
+    twin, faster = runs.faster_twin(slow)
+    assert twin["id"] == "megascale2024-175b-megascale-256" and faster == pytest.approx(191 / 154, rel=0.01)
+    assert runs.faster_twin(twin) is None  # the faster one has none
+    # a twin must share the layout: another micro-layout of the same source is not one
+    other = dict(twin, id="x", layout=dict(twin["layout"], tp=4, dp=8))
+    assert runs.faster_twin(slow, [slow, other]) is None
+    assert sum(runs.faster_twin(r) is not None for r in runs.load()) == 2  # only MegaScale's Megatron-LM rows
 
 
 def test_the_planner_takes_nothing_from_the_runs_it_is_judged_on():
@@ -320,6 +334,8 @@ def test_the_readme_states_what_the_benchmark_prints_today():
     within = sum(0.8 <= r["ratio"] <= 1.2 for r in done)
     readme = (ROOT / "README.md").read_text()
     assert f"**{within} of {len(done)} runs within 20%**" in readme
+    below = sum(r["ratio"] > 1.2 and bool(r["twin"]) for r in done)
+    assert f"{below} more are below what their hardware allows, by their own source" in readme
     assert f"{len(skipped)} runs (torchtitan's" in readme
 
 

@@ -19,6 +19,11 @@ Where a run leaves part of its layout unsaid (micro-batch, ZeRO stage, virtual s
 prediction assumes the common default and says so in its notes. Memory settings a run's published recipe sets
 (``grad_reduce_in_fp32``, ``precision_aware_optimizer``, ``offload_layers``, ``ends_in_pipeline_split``, each cited
 in the run's ``recipe_settings``) go to the planner as they are; where a run has none, Megatron-LM's defaults.
+
+A run can be below what its hardware allows, and its own source can show it: :func:`faster_twin` finds a run of the
+same source on the same model, GPUs and layout that measured more (MegaScale's paper measures Megatron-LM and
+MegaScale on one cluster, one layout). Such a run's software left speed unused; the planner predicts healthy
+software, so its ratio to the faster twin is the one that judges it.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from ..topology.machines import cluster
 from .planner import Plan, compute_data, plan
 from .transformer import Transformer
 
+LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "dp", "global_batch", "seq", "precision")  # what a twin must share
 SHAPE_KEYS = ("layers", "hidden", "heads", "ffn", "vocab", "kv_heads", "gated", "experts", "top_k")
 DEFAULT_NIC_GBPS = {"a100": 200}  # HDR InfiniBand, one per GPU (DGX A100); 400 (NDR) for later GPUs
 
@@ -161,3 +167,20 @@ def predict(run: dict) -> tuple[Plan, float, list[str]]:
     result = plan(model_of(run), topology, **layout)
     published, _ = published_tokens_per_second_per_gpu(run)
     return result, result.tokens_per_second_per_gpu / published, assumed + more
+
+
+def faster_twin(run: dict, others: list[dict] | None = None) -> tuple[dict, float] | None:
+    """The run of the same source with the same model shape, GPU, GPU count and layout (:data:`LAYOUT_KEYS`) that
+    measured the most tokens per second per GPU, and how many times faster than ``run`` it was; None where no such
+    run measured more. ``others``: the runs to look in (all transcribed runs by default)."""
+    def key(r):
+        return (r["source"]["url"], tuple(r["model"].get(k) for k in SHAPE_KEYS), r["hardware"]["gpu"],
+                r["hardware"]["gpus"], tuple(r["layout"].get(k) for k in LAYOUT_KEYS))
+
+    mine, best = published_tokens_per_second_per_gpu(run)[0], None
+    for other in load() if others is None else others:
+        if other["id"] != run["id"] and key(other) == key(run):
+            theirs = published_tokens_per_second_per_gpu(other)[0]
+            if theirs > mine and (best is None or theirs > best[1]):
+                best = (other, theirs)
+    return None if best is None else (best[0], best[1] / mine)
