@@ -143,7 +143,7 @@ def test_nccls_model_of_pat_at_64_nodes_is_1_5x_not_log_depth():
 def _nvls(collective, speedups, n=8):
     """Rows of one collective at 1 KiB, 1 MiB, 1 GiB with NVLS's speedups over the ring; busbw by the speedup."""
     from ringlab.lessons.lab10_inside_nccl.nccl import PORT_SHARE
-    return [{"collective": collective, "ranks": n, "bytes": size, "speedup": s, "ring_busbw_Bps": 100e9,
+    return [{"collective": collective, "ranks": n, "bytes": size, "speedup": s, "ring_busbw_Bps": 100e9, "efficiency": 0.85,
              "nvls_busbw_Bps": 100e9 * s, "ring_port": PORT_SHARE["ring"][collective](n),
              "nvls_port": PORT_SHARE["nvls"][collective](n)} for size, s in zip((1024, MiB, 1 << 30), speedups)]
 
@@ -152,11 +152,16 @@ def test_nvls_words_follow_where_it_wins_and_the_port_counts():
     lose = nccl.describe_nvls(_nvls("allgather", [0.5, 0.8, 0.75]))
     assert "allgather: the ring is faster at every size from 1 KiB to 1 GiB (NVLS takes 1.25x to 2.00x its time)" \
         in lose
-    assert "carries 1.00 K each way with NVLS against the ring's 0.88 K" in lose and "0.75 of the ring's" in lose
+    assert "carries 1.00 K each way with NVLS against the ring's 0.88 K, 0.88x the ring's speed by bytes" in lose
+    assert "0.88 x 0.85 = 0.74, and the model's bus bandwidth for NVLS is 0.75 of the ring's with each call's" in lose
     assert "the switch saves no bytes in all-gather and reduce-scatter" in lose and "(n-1)/n = 0.88" in lose
     win = nccl.describe_nvls(_nvls("allreduce", [0.5, 1.1, 1.3]))
     assert "allreduce: NVLS is faster at 2 of 3 sizes, from 1 MiB (up to 1.30x)" in win
-    assert "1.12 K each way with NVLS against the ring's 1.75 K" in win and "saves no bytes" not in win
+    assert "1.12 K each way with NVLS against the ring's 1.75 K, 1.56x the ring's speed by bytes" in win
+    assert "1.56 x 0.85 = 1.32, and the model's bus bandwidth for NVLS is 1.30 of the ring's with" in win
+    assert "saves no bytes" not in win
+    exact = nccl.describe_nvls(_nvls("allgather", [0.5, 0.8, 0.744]))
+    assert "= 0.74, and the model's bus bandwidth for NVLS is 0.74 of the ring's." in exact and "fill" not in exact
     # were NVLS to win an all-gather, the words would say so
     gather_win = nccl.describe_nvls(_nvls("allgather", [0.5, 1.2, 0.9]))
     assert "allgather: NVLS is faster at 1 of 3 sizes, from 1 MiB (up to 1.20x)" in gather_win

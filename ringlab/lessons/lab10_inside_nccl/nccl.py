@@ -258,6 +258,7 @@ def nvls_rows(machine: str = "hgx-h100-8", collectives=COLLECTIVES, sizes=SIZES)
                          "ring": f"ring/{ring.protocol}", "ring_s": ring.seconds, "nvls_s": nvls.seconds,
                          "ring_busbw_Bps": ring.busbw, "nvls_busbw_Bps": nvls.busbw,
                          "speedup": ring.seconds / nvls.seconds, "choice": f"{pick.algorithm}/{pick.protocol}",
+                         "efficiency": T.NVLS_EFFICIENCY[topology.machine.arch],
                          "ring_port": PORT_SHARE["ring"][collective](n),
                          "nvls_port": PORT_SHARE["nvls"][collective](n)})
     return rows
@@ -297,9 +298,14 @@ def describe_nvls(rows: list[dict]) -> str:
         else:
             verdict = (f"{collective}: NVLS is faster at {len(wins)} of {len(mine)} sizes, from "
                        f"{format_bytes(wins[0]['bytes'])} (up to {max(r['speedup'] for r in wins):.2f}x)")
+        counted = top["ring_port"] / top["nvls_port"]
+        measured = top["nvls_busbw_Bps"] / top["ring_busbw_Bps"]
+        eff, product = top["efficiency"], counted * top["efficiency"]
         port = (f"at {format_bytes(top['bytes'])} a GPU's port carries {top['nvls_port']:.2f} K each way with NVLS "
-                f"against the ring's {top['ring_port']:.2f} K, so NVLS's bus bandwidth is "
-                f"{top['nvls_busbw_Bps'] / top['ring_busbw_Bps']:.2f} of the ring's")
+                f"against the ring's {top['ring_port']:.2f} K, {counted:.2f}x the ring's speed by bytes, at NCCL's NVLS "
+                f"efficiency of {eff:.2f} of the port's rate: {counted:.2f} x {eff:.2f} = {product:.2f}, and the "
+                f"model's bus bandwidth for NVLS is {measured:.2f} of the ring's" +
+                ("" if abs(measured - product) < 0.005 else " with each call's latency and NVLS's pipeline fill"))
         said.append(f"{verdict}; {port}.")
     gather = [r for r in rows if r["collective"] in ("allgather", "reduce_scatter")]
     if gather and all(r["nvls_port"] > r["ring_port"] for r in gather):
