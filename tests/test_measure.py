@@ -163,6 +163,10 @@ def test_doctor_says_what_each_lab_will_do():
         assert lab in done.stdout
     if cupy_module() is None:
         assert "GPUs: none usable here" in done.stdout
+    plans = done.stdout.split("What each lab will do here:")[1].splitlines()[1:]
+    from ringlab.measure.doctor import WIDTH
+    assert plans and all(len(line) <= WIDTH for line in plans)  # a notebook's output never wraps them mid-column
+    assert all(line.startswith("  0") or line.startswith("  1") or line.startswith(" " * 37) for line in plans)
 
 
 def test_pcie_arithmetic():

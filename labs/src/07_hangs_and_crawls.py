@@ -186,12 +186,14 @@ timeline(emulated["slowed"], title=f"measured on emulated links ({STRAGGLER_MACH
 
 # %%
 straggler_lesson(traces, emulated, slow_rank=2, pause=0.02)  # the sentences are computed from both machines' traces
-#
+
+# %% [markdown]
 # ## Exercise 2: find the straggler
 #
 # Write `straggler(trace)`, returning the rank the others waited for. `step_gaps(trace)` gives the
 # seconds each rank spent outside its transfers before each step, as an array [rank, step]. The checker
-# tries traces of a lockstep model (`ringlab.lessons.lab07_hangs_and_crawls.diagnose.model_trace`) with various rings and slow ranks.
+# tries traces of a lockstep model (`ringlab.lessons.lab07_hangs_and_crawls.diagnose.model_trace`) with various
+# rings and slow ranks.
 
 # %% tags=["solution"]
 def straggler(trace):

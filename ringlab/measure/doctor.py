@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import textwrap
 
 from ..cluster.launch import find_mpiexec
 from .machine import describe_machine
@@ -115,8 +116,12 @@ def report() -> list[str]:
             plan = "measure on MPI ranks" + (" (and on the GPU)" if gpus else "") if mpi_ok else "cannot run: no MPI"
         if title.startswith("05") or title.startswith("06"):
             plan += "; NCCL comparisons need 2 GPUs or more" if gpus < 2 else "; with NCCL"
-        lines.append(f"  {title:<34} {plan} ({what})")
+        lines.append(textwrap.fill(f"{plan} ({what})", WIDTH, initial_indent=f"  {title:<34} ",
+                                   subsequent_indent=" " * 37, break_long_words=False, break_on_hyphens=False))
     return lines
+
+
+WIDTH = 100  # characters a lab's line takes before it goes on under its plan (a notebook shows about 120)
 
 
 def nodes_and_network(facts: dict) -> list[str]:
