@@ -276,7 +276,8 @@ mine = read_folder(format="p2pBandwidthLatencyTest") + read_folder(format="bandw
 for log in mine:
     for key, matrix in log.get("matrices", {}).items():
         if key.startswith(("unidirectional", "bidirectional")):
-            bandwidth_heatmap(np.array(matrix, dtype=float) * 1e9, title=f"{key.replace('_', ' ')}: {log['label']}").show()
+            bandwidth_heatmap(np.array(matrix, dtype=float) * 1e9,
+                              title=f"{key.replace('_', ' ')}: {log['label']}").show()
     if log["format"] == "bandwidthTest":
         print(log["label"])
         table(log["rows"], {"direction": "direction", "memory": "memory", "size (B)": "bytes", "rate (GB/s)": "Bps"})

@@ -137,7 +137,8 @@ print(describe_staleness(pushes, straggler=3))
 from ringlab.lessons.lab04_parameter_servers.wallclock import METHODS, race
 from ringlab.train.straggler import Straggler
 
-slow = Straggler(3, extra_seconds=0.02)  # worker 3 takes 20 ms more every step (a sleep here, its virtual clock on an emulated machine)
+# worker 3 takes 20 ms more every step (a sleep here; on an emulated machine, its virtual clock)
+slow = Straggler(3, extra_seconds=0.02)
 runs = {method: race(method, steps=30, straggler=slow, lr=0.3) for method in METHODS}
 
 # %%

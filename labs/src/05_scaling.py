@@ -348,7 +348,8 @@ print(describe_simulated(on_nodes, model, link_gbps, 4, per_node))
 
 # %%
 table(side_by_side(on_nodes, model, link_gbps, 4, per_node, hierarchy),
-      {"setup": "setup", "source": "source", "size per rank (MiB)": ("bytes", ".2f"), "hierarchy over flat ring (x)": ("speedup", ".2f")})
+      {"setup": "setup", "source": "source", "size per rank (MiB)": ("bytes", ".2f"),
+       "hierarchy over flat ring (x)": ("speedup", ".2f")})
 
 # %% [markdown]
 # ### Real nodes on this machine: namespaces and shaped links

@@ -21,8 +21,8 @@ from ringlab.lessons.lab06_training.overlap import (OVERLAP_COLUMNS, PREDICTED_C
                                                     describe_overlap, describe_prediction, overlap_lesson,
                                                     predict_sweep, timeline_traces)
 from ringlab.lessons.lab06_training.payoff import (PAYOFF_COLUMNS, describe_payoff, describe_published,
-                                                   emulated_payoff_lesson, emulated_payoff_rows, measure_emulated_payoff,
-                                                   measured_rows, speedup_rows)
+                                                   emulated_payoff_lesson, emulated_payoff_rows,
+                                                   measure_emulated_payoff, measured_rows, speedup_rows)
 from ringlab.lessons.lab06_training.trainers import (TRAINER_SPEED_COLUMNS, compare_trainers, describe_accuracy,
                                                      describe_speedup, describe_trainer_speeds, describe_trainers,
                                                      trainer_speeds)

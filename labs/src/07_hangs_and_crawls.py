@@ -180,7 +180,8 @@ for name, trace in traces.items():
 # the links' time plus one pause a step).
 
 # %%
-emulated = straggler_traces(nranks=4, slow_rank=2, pause=0.02, machine=STRAGGLER_MACHINE)  # measured, on emulated links
+# measured, on emulated links
+emulated = straggler_traces(nranks=4, slow_rank=2, pause=0.02, machine=STRAGGLER_MACHINE)
 timeline(emulated["slowed"], title=f"measured on emulated links ({STRAGGLER_MACHINE}), virtual time: rank 2 pausing "
                                   "20 ms a step")
 

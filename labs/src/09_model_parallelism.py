@@ -38,7 +38,8 @@ from ringlab.measure.tables import table
 from ringlab.train.attention import hiding_examples
 from ringlab.viz import use_renderer
 from ringlab.viz.parallelism import expert_load_bars, mapping_bars
-from ringlab.viz.sequence import activation_bars, causal_work_bars, hiding_bars, sequence_bytes_bars, ulysses_bytes_chart
+from ringlab.viz.sequence import (activation_bars, causal_work_bars, hiding_bars, sequence_bytes_bars,
+                                  ulysses_bytes_chart)
 
 use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 
