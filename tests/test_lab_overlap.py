@@ -166,6 +166,11 @@ def test_the_overlap_lesson_concludes_from_the_emulated_sweep_and_observes_this_
     assert "On the emulated uniform:1:50" in finding.text
     assert finding.conclusions == ("overlap did not clearly hide communication on the emulated machine",)
     assert finding.observations == ("overlap hid communication on this machine",)
+    shown = overlap_lesson(competed, hid, cores=2, raw_shown=True)  # the lab printed this machine's paragraph above
+    assert shown.text.split("\n\n")[0] == ("On this machine, as measured above, overlap did not clearly hide "
+                                            "communication.")
+    assert describe_overlap(competed, 2) not in shown.text
+    assert shown.conclusions == ("overlap hid communication on the emulated machine",)
 
 
 def test_a_sweep_in_virtual_time_says_so_and_puts_the_wall_time_beside_it():

@@ -307,7 +307,7 @@ overlap_timeline(timeline_traces(measured))
 
 # %%
 table(emulated["rows"], OVERLAP_COLUMNS)
-overlap_lesson(measured["rows"], emulated["rows"], cores())  # the sentences are computed from both sweeps
+overlap_lesson(measured["rows"], emulated["rows"], cores(), raw_shown=True)  # computed from both sweeps
 
 # %%
 overlap_timeline(timeline_traces(emulated))
