@@ -101,7 +101,13 @@ def test_the_lab_checks_the_closest_published_70b_run_on_h100s():
     assert rows[0]["predicted"] == pytest.approx(result["plan"].tokens_per_second_per_gpu)
     assert result["ratio"] == pytest.approx(rows[0]["predicted"] / rows[0]["published"])
     said = published.describe_published(result)
-    assert f"Published ({chosen['source']['title']}" in said.text and chosen["source"]["url"] in said.text
+    assert f"Published in {published.short_source(chosen)} (" in said.text
+    assert said.text.endswith("\nSource: " + chosen["source"]["url"])  # the address on its own line, at the end
+    assert chosen["source"]["url"] not in said.text.splitlines()[0]
+    L = chosen["layout"]
+    assert f"{chosen['hardware']['gpus']} H100s at {result['plan'].layout_str().split(' zero=')[0]} (" in said.text
+    assert L["tp"] * L["pp"] * (L.get("cp") or 1) * L["dp"] == chosen["hardware"]["gpus"]
+    assert f"the {chosen['hardware']['gpus']} GPUs)" in said.text and "None" not in said.text
     assert f"Predicted / published = {result['ratio']:.2f}" in said.text
 
 
@@ -119,6 +125,31 @@ def test_the_words_follow_predicted_over_published(start):
     low = published.describe_published(_result(0.5, start))
     assert low.conclusions == ("the planner pessimistic",) and "pessimistic by 100%" in low.text
     assert published.FASTER_IN_REALITY in low.text
+
+
+def test_a_published_layout_is_said_whole_and_its_unknowns_in_words(start):
+    """Lab 11 printed 'tp=4 pp=4 dp=2 zero=None ... recompute None' for 64 GPUs: cp=2 and vp=5 left out (32 GPUs, not
+    64) and Python's None twice."""
+    nemo = {"tp": 4, "pp": 4, "cp": 2, "ep": 1, "vp": 5, "dp": 2, "zero": None, "micro_batch": 1, "global_batch": 128,
+            "seq": 8192, "precision": "fp8", "recompute": None}
+    said = published.layout_words(nemo, 64)
+    assert said == ("tp=4 pp=4 cp=2 vp=5 dp=2 (tp x pp x cp x dp = 64, the 64 GPUs), ZeRO not printed by the source, "
+                    "micro-batch 1, 128 x 8192 tokens a step, fp8, no recomputation stated")
+    known = dict(nemo, cp=None, vp=None, dp=8, zero=0, micro_batch=None, recompute="full", precision=None, ep=4)
+    said = published.layout_words(known, 128)
+    assert said == ("tp=4 pp=4 ep=4 dp=8 (tp x pp x cp x dp = 128, the 128 GPUs), interleaving not printed, no ZeRO "
+                    "(optimizer state replicated), micro-batch not printed, 128 x 8192 tokens a step, precision not "
+                    "printed, full recomputation")
+    assert "not the 64 GPUs: the transcribed layout is not whole" in published.layout_words(dict(nemo, cp=1), 64)
+    assert published.layout_words(dict(nemo, zero=3, recompute="selective"), 64).endswith(
+        "ZeRO 3, micro-batch 1, 128 x 8192 tokens a step, fp8, selective recomputation")
+    text = published.describe_published(_result(1.05, start, tokens_per_second_per_gpu=800)).text
+    assert text.startswith("Published in a made-up source (nowhere): m on 256 H100s at tp=8 dp=32 (tp x pp x cp x dp "
+                           "= 256, the 256 GPUs), ZeRO 3, micro-batch 16, 512 x 8192 tokens a step, bf16, full "
+                           "recomputation: 800 tokens/s per GPU (printed).")
+    assert text.endswith("\nSource: https://example.invalid") and "None" not in text
+    titled = _fake_run(source={"title": "NVIDIA NeMo Framework Performance Benchmarks (docs/x.md), NeMo 24.07, FP8"})
+    assert published.short_source(titled) == "NVIDIA NeMo Framework Performance Benchmarks, NeMo 24.07, FP8"
 
 
 def test_published_rows_take_what_the_source_printed(start):
@@ -153,11 +184,14 @@ def test_the_tensor_words_flip_with_the_numbers(reach):
     b["call_s"] = a["call_s"] * 1.01
     b["calls"] = a["calls"] * 3
     said = layouts.tensor_lesson(swapped)
-    assert said.conclusions == ("a call costs about the same across nodes", "most of the change from the calls",
-                                "tp=16 is faster")
+    assert said.conclusions == ("a call costs about the same across nodes",
+                                "most of the change from the number of calls", "tp=16 is faster")
+    assert "comes from the number of calls (3.0x, against 1.01x for the price of each)" in said.text
     b["calls"], b["call_s"] = a["calls"], a["call_s"] * 3
-    assert layouts.tensor_lesson(swapped).conclusions[:2] == ("a call costs more across nodes",
-                                                               "most of the change from the price of each call")
+    said = layouts.tensor_lesson(swapped)
+    assert said.conclusions[:2] == ("a call costs more across nodes", "most of the change from the price of each call")
+    assert "comes from the price of each call (3.00x, against 1.0x for the number of calls)" in said.text
+    assert "comes from the calls" not in said.text
 
 
 def test_inside_one_nvlink_domain_the_words_do_not_say_across_nodes():

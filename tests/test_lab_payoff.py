@@ -83,8 +83,44 @@ def test_the_sentences_say_what_the_rows_do():
     assert said[4].startswith("Per us of compute, width 1024 sends the most gradient bytes (1,075) and width 64 "
                               "the fewest (57.7)")
     swapped, own = speedup(400e-6, 4300832, 8, *FIGURES[2]), speedup(400e-6, 23072, 8, *FIGURES[2])
+    dense = speedup(4e-3, 4300832, 8, *FIGURES[2])
+    assert own > dense  # the fewer bytes per us, the better: the words say the speed-ups follow them
+    assert (f"at 8 ranks the lines predict {dense:.2f}x and {own:.2f}x. The speed-ups follow the bytes per us of "
+            "compute: the fewer, the better; width 64 scales best. Give width 64's") in said[4]
+    assert "do not follow" not in said[4] and "latency-bound" not in said[4]
     assert (f"Give width 64's 400 us of compute the 4.1 MiB of width 1024's gradients and the model predicts "
             f"{swapped:.2f}x at 8 ranks instead of {own:.2f}x") in said[4]
+
+
+def test_when_the_narrowest_width_is_latency_bound_the_words_say_the_bytes_do_not_rank_the_speedups():
+    """Lab 06 printed 'width 1024 sends the most gradient bytes per us ... 5.91x and 4.94x' and then that more bytes
+    per compute scale worse: width 64's 189 us of compute against 14 messages of alpha made it the slower one."""
+    alpha, bandwidth = 8e-6, 9.3e9
+    widths = {64: (189e-6, 23072), 256: (329e-6, 288768), 1024: (2608e-6, 4300832)}  # the screenshot's, about
+    made = measured()
+    made["one_rank"] = [{"hidden": h, "gradient_bytes": b, "step_s": t, "comm_s": 0.0} for h, (t, b) in widths.items()]
+    for run in made["runs"]:
+        topology = uniform(run["ranks"], bandwidth=bandwidth, latency=alpha)
+        run["sweep"] = [{"bytes": k, "time_s": predict(build("allreduce.ring", run["ranks"]), k, topology).seconds,
+                         "algorithm": "ring"} for k in SIZES]
+        run["widths"] = [{"hidden": h, "gradient_bytes": b, "step_s": 1.3 * t, "comm_s": 0.3 * t}
+                         for h, (t, b) in widths.items()]
+    said = describe_payoff(speedup_rows(made), made).splitlines()[-1]
+    at = {h: speedup(t, b, 8, alpha, bandwidth) for h, (t, b) in widths.items()}
+    assert at[1024] > at[256] > at[64]  # the most bytes per us scales best
+    assert (f"width 1024 sends the most gradient bytes (1,649) and width 64 the fewest (122): at 8 ranks the lines "
+            f"predict {at[1024]:.2f}x and {at[64]:.2f}x. The speed-ups do not follow the bytes per us of compute: "
+            "width 1024 scales best, with the most bytes per us.") in said
+    assert "the fewer, the better" not in said
+    latency = 2 * 7 * alpha
+    assert (f"At 8 ranks the allreduce pays 2(n-1) = 14 messages of alpha = 8 us ({latency * 1e6:.0f} us) whatever the "
+            "bytes") in said
+    bytes64 = allreduce_seconds(23072, 8, alpha, bandwidth) - latency
+    assert (f"width 64: {latency * 1e6:.0f} + {bytes64 * 1e6:.0f} us against 189 us "
+            f"({(latency + bytes64) / 189e-6:.2f}), latency-bound;") in said
+    assert said.count("bandwidth-bound") == 1 and "width 1024: 112 + " in said and said.endswith(
+        "scaled worse.)")
+    assert "Bytes still cost: give width 64's 189 us of compute the 4.1 MiB of width 1024's gradients" in said
 
 
 def test_a_measured_speedup_at_or_above_n_is_not_called_below_it():

@@ -3,6 +3,7 @@
 import ringlab as rl
 from ringlab.lessons.lab05_scaling.predictions import against_published, describe_against, with_ranks
 from ringlab.lessons.lab05_scaling.sizes import EMULATED_SIZES, MACHINE, sizes_lesson
+from ringlab.predict.fitting import fit_rows
 from ringlab.schedule import bus_factor
 
 
@@ -28,7 +29,19 @@ def test_links_that_behave_as_predicted_climb_then_flatten_and_the_fit_recovers_
     assert "busbw climbs with size on this machine" in finding.observations
     assert "busbw does not flatten at large sizes on this machine" in finding.observations
     assert "the fit of this machine is too loose to use" in finding.observations
-    assert "the links: 1.00 ms and 200 MB/s" in finding.text
+    assert "the links: 1000 us and 200 MB/s" in finding.text
+    fitted = fit_rows(emulated, "ring", 4)
+    assert f"The alpha-beta fit: alpha {fitted.alpha * 1e6:.0f} us, " in finding.text.split("On the emulated")[1]
+
+
+def test_the_fitted_alpha_is_printed_in_microseconds_as_the_fit_prints_it():
+    """A 12.8 us alpha read '0.01 ms' beside the fit's own 'alpha=12.8 us': one unit, that shows the value."""
+    raw = ring_rows({k: 2 * 3 * (12.8e-6 + k / 4 / 3e9) for k in EMULATED_SIZES})  # 2(n-1) steps of 12.8 us + chunk
+    finding = sizes_lesson(raw, ring_rows(predicted()), 4)
+    fitted = fit_rows(raw, "ring", 4)
+    here = finding.text.split("On the emulated")[0]
+    assert f"alpha {fitted.alpha * 1e6:.3g} us" in here and f"alpha={fitted.alpha * 1e6:.3g} us" in repr(fitted)
+    assert "12.8 us" in here and " ms," not in here
 
 
 def test_a_sweep_that_stops_short_of_bandwidth_bound_is_said_not_to_flatten():

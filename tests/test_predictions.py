@@ -67,9 +67,55 @@ def test_trees_against_ring_panel():
     assert by["dbtree", sizes[-1]] > 2 * by["tree", sizes[-1]]  # the binomial tree moves the whole buffer each step
     assert {r["algorithm"][-5:] for r in panel["published"]} == {"(A01)", "(A05)"}
     text = describe_crossovers({"hgx-h100-8": panel})
-    assert text.startswith("hgx-h100-8 (8 GPUs): the ring is predicted faster than the double binary tree from ")
-    never = dict(panel, crossover=None)
-    assert "never predicted faster" in describe_crossovers({"x": never})
+    assert text.startswith("hgx-h100-8 (8 GPUs): the ring (in the plain order 0..n-1) is predicted faster than the "
+                           f"double binary tree from {rl.measure.units.format_bytes(cross)} up; the double binary "
+                           "tree leads from 1 KiB to ")
+
+
+def _leaders(panel):
+    by = {(r["algorithm"], r["bytes"]): r["busbw_Bps"] for r in panel["predicted"]}
+    sizes = sorted({k for _, k in by})
+    return sizes, {k: "ring" if by["ring", k] >= by["dbtree", k] else "dbtree" for k in sizes}
+
+
+def test_crossovers_follow_every_row_a_ring_that_leads_in_a_middle_range_only():
+    """The DGX-1's ring leads the double binary tree at 256 KiB .. 1 MiB only (8.87 vs 8.41 GB/s at 256 KiB), and the
+    tree again from 2 MiB: a search back from the largest size found no crossover and said 'never'."""
+    from ringlab.measure.units import format_bytes
+
+    sizes = [1 << k for k in range(10, 31)]  # 1 KiB .. 1 GiB, as lab 05 draws it
+    panel = trees_against_ring("dgx1-v100", sizes)
+    _, leader = _leaders(panel)
+    ring = [k for k in sizes if leader[k] == "ring"]
+    assert ring and ring[0] > sizes[0] and ring[-1] < sizes[-1]  # the model's numbers: a middle range
+    assert ring == [k for k in sizes if ring[0] <= k <= ring[-1]]  # one run
+    assert panel["leads"] == [(sizes[0], sizes[sizes.index(ring[0]) - 1], "dbtree"), (ring[0], ring[-1], "ring"),
+                              (sizes[sizes.index(ring[-1]) + 1], sizes[-1], "dbtree")]
+    assert [(c["bytes"], c["leader"]) for c in panel["crossovers"]] == [
+        (ring[0], "ring"), (sizes[sizes.index(ring[-1]) + 1], "dbtree")]
+    assert panel["crossover"] == ring[0]  # the plot marks where the ring takes the lead
+    text = describe_crossovers({"dgx1-v100": panel})
+    assert "never" not in text
+    assert (f"predicted faster than the double binary tree from {format_bytes(ring[0])} to {format_bytes(ring[-1])} "
+            f"only; the double binary tree leads from 1 KiB to {format_bytes(sizes[sizes.index(ring[0]) - 1])} and "
+            f"from {format_bytes(sizes[sizes.index(ring[-1]) + 1])} up.") in text
+
+
+def test_crossovers_where_the_ring_never_leads_and_where_it_always_does():
+    from ringlab.measure.units import format_bytes
+
+    big = [1 << k for k in range(21, 31)]  # 2 MiB .. 1 GiB: the DGX-1's double binary tree leads at every size
+    never = trees_against_ring("dgx1-v100", big)
+    assert set(_leaders(never)[1].values()) == {"dbtree"}
+    assert never["leads"] == [(big[0], big[-1], "dbtree")] and never["crossovers"] == [] and never["crossover"] is None
+    text = describe_crossovers({"dgx1-v100": never})
+    assert (f"is never predicted faster than the double binary tree here, at any size from {format_bytes(big[0])} to "
+            f"{format_bytes(big[-1])}.") in text
+    always = trees_against_ring("hgx-h100-8", big)  # the H100's ring leads from 1 MiB up
+    assert set(_leaders(always)[1].values()) == {"ring"} and always["crossover"] is None
+    text = describe_crossovers({"hgx-h100-8": always})
+    assert "predicted at least as fast as the double binary tree at every size here, from 2 MiB to 1 GiB." in text
+    assert "never" not in text and "leads from" not in text
 
 
 def test_dbtree_takes_its_best_segment_count():

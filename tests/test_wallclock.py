@@ -88,6 +88,23 @@ def test_the_target_and_who_reached_it():
     assert "Not waiting won" in text
 
 
+def test_sync_and_ring_steps_that_took_the_same_time_are_said_to():
+    """Both at 24.0 ms a step read 'the synchronous server's steps were 0% shorter': the same time, said so."""
+    same = dict(RING, seconds=list(SYNC["seconds"]))
+    text = describe_race({"sync": SYNC, "ring": same})
+    assert "here their steps took the same time too: 100.0 ms each." in text
+    assert "shorter" not in text and "differ only in time" not in text
+    close = dict(RING, seconds=[0, .1003, .2006, .3009, .4012])  # 100.3 ms a step: 0.3% longer, 0% at the printed 0%
+    text = describe_race({"sync": SYNC, "ring": close})
+    assert "here their steps took the same time too: 100.0 and 100.3 ms, within 1% of each other." in text
+    assert "shorter" not in text
+    apart = dict(RING, seconds=[0, .102, .204, .306, .408])  # 2% longer: the words say which was shorter
+    assert "so they differ only in time: the synchronous server's steps were 2% shorter here." in describe_race(
+        {"sync": SYNC, "ring": apart})
+    faster_ring = dict(RING, seconds=[0, .09, .18, .27, .36])
+    assert "the ring allreduce's steps were 10% shorter here." in describe_race({"sync": SYNC, "ring": faster_ring})
+
+
 def test_a_race_in_virtual_time_says_which_clock_and_the_wall_time_beside_it():
     virtual = "virtual (emulated uniform:0.125:50; compute: cpu)"
     runs = {m: dict(r, clock=virtual, wall_seconds=w) for (m, r), w in zip({"sync": SYNC, "ring": RING}.items(),

@@ -178,9 +178,17 @@ def describe_race(runs: dict, target: float | None = None) -> str:
         apart = float(np.max(np.abs(np.subtract(runs["sync"]["loss"], runs["ring"]["loss"]))))
         faster = min(("sync", "ring"), key=lambda m: per_step[m])
         other = "ring" if faster == "sync" else "sync"
-        lines.append(f"Those two compute the same average step after step (their losses after each step agree to "
-                     f"{apart:.1e}), so they differ only in time: {NAMES[faster]}'s steps were "
-                     f"{1 - per_step[faster] / per_step[other]:.0%} shorter here.")
+        shorter = 1 - per_step[faster] / per_step[other]
+        same = f"{per_step[faster] * 1e3:.1f}" == f"{per_step[other] * 1e3:.1f}"  # as the sentence above prints them
+        agree = (f"Those two compute the same average step after step (their losses after each step agree to "
+                 f"{apart:.1e})")
+        if same or round(shorter * 100) == 0:
+            lines.append(agree + ", and here their steps took the same time too: " + (
+                f"{per_step[faster] * 1e3:.1f} ms each." if same else
+                f"{per_step[faster] * 1e3:.1f} and {per_step[other] * 1e3:.1f} ms, within 1% of each other."))
+        else:
+            lines.append(agree + f", so they differ only in time: {NAMES[faster]}'s steps were {shorter:.0%} shorter "
+                         "here.")
     if "async" in runs:
         lines.append(_async_sentences(runs, reached, per_step, straggler))
     return "\n".join(lines)

@@ -104,19 +104,39 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
     return "\n".join(lines)
 
 
+def _size_ranges(runs: list[tuple[int, int]], top: int) -> str:
+    """Runs of sizes ``(first, last)`` in words: 'at 4 KiB', 'from 256 KiB to 1 MiB', 'from 1 MiB up' (a run that
+    reaches ``top``, the largest size predicted), joined with 'and'."""
+    from ...measure.units import format_bytes
+
+    return and_join([f"at {format_bytes(a)}" if a == b else f"from {format_bytes(a)} up" if b == top else
+                     f"from {format_bytes(a)} to {format_bytes(b)}" for a, b in runs])
+
+
 def describe_crossovers(panels: dict) -> str:
-    """One line per machine: from what size the ring is predicted to beat NCCL's double binary tree, and how
-    the binomial tree compares at the largest size."""
+    """One line per machine: at which sizes the ring is predicted to beat NCCL's double binary tree and at which the
+    double binary tree leads (every run of sizes of the panel's ``leads``, so a ring that leads in a middle range
+    only is said so), and how the binomial tree compares at the largest size."""
     from ...measure.units import format_bytes
 
     lines = []
     for name, panel in panels.items():
-        top = max(r["bytes"] for r in panel["predicted"])
+        sizes = sorted({r["bytes"] for r in panel["predicted"]})
+        low, top = sizes[0], sizes[-1]
         at = {r["algorithm"]: r["busbw_Bps"] for r in panel["predicted"] if r["bytes"] == top}
-        line = f"{name} ({panel['nranks']} GPUs): " + (
-            f"the ring is predicted faster than the double binary tree from {format_bytes(panel['crossover'])}; "
-            "below it the double binary tree." if panel["crossover"] else
-            "the ring (in the plain order 0..n-1) is never predicted faster than the double binary tree here.")
+        ring = [(a, b) for a, b, leader in panel["leads"] if leader == "ring"]
+        tree = [(a, b) for a, b, leader in panel["leads"] if leader == "dbtree"]
+        line = f"{name} ({panel['nranks']} GPUs): the ring (in the plain order 0..n-1) is "
+        if not ring:
+            line += (f"never predicted faster than the double binary tree here, at any size from {format_bytes(low)} "
+                     f"to {format_bytes(top)}.")
+        elif not tree:
+            line += (f"predicted at least as fast as the double binary tree at every size here, from "
+                     f"{format_bytes(low)} to {format_bytes(top)}.")
+        else:
+            line += (f"predicted faster than the double binary tree {_size_ranges(ring, top)}"
+                     + ("" if ring[-1][1] == top else " only")
+                     + f"; the double binary tree leads {_size_ranges(tree, top)}.")
         line += (f" At {format_bytes(top)} the binomial tree reaches {at['tree'] / at['dbtree']:.0%} of the double "
                  "binary tree's busbw: it sends the whole buffer on every step.")
         lines.append(line)
@@ -136,8 +156,11 @@ def dbtree_seconds(topology, nbytes: int) -> tuple[float, int]:
 def trees_against_ring(preset_name: str, sizes: list[int]) -> dict:
     """One machine's panel for ``ringlab.viz.tree_ring_plot``: predicted busbw of the binomial tree (``tree``,
     lab 02's, the whole buffer on every step), NCCL's double binary tree (``dbtree``, at its best segment
-    count per size) and the ring at ``sizes``; the first size from which the ring is predicted faster than
-    the double binary tree (``crossover``, None if never) and its busbw there; the published sweeps."""
+    count per size) and the ring at ``sizes``; who is predicted faster, the ring (at least as fast) or the double
+    binary tree, over each run of sizes in order (``leads``: (first, last, ``"ring"`` or ``"dbtree"``)); every size
+    where the lead changes (``crossovers``: ``bytes``, the new ``leader``, the ring's busbw there); the first size where
+    the ring takes the lead from the double binary tree (``crossover``, None if it never does) and its busbw there
+    (``crossover_busbw_Bps``); the published sweeps."""
     topology = preset(preset_name)
     factor = bus_factor("allreduce", topology.nranks)
     rows, ring, dbtree = [], {}, {}
@@ -147,13 +170,20 @@ def trees_against_ring(preset_name: str, sizes: list[int]) -> dict:
                    "ring": predict(build("allreduce.ring", topology.nranks), nbytes, topology).seconds}
         ring[nbytes], dbtree[nbytes] = seconds["ring"], seconds["dbtree"]
         rows += [{"bytes": nbytes, "busbw_Bps": nbytes / s * factor, "algorithm": name} for name, s in seconds.items()]
-    size = None  # the start of the last run of sizes where the ring is at least as fast
-    for nbytes in sorted(sizes, reverse=True):
-        if ring[nbytes] > dbtree[nbytes]:
-            break
-        size = nbytes
+    leads = []  # runs of sizes, in order, each with who is predicted faster there (the ring if at least as fast)
+    for nbytes in sorted(sizes):
+        leader = "ring" if ring[nbytes] <= dbtree[nbytes] else "dbtree"
+        if leads and leads[-1][2] == leader:
+            leads[-1][1] = nbytes
+        else:
+            leads.append([nbytes, nbytes, leader])
+    leads = [tuple(run) for run in leads]
+    crossovers = [{"bytes": first, "leader": leader, "ring_busbw_Bps": first / ring[first] * factor}
+                  for first, _, leader in leads[1:]]
+    size = next((c["bytes"] for c in crossovers if c["leader"] == "ring"), None)
     found = [dict(r, algorithm=label) for label, sweep in published_sweeps(preset_name).items() for r in sweep]
-    return {"predicted": rows, "crossover": size, "crossover_busbw_Bps": size / ring[size] * factor if size else None,
+    return {"predicted": rows, "leads": leads, "crossovers": crossovers, "crossover": size,
+            "crossover_busbw_Bps": size / ring[size] * factor if size else None,
             "published": found, "nranks": topology.nranks}
 
 

@@ -19,6 +19,13 @@ CLIMBS = 10.0  # busbw at the largest size at least 10x that at the smallest: th
 FLAT = 0.15  # busbw at the two largest sizes within 15%: the large ones were bandwidth-bound
 
 
+def microseconds(seconds: float) -> str:
+    """``seconds`` in microseconds, the unit the fit's own printout uses ('12.8 us', '1000 us'): three significant
+    figures below 1000 us, whole microseconds above, so a 13 us alpha never reads '0.01 ms'."""
+    us = seconds * 1e6
+    return f"{us:.3g} us" if us < 1000 else f"{us:.0f} us"
+
+
 def shape(rows: list[dict], algorithm: str = "ring") -> tuple[float, float, int, int]:
     """(busbw climb from the smallest to the largest size, change over the last step of size, smallest, largest)."""
     busbw = busbw_by_size(rows, algorithm)
@@ -50,11 +57,11 @@ def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: st
             f"; from the second-largest size to the largest it moved {last:+.0%}, " +
             ("so it flattens: the large ones were bandwidth-bound." if flat else
              f"more than the {FLAT:.0%} a flat top allows: it does not flatten within these sizes.") +
-            f" The alpha-beta fit: alpha {fitted.alpha * 1e3:.2f} ms, {fitted.bandwidth / 1e6:.0f} MB/s, missing its "
+            f" The alpha-beta fit: alpha {microseconds(fitted.alpha)}, {fitted.bandwidth / 1e6:.0f} MB/s, missing its "
             f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)"
                                                                    if fitted.worst_residual > USABLE else
                                                                    " (no cost per byte: no link to predict with)") +
-            (f"; the links: {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s." if rows is emulated else "."))
+            (f"; the links: {microseconds(alpha)} and {bandwidth / 1e6:.0f} MB/s." if rows is emulated else "."))
         top = next((r for r in rows if r["algorithm"] == "ring" and r["bytes"] == hi), {})
         if rows is emulated and top.get("wall_time_s"):
             said.append(f"(The {format_bytes(hi)} call took {top['time_s'] * 1e3:.1f} ms on the emulated machine; this "

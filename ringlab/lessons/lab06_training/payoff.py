@@ -81,7 +81,8 @@ def measured_rows(rows: list[dict]) -> list[dict]:
 
 def describe_payoff(rows: list[dict], measured: dict) -> str:
     """What :func:`speedup_rows` say: the fit, each width's compute against its gradient bytes, measured
-    against predicted, why speed-up stays below n, and why more bytes per unit of compute scale worse."""
+    against predicted, why speed-up stays below n, which width the lines predict to scale best and whether that follows
+    the gradient bytes per unit of compute (and where it does not, the allreduce's latency against each compute)."""
     fitted, cores = fits(measured), measured["cores"]
     n_curve = curve_ranks(measured)
     curve = fitted[n_curve]
@@ -138,27 +139,76 @@ def _where_the_time_went(row: dict, cores: int) -> str:
     return "; ".join(parts)
 
 
+def _allreduce_parts(nbytes: int, nranks: int, curve: Fit) -> tuple[float, float]:
+    """(latency, bytes) seconds of the predicted ring allreduce of ``nbytes`` on ``nranks`` ranks with the fitted
+    alpha and B: its 2(n-1) messages' alpha, and the rest, the bytes at B."""
+    from ...algorithms import build
+    from ...predict import predict
+    from ...topology import uniform
+
+    if nranks == 1:
+        return 0.0, 0.0
+    network = uniform(nranks, bandwidth=curve.bandwidth, latency=curve.alpha)
+    p = predict(build("allreduce.ring", nranks), nbytes, network, itemsize=4)
+    latency = float(p.steps["latency"].sum())
+    return latency, p.seconds - latency
+
+
 def _bytes_per_compute_sentence(rows: list[dict], curve: Fit) -> str:
+    """Which width the lines predict to scale best at the most ranks, whether the speed-ups follow the gradient
+    bytes per us of compute (the more bytes, the less speed-up), and, where they do not, what the allreduce's fixed
+    latency weighs against each width's compute; then the same compute with more bytes, from the model."""
     widths = {row["hidden"]: row for row in rows if row["ranks"] == 1}
     far = max(row["ranks"] for row in rows)
     at_far = {row["hidden"]: row["predicted"] for row in rows if row["ranks"] == far}
-    dense = max(widths.values(), key=lambda row: row["gradient_bytes"] / row["compute_s"])
-    light = min(widths.values(), key=lambda row: row["gradient_bytes"] / row["compute_s"])
+    per_us = lambda row: row["gradient_bytes"] / row["compute_s"]  # noqa: E731
+    dense = max(widths.values(), key=per_us)
+    light = min(widths.values(), key=per_us)
     if dense is light:
         return "Only one width: nothing to compare."
-    heavy = max(widths.values(), key=lambda row: row["gradient_bytes"])
+    best = max(widths, key=lambda h: at_far[h])
     lines = [f"Per us of compute, width {dense['hidden']} sends the most gradient bytes ({_per_us(dense)}) and "
              f"width {light['hidden']} the fewest ({_per_us(light)}): at {far} ranks the lines predict "
-             f"{at_far[dense['hidden']]:.2f}x and {at_far[light['hidden']]:.2f}x."]
+             f"{at_far[dense['hidden']]:.2f}x and {at_far[light['hidden']]:.2f}x"
+             + ("." if widths[best] is dense or widths[best] is light else
+                f", and width {best} ({_per_us(widths[best])} bytes per us) {at_far[best]:.2f}x.")]
+    by_bytes = sorted(widths, key=lambda h: per_us(widths[h]))  # fewest bytes per us first
+    follows = all(at_far[a] >= at_far[b] for a, b in zip(by_bytes, by_bytes[1:]))
+    if follows:
+        lines.append(f"The speed-ups follow the bytes per us of compute: the fewer, the better; width {best} scales "
+                     "best.")
+    else:
+        lines.append((f"Width {best}, with the fewest bytes per us, scales best, but the other widths' speed-ups do "
+                      "not follow their bytes per us." if widths[best] is light else
+                      f"The speed-ups do not follow the bytes per us of compute: width {best} scales best, with "
+                      + ("the most bytes per us." if widths[best] is dense else
+                         f"more bytes per us than width {light['hidden']}.")))
+        latency = _allreduce_parts(light["gradient_bytes"], far, curve)[0]  # the same for every width
+        said = []
+        for h in sorted(widths):
+            row = widths[h]
+            lat, moving = _allreduce_parts(row["gradient_bytes"], far, curve)
+            said.append(f"width {h}: {lat * 1e6:.0f} + {moving * 1e6:.0f} us against {row['compute_s'] * 1e6:.0f} us "
+                        f"({(lat + moving) / row['compute_s']:.2f}), "
+                        + ("latency-bound" if lat > moving else "bandwidth-bound"))
+        lines.append(f"At {far} ranks the allreduce pays 2(n-1) = {2 * (far - 1)} messages of alpha = "
+                     f"{curve.alpha * 1e6:.3g} us ({latency * 1e6:.0f} us) whatever the bytes, which weighs most on "
+                     f"the shortest compute. Its latency + bytes (at {curve.bandwidth / 1e9:.3g} GB/s) against each "
+                     f"width's compute: {'; '.join(said)}.")
+    heavy = max(widths.values(), key=lambda row: row["gradient_bytes"])
     if heavy is not light:
         swapped = speedup(light["compute_s"], heavy["gradient_bytes"], far, curve.alpha, curve.bandwidth)
-        lines.append(f"Give width {light['hidden']}'s {light['compute_s'] * 1e6:.0f} us of compute the "
-                     f"{format_bytes(heavy['gradient_bytes'])} of width {heavy['hidden']}'s gradients and the model "
-                     f"predicts {swapped:.2f}x at {far} ranks instead of {at_far[light['hidden']]:.2f}x: the same "
-                     "compute per step with more gradient bytes scales worse, because the allreduce grows with the "
-                     "bytes and the compute it is set against does not.")
-    lines.append("(Published, the same way round: ResNet-50 with NCCL scaled about linearly to 32 GPUs, while "
-                 "translation models of tens to hundreds of MB of parameters scaled worse.)")
+        own = at_far[light["hidden"]]
+        lines.append(("Give" if follows else "Bytes still cost: give") + f" width {light['hidden']}'s "
+                     f"{light['compute_s'] * 1e6:.0f} us of compute the {format_bytes(heavy['gradient_bytes'])} "
+                     f"of width {heavy['hidden']}'s gradients and the model "
+                     f"predicts {swapped:.2f}x at {far} ranks instead of {own:.2f}x" + (
+                         ": the same compute per step with more gradient bytes scales worse, because the allreduce "
+                         "grows with the bytes and the compute it is set against does not." if swapped < own else
+                         ": no worse, so here the bytes are not what limits it."))
+        if swapped < own:
+            lines.append("(Published, the same way round: ResNet-50 with NCCL scaled about linearly to 32 GPUs, "
+                         "while translation models of tens to hundreds of MB of parameters scaled worse.)")
     return " ".join(lines)
 
 

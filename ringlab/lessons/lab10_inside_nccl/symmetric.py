@@ -17,6 +17,7 @@ import numpy as np
 
 from ...algorithms import build
 from ...lab.findings import Finding
+from ...lab.words import and_join
 from ...measure.sweep import measured_crossover
 from ...measure.units import format_bytes
 from ...predict import predict, predict_nccl
@@ -181,9 +182,11 @@ def _times(result: dict) -> dict[str, dict[int, float]]:
     return times
 
 
-def symmetric_rows(result: dict, sizes=TABLE_SIZES) -> list[dict]:
-    """One row per size of ``sizes`` that was measured: each algorithm's time, and which was fastest."""
+def symmetric_rows(result: dict, sizes=None) -> list[dict]:
+    """One row per size of ``sizes`` that was measured (by default :data:`TABLE_SIZES` and every size that
+    :func:`symmetric_lesson`'s words name, :func:`named_sizes`): each algorithm's time, and which was fastest."""
     times = _times(result)
+    sizes = set(TABLE_SIZES) | named_sizes(result) if sizes is None else set(sizes)
     rows = []
     for nbytes in sorted(set.intersection(*(set(t) for t in times.values()))):
         if nbytes not in sizes:
@@ -212,6 +215,56 @@ def _faster(a: float, b: float) -> str:
 def _mean_ratio(times: dict, top: str, bottom: str, sizes) -> float:
     """The geometric mean over ``sizes`` of ``top``'s time over ``bottom``'s."""
     return math.exp(sum(math.log(times[top][k] / times[bottom][k]) for k in sizes) / len(sizes))
+
+
+def _runs(sizes: list[int], ahead) -> list[tuple[int, int]]:
+    """The runs of consecutive ``sizes`` where ``ahead(size)`` holds, as (first, last)."""
+    runs: list[list[int]] = []
+    for i, k in enumerate(sizes):
+        if ahead(k):
+            if runs and runs[-1][1] == sizes[i - 1]:
+                runs[-1][1] = k
+            else:
+                runs.append([k, k])
+    return [(a, b) for a, b in runs]
+
+
+def _ranges(runs: list[tuple[int, int]], largest: int) -> str:
+    """Runs of sizes in words: 'at 512 B', 'from 4 KiB to 64 KiB', 'from 256 KiB up' (a run to ``largest``)."""
+    return and_join([f"at {format_bytes(a)}" if a == b else f"from {format_bytes(a)} up" if b == largest else
+                     f"from {format_bytes(a)} to {format_bytes(b)}" for a, b in runs])
+
+
+def _led(times: dict, sizes: list[int], ahead: str, behind: str) -> tuple[str, set[int]]:
+    """Where ``ahead`` took less time than ``behind``, every size measured: 'at every size', 'at no size', 'from 512 B
+    up, except at 1 KiB', or the runs ('at 512 B and from 4 KiB up'); and the sizes those words name."""
+    wins = _runs(sizes, lambda k: times[ahead][k] < times[behind][k])
+    if not wins:
+        return "at no size measured", set()
+    if wins == [(sizes[0], sizes[-1])]:
+        return "at every size measured", set()
+    first = wins[0][0]
+    missed = [k for k in sizes if k > first and not times[ahead][k] < times[behind][k]]
+    if wins[-1][1] == sizes[-1] and len(missed) <= 3:
+        return (f"from {format_bytes(first)} up" + (f", except at {and_join(map(format_bytes, missed))}" if missed
+                                                    else ""), {first, *missed})
+    return _ranges(wins, sizes[-1]), {k for run in wins for k in run}
+
+
+def named_sizes(result: dict) -> set[int]:
+    """The sizes :func:`symmetric_lesson`'s words name, so that a table of :func:`symmetric_rows` can show them."""
+    times = _times(result)
+    sizes = sorted(set.intersection(*(set(times[a]) for a in ALGORITHMS)))
+    ends = max(1, min(EDGE, len(sizes) // 2))
+    named = {sizes[0], sizes[-1], sizes[ends - 1], sizes[-ends]}
+    times["best"] = {k: min(times["oneshot"][k], times["twoshot"][k]) for k in sizes}
+    split = _crossover(times, "oneshot", "twoshot")
+    if split.within:
+        named.add(split.size)
+        named |= {k for run in _runs([k for k in sizes if k < split.size],
+                                     lambda k: times["twoshot"][k] < times["oneshot"][k]) for k in run}
+    named |= {k for k in sizes if times["ring"][k] < times["best"][k]}
+    return named | _led(times, sizes, "best", "mpi")[1]
 
 
 def symmetric_lesson(result: dict) -> Finding:
@@ -265,8 +318,10 @@ def symmetric_lesson(result: dict) -> Finding:
             f"its 1/{n} chunk of each (then it copies the others' finished chunks), at the price of a second "
             "synchronisation. ")
     if split.within:
+        earlier = _runs([k for k in sizes if k < split.size], lambda k: times["twoshot"][k] < times["oneshot"][k])
         text += (f"Here two-shot overtook one-shot at {format_bytes(split.size)} and stayed ahead up to "
-                 f"{format_bytes(large)}.")
+                 f"{format_bytes(large)}" + (f" (below that it was also ahead {_ranges(earlier, large)})" if earlier
+                                             else "") + ".")
     elif split.size is not None:
         text += "Here two-shot was ahead of one-shot at every size measured."
     else:
@@ -293,13 +348,11 @@ def symmetric_lesson(result: dict) -> Finding:
     said.append(text)
 
     mpi_over = _mean_ratio(times, "mpi", "best", high)
-    rows = [{"algorithm": a, "bytes": k, "busbw_Bps": k / times[a][k]} for a in ("mpi", "best") for k in sizes]
-    beat = measured_crossover(rows, "mpi", "best")
+    led, _ = _led(times, sizes, "best", "mpi")
     text = (f"From {span(high)} MPI's own allreduce took {mpi_over:.1f}x the time of the faster of one-shot and "
-            "two-shot "
-            "(geometric mean); " + (f"the pair led it from {format_bytes(beat.size)} up." if beat.within else
-                                    "the pair led it at every size." if beat.size is not None else
-                                    f"the pair did not lead it at {format_bytes(large)}."))
+            f"two-shot (geometric mean). Of all {len(sizes)} sizes, the pair took less time than MPI's own {led}"
+            + ("" if times["best"][large] < times["mpi"][large] or led == "at no size measured" else
+               f"; at {format_bytes(large)} MPI's own was ahead") + ".")
     said.append(text)
 
     conclusions = (

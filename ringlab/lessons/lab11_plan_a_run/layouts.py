@@ -58,9 +58,13 @@ def tensor_lesson(result: dict) -> Finding:
         crossing = f"a call costs about the same {where}"
     else:
         crossing = f"a call costs {'more' if per_call > 1 else 'less'} {where}"
-    cause = "the calls" if abs(calls - 1) > abs(per_call - 1) else "the price of each call"
+    by_count = abs(calls - 1) > abs(per_call - 1)
+    cause = "the number of calls" if by_count else "the price of each call"
+    weighed = (f"{calls:.1f}x, against {per_call:.2f}x for the price of each" if by_count else
+               f"{per_call:.2f}x, against {calls:.1f}x for the number of calls")
     faster = a if a["step_s"] < b["step_s"] else b
-    said.append(f"So {crossing} ({per_call:.2f}x), and most of the change in exposed time comes from {cause}. "
+    said.append(f"So {crossing} ({per_call:.2f}x), and most of the change in exposed time comes from {cause} "
+                f"({weighed}). "
                 f"The step: {a['step_s']:.2f} s at tp={a['tp']} against {b['step_s']:.2f} s at tp={b['tp']}: "
                 f"tp={faster['tp']} is faster, by {abs(a['step_s'] - b['step_s']):.2f} s a step.")
     conclusions = (crossing, f"most of the change from {cause}", f"tp={faster['tp']} is faster")

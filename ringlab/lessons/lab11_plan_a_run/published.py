@@ -3,6 +3,7 @@ the planner's prediction for its exact layout, and the two side by side, each la
 from __future__ import annotations
 
 import math
+import re
 
 from ...lab.findings import Finding
 
@@ -67,15 +68,50 @@ PUBLISHED_COLUMNS = {"quantity": "quantity", "published": ("published", ",.4g"),
                      "predicted / published": ("ratio", ".2f")}
 
 
+def short_source(run: dict) -> str:
+    """The source's title without its parenthesised asides (file paths, venues): 'NVIDIA NeMo Framework Performance
+    Benchmarks, NeMo 24.07 container, DGX-H100, FP8'. The full title stays in :func:`source_label`."""
+    return re.sub(r"\s*\([^)]*\)", "", run["source"]["title"]).strip(" ,;")
+
+
+PARALLELISMS = ("tp", "pp", "cp", "ep", "vp", "dp")  # in the order of the planner's own layout string
+
+
+def layout_words(layout: dict, gpus: int | None = None) -> str:
+    """A published layout in words, whole: every parallelism that is not 1 (dp always), in the order of
+    ``Plan.layout_str``, with (given ``gpus``) whether tp x pp x cp x dp makes those GPUs; then ZeRO, the micro-batch,
+    the batch, the precision and recomputation, each unknown (a null in the transcription: not printed by the
+    source) said so in words, never as 'None'."""
+    L = layout
+    parts = [f"{k}={L[k]}" for k in PARALLELISMS if L.get(k) is not None and (L[k] > 1 or k == "dp")]
+    said = [" ".join(parts) if L.get("dp") is not None else " ".join(parts + ["dp not printed"])]
+    if gpus is not None:
+        product = math.prod(L.get(k) or 1 for k in ("tp", "pp", "cp", "dp"))
+        said[0] += (f" (tp x pp x cp x dp = {product}, the {gpus} GPUs)" if product == gpus else
+                    f" (tp x pp x cp x dp = {product}, not the {gpus} GPUs: the transcribed layout is not whole)")
+    if L.get("vp") is None and (L.get("pp") or 1) > 1:
+        said.append("interleaving not printed")
+    zero = L.get("zero")
+    said.append("ZeRO not printed by the source" if zero is None else
+                "no ZeRO (optimizer state replicated)" if zero == 0 else f"ZeRO {zero}")
+    said.append("micro-batch not printed" if L.get("micro_batch") is None else f"micro-batch {L['micro_batch']}")
+    said.append(f"{L['global_batch']} x {L['seq']} tokens a step")
+    said.append(L.get("precision") or "precision not printed")
+    recompute = L.get("recompute")
+    said.append("no recomputation stated" if recompute is None else f"{recompute} recomputation")
+    return ", ".join(said)
+
+
 def describe_published(result: dict) -> Finding:
-    """The published run and the prediction of it, and which way and how far they differ."""
+    """The published run and the prediction of it, and which way and how far they differ. The layout whole (every
+    parallelism, so that their product is the GPUs named); the source by its short name, its address on a line of its
+    own at the end."""
     run, p, ratio = result["run"], result["plan"], result["ratio"]
-    L = run["layout"]
-    said = [f"Published ({run['source']['title']}; {run['source']['where']}; {run['source']['url']}): "
-            f"{run['model'].get('name', run['id'])} on {run['hardware']['gpus']} {run['hardware']['gpu'].upper()}s at "
-            f"tp={L.get('tp') or 1} pp={L.get('pp') or 1} dp={L.get('dp')} zero={L.get('zero')} micro-batch "
-            f"{L.get('micro_batch')}, {L['global_batch']} x {L['seq']} tokens a step, {L.get('precision')}, "
-            f"recompute {L.get('recompute')}: {result['published']:,.0f} tokens/s per GPU ({result['how']})."]
+    gpus = run["hardware"]["gpus"]
+    said = [f"Published in {short_source(run)} ({run['source']['where']}): "
+            f"{run['model'].get('name', run['id'])} on {gpus} {run['hardware']['gpu'].upper()}s at "
+            f"{layout_words(run['layout'], gpus)}: {result['published']:,.0f} tokens/s per GPU "
+            f"({result['how']})."]
     said.append(f"Predicted by the planner for the same layout: {result['predicted']:,.0f} tokens/s per GPU, a step of "
                 f"{p.step_seconds:.2f} s, {p.memory_total / 2 ** 30:.1f} GiB a GPU"
                 f"{'' if p.fits else ' (more than the GPU holds)'}.")
@@ -94,4 +130,4 @@ def describe_published(result: dict) -> Finding:
     note = run["hardware"].get("hardware_note")
     if note:
         said.append(f"The source's hardware: {note}; the planner plans the GPU's published figures.")
-    return Finding(" ".join(said), (f"the planner {verdict}",))
+    return Finding(" ".join(said) + f"\nSource: {run['source']['url']}", (f"the planner {verdict}",))
