@@ -425,8 +425,10 @@ bubble_plot(stage_counts=(4, 8))
 #   own (a GPU's links and NICs); where ranks share a few CPU cores it competes with backward
 #   instead. More buckets start sooner but pay alpha more often. Trace a step to see which.
 # - A step on n ranks is one rank's compute plus the allreduce of the gradients: speed-up stays below
-#   n, and a model with more gradient bytes per unit of compute scales worse. The first extra rank
-#   brings the allreduce in; later ones only grow 2(n-1)/n, so speed-up can rise faster after it.
+#   n. The allreduce costs 2(n-1) latencies plus its bytes: at the same latency, more gradient bytes per unit
+#   of compute scale worse, but a small model's few bytes can leave it latency-bound, as the measured widths
+#   above show which. The first extra rank brings the allreduce in; later ones only grow 2(n-1)/n, so
+#   speed-up can rise faster after it.
 # - k micro-batches accumulated before one step (loss / k each) give the weights of k ranks taking
 #   one each.
 # - k times the batch calls for about k times the learning rate, reached over a warm-up: at the same
