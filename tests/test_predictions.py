@@ -1,5 +1,6 @@
 """Lab 05's predictions for machines nobody here runs, beside the published sweeps of those machines
 (ringlab.lessons.lab05_scaling.predictions)."""
+import io
 import pytest
 
 import ringlab as rl
@@ -159,3 +160,18 @@ def test_describe_forced_ring_follows_the_published_numbers():
     assert "The forced ring was never slower" in describe_forced_ring(same)
     with pytest.raises(ValueError, match="NCCL_ALGO=Ring forced"):
         describe_forced_ring({"b": []})
+
+
+def test_each_published_sweep_at_its_largest_message_is_one_table_row():
+    from ringlab.lessons.lab05_scaling.predictions import LARGEST_COLUMNS, against_published, largest_rows
+    from ringlab.measure.tables import table
+
+    against = against_published("allreduce")
+    rows = largest_rows(against)
+    assert [r["sweep"] for r in rows] == list(against)
+    for row, sweep in zip(rows, against.values()):
+        assert row["bytes"] == max(r["bytes"] for r in sweep)
+        assert row["ratio"] == pytest.approx(row["predicted_Bps"] / row["measured_Bps"], rel=1e-6)
+    out = io.StringIO()
+    table(rows, LARGEST_COLUMNS, out=out)
+    assert len(out.getvalue().splitlines()) == len(rows) + 1

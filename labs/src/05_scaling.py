@@ -16,7 +16,8 @@
 # %%
 import ringlab as rl
 from ringlab.lab.cluster import MPICluster
-from ringlab.lessons.lab05_scaling.predictions import (against_published, check_ring_time, describe_against,
+from ringlab.lessons.lab05_scaling.predictions import (LARGEST_COLUMNS, against_published, check_ring_time,
+                                                       describe_against, largest_rows,
                                                        describe_crossovers, describe_forced_ring, describe_hierarchy,
                                                        describe_machines, describe_with_ranks,
                                                        hierarchical_against_flat, machines_at, published_sweeps,
@@ -154,11 +155,7 @@ for sweep in published.sweeps("allreduce"):
 # %%
 against = against_published("allreduce")  # {sweep: rows}, allreduce sweeps only
 versus_plot(against, title="allreduce: published busbw (markers) against the cost model's prediction (lines)").show()
-for label, rows in against.items():
-    big = max(rows, key=lambda r: r["bytes"])
-    print(f"{label:44}  preset {big['preset']:13} at {big['bytes'] / 2**20:6.0f} MiB: measured "
-          f"{big['measured_busbw'] / 1e9:6.1f} GB/s, predicted {big['predicted_busbw'] / 1e9:6.1f} ({big['predicted']}), "
-          f"predicted/measured {big['ratio']:.2f}")
+table(largest_rows(against), LARGEST_COLUMNS)  # each sweep at its largest message
 print(describe_against(against))
 
 # %% [markdown]

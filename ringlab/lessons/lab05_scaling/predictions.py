@@ -99,8 +99,8 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
             parts.append((float(p.steps["latency"].sum()), p.seconds - float(p.steps["latency"].sum())))
         (lat0, bw0), (lat1, bw1) = parts
         lines.append(f"The ring: from {ranks[0]} to {n} ranks its latency part (2(n-1) messages) grows from "
-                     f"{lat0 * 1e3:.2f} to {lat1 * 1e3:.2f} ms, its bandwidth part from {bw0 * 1e3:.2f} to "
-                     f"{bw1 * 1e3:.2f} ms; at {n} ranks latency is {lat1 / (lat1 + bw1):.0%} of its time.")
+                     f"{lat0 * 1e6:.3g} to {lat1 * 1e6:.3g} us, its bandwidth part from {bw0 * 1e6:.3g} to "
+                     f"{bw1 * 1e6:.3g} us; at {n} ranks latency is {lat1 / (lat1 + bw1):.0%} of its time.")
     return "\n".join(lines)
 
 
@@ -298,6 +298,23 @@ def against_published(collective: str = "allreduce") -> dict[str, list[dict]]:
             if len({r["bytes"] for r in rows}) > 1:
                 out[entry.short + (f", {setting}" if setting else "")] = rows
     return out
+
+
+def largest_rows(against: dict[str, list[dict]]) -> list[dict]:
+    """Each sweep of :func:`against_published` at its largest message: the preset that models it, measured
+    (published) and predicted busbw, what the model predicts there, and predicted / measured."""
+    rows = []
+    for label, sweep in against.items():
+        big = max(sweep, key=lambda r: r["bytes"])
+        rows.append({"sweep": label, "preset": big["preset"], "bytes": big["bytes"],
+                     "measured_Bps": big["measured_busbw"], "predicted_Bps": big["predicted_busbw"],
+                     "predicted_by": big["predicted"], "ratio": big["ratio"]})
+    return rows
+
+
+LARGEST_COLUMNS = {"published sweep": "sweep", "preset": "preset", "size (MiB)": ("bytes", ".0f"),
+                   "measured (GB/s)": ("measured_Bps", ".1f"), "predicted (GB/s)": ("predicted_Bps", ".1f"),
+                   "predicted by": "predicted_by", "predicted / measured": ("ratio", ".2f")}
 
 
 CLOSE = 0.25  # predicted within 25% of published counts as the model having found what bounds the machine
