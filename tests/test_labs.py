@@ -153,3 +153,18 @@ def test_rank_scripts_need_a_lab_with_per_rank_cells():
     with pytest.raises(ValueError, match="05_scaling has no %%px cells"):
         notebooks.rank_script("05")
     assert notebooks.rank_script("03_allreduce") == notebooks.rank_script("03")
+
+
+CODE_WIDTH = 120  # characters a code cell shows at JupyterLab's default width before it cuts a line off
+
+
+def test_no_code_line_is_wider_than_a_code_cell_shows():
+    wide = []
+    for source in notebooks.sources():
+        code = True
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            if line.startswith("# %%"):
+                code = "[markdown]" not in line
+            elif code and len(line) > CODE_WIDTH:
+                wide.append(f"{source.name}:{number} ({len(line)})")
+    assert not wide, f"code lines a cell would cut off: {wide}"
