@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from ..measure.units import format_bytes
+from .axes import BELOW_AXIS_PX, finish_layout
 
 
 def payoff_plot(rows: list[dict], title: str | None = None) -> go.Figure:
@@ -40,9 +41,8 @@ def payoff_plot(rows: list[dict], title: str | None = None) -> go.Figure:
     fig.update_layout(title=title or "speed-up against ranks: lines predicted (cost model, alpha and B fitted "
                                      "here), markers measured here",
                       xaxis=dict(title="ranks", tickvals=ranks, rangemode="tozero"),
-                      yaxis=dict(title="speed-up over 1 rank (×, samples/s ratio)", rangemode="tozero"),
-                      legend=dict(x=0.01, y=0.99, font=dict(size=10)))
-    return fig
+                      yaxis=dict(title="speed-up over 1 rank (×, samples/s ratio)", rangemode="tozero"))
+    return finish_layout(fig, legend="below")  # under the plot: inside it, it hid the markers measured at 2 ranks
 
 
 def large_batch_plot(runs: list[dict], measure: str = "accuracy") -> go.Figure:
@@ -66,5 +66,5 @@ def large_batch_plot(runs: list[dict], measure: str = "accuracy") -> go.Figure:
     fig.update_xaxes(title_text="samples seen", row=1, col=2)
     fig.update_yaxes(title_text=f"test {measure}" + (" (cross-entropy)" if measure == "loss" else ""))
     fig.update_layout(title=f"measured here: test {measure} of large batches against the batch-{runs[0]['batch']} "
-                            "baseline", legend=dict(orientation="h", y=-0.2))
-    return fig
+                            "baseline")
+    return finish_layout(fig, legend="below", axis_px=BELOW_AXIS_PX)  # below the x axis titles, not over them

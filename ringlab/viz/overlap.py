@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..measure.units import format_bytes
+from .axes import BELOW_AXIS_PX, finish_layout
 from .plots import PALETTE
 
 MODES = {False: ("overlap off", "#1f77b4"), True: ("overlap on", "#d62728")}
@@ -48,8 +49,9 @@ def bucket_sweep_plot(rows: list[dict], title: str | None = None) -> go.Figure:
                         + ("; dashed: predicted, alpha and B fitted here" if predicted else "")),
         xaxis=dict(title="buckets (bucket_bytes)", type="log", tickvals=[k for k, _ in settings],
                    ticktext=[f"{k}<br>({_cap(b)})" for k, b in settings]),
-        yaxis=dict(title="time per step (ms)", rangemode="tozero"), legend=dict(orientation="h", y=-0.25))
-    return fig
+        yaxis=dict(title="time per step (ms)", rangemode="tozero"))
+    # the legend under the axis title, below tick labels of two lines (buckets, then bucket_bytes)
+    return finish_layout(fig, legend="below", axis_px=BELOW_AXIS_PX + 16)
 
 
 def overlap_timeline(traces: dict, step: int | None = None, title: str | None = None) -> go.Figure:
@@ -94,8 +96,8 @@ def overlap_timeline(traces: dict, step: int | None = None, title: str | None = 
         title=title or ("measured here: backward layer by layer against each bucket's allreduce, every rank ("
                         + "; ".join(f"{label}: step {s}" for label, s in zip(traces, steps))
                         + ")<br>colour: the bucket; diamond: when the bucket was handed to communication"),
-        barmode="overlay", height=260 * len(traces) + 120, legend=dict(orientation="h", y=-0.15))
-    return fig
+        barmode="overlay", height=260 * len(traces) + 120)
+    return finish_layout(fig, legend="below")
 
 
 def median_step(records) -> int:

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import traitlets
 from plotly.colors import qualitative
 
-from .axes import reference_line
+from .axes import finish_layout, reference_line
 
 GIB = 2 ** 30
 MEMORY_KINDS = {"weights": "weights (bf16)", "gradients": "gradients (fp32)", "optimizer": "optimizer (fp32 master, Adam)",
@@ -61,7 +61,7 @@ def memory_bars(plans, names=None, title: str | None = None) -> go.Figure:
                       bargap=0.75 if len(plans) == 1 else 0.3,
                       title=title or f"predicted: memory per GPU, {plans[0].model.name or 'the model'}",
                       xaxis_title="layout", yaxis=dict(title="GiB per GPU (predicted)", range=[0, top * 1.12]))
-    return fig
+    return finish_layout(fig, legend="keep")  # a long title wrapped to the width
 
 
 def timeline_segments(plan) -> list[dict]:
@@ -97,7 +97,7 @@ def step_timeline(plan, title: str | None = None) -> go.Figure:
                                       f"({plan.layout_str()})"),
                       xaxis=dict(title="seconds into the step (predicted)", rangemode="tozero"),
                       yaxis=dict(autorange="reversed", title=dict(text="one GPU", standoff=12), automargin=True))
-    return fig
+    return finish_layout(fig, legend="keep")  # a long title wrapped to the width
 
 
 def published_bars(rows: list[dict], title: str) -> go.Figure:
@@ -109,9 +109,9 @@ def published_bars(rows: list[dict], title: str) -> go.Figure:
         fig.add_bar(x=names, y=[r[key] for r in rows], name=key if key == "predicted" else rows[0]["source"],
                     marker_color=colour, text=[f"{r[key]:,.0f}" if r[key] >= 100 else f"{r[key]:.3g}" for r in rows],
                     textposition="outside")
-    fig.update_layout(barmode="group", title=title, legend=LEGEND_BELOW, xaxis_title="quantity", height=420,
+    fig.update_layout(barmode="group", title=title, xaxis_title="quantity", height=420,
                       yaxis=dict(title="value in the unit named below each group", rangemode="tozero"))
-    return fig
+    return finish_layout(fig, legend="below")  # the title wrapped to the width; the legend under the axis title
 
 
 class PlanExplorer(widgets.VBox):
@@ -216,4 +216,4 @@ def time_bars(plans, names=None, title: str | None = None, xaxis_title: str = "l
     fig.update_layout(barmode="stack", legend=LEGEND_RIGHT, margin=dict(t=60, b=40), xaxis_title=xaxis_title, height=460,
                       title=title or "predicted: one step's seconds by kind",
                       yaxis=dict(title="seconds a step (predicted)", rangemode="tozero"))
-    return fig
+    return finish_layout(fig, legend="keep")  # a long title wrapped to the width

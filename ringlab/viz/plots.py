@@ -14,11 +14,21 @@ from plotly.subplots import make_subplots
 
 from ..measure.units import format_bytes
 from ..schedule import bus_factor
-from .axes import finish_log_axes
+from .axes import TEXT_SIZE, finish_layout, finish_log_axes, text_px
 
 SIDE_COLORS = {"send": "#2a6fbf", "recv": "#c4541b"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
            "#bcbd22")  # one colour per series, where markers and a line must share it
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x")  # past every colour of PALETTE, a new marker
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")  # ... and a new dash
+
+
+def series_style(i: int) -> tuple[str, str, str]:
+    """(colour, marker symbol, line dash) of the ``i``-th series: the first ones differ by colour, and once the
+    colours of :data:`PALETTE` run out each round of them gets its own marker and dash, so that no two series of
+    up to 50 look alike (A01 and A11 share a colour, not a marker or a dash)."""
+    turn = i // len(PALETTE)
+    return PALETTE[i % len(PALETTE)], SYMBOLS[turn % len(SYMBOLS)], DASHES[turn % len(DASHES)]
 
 
 def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
@@ -47,8 +57,9 @@ def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
                        + (f"; dashed: predicted step ends on {predicted.topology.name}" if predicted is not None else ""),
         xaxis_title="time since the start (µs)", yaxis=dict(title="rank", tickvals=list(range(nranks)),
                                                            autorange="reversed"),
-        barmode="overlay", height=max(300, 40 * nranks + 140), legend=dict(orientation="h", y=1.02, x=1, xanchor="right"))
-    return fig
+        barmode="overlay", height=max(300, 40 * nranks + 140),
+        legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))  # above the plot, not in it
+    return finish_layout(fig, legend="keep")
 
 
 def bandwidth_heatmap(matrix, peak=None, names=None, title: str = "measured peer-to-peer bandwidth") -> go.Figure:
@@ -70,7 +81,7 @@ def bandwidth_heatmap(matrix, peak=None, names=None, title: str = "measured peer
                                colorscale="Viridis", colorbar=dict(title="GB/s")))
     fig.update_layout(title=title, xaxis_title="receiver", yaxis=dict(title="sender", autorange="reversed"),
                       height=max(360, 40 * n + 160))
-    return fig
+    return finish_layout(fig)
 
 
 def host_device_figure(gpu: dict, title: str) -> go.Figure:
@@ -88,7 +99,7 @@ def host_device_figure(gpu: dict, title: str) -> go.Figure:
                         y=[r["peak_Bps"] / 1e9 for r in peaks], mode="markers", marker={"symbol": "line-ew-open",
                                                                                       "size": 40})
     fig.update_layout(title=title, yaxis_title="GB/s", barmode="group", height=380)
-    return fig
+    return finish_layout(fig)
 
 
 # how each kind of link is drawn: (legend name, colour, dash)
@@ -127,9 +138,13 @@ def _cube_mesh(gpus: list[str], others: list[str]) -> dict:
     return pos
 
 
+INNER = 0.75  # how far an inner node goes towards the middle of the nodes it links to
+
+
 def _inside(pos: dict, others: list[str], links) -> None:
-    """Place switches, CPUs and NICs inside the circle of GPUs, each halfway towards the middle of
-    what it links to (a NUMA node near its own GPUs), nodes linked to none of those on a small circle."""
+    """Place switches, CPUs and NICs inside the circle of GPUs, each three quarters of the way towards the middle
+    of what it links to (a NUMA node near its own GPUs, with room between it and the next for their labels), nodes
+    linked to none of those on a small circle."""
     for _ in range(3):  # nodes linked only to other inner nodes are placed once those are
         for name in others:
             if name in pos:
@@ -137,7 +152,7 @@ def _inside(pos: dict, others: list[str], links) -> None:
             near = [pos[o] for link in links for o in (link.a, link.b)
                     if name in (link.a, link.b) and o != name and o in pos]
             if near:
-                pos[name] = (0.5 * sum(x for x, _ in near) / len(near), 0.5 * sum(y for _, y in near) / len(near))
+                pos[name] = (INNER * sum(x for x, _ in near) / len(near), INNER * sum(y for _, y in near) / len(near))
     left = [name for name in others if name not in pos]
     for i, name in enumerate(left):
         angle = math.pi / 2 - 2 * math.pi * i / len(left)
@@ -176,35 +191,124 @@ def topology_figure(topology) -> go.Figure:
                         showlegend=name not in shown_kinds)
         shown_kinds.add(name)
         if count > 1:
-            bonded.append(((x0 + x1) / 2, (y0 + y1) / 2, f"×{count}"))
+            bonded.append(((x0, y0), (x1, y1), f"×{count}"))
+    unit = _topology_unit_px(pos)
     if bonded:
-        fig.add_scatter(x=[b[0] for b in bonded], y=[b[1] for b in bonded], mode="text", text=[b[2] for b in bonded],
-                        textfont=dict(size=11, color="#2f5d00"), hoverinfo="skip", showlegend=False)
+        labels = _edge_labels(bonded, list(pos.values()), unit)
+        fig.add_scatter(x=[b[0] for b in labels], y=[b[1] for b in labels], mode="text", text=[b[2] for b in labels],
+                        textfont=dict(size=12, color="#2f5d00", weight="bold", shadow=HALO), hoverinfo="skip",
+                        showlegend=False)
     fig.add_scatter(x=[pos[g][0] for g in gpus], y=[pos[g][1] for g in gpus], mode="markers+text",
                     text=[_shown(g) for g in gpus], textposition="middle center", textfont=dict(size=10),
                     marker=dict(size=40, color="white", line=dict(width=2, color="#333")), name="GPUs")
     if others:
-        fig.add_scatter(x=[pos[o][0] for o in others], y=[pos[o][1] for o in others], mode="markers+text",
-                        text=others, textposition="bottom center", marker=dict(size=14, symbol="square", color="#999"),
+        segments = [(pos[link.a], pos[link.b]) for link in topology.links]
+        fig.add_scatter(x=[pos[o][0] for o in others], y=[pos[o][1] for o in others], mode="markers",
+                        hovertext=others, hoverinfo="text", marker=dict(size=14, symbol="square", color="#999"),
                         name="switches, CPUs, NICs")
-    fig.update_layout(title=f"{topology.name}: {topology.source}", xaxis=dict(visible=False),
-                      yaxis=dict(visible=False, scaleanchor="x"), height=560, plot_bgcolor="white",
-                      legend=dict(title="links (width: GB/s)"))
-    return fig
+        for name, (dx, dy) in zip(others, _node_label_shifts(others, pos, segments, unit)):
+            fig.add_annotation(x=pos[name][0], y=pos[name][1], xshift=dx, yshift=dy, text=name, showarrow=False,
+                               font=dict(size=TEXT_SIZE))
+    xs, ys = [x for x, _ in pos.values()], [y for _, y in pos.values()]
+    fig.update_layout(title=f"{topology.name}: {topology.source}",
+                      xaxis=dict(visible=False, range=[min(xs) - TOPOLOGY_PAD, max(xs) + TOPOLOGY_PAD]),
+                      yaxis=dict(visible=False, scaleanchor="x", range=[min(ys) - TOPOLOGY_PAD, max(ys) + TOPOLOGY_PAD]),
+                      height=TOPOLOGY_HEIGHT, plot_bgcolor="white", legend=dict(title="links (width: GB/s)"))
+    return finish_layout(fig, legend="keep")
+
+
+TOPOLOGY_HEIGHT = 560
+HALO = "1px 1px 2px white, -1px -1px 2px white, 1px -1px 2px white, -1px 1px 2px white"  # text over a thick link
+TOPOLOGY_PAD = 0.4  # room around the outermost nodes for their markers and labels, in layout units
+LABEL_FRACTIONS = (0.5, 0.38, 0.62, 0.28, 0.72, 0.2, 0.8)  # where along a link its "×k" may go, tried in turn
+LABEL_DIRECTIONS = ((0, -1), (0, 1), (1, 0), (-1, 0), (1, -1), (1, 1), (-1, -1), (-1, 1))  # a node's label: below, ...
+LABEL_GAPS_PX = (6, 18, 32)  # between a node's marker and its label, tried nearest first
+
+
+def _topology_unit_px(pos: dict) -> float:
+    """Pixels per layout unit of topology_figure: the plot's height over the span it shows (the y axis binds)."""
+    ys = [y for _, y in pos.values()]
+    return (TOPOLOGY_HEIGHT - 180) / (max(ys) - min(ys) + 2 * TOPOLOGY_PAD)
+
+
+def _edge_labels(bonded, nodes, unit: float) -> list[tuple[float, float, str]]:
+    """Where each bonded link's "×k" goes: at the first of :data:`LABEL_FRACTIONS` along it that lies clear of
+    the labels already placed and of the nodes' markers, so that the labels of two crossing links never land on
+    the same point (the DGX-1's GPU0-3 and GPU1-2 cross at their middles)."""
+    placed = []
+    clear_label, clear_node = 30 / unit, 30 / unit  # px: a label's width, a GPU marker's radius and a gap
+    for (x0, y0), (x1, y1), text in bonded:
+        best, room = None, -1.0
+        for t in LABEL_FRACTIONS:
+            x, y = x0 + t * (x1 - x0), y0 + t * (y1 - y0)
+            gap = min([math.hypot(x - px, y - py) / clear_label for px, py, _ in placed]
+                      + [math.hypot(x - nx, y - ny) / clear_node for nx, ny in nodes] + [9.0])
+            if gap >= 1:
+                best = (x, y)
+                break
+            if gap > room:
+                best, room = (x, y), gap
+        placed.append((*best, text))
+    return placed
+
+
+def _inside_box(segment, box, samples: int = 60) -> float:
+    """How much of the segment ((x0, y0), (x1, y1)) runs through the box (left, bottom, right, top), in layout
+    units."""
+    (x0, y0), (x1, y1) = segment
+    left, bottom, right, top = box
+    inside = sum(left <= x0 + (i + 0.5) / samples * (x1 - x0) <= right
+                 and bottom <= y0 + (i + 0.5) / samples * (y1 - y0) <= top for i in range(samples))
+    return inside / samples * math.hypot(x1 - x0, y1 - y0)
+
+
+def _node_label_shifts(names, pos, segments, unit: float) -> list[tuple[float, float]]:
+    """Where each of ``names``'s labels goes, as its centre's (x, y) offset in pixels from its marker: of eight
+    directions at three distances, the one whose box has the least length of links running through it, covers
+    no node and no label placed before it, and is nearest (a label across a thick link is unreadable, and one
+    between two markers reads as the other's)."""
+    placed, out = [], []
+    height = 16
+    for name in names:
+        x, y = pos[name]
+        width = text_px(name) + 6
+        best, cost = None, None
+        for gap in LABEL_GAPS_PX:
+            for dx, dy in LABEL_DIRECTIONS:
+                sx, sy = dx * (width / 2 + gap), dy * (height / 2 + gap)
+                cx, cy = x + sx / unit, y + sy / unit
+                box = (cx - width / 2 / unit, cy - height / 2 / unit, cx + width / 2 / unit, cy + height / 2 / unit)
+                mine = sum(_inside_box(seg, box) for seg in segments) * unit + gap / 4  # px of links under it
+                mine += 500 * sum(_near_box(box, (ox, oy), 22 / unit) for o, (ox, oy) in pos.items() if o != name)
+                mine += 500 * sum(not (box[2] < b[0] or b[2] < box[0] or box[3] < b[1] or b[3] < box[1])
+                                  for b in placed)
+                if cost is None or mine < cost - 1e-9:
+                    best, cost, chosen = (sx, sy), mine, box
+        placed.append(chosen)
+        out.append(best)
+    return out
+
+
+def _near_box(box, point, reach: float) -> bool:
+    """Whether ``point`` lies within ``reach`` of the box (a marker drawn there would touch the label)."""
+    left, bottom, right, top = box
+    return left - reach <= point[0] <= right + reach and bottom - reach <= point[1] <= top + reach
 
 
 def busbw_plot(rows: list[dict], title: str = "measured bus bandwidth") -> go.Figure:
     """Bus bandwidth against message size, one line per algorithm (rows: bytes, busbw_Bps, algorithm)."""
     fig = go.Figure()
-    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+    for i, algorithm in enumerate(dict.fromkeys(r["algorithm"] for r in rows)):
         mine = sorted((r for r in rows if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
+        color, symbol, dash = series_style(i)
         fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="lines+markers",
-                        name=algorithm, hoverinfo="text",
+                        name=algorithm, hoverinfo="text", line=dict(color=color, dash=dash),
+                        marker=dict(color=color, symbol=symbol, size=7),
                         hovertext=[f"{algorithm}: {format_bytes(r['bytes'])}, {r['busbw_Bps'] / 1e9:.3g} GB/s"
                                    for r in mine])
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 FITTED_TITLE = "markers: bus bandwidth measured here; lines: the cost model fitted to those measurements"
@@ -233,7 +337,7 @@ def fitted_busbw_plot(rows: list[dict], fits: dict, title: str = FITTED_TITLE, p
                                                      for k, b in zip(sizes, busbw)])
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"))
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 TIME_UNITS = {"µs": 1e6, "ms": 1e3, "s": 1.0}
@@ -252,7 +356,7 @@ def time_vs_ranks(ranks, seconds: dict, title: str = "predicted time against ran
                                                      for n, v in zip(ranks, values)])
     fig.update_layout(title=title, xaxis=dict(type="log", title="ranks"),
                       yaxis=dict(type="log", title=f"time ({unit})"))
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 def measured_vs_predicted(sizes, measured, predicted, label: str = "",
@@ -266,7 +370,7 @@ def measured_vs_predicted(sizes, measured, predicted, label: str = "",
     fig.add_scatter(x=sizes, y=predicted * 1e6, mode="lines", name=f"predicted {label}".strip())
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="time (µs)"))
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 def segments_plot(segments, measured, predicted=None, title: str = "chain broadcast against segment count") -> go.Figure:
@@ -277,7 +381,7 @@ def segments_plot(segments, measured, predicted=None, title: str = "chain broadc
         fig.add_scatter(x=list(segments), y=[p * 1e6 for p in predicted], mode="lines", name="predicted",
                         line=dict(dash="dash"))
     fig.update_layout(title=title, xaxis=dict(type="log", title="segments S"), yaxis=dict(title="time (µs)"))
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 def _worker_name(worker: int, straggler: int | None) -> str:
@@ -294,7 +398,7 @@ def staleness_plot(pushes, title: str = "measured here: staleness of every push"
                           xbins=dict(size=1))
     fig.update_layout(title=title, barmode="group", xaxis_title="staleness (updates the shard saw meanwhile)",
                       yaxis_title="pushes")
-    return fig
+    return finish_layout(fig)
 
 
 def staleness_order_plot(pushes, straggler: int | None = None,
@@ -311,7 +415,7 @@ def staleness_order_plot(pushes, straggler: int | None = None,
                                                                           else "circle"))
     fig.update_layout(title=title, xaxis_title="push number (the server's order, 0 = first)",
                       yaxis_title="staleness (updates the shard saw meanwhile)")
-    return fig
+    return finish_layout(fig)
 
 
 def links_figure(published, measured=None, title: str = "link bandwidth per direction") -> go.Figure:
@@ -327,7 +431,7 @@ def links_figure(published, measured=None, title: str = "link bandwidth per dire
                     hoverinfo="text")
     fig.update_layout(title=title, xaxis=dict(type="log", title="GB/s per direction"), height=120 + 28 * (
         len(published) + len(measured or {})), margin=dict(l=260), yaxis=dict(autorange="reversed"))
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig, legend="keep"))
 
 
 def versus_plot(sweeps: dict, title: str = "published busbw (markers) against the cost model's prediction (lines)"
@@ -338,23 +442,25 @@ def versus_plot(sweeps: dict, title: str = "published busbw (markers) against th
     fig = go.Figure()
     for i, (label, rows) in enumerate(sweeps.items()):
         rows = sorted(rows, key=lambda r: r["bytes"])
-        color = PALETTE[i % len(PALETTE)]
+        color, symbol, _ = series_style(i)
+        dash = ("dash", "dot", "dashdot", "longdash")[i // len(PALETTE) % 4]  # a colour's second sweep: dotted
         sizes = [r["bytes"] for r in rows]
         fig.add_scatter(x=sizes, y=[r["measured_busbw"] / 1e9 for r in rows], mode="markers", name=label,
-                        legendgroup=label, marker=dict(color=color, size=7), hoverinfo="text",
+                        legendgroup=label, marker=dict(color=color, size=7, symbol=symbol), hoverinfo="text",
                         hovertext=[f"{label}<br>{format_bytes(r['bytes'])}: measured {r['measured_busbw'] / 1e9:.3g} GB/s,"
                                    f" predicted {r['predicted_busbw'] / 1e9:.3g} ({r['predicted']}), ratio "
                                    f"{r['ratio']:.2f}" for r in rows])
         fig.add_scatter(x=sizes, y=[r["predicted_busbw"] / 1e9 for r in rows], mode="lines", name=f"{label}: predicted",
-                        legendgroup=label, showlegend=False, line=dict(color=color, dash="dash"), hoverinfo="skip")
+                        legendgroup=label, showlegend=False, line=dict(color=color, dash=dash), hoverinfo="skip")
     fig.update_layout(title=title, xaxis=dict(type="log", title="message size per rank (bytes)"),
                       yaxis=dict(type="log", title="bus bandwidth (GB/s)"), height=560)
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 def fraction_bars(rows: list[dict], title: str) -> go.Figure:
-    """Horizontal bars of copy rates (``what``, ``Bps``, ``peak_Bps``, optional ``note``), each beside its
-    link's theoretical peak and labelled with the fraction of it; log scale, GB/s."""
+    """Horizontal bars of copy rates (``what``, ``Bps``, ``peak_Bps``, optional ``note``), each over its link's
+    theoretical peak and labelled with the fraction of it; GB/s on a linear axis from zero, so that a bar's share
+    of its peak bar is the fraction written beside it (on a log axis a 41% bar looked like two thirds)."""
     fig = go.Figure()
     labels = [r["what"] for r in rows]
     fig.add_bar(y=labels, x=[r["peak_Bps"] / 1e9 for r in rows], orientation="h", name="link's theoretical peak",
@@ -365,9 +471,12 @@ def fraction_bars(rows: list[dict], title: str) -> go.Figure:
                 hoverinfo="text", hovertext=[f"{r['what']}: {r['Bps'] / 1e9:.3g} GB/s, {r['Bps'] / r['peak_Bps']:.0%} of "
                                              f"{r['peak_Bps'] / 1e9:.3g}" + (f"<br>{r['note']}" if r.get("note") else "")
                                              for r in rows])
-    fig.update_layout(title=title, barmode="overlay", xaxis=dict(type="log", title="GB/s per direction"),
+    top = max(max(r["peak_Bps"], r["Bps"]) for r in rows) / 1e9
+    fig.update_layout(title=title, barmode="overlay",
+                      xaxis=dict(title="GB/s per direction (linear: a bar's share of its peak is the fraction)",
+                                 range=[0, top * 1.18], rangemode="tozero"),  # room for the text beyond the longest bar
                       yaxis=dict(autorange="reversed"), margin=dict(l=320), height=140 + 34 * len(rows))
-    return finish_log_axes(fig, room=0.3)  # the share of the peak is written beyond each bar's end
+    return finish_layout(fig)
 
 
 PUBLISHED_MARKER = dict(symbol="diamond", size=11, color="#222", line=dict(width=1, color="white"))
@@ -394,7 +503,7 @@ def predicted_machines_plot(predicted: list[dict], published: list[dict] = (),
                                                      f"{r['busbw_Bps'] / 1e9:.3g} GB/s busbw" for r in published])
     fig.update_layout(title=title, barmode="group", xaxis_title="machine (ringlab preset)",
                       yaxis=dict(title="bus bandwidth (GB/s)", rangemode="tozero"), height=460)
-    return fig
+    return finish_layout(fig)
 
 
 TREE_RING_STYLES = (("tree", "dot", PALETTE[1]), ("dbtree", "dash", PALETTE[3]), ("ring", "solid", PALETTE[0]))
@@ -450,7 +559,7 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
     for row in range(1, rows + 1):
         fig.update_yaxes(title_text="bus bandwidth (GB/s)", row=row, col=1)
     fig.update_layout(title=title, height=340 * rows + 120)
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))
 
 
 def algbw_busbw_plot(rows: list[dict], title: str = "predicted (cost model): algbw and busbw of the ring allreduce",
@@ -482,4 +591,4 @@ def algbw_busbw_plot(rows: list[dict], title: str = "predicted (cost model): alg
         fig.update_xaxes(type="log", title_text="message size per rank (bytes)", row=1, col=col)
         fig.update_yaxes(title_text="GB/s", row=1, col=col)
     fig.update_layout(title=title, height=430)
-    return finish_log_axes(fig)
+    return finish_log_axes(finish_layout(fig))

@@ -1,13 +1,13 @@
 """Collectives at datacenter scale: bus bandwidth and time against the number of GPUs, one line per algorithm."""
 from __future__ import annotations
 
-import math
-
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .axes import finish_log_axes
+from .axes import BELOW_AXIS_PX, finish_layout, finish_log_axes
 from .plots import PALETTE
+
+CAPTION_PX = 24  # a line of caption under the axis titles
 
 
 def scale_plot(rows: list[dict], turning: dict | None = None,
@@ -28,10 +28,13 @@ def scale_plot(rows: list[dict], turning: dict | None = None,
     if turning:
         for col in (1, 2):
             fig.add_vline(x=turning["gpus"], line=dict(dash="dot", color="#555"), row=1, col=col)
-        fig.add_annotation(x=math.log10(turning["gpus"]), y=1, yref="paper", xref="x", showarrow=False,  # log10: a log axis
-                           yanchor="bottom",
-                           text=f"ring: latency passes transfer, {turning['gpus']:,} GPUs")
+        # the dotted lines are named in a caption under the axis titles: a label over the plot sat on the panel's
+        # title, and one inside it would sit on the lines
+        fig.add_annotation(x=0, xref="paper", xanchor="left", y=0, yref="paper", yanchor="top", yshift=-BELOW_AXIS_PX,
+                           showarrow=False, align="left",
+                           text=f"dotted: the ring's latency passes its transfer time at {turning['gpus']:,} GPUs")
     fig.update_xaxes(type="log", title_text="GPUs")
     fig.update_yaxes(type="log")
-    fig.update_layout(title=title, height=460)
-    return finish_log_axes(fig)
+    fig.update_layout(title=title, height=460 + (CAPTION_PX if turning else 0),
+                      margin=dict(b=80 + CAPTION_PX) if turning else None)
+    return finish_log_axes(finish_layout(fig))

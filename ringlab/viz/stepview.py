@@ -52,26 +52,40 @@ def circle(nranks: int) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angle), np.sin(angle)
 
 
+TREE_X, TREE_TOP, TREE_BOTTOM = 1.2, 1.35, -1.1  # where a tree's ranks go: its columns across +-TREE_X, its
+# rows from TREE_TOP down to TREE_BOTTOM (room left under the lowest row for its byte counts)
+TREE_SHARE, TREE_PLOT_PX = 0.5, 470  # a tree's panel takes half the width, and a plot this tall lets its width bind
+
+
 def tree_positions(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """Rank positions that draw a tree (``parents[r]``: rank r's parent, -1 at the root): ranks left to right
-    in rank order, each a row below its parent, the root on top."""
-    depth = np.zeros(len(parents))
-    for rank in range(len(parents)):
+    in rank order, one column each, each a row below its parent, the root on top; the columns spread across the
+    panel's width and the rows down its height, so that two ranks of a row (two columns apart at least, in rank
+    order) leave room between them for the byte counts under each."""
+    n = len(parents)
+    depth = np.zeros(n)
+    for rank in range(n):
         up = parents[rank]
         while up >= 0:
             depth[rank] += 1
             up = parents[up]
-    return np.arange(len(parents), dtype=float), -depth * max(1.0, len(parents) / (depth.max() + 1) / 2)
+    x = np.linspace(-TREE_X, TREE_X, n) if n > 1 else np.zeros(1)
+    y = TREE_TOP - depth * (TREE_TOP - TREE_BOTTOM) / max(depth.max(), 1)
+    return x, y
 
 
 def default_positions(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """Where a schedule's ranks are drawn: the double binary tree as its first tree (the second tree's arrows
     are the ones that run the other way), every other schedule on a circle."""
-    if schedule.name == "allreduce.dbtree":
+    if _is_tree(schedule):
         from ..algorithms.dbtree import btree
 
-        return _checked(tree_positions(btree(schedule.nranks)), schedule.nranks)
+        return tree_positions(btree(schedule.nranks))
     return circle(schedule.nranks)
+
+
+def _is_tree(schedule: Schedule) -> bool:
+    return schedule.name == "allreduce.dbtree"
 
 
 def _checked(positions, nranks: int):
@@ -194,8 +208,11 @@ def base_layout(schedule: Schedule, height: int | None = None) -> dict:
     has no text around it, so it grows to fill its panel and the panel takes half the width."""
     n = schedule.nranks
     reach, share = (1.55, 0.42) if n <= RANK_TEXT_UP_TO else (1.15, 0.5)
+    tall = max(420, min(900, 26 * n + 260))
+    if _is_tree(schedule):  # a tree is wider than a ring: its panel takes half the width, and the plot its height
+        reach, share, tall = 1.55, TREE_SHARE, max(tall, TREE_PLOT_PX + 130)
     return dict(
-        height=height or max(420, min(900, 26 * n + 260)),
+        height=height or tall,
         margin=dict(l=20, r=20, t=60, b=70), showlegend=False, plot_bgcolor="white",
         xaxis=dict(domain=[0, share], range=[-reach, reach], visible=False),
         yaxis=dict(range=[-reach, reach], visible=False, scaleanchor="x"),
