@@ -233,3 +233,18 @@ def test_the_step_through_tree_leaves_room_for_every_rank_and_its_byte_counts(n)
             (cx, cy), box = circles[j], labels[i]
             nearest = (min(max(cx, box[0]), box[2]), min(max(cy, box[1]), box[3]))
             assert math.dist(nearest, (cx, cy)) >= radius, f"r{i}'s byte counts run over r{j}"
+
+
+def test_a_legend_entry_wider_than_the_plot_is_broken_into_lines_not_cut_off():
+    import plotly.graph_objects as go
+
+    from ringlab.viz.axes import FIGURE_WIDTH_PX, LEGEND_SYMBOL_PX, legend_below, text_px
+
+    long = ("32 nodes x 4 NVIDIA GB200 (Blackwell, Grace-Blackwell superchip), NVLink5 inside each NVL72 rack; "
+            "InfiniBand between the two racks (HCA speed not stated) (A16)")
+    fig = go.Figure([go.Scatter(x=[1, 2], y=[1, 2], name=long), go.Scatter(x=[1, 2], y=[2, 3], name="short")])
+    legend_below(fig)
+    name = fig.data[0].name
+    assert "<br>" in name and name.replace("<br>", " ") == long
+    plot = FIGURE_WIDTH_PX - 160
+    assert all(text_px(line) + LEGEND_SYMBOL_PX <= plot for line in name.split("<br>"))

@@ -224,12 +224,15 @@ def _legend_entries(fig: go.Figure) -> list[str]:
 
 
 def legend_rows(names: list[str], width: float = FIGURE_WIDTH_PX) -> int:
-    """How many rows a horizontal legend of ``names`` takes across ``width`` pixels."""
+    """How many rows a horizontal legend of ``names`` takes across ``width`` pixels (an entry of several lines
+    takes as many rows)."""
     rows, used = 0, width
     for name in names:
-        entry = LEGEND_SYMBOL_PX + max(text_px(line) for line in re.split(r"<br\s*/?>", name))
+        lines = re.split(r"<br\s*/?>", name)
+        entry = LEGEND_SYMBOL_PX + max(text_px(line) for line in lines)
         if used + entry > width:
             rows, used = rows + 1, 0.0
+        rows += len(lines) - 1
         used += entry
     return rows
 
@@ -242,7 +245,12 @@ def legend_below(fig: go.Figure, axis_px: float = BELOW_AXIS_PX) -> go.Figure:
     if not names:
         return fig
     margin = fig.layout.margin
-    rows = legend_rows(names, FIGURE_WIDTH_PX - _margin(margin.l, 80) - _margin(margin.r, 80))  # the plot's width
+    plot = FIGURE_WIDTH_PX - _margin(margin.l, 80) - _margin(margin.r, 80)  # the plot's width
+    for trace in fig.data:  # an entry wider than the plot is broken into lines, never cut off at its edge
+        if trace.name and max(text_px(line) for line in re.split(r"<br\s*/?>", trace.name)) + LEGEND_SYMBOL_PX > plot:
+            trace.name = wrap_text(trace.name, plot - LEGEND_SYMBOL_PX)
+    names = _legend_entries(fig)
+    rows = legend_rows(names, plot)
     title = 1 if fig.layout.legend.title.text else 0
     height = (rows + title) * LEGEND_ROW_PX + 8
     margin = fig.layout.margin
