@@ -190,3 +190,13 @@ def test_a_real_measurement_gives_a_table_a_figure_and_words_that_agree_with_it(
     low, high = fig.layout.yaxis.range  # (log10) the data's span and a little room, as every log axis is drawn
     ys = [y for trace in fig.data for y in trace.y]
     assert low <= math.log10(min(ys)) and math.log10(max(ys)) <= high <= math.log10(max(ys)) + 0.5
+
+
+@pytest.mark.quiet  # a measured lesson on this machine's own CPU, timings of microseconds: run alone
+@pytest.mark.timeout(900)
+def test_the_symmetric_lesson_draws_the_same_conclusions_five_times():
+    """Lab 10's one-shot, two-shot, ring and MPI's own, measured as the lab measures them, five runs in a row:
+    the conclusions the lab prints are the same each time (issue 51: a measured lesson holds on the learner's
+    machine)."""
+    findings = [symmetric_lesson(measure_symmetric(timeout=240)) for _ in range(5)]
+    assert len({f.conclusions for f in findings}) == 1, "\n\n".join(f.text for f in findings)
