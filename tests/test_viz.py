@@ -425,3 +425,21 @@ def test_printed_text_wraps_at_words_in_a_notebook(monkeypatch, capsys):
     use_renderer()
     assert len(shown) == 1 and f"<style>{TEXT_OUTPUT_CSS}</style>" == shown[0].data
     assert "word-break: normal" in TEXT_OUTPUT_CSS and ".jp-OutputArea-output pre" in TEXT_OUTPUT_CSS
+
+
+def test_tree_ring_plot_marks_every_change_of_lead_and_says_how_far_each_lead_runs():
+    from ringlab.lessons.lab05_scaling.predictions import trees_against_ring
+    from ringlab.measure.units import format_bytes
+    from ringlab.viz import tree_ring_plot
+
+    sizes = [1 << k for k in range(10, 31)]  # the lab's sizes: on dgx1-v100 the ring leads from 256 KiB to 1 MiB only
+    panel = trees_against_ring("dgx1-v100", sizes)
+    fig = tree_ring_plot({"dgx1-v100": panel})
+    marks = [t for t in fig.data if "overtakes" in (t.name or "")]
+    assert [t.x[0] for t in marks] == [c["bytes"] for c in panel["crossovers"]] and len(marks) >= 2
+    ring = next(t for t in marks if t.name.startswith("ring overtakes"))
+    first, last = next((a, b) for a, b, who in panel["leads"] if who == "ring")
+    assert ring.hovertext.endswith(f"ring predicted faster than the double binary tree from {format_bytes(first)} "
+                                   f"to {format_bytes(last)}")
+    back = next(t for t in marks if t.name.startswith("double binary tree overtakes"))
+    assert back.hovertext.endswith("up")

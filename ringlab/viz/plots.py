@@ -544,15 +544,25 @@ def tree_ring_plot(panels: dict, title: str = "predicted (cost model): tree agai
                             hovertext=[f"published: {r['algorithm']}<br>{format_bytes(r['bytes'])}: "
                                        f"{r['busbw_Bps'] / 1e9:.3g} GB/s" for r in found], row=row, col=col)
             shown.add(label)
-        if panel.get("crossover"):
-            label = "ring overtakes the double binary tree (predicted)"
-            fig.add_scatter(x=[panel["crossover"]], y=[panel["crossover_busbw_Bps"] / 1e9], mode="markers+text",
+        crossovers = panel.get("crossovers")
+        if crossovers is None and panel.get("crossover"):  # a panel that names only the ring's first lead
+            crossovers = [{"bytes": panel["crossover"], "leader": "ring",
+                           "ring_busbw_Bps": panel["crossover_busbw_Bps"]}]
+        leads = {first: last for first, last, _ in panel.get("leads", ())}
+        for cross in crossovers or ():  # every size where the lead changes, each with the run of sizes it leads
+            ring_leads = cross["leader"] == "ring"
+            label = ("ring overtakes the double binary tree (predicted)" if ring_leads else
+                     "double binary tree overtakes the ring (predicted)")
+            winner, loser = ("ring", "the double binary tree") if ring_leads else ("double binary tree", "the ring")
+            last = leads.get(cross["bytes"])
+            span = (f"from {format_bytes(cross['bytes'])}" + (f" to {format_bytes(last)}" if last and
+                                                               last != max(leads.values()) else " up")
+                    if last else f"from {format_bytes(cross['bytes'])}")
+            fig.add_scatter(x=[cross["bytes"]], y=[cross["ring_busbw_Bps"] / 1e9], mode="markers+text",
                             name=label, legendgroup=label, showlegend=label not in shown,
-                            marker=dict(symbol="x", size=11, color="#555"), text=[format_bytes(panel["crossover"])],
-                            textposition="top left", hoverinfo="text",
-                            hovertext=f"{name}: ring predicted faster than the double binary tree from "
-                                      f"{format_bytes(panel['crossover'])}",
-                            row=row, col=col)
+                            marker=dict(symbol="x" if ring_leads else "cross", size=11, color="#555"),
+                            text=[format_bytes(cross["bytes"])], textposition="top left", hoverinfo="text",
+                            hovertext=f"{name}: {winner} predicted faster than {loser} {span}", row=row, col=col)
             shown.add(label)
         fig.update_xaxes(type="log", title_text="message size per rank (bytes)", row=row, col=col)
         fig.update_yaxes(type="log", row=row, col=col)
