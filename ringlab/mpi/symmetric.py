@@ -94,7 +94,8 @@ class Window:
         # x86 keeps stores in order and loads in order, and no store before an earlier load, which is all this
         # protocol asks (data, then the flag; the flag, then the data; reads, then "done"): there a fence only
         # costs time. Elsewhere (Arm: Grace, Graviton) MPI_Win_sync is the memory barrier between them.
-        self.sync = self.win.Sync if platform.machine().lower() not in ("x86_64", "amd64", "i686") else _nothing
+        self.fence = self.win.Sync if platform.machine().lower() not in ("x86_64", "amd64", "i686") else None
+        self.sync = self.fence or _nothing
         self.last = [0, 0]  # the call that last used each region
         self.stamped = [None, None]  # whose header each region holds (a Signature's views), besides the call
         self.others = [q for q in range(self.size) if q != self.rank]
@@ -171,8 +172,9 @@ class Signature:
 
     def views(self, w: "Window", p: int, count: int) -> tuple:
         """For a round of ``count`` elements in region ``p`` of window ``w``: this rank's header as four int64
-        (call, bytes, digest: all but the call written here), its data, every rank's data, and the other ranks'
-        headers; made once per window, region and size."""
+        (call, bytes, digest: all but the call written here), its data, every rank's data, the other ranks'
+        headers (int64 too), and whose they are (this signature, ``count``); made once per window, region and
+        size."""
         if self.window is not w:
             self.cache, self.window = {}, w
         cache = self.cache
@@ -182,7 +184,8 @@ class Signature:
             stamp = memoryview(w.headers[p][w.rank][:32]).cast("q")
             found = cache[(p, count)] = (stamp, w.data(p, w.rank, nbytes).view(self.dtype),
                                          [w.data(p, q, nbytes).view(self.dtype) for q in range(w.size)],
-                                         [w.headers[p][q][:32].view(np.int64) for q in w.others])
+                                         [memoryview(w.headers[p][q][:32]).cast("q") for q in w.others],
+                                         self, count)
         if w.stamped[p] is not found:  # what the region's header says besides the call, unless it says it already
             stamp = found[0]
             stamp[1] = count * self.dtype.itemsize
@@ -261,13 +264,15 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
                 if w.wait(DONE, last, what, state, limit):
                     return False
                 break
-    found = w.stamped[p]  # this signature's views, when it was the last to write the region's header
-    if found is None or sig.window is not w or found is not sig.cache.get((p, source.size)):
+    found = w.stamped[p]  # this signature's views of this window, when it was the last to write the region's header
+    if found is None or found[4] is not sig or found[5] != source.size:
         found = sig.views(w, p, source.size)
-    stamp, mine, regions, heads = found
+    stamp, mine, regions, heads, _, _ = found
     stamp[0] = tick
     mine[...] = source
-    w.sync()
+    fence = w.fence  # (None on x86: see Window)
+    if fence is not None:
+        fence()
     mine_flags = flags[w.rank]
     mine_flags[POSTED] = w.last[p] = tick
     try:
@@ -277,10 +282,10 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
                     return False
                 break
         else:
-            w.sync()
-        expected = stamp.tobytes()  # every rank's header: the same call, bytes and digest (checked whatever agree
-        for head in heads:          # says: the headers are read anyway)
-            if head.tobytes() != expected:
+            if fence is not None:
+                fence()
+        for head in heads:  # every rank's header: the same call, bytes and digest (checked whatever agree says:
+            if head != stamp:  # the headers are read anyway)
                 _disagree(state, w, p, sig, what, limit)
         ufunc = sig.ufunc
         if bounds is None:  # one-shot: every region, added up in rank order (the same bits on every rank)
@@ -298,7 +303,8 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
         for q in range(2, n):
             ufunc(piece, regions[q][lo:hi], out=piece)
         mine[lo:hi] = piece  # only this rank reads its own chunk: the sum may take its place
-        w.sync()
+        if fence is not None:
+            fence()
         mine_flags[REDUCED] = tick
         for q in others:
             if flags[q][REDUCED] < tick:
@@ -306,13 +312,15 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
                     raise StepTimeout(f"rank {me}: {what}: a peer left the shared window part-way through a call")
                 break
         else:
-            w.sync()
+            if fence is not None:
+                fence()
         for q in others:
             a, b = bounds[q], bounds[q + 1]
             flat[a:b] = regions[q][a:b]
         return True
     finally:
-        w.sync()
+        if fence is not None:
+            fence()
         mine_flags[DONE] = tick
 
 
