@@ -9,7 +9,10 @@ from ringlab.viz.axes import axis_values, finish_log_axes, log_ticks, reference_
 
 
 def _value(label: str) -> float:
-    """A tick label read back as a number: "20" -> 20, "1k" -> 1000, "500M" -> 5e8."""
+    """A tick label read back as a number: "20" -> 20, "1k" -> 1000, "500M" -> 5e8, "2×10<sup>-5</sup>" -> 2e-5."""
+    power = re.fullmatch(r"(?:([\d.]+)×)?10<sup>(-?\d+)</sup>", label)
+    if power:
+        return float(power.group(1) or 1) * 10.0 ** int(power.group(2))
     scale = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
     return float(label[:-1]) * scale[label[-1]] if label[-1] in scale else float(label)
 
@@ -56,6 +59,13 @@ def test_labels_are_whole_numbers_at_decades_or_one_two_five():
     assert log_ticks(0.02, 0.09)[1][:3] == ["0.02", "0.03", "0.04"]  # every digit, written in full
     assert tick_label(2e-5) == "2e-05" and tick_label(250e6) == "250M"
     assert len(log_ticks(1, 1e20)[1]) <= 11  # 21 decades: every second one labelled
+    # below 1e-4 a label would read "1e-05" beside "0.0001": then every label below 1 is a power of ten
+    assert log_ticks(1e-5, 0.1)[1] == ["10<sup>-5</sup>", "10<sup>-4</sup>", "10<sup>-3</sup>", "10<sup>-2</sup>",
+                                       "10<sup>-1</sup>"]
+    assert log_ticks(2e-5, 1e-4)[1] == ["2×10<sup>-5</sup>", "5×10<sup>-5</sup>", "10<sup>-4</sup>"]
+    assert log_ticks(1e-5, 100)[1][-4:] == ["10<sup>-1</sup>", "1", "10", "100"]
+    assert log_ticks(1e-3, 1)[1] == ["0.001", "0.01", "0.1", "1"]  # decimals where none needs an exponent
+    assert [_value(t) for t in log_ticks(2e-5, 1e-4)[1]] == pytest.approx([2e-5, 5e-5, 1e-4])
     with pytest.raises(ValueError):
         log_ticks(0, 10)
 

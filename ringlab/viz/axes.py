@@ -48,7 +48,18 @@ def log_ticks(low: float, high: float, most: int = MAX_DECADE_LABELS) -> tuple[l
         aligned = [v for v in labelled if round(math.log10(v)) % every == 0]  # 0.01, 1, 100: decades a reader counts
         labelled = aligned if len(aligned) >= MIN_LABELS else labelled[::every]
     minor = [v for v in inside[-1] if v not in labelled]
-    return labelled, [tick_label(v) for v in labelled], minor
+    labels = [tick_label(v) for v in labelled]
+    if any("e" in text for text in labels):  # "1e-05" beside "0.0001": every label below 1 as a power of ten
+        labels = [power_label(v) if v < 1 else text for v, text in zip(labelled, labels)]
+    return labelled, labels, minor
+
+
+def power_label(value: float) -> str:
+    """A tick's label as a power of ten, as plotly draws HTML: ``10<sup>-5</sup>``, ``2×10<sup>-5</sup>``."""
+    exponent = math.floor(math.log10(value) + 1e-9)
+    mantissa = round(value / 10.0 ** exponent, 6)
+    power = f"10<sup>{exponent}</sup>"
+    return power if mantissa == 1 else f"{mantissa:g}×{power}"
 
 
 def _axis_names(fig: go.Figure) -> list[str]:
