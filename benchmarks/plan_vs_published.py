@@ -83,6 +83,19 @@ def main(argv=None) -> int:
             print(f"  {r['run']}: below what its hardware allows, by its own source: {r['twin']['run']} ran the same "
                   f"model, GPUs and layout {r['twin']['faster']:.2f}x faster; predicted / that run: "
                   f"{r['twin']['ratio']:.2f}")
+    settled = []  # outside 20% as assumed, within it at a setting the source does not print
+    for r in done:
+        if LOW <= r["ratio"] <= HIGH or r in below:
+            continue
+        ways = [o for o in runs.unprinted(runs.find(r["run"])) if o["fits"] and LOW <= o["ratio"] <= HIGH]
+        if not ways:
+            print(f"  {r['run']}: {r['ratio']:.2f}; no setting its source leaves unprinted brings it within 20%")
+            continue
+        settled.append(r)
+        said = "; ".join(", ".join(f"{k}={v}" for k, v in o["settings"].items()) + f": {o['ratio']:.2f}"
+                         for o in ways)
+        print(f"  {r['run']}: {r['ratio']:.2f} as assumed; within 20% (and fitting) at settings its source does not "
+              f"print: {said}")
     by_precision = {}
     for r in done:
         by_precision.setdefault(r["precision"], []).append(r["ratio"])
@@ -96,13 +109,15 @@ def main(argv=None) -> int:
     met = len(within) + len(below) == len(done) and not no_fit
     print(f"goal, every run within 20% ({LOW} to {HIGH}), or below its hardware by its own source and within 20% of "
           f"the faster run: {len(within)} + {len(below)} of {len(done)} -> {'met' if met else 'NOT met'}")
+    print(f"  (besides: {len(settled)} more within 20% at a setting their source does not print, which is not the "
+          f"prediction: see each above)")
     seconds = time_a_large_plan()
     print(f"a plan of Llama 3 70B on 100,000 H100s took {seconds:.3f} s here (goal: under {SCALE_GOAL:g} s) -> "
           f"{'met' if seconds < SCALE_GOAL else 'NOT met'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": done, "skipped": skipped, "within": len(within), "below_hardware": len(below),
-                       "met": met}, f, indent=1)
+                       "within_at_unprinted_settings": [r["run"] for r in settled], "met": met}, f, indent=1)
     return 0
 
 

@@ -144,6 +144,49 @@ def test_unfused_attention_moves_its_scores_through_memory_and_stores_them():
     assert selective.memory["activations"] == pytest.approx(flash.memory["activations"])
 
 
+def test_the_loss_moves_its_implementations_bytes_over_every_logit():
+    """The loss over the logits is memory-bound: its bytes a logit (read from each implementation's code) times the
+    vocabulary, a token, at the element-wise share of HBM."""
+    assert planner.CROSS_ENTROPY_TRAFFIC == {"unfused": 52, "fused": 28, "te": 10, "xentropy": 8}
+    one = rl.topology.cluster("h100", nodes=1)
+    kw = dict(zero=1, global_batch=8, seq=4096)
+    plans = {impl: rl.plan("llama3-8b", one, cross_entropy=impl, **kw) for impl in planner.CROSS_ENTROPY_TRAFFIC}
+    gpu, vocab = planner.Compute.of("h100"), Transformer.preset("llama3-8b").vocab
+    a_byte = 8 * 4096 / 8 * vocab / (gpu.hbm * planner.ELEMENTWISE_SHARE)  # seconds a byte a logit costs a GPU
+    for impl, p in plans.items():
+        extra = p.time["compute"] - plans["xentropy"].time["compute"]
+        assert extra == pytest.approx((planner.CROSS_ENTROPY_TRAFFIC[impl] - 8) * a_byte)
+    assert rl.plan("llama3-8b", one, **kw).time["compute"] == plans["unfused"].time["compute"]  # Megatron's default
+    assert plans["unfused"].time["compute"] - plans["fused"].time["compute"] > 1e-4  # 24 bytes x 128k logits x 4k
+
+
+def test_each_run_s_loss_is_the_one_its_software_ran_cited():
+    for run in runs.load():
+        layout, assumed = runs.layout_of(run)
+        said = run["layout"].get("cross_entropy")
+        if said:
+            assert layout["cross_entropy"] == said and said in planner.CROSS_ENTROPY_TRAFFIC
+            assert len(run["recipe_settings"]["cross_entropy"]) > 40, run["id"]  # where it was read
+            assert not any("loss" in a for a in assumed)
+        else:
+            assert layout["cross_entropy"] == "unfused" and any("loss unfused" in a for a in assumed), run["id"]
+    assert runs.layout_of(runs.find("mpt-7b-h100-8-bf16"))[0]["cross_entropy"] == "xentropy"
+    assert runs.layout_of(runs.find("mbridge2511-llama3-8b-b200-8-fp8"))[0]["cross_entropy"] == "te"
+    assert runs.layout_of(runs.find("megatroncore2024-gpt-1.7b-h100"))[0]["cross_entropy"] == "unfused"
+
+
+def test_settings_a_source_does_not_print_are_planned_at_every_value_they_can_take():
+    run = runs.find("megatroncore2024-gpt-32b-h100")   # 192 sequences over 48 data-parallel ranks: 4 each
+    found = runs.unprinted(run)
+    assert [o["settings"] for o in found] == [{"micro_batch": 1}, {"micro_batch": 2}, {"micro_batch": 4}]
+    assert found[0]["ratio"] == pytest.approx(runs.predict(run)[1])  # the assumed value first: the prediction
+    assert found[2]["ratio"] > found[1]["ratio"] > found[0]["ratio"]  # one micro-batch hides the data-parallel time
+    llama = runs.unprinted(runs.find("llama3-405b-16384"))  # pipelined, neither printed: both, every combination
+    assert {"micro_batch": 1, "vp": 2} in [o["settings"] for o in llama]
+    assert all(set(o["settings"]) == {"micro_batch", "vp"} for o in llama)
+    assert runs.unprinted(runs.find("mbridge2511-llama3-8b-b200-8-fp8")) == []  # its recipe prints them
+
+
 def test_mfu_is_model_flops_over_the_bf16_peak():
     p = rl.plan("llama3-8b", rl.topology.cluster("h100", nodes=1), zero=1, global_batch=8, seq=8192)
     model = Transformer.preset("llama3-8b")
@@ -157,7 +200,7 @@ def test_mfu_is_model_flops_over_the_bf16_peak():
     ({"pp": 128, "tp": 2}, "stages, more than"), ({"global_batch": 100}, "does not divide into"),
     ({"precision": "fp4"}, "unknown precision"), ({"zero": 4}, "zero must be"), ({"ep": 2}, "no experts"),
     ({"recompute": "some"}, "recompute must be"), ({"vp": 2}, "needs pp > 1"), ({"attention": "sparse"}, "attention"),
-    ({"cp": 8, "seq": 1000}, "2 x cp")])
+    ({"cp": 8, "seq": 1000}, "2 x cp"), ({"cross_entropy": "liger"}, "cross_entropy must be one of")])
 def test_bad_layouts_are_refused_naming_what_is_wrong(kwargs, word):
     layout = dict(tp=8, global_batch=512, seq=8192) | kwargs
     with pytest.raises(ValueError, match=word):
@@ -265,6 +308,10 @@ def test_the_benchmark_prints_every_compared_run_with_its_ratio(tmp_path):
     assert rows["below_hardware"] == len(below) and all(f"{r['run']}: below what its hardware allows" in done.stdout
                                                         for r in below)
     assert ("NOT met" in done.stdout) == (not rows["met"])
+    for name in rows["within_at_unprinted_settings"]:  # said beside the run, never counted as its prediction
+        assert f"{name}: " in done.stdout and "at settings its source does not print" in done.stdout
+        assert not 0.8 <= next(r["ratio"] for r in rows["rows"] if r["run"] == name) <= 1.2
+    assert f"besides: {len(rows['within_at_unprinted_settings'])} more within 20%" in done.stdout
 
 
 def test_a_run_its_own_source_ran_faster_on_the_same_layout_is_below_its_hardware():

@@ -70,6 +70,27 @@ from .transformer import ACT_BYTES, Transformer
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = (None, "selective", "full")
 ATTENTION = ("flash", "unfused")
+# The loss over the logits, bound by memory: bytes it moves a logit (a token's logits are the vocabulary, split over
+# tp), read from Megatron-LM's code at 937571cf (Megatron-Core r0.8), for bf16 logits.
+CROSS_ENTROPY_TRAFFIC = {
+    # tensor_parallel/cross_entropy.py, one kernel a line: the fp32 cast (read 2, write 4), the max (read 4), the
+    # in-place subtraction (8), exp (8), the sum (4), the division into probabilities (8); backward, the product with
+    # the incoming gradient (8) and autograd's cast back to bf16 (read 4, write 2)
+    "unfused": 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6,  # 52
+    # fusions/fused_cross_entropy.py (cross_entropy_loss_fusion=True): its jit-fused pieces, the cast with the max
+    # (read 2, write 4), subtraction with exp and the sum (read 4, write 4), the division (8), and the backward's
+    # product written as bf16 (read 4, write 2)
+    "fused": 6 + 8 + 8 + 6,  # 28
+    # Transformer Engine's parallel_cross_entropy (cross_entropy_fusion_impl="te"; TransformerEngine at 6f4bc334,
+    # 2025-11, transformer_engine/common/triton/cross_entropy.py): an online softmax reads the bf16 logits (2), a
+    # second kernel reads them again and writes the gradient in their place (4); backward, element_mul scales it in
+    # place by the incoming gradient (4)
+    "te": 2 + 4 + 4,  # 10
+    # flash-attn 1.0.9's xentropy CUDA kernel (MosaicML's llm-foundry, loss_fn "fused_crossentropy";
+    # csrc/xentropy/xentropy_kernel.cu): the forward reads the logits twice (the max, then the sum of exponentials:
+    # 4), the backward reads them and writes the gradient (4)
+    "xentropy": 4 + 4,  # 8
+}
 SCORE_TRAFFIC = 13    # bytes an unfused attention moves a score forward: written by Q K^T (2), read and written by the
 #                       fused scale-mask-softmax (4), read and written by dropout with its 1-byte mask (5), read by
 #                       the product with V (2); Korthikanti et al. keep 5 of them for the backward (their 5 a s / h)
@@ -377,7 +398,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
          micro_batch: int = 1, global_batch: int, seq: int, precision: str = "bf16",
          recompute: str | None = None, attention: str = "flash", schedule: str = "1f1b",
          grad_reduce_in_fp32: bool = True, precision_aware_optimizer: bool = False, offload_layers: int = 0,
-         ends_in_pipeline_split: bool = False) -> Plan:
+         ends_in_pipeline_split: bool = False, cross_entropy: str = "unfused") -> Plan:
     """Plan one training step of ``model`` (a :class:`Transformer` or a preset's name) on ``topology`` (from
     ``rl.topology.cluster``): ``tp`` tensor (with sequence parallelism), ``pp`` pipeline (1F1B; ``vp`` virtual
     stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
@@ -391,7 +412,10 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`. Megatron-Core's memory settings, by its names:
     ``grad_reduce_in_fp32`` (False: 16-bit gradient buffer, reduced in 16 bits), ``precision_aware_optimizer``,
     ``offload_layers`` (``cpu_offloading_num_layers``: that many layers' activations in host memory; needs pp=1),
-    ``ends_in_pipeline_split`` (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``).
+    ``ends_in_pipeline_split`` (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``). ``cross_entropy``:
+    how the loss runs over the logits, "unfused" (Megatron-LM's default: a kernel an operation), "fused"
+    (``cross_entropy_loss_fusion``), "te" (Transformer Engine's) or "xentropy" (flash-attn's); its bytes a logit are
+    :data:`CROSS_ENTROPY_TRAFFIC`.
 
     Returns a :class:`Plan` (``.fits``, ``.memory``, ``.time``, ``.step_seconds``, ``.tokens_per_second_per_gpu``,
     ``.mfu``): a prediction from published figures, never a measurement."""
@@ -408,6 +432,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     if attention not in ATTENTION:
         raise ValueError(f"attention must be 'flash' or 'unfused', got {attention!r}")
+    if cross_entropy not in CROSS_ENTROPY_TRAFFIC:
+        raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
+                         f"got {cross_entropy!r}")
     _whole("offload_layers", offload_layers, minimum=0)
     if offload_layers and (offload_layers >= model.layers or pp > 1):
         # Megatron-Core's own checks (megatron/core/transformer/transformer_config.py at 92c8482e, lines 1053-1062)
@@ -506,6 +533,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     elementwise *= 1 + BACKWARD_TRAFFIC + (1 if full else 0)
     if not flash:  # the scores through memory, forward, backward, and again when recomputed
         elementwise += SCORE_TRAFFIC * model.layers * scores * (1 + BACKWARD_TRAFFIC + (1 if recomputed else 0))
+    elementwise += CROSS_ENTROPY_TRAFFIC[cross_entropy] * model.vocab  # the loss, forward and backward, a token
     per_gpu = tokens / gpus
     attention_s = per_gpu * attn_seconds
     compute = (per_gpu * matmul_flops / matmul_rate + attention_s

@@ -18,7 +18,12 @@ per second per GPU with the source's own arithmetic, never the planner's:
 Where a run leaves part of its layout unsaid (micro-batch, ZeRO stage, virtual stages, the network), the
 prediction assumes the common default and says so in its notes. Memory settings a run's published recipe sets
 (``grad_reduce_in_fp32``, ``precision_aware_optimizer``, ``offload_layers``, ``ends_in_pipeline_split``, each cited
-in the run's ``recipe_settings``) go to the planner as they are; where a run has none, Megatron-LM's defaults.
+in the run's ``recipe_settings``), and the loss's implementation the run's software used (``cross_entropy``, cited there
+too), go to the planner as they are; where a run has none, Megatron-LM's defaults.
+
+Where a run's ratio is far off and its source leaves the micro-batch or the virtual stages unprinted,
+:func:`unprinted` plans it at every value those settings can take: a setting that brings the plan within 20% while
+it fits is a way the run may have been set, said beside the run, never taken as the prediction.
 
 A run can be below what its hardware allows, and its own source can show it: :func:`faster_twin` finds a run of the
 same source on the same model, GPUs and layout that measured more (MegaScale's paper measures Megatron-LM and
@@ -107,6 +112,9 @@ def layout_of(run: dict) -> tuple[dict, list[str]]:
                precision_aware_optimizer=L.get("precision_aware_optimizer", False),
                offload_layers=L.get("offload_layers") or 0,
                ends_in_pipeline_split=L.get("ends_in_pipeline_split", False))
+    out["cross_entropy"] = L.get("cross_entropy") or "unfused"
+    if L.get("cross_entropy") is None:
+        assumed.append("the loss unfused, Megatron-LM's default (its implementation is not printed)")
     if out["precision"] == "fp16":
         out["precision"] = "bf16" if "fp16" not in compute_data()[run["hardware"]["gpu"]]["peak_tflops"] else "fp16"
     return out, assumed
@@ -184,3 +192,41 @@ def faster_twin(run: dict, others: list[dict] | None = None) -> tuple[dict, floa
             if theirs > mine and (best is None or theirs > best[1]):
                 best = (other, theirs)
     return None if best is None else (best[0], best[1] / mine)
+
+
+UNPRINTED_MICRO_BATCHES = (1, 2, 4, 8, 16)  # micro-batch sizes tried where a source prints none
+UNPRINTED_VIRTUAL = (1, 2, 3, 4, 6, 8)      # virtual stages a GPU, tried where a pipelined run prints none
+
+
+def unprinted(run: dict) -> list[dict]:
+    """The plan at each value of the settings the run's source does not print (the micro-batch: the sizes of
+    :data:`UNPRINTED_MICRO_BATCHES` that divide the sequences a data-parallel rank takes a step; the virtual stages
+    of a pipelined run: :data:`UNPRINTED_VIRTUAL` that divide the layers a stage holds), every combination: each as
+    ``{"settings": {...}, "ratio": predicted / published, "fits": bool}``, the assumed values first. Empty where the
+    source prints them all."""
+    L = run["layout"]
+    layout, _ = layout_of(run)
+    choices = {}
+    if L.get("micro_batch") is None:
+        per_rank = L["global_batch"] // (run["hardware"]["gpus"] // (layout["tp"] * layout["pp"] * layout["cp"]))
+        choices["micro_batch"] = [m for m in UNPRINTED_MICRO_BATCHES if per_rank % m == 0]
+    if L.get("vp") is None and layout["pp"] > 1:
+        per_stage = -(-run["model"]["layers"] // layout["pp"])
+        choices["vp"] = [v for v in UNPRINTED_VIRTUAL if per_stage % v == 0]
+    if not choices:
+        return []
+    published, _ = published_tokens_per_second_per_gpu(run)
+    topology, _ = topology_of(run)
+    model = model_of(run)
+    out = []
+    combos = [{}]
+    for key, values in choices.items():
+        combos = [{**c, key: v} for c in combos for v in values]
+    for settings in combos:
+        try:
+            result = plan(model, topology, **{**layout, **settings})
+        except ValueError:  # a combination the planner refuses (more stages than layers)
+            continue
+        out.append({"settings": settings, "ratio": result.tokens_per_second_per_gpu / published,
+                    "fits": result.fits})
+    return out
