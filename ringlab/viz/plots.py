@@ -208,7 +208,7 @@ def topology_figure(topology) -> go.Figure:
                         name="switches, CPUs, NICs")
         for name, (dx, dy) in zip(others, _node_label_shifts(others, pos, segments, unit)):
             fig.add_annotation(x=pos[name][0], y=pos[name][1], xshift=dx, yshift=dy, text=name, showarrow=False,
-                               font=dict(size=TEXT_SIZE))
+                               font=dict(size=TEXT_SIZE), bgcolor=LABEL_BACKGROUND)  # over a link, still readable
     xs, ys = [x for x, _ in pos.values()], [y for _, y in pos.values()]
     fig.update_layout(title=f"{topology.name}: {topology.source}",
                       xaxis=dict(visible=False, range=[min(xs) - TOPOLOGY_PAD, max(xs) + TOPOLOGY_PAD]),
@@ -218,6 +218,7 @@ def topology_figure(topology) -> go.Figure:
 
 
 TOPOLOGY_HEIGHT = 560
+LABEL_BACKGROUND = "rgba(255, 255, 255, 0.85)"  # behind a node's label: where no place is clear, the link fades
 HALO = "1px 1px 2px white, -1px -1px 2px white, 1px -1px 2px white, -1px 1px 2px white"  # text over a thick link
 TOPOLOGY_PAD = 0.4  # room around the outermost nodes for their markers and labels, in layout units
 LABEL_FRACTIONS = (0.5, 0.38, 0.62, 0.28, 0.72, 0.2, 0.8)  # where along a link its "×k" may go, tried in turn
