@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ringlab.lab.exercises import NotDoneYet
-from ringlab.lessons.lab11_plan_a_run import layouts, published, run
+from ringlab.lessons.lab11_plan_a_run import layouts, published, run, unprinted
 from ringlab.viz.plan import (LEGEND_BELOW, MEMORY_KINDS, PlanExplorer, memory_bars, published_bars, step_timeline,
                               time_bars, timeline_segments)
 
@@ -342,3 +342,43 @@ def test_the_explorer_replans_as_its_controls_move(start):
     assert w.plan.layout["tp"] == 32
     with pytest.raises(ValueError, match="does not plan"):
         PlanExplorer(run.model(), run.machine(), global_batch=500, seq=8192)
+
+
+# -- what the source did not print --------------------------------------------------------------------------------
+def test_the_unprinted_micro_batch_is_planned_at_every_value_and_the_words_follow():
+    rows = unprinted.unprinted_rows()
+    assert [r["settings"] for r in rows] == [{"micro_batch": m} for m in (1, 2, 4)]  # 192 / 48 = 4 sequences a rank
+    assert [r["micro_batches"] for r in rows] == [4, 2, 1]
+    assert rows[0]["dp_exposed"] > rows[1]["dp_exposed"] > rows[2]["dp_exposed"]  # one micro-batch hides the most
+    said = unprinted.describe_unprinted(rows)
+    assert f"the plan is {rows[0]['ratio']:.2f} of the published throughput, outside 20%" in said.text
+    inside = [r for r in rows if r["fits"] and 0.8 <= r["ratio"] <= 1.2]
+    assert inside and said.conclusions == ("within 20% at an unprinted setting",)
+    best = min(inside, key=lambda r: abs(r["ratio"] - 1))
+    assert f"at {best['setting']} it is {best['ratio']:.2f}" in said.text
+    assert f"{rows[0]['dp_exposed']:.3f} s exposed against {best['dp_exposed']:.3f} s" in said.text
+    assert "not a prediction" in said.text
+    # the other side: no value within 20% (the rows moved out of the band) says the difference is elsewhere
+    away = [dict(r, ratio=r["ratio"] * 3) for r in rows]
+    flipped = unprinted.describe_unprinted(away)
+    assert flipped.conclusions == ("no unprinted setting",) and "somewhere else" in flipped.text
+    assert "within 20% (and fitting" not in flipped.text
+    # a value that does not fit is never offered, even within the band
+    crowded = [dict(r, fits=r is not best) for r in rows]
+    assert f"at {best['setting']} it is" not in unprinted.describe_unprinted(crowded).text
+
+
+def test_a_run_that_prints_every_setting_has_none_to_vary():
+    with pytest.raises(ValueError, match="prints every setting"):
+        unprinted.unprinted_rows("mbridge2511-llama3-8b-b200-8-fp8")
+
+
+def test_the_unprinted_bars_show_the_band_and_each_ratio():
+    rows = unprinted.unprinted_rows()
+    fig = unprinted.unprinted_bars(rows, "by micro-batch")
+    bar = fig.data[0]
+    assert list(bar.x) == [r["setting"] for r in rows] and list(bar.y) == pytest.approx([r["ratio"] for r in rows])
+    assert [t.split()[0] for t in bar.text] == [f"{r['ratio']:.2f}" for r in rows]
+    band = fig.layout.shapes[0]
+    assert (band.y0, band.y1) == (0.8, 1.2)
+    assert "predicted / published" in fig.layout.yaxis.title.text

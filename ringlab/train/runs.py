@@ -202,8 +202,8 @@ def unprinted(run: dict) -> list[dict]:
     """The plan at each value of the settings the run's source does not print (the micro-batch: the sizes of
     :data:`UNPRINTED_MICRO_BATCHES` that divide the sequences a data-parallel rank takes a step; the virtual stages
     of a pipelined run: :data:`UNPRINTED_VIRTUAL` that divide the layers a stage holds), every combination: each as
-    ``{"settings": {...}, "ratio": predicted / published, "fits": bool}``, the assumed values first. Empty where the
-    source prints them all."""
+    ``{"settings": {...}, "ratio": predicted / published, "fits": bool, "plan": Plan}``, the assumed values first.
+    Empty where the source prints them all."""
     L = run["layout"]
     layout, _ = layout_of(run)
     choices = {}
@@ -228,5 +228,5 @@ def unprinted(run: dict) -> list[dict]:
         except ValueError:  # a combination the planner refuses (more stages than layers)
             continue
         out.append({"settings": settings, "ratio": result.tokens_per_second_per_gpu / published,
-                    "fits": result.fits})
+                    "fits": result.fits, "plan": result})
     return out
