@@ -380,5 +380,6 @@ def test_the_unprinted_bars_show_the_band_and_each_ratio():
     assert list(bar.x) == [r["setting"] for r in rows] and list(bar.y) == pytest.approx([r["ratio"] for r in rows])
     assert [t.split()[0] for t in bar.text] == [f"{r['ratio']:.2f}" for r in rows]
     band = fig.layout.shapes[0]
-    assert (band.y0, band.y1) == (0.8, 1.2)
+    assert (band.y0, band.y1) == (0.8, 1.2) and band.layer == "below"  # the bars over it, not tinted by it
+    assert [r["fits_word"] for r in rows] == ["yes" if r["fits"] else "no" for r in rows]
     assert "predicted / published" in fig.layout.yaxis.title.text

@@ -23,6 +23,7 @@ def unprinted_rows(run_id: str = RUN) -> list[dict]:
         plan = found["plan"]
         rows.append({"setting": ", ".join(f"{k}={v}" for k, v in found["settings"].items()),
                      "settings": found["settings"], "ratio": found["ratio"], "fits": found["fits"],
+                     "fits_word": "yes" if found["fits"] else "no",
                      "micro_batches": plan.layout["micro_batches"], "step": plan.step_seconds,
                      "dp_exposed": plan.time.get("dp", 0.0), "dp_hidden": plan.hidden.get("dp", 0.0)})
     if not rows:
@@ -33,7 +34,7 @@ def unprinted_rows(run_id: str = RUN) -> list[dict]:
 UNPRINTED_COLUMNS = {"setting (not printed)": "setting", "micro-batches a step": "micro_batches",
                      "predicted step (s)": ("step", ".2f"), "dp exposed (s)": ("dp_exposed", ".3f"),
                      "dp hidden (s)": ("dp_hidden", ".3f"), "predicted / published": ("ratio", ".2f"),
-                     "fits": "fits"}
+                     "fits in memory": "fits_word"}
 
 
 def describe_unprinted(rows: list[dict], run_id: str = RUN) -> Finding:
@@ -71,7 +72,7 @@ def unprinted_bars(rows: list[dict], title: str) -> go.Figure:
                            text=[f"{r['ratio']:.2f}" + ("" if r["fits"] else " (does not fit)") for r in rows],
                            textposition="outside", marker_color="#4c78a8",
                            marker_pattern_shape=["" if r["fits"] else "/" for r in rows], name="predicted / published"))
-    fig.add_hrect(y0=LOW, y1=HIGH, fillcolor="#54a24b", opacity=0.15, line_width=0)
+    fig.add_hrect(y0=LOW, y1=HIGH, fillcolor="#54a24b", opacity=0.15, line_width=0, layer="below")
     fig.add_hline(y=1.0, line_dash="dot", line_color="#333")
     fig.update_layout(title=title, xaxis_title="the setting the source does not print (the first: as assumed)",
                       yaxis=dict(title="predicted / published (band: within 20%)", rangemode="tozero"), height=400,
