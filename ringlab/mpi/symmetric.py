@@ -237,13 +237,14 @@ def run(state, window_: Window, sig: Signature, x, out, in_place: bool, what: st
     result = x if in_place else (out if out is not None else np.empty(sig.shape, sig.dtype))
     flat = result if result.ndim == 1 else result.reshape(-1)
     source = x if x.ndim == 1 else x.reshape(-1)  # x's copy, if it is not contiguous, is made once
-    rounds, tick = sig.rounds if sig.room == w.capacity else sig.cut(w.capacity), state.calls * ROUNDS
+    rounds, calls = sig.rounds if sig.room == w.capacity else sig.cut(w.capacity), state.calls
+    tick = calls * ROUNDS
     if len(rounds) == 1:
-        if not _round(state, w, sig, tick, source, flat, rounds[0][2], what, limit):
+        if not _round(state, w, sig, tick, calls & 1, source, flat, rounds[0][2], what, limit):
             return None
-    else:
+    else:  # regions alternate, call after call, round after round
         for i, (a, b, bounds) in enumerate(rounds):
-            if not _round(state, w, sig, tick + i, source[a:b], flat[a:b], bounds, what, limit):
+            if not _round(state, w, sig, tick + i, (calls + i) & 1, source[a:b], flat[a:b], bounds, what, limit):
                 return None
     if sig.avg:
         from .reduction import Reduction
@@ -251,10 +252,9 @@ def run(state, window_: Window, sig: Signature, x, out, in_place: bool, what: st
     return result
 
 
-def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, what: str, limit) -> bool:
-    """One round: ``source`` (this rank's piece) in, the piece's reduction out in ``flat``. False when a peer is
-    on the message path."""
-    p = (tick // ROUNDS + tick) & 1  # regions alternate, call after call, round after round
+def _round(state, w: Window, sig: Signature, tick: int, p: int, source, flat, bounds, what: str, limit) -> bool:
+    """One round, numbered ``tick``, in region ``p``: ``source`` (this rank's piece) in, the piece's reduction out in
+    ``flat``. False when a peer is on the message path."""
     flags, others = w.flags, w.others
     last = w.last[p]
     if last:
@@ -289,7 +289,9 @@ def _round(state, w: Window, sig: Signature, tick: int, source, flat, bounds, wh
                 _disagree(state, w, p, sig, what, limit)
         ufunc = sig.ufunc
         if bounds is None:  # one-shot: every region, added up in rank order (the same bits on every rank)
-            if len(regions) == 1:
+            if len(regions) == 2:
+                ufunc(regions[0], regions[1], flat)
+            elif len(regions) == 1:
                 flat[...] = regions[0]
             else:
                 ufunc(regions[0], regions[1], flat)
