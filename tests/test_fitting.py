@@ -64,11 +64,15 @@ def test_alpha_and_bandwidth_are_fitted_from_ping_pong_rows():
         fit_pingpong([{"bytes": 8, "one_way_s": 2e-6}, {"bytes": 1 << 20, "one_way_s": 1e-6}])
 
 
+@pytest.mark.quiet  # its numbers are timings, which the fit needs ordered by size: run alone, after the rest
 def test_fit_from_a_real_benchmark_run(tmp_path):
     """Measured here on 2 MPI ranks: the fit is reported with its residuals (no accuracy is
     asserted: small runs on a shared machine are noisy), and predicts the other algorithms. Each size is
     the median of 15 calls: with 3, one size's median was now and then 10-25 ms, 20 to 100 times the same size
-    in the next run (seen from both sides of a change to the executor), and the fit had no bandwidth left."""
+    in the next run (seen from both sides of a change to the executor), and the fit had no bandwidth left. Among
+    the other tests' workers it still happened (CI at a701175: the 64 KiB median so far above the rest that the fit
+    put 243 us in alpha and nothing in bandwidth; two plain busy loops beside it did not do it), so it runs with the
+    quiet tests, alone, as every test whose numbers are timings does."""
     out = tmp_path / "rows.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "allreduce_vs_mpi.py"), "-n", "2", "-a", "ring",
                            "-b", "64K", "-e", "4M", "--iters", "15", "--json", str(out)],
