@@ -176,6 +176,7 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", metavar="OUT", help="write rows (bytes, measured_busbw, expected_busbw, ratio), "
                                                         "verdict, causes and notes (one object, or a list for "
                                                         "several logs)")
+    from .train.planner import ATTENTION, CROSS_ENTROPY_TRAFFIC, SCHEDULES
     plan = commands.add_parser(
         "plan", help="plan a training run: memory per GPU, step time by kind, every collective (predicted)",
         description="Predicted, not measured: a transformer's training step on a machine of GPUs laid out as "
@@ -209,6 +210,14 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--seq", type=int, required=True, help="tokens a sequence")
     plan.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8"], help="matmul precision")
     plan.add_argument("--recompute", choices=["none", "selective", "full"], help="activation recomputation")
+    plan.add_argument("--schedule", choices=list(SCHEDULES), help="the pipeline's schedule (default 1f1b; "
+                      "interleaved when --vp is over 1)")
+    plan.add_argument("--attention", choices=list(ATTENTION), help="flash (the default: FlashAttention) or unfused "
+                      "(the scores through memory, as before 2022)")
+    plan.add_argument("--cross-entropy", choices=list(CROSS_ENTROPY_TRAFFIC),
+                      help="the loss's implementation: " + ", ".join(f"{k} ({v} bytes a logit)" for k, v in
+                                                                   CROSS_ENTROPY_TRAFFIC.items())
+                      + " (default unfused, Megatron-LM's)")
     plan.add_argument("--search", action="store_true", help="rank every layout (the options given are held fixed)")
     plan.add_argument("--top", type=int, default=10, help="plans --search prints (default 10)")
     plan.add_argument("--json", metavar="OUT", help="write the plan (or the ranked plans) as JSON")
@@ -220,6 +229,10 @@ def parser() -> argparse.ArgumentParser:
 def _models() -> list[str]:
     from .train.transformer import PRESETS
     return list(PRESETS)
+
+
+def _given(layout: dict) -> str:
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in layout.items())
 
 
 def _plan(args) -> int:
@@ -253,6 +266,8 @@ def _plan(args) -> int:
     if args.recompute:
         layout["recompute"] = None if args.recompute == "none" else args.recompute
     common = {"global_batch": args.global_batch, "seq": args.seq, "precision": args.precision}
+    common.update({k: getattr(args, k) for k in ("schedule", "attention", "cross_entropy")
+                   if getattr(args, k) is not None})
     if args.search:
         found = search(model, topology, **common, **layout)
         print(found.table(args.top))
@@ -264,6 +279,9 @@ def _plan(args) -> int:
         return 0 if found.best else 1
     result = plan(model, topology, **common, **layout)
     print(result.table())
+    if not result.fits:
+        print(f"\nIt does not fit. To rank the layouts that do: the same command with --search "
+              f"(what you gave, {_given(layout) or 'no layout'}, is held fixed there).")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result.to_dict(), f, indent=1)

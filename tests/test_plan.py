@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -267,6 +268,31 @@ def test_ringlab_plan_search_and_errors():
     bad = run_cli("llama3-70b", "--gpus", "256", "--tp", "3", "--global-batch", "256", "--seq", "8192")
     assert bad.returncode == 2 and "does not divide the 256 GPUs" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_ringlab_plan_takes_the_software_s_choices_and_says_what_to_do_when_a_plan_does_not_fit():
+    base = ("llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4", "--zero", "1", "--global-batch", "128",
+            "--seq", "8192")
+    unfused, te = run_cli(*base), run_cli(*base, "--cross-entropy", "te")
+    assert unfused.returncode == 0 and te.returncode == 0, unfused.stderr + te.stderr
+
+    def step(out):
+        return float(re.search(r"step: ([0-9.]+) s", out).group(1))
+    assert step(te.stdout) < step(unfused.stdout)      # 10 bytes a logit through memory, not 52
+    assert "It does not fit" not in unfused.stdout
+    zb = run_cli(*base, "--schedule", "zero-bubble")
+    assert zb.returncode == 0 and "bubble" in zb.stdout
+    # a plan that does not fit points at --search, and says what it would hold fixed
+    big = run_cli("llama3-70b", "--gpus", "64", "--tp", "8", "--global-batch", "128", "--seq", "8192")
+    assert big.returncode == 0 and "DOES NOT FIT" in big.stdout
+    assert "It does not fit" in big.stdout and "--search" in big.stdout and "--tp 8" in big.stdout
+    # a search passes the software's choices to every plan it ranks
+    found = search("llama3-70b", H100x32, global_batch=256, seq=8192, tp=8, cross_entropy="te",
+                   schedule="zero-bubble")
+    assert found.best and all(p.layout["schedule"] == "zero-bubble" for p in found.best)
+    assert all(p.layout["cross_entropy"] == "te" and "loss=te" in p.layout_str() for p in found.best)
+    wrong = run_cli(*base, "--cross-entropy", "fast")
+    assert wrong.returncode == 2 and "invalid choice: 'fast'" in wrong.stderr
 
 
 # -- published runs -----------------------------------------------------------------------------------------------

@@ -291,7 +291,8 @@ class Plan:
         parts = [f"{k}={L[k]}" for k in ("tp", "pp", "cp", "ep", "vp", "dp") if L[k] > 1 or k == "dp"]
         return " ".join(parts) + f" zero={L['zero']} mb={L['micro_batch']}" + (
             f" recompute={L['recompute']}" if L["recompute"] else "") + (
-            f" schedule={L['schedule']}" if L.get("schedule", "1f1b") not in ("1f1b", "interleaved") else "")
+            f" schedule={L['schedule']}" if L.get("schedule", "1f1b") not in ("1f1b", "interleaved") else "") + (
+            f" loss={L['cross_entropy']}" if L.get("cross_entropy", "unfused") != "unfused" else "")
 
     def to_dict(self) -> dict:
         return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
@@ -618,7 +619,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                  "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
                  "attention": attention, "schedule": schedule, "grad_reduce_in_fp32": grad_reduce_in_fp32,
                  "precision_aware_optimizer": precision_aware_optimizer, "offload_layers": offload_layers,
-                 "ends_in_pipeline_split": ends_in_pipeline_split, "micro_batches": micro},
+                 "ends_in_pipeline_split": ends_in_pipeline_split, "cross_entropy": cross_entropy,
+                 "micro_batches": micro},
                 memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes)
 
 
@@ -670,20 +672,26 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
+SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy")  # plan()'s keywords a search passes on unchanged
+
+
 def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf16", top: int | None = None,
            **fixed) -> Search:
     """The layouts of ``model`` on ``topology`` for ``global_batch`` sequences of ``seq`` tokens, ranked by
     predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (and interleaved 2 a
     stage), context parallelism from 32k tokens, expert parallelism for a mixture of experts, ZeRO 0, 1 and 3,
     micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held
-    fixed. ``top``: keep that many plans (all by default)."""
+    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``) go to every plan as given.
+    ``top``: keep that many plans (all by default)."""
     model = _model(model)
     m = _machine(topology)
     gpus = m.nodes * m.gpus_per_node
+    software = {k: fixed.pop(k) for k in SEARCH_SOFTWARE if k in fixed}
     known = {"tp", "pp", "cp", "ep", "vp", "zero", "micro_batch", "recompute"}
     unknown = set(fixed) - known
     if unknown:
-        raise ValueError(f"unknown layout keyword(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        raise ValueError(f"unknown layout keyword(s) {', '.join(sorted(unknown))}; known: "
+                         f"{', '.join(sorted(known | set(SEARCH_SOFTWARE)))}")
     choices = {
         "tp": [t for t in _powers(2 * m.gpus_per_node) if model.heads % t == 0],
         "pp": [p for p in _powers(64) if p <= model.layers],
@@ -716,7 +724,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
                                     considered += 1
                                     try:
                                         p = plan(model, topology, global_batch=global_batch, seq=seq,
-                                                 precision=precision, **layout)
+                                                 precision=precision, **layout, **software)
                                     except ValueError as err:
                                         rejected.append((layout, str(err)))
                                         continue
