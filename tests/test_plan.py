@@ -244,6 +244,25 @@ def test_search_ranks_fitting_layouts_by_step_time_and_says_why_the_rest_lose():
         search("llama3-70b", H100x32, global_batch=256, seq=8192, dpp=2)
 
 
+def test_flashattention_2_s_own_rates_are_a_kernel_a_run_can_name():
+    h100 = rl.topology.cluster("h100", nodes=1)
+    kw = dict(zero=1, global_batch=8, seq=8192)
+    best, fa2 = rl.plan("llama3-8b", h100, **kw), rl.plan("llama3-8b", h100, attention="fa2", **kw)
+    # on H100 cuDNN's published rates are well above FlashAttention-2's (591 and 474 TFLOP/s forward and backward
+    # at 4k against 294 forward+backward): the same step, slower attention, nothing else changed
+    assert fa2.time["compute"] > best.time["compute"] * 1.05
+    assert fa2.memory == best.memory
+    assert any("FlashAttention-2's own" in n for n in fa2.notes) and "attn=fa2" in fa2.layout_str()
+    # on A100 FlashAttention-2 is the fastest published kernel: the same plan
+    a100 = rl.topology.cluster("a100", nodes=1)
+    assert rl.plan("llama3-8b", a100, attention="fa2", **kw).step_seconds == pytest.approx(
+        rl.plan("llama3-8b", a100, **kw).step_seconds)
+    with pytest.raises(ValueError, match="no published FlashAttention-2 rate for GPU 'b200'"):
+        rl.plan("llama3-8b", rl.topology.cluster("b200", nodes=1), attention="fa2", **kw)
+    with pytest.raises(ValueError, match="attention must be 'flash', 'fa2' or 'unfused'"):
+        rl.plan("llama3-8b", h100, attention="fa3", **kw)
+
+
 # -- the command line ---------------------------------------------------------------------------------------------
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "ringlab", "plan", *args], cwd=ROOT, capture_output=True, text=True,

@@ -69,7 +69,7 @@ from .transformer import ACT_BYTES, Transformer
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = (None, "selective", "full")
-ATTENTION = ("flash", "unfused")
+ATTENTION = ("flash", "fa2", "unfused")
 # The loss over the logits, bound by memory: bytes it moves a logit (a token's logits are the vocabulary, split over
 # tp), read from Megatron-LM's code at 937571cf (Megatron-Core r0.8), for bf16 logits.
 CROSS_ENTROPY_TRAFFIC = {
@@ -130,6 +130,12 @@ ATTENTION_RATES = {
     "gb200": ("cudnn922-gb200-fwd-causal-s{}", "cudnn922-gb200-bwd-causal-s{}"),
     "a100": ("fa2-a100-fwdbwd-causal-hd128-s{}",),
 }
+# FlashAttention-2's own published rates (Tri Dao's README charts, forward+backward, causal, head dim 128), for a run
+# whose software ran FlashAttention-2 or an older kernel (attention="fa2": an upper bound for the older ones)
+FA2_RATES = {
+    "a100": "fa2-a100-fwdbwd-causal-hd128-s{}",
+    "h100": "fa2-h100-fwdbwd-causal-hd128-s{}",
+}
 
 
 @lru_cache(maxsize=1)
@@ -163,9 +169,18 @@ def _by_seq(pattern: str, seq: int) -> float | None:
     return points[-1][1]
 
 
-def attention_seconds_per_flop(gpu: str, seq: int, fallback: float) -> tuple[float, float, str]:
+def attention_seconds_per_flop(gpu: str, seq: int, fallback: float,
+                               kernel: str = "flash") -> tuple[float, float, str]:
     """Seconds a forward FLOP and a backward FLOP of causal FlashAttention take on ``gpu`` at ``seq`` tokens (FLOPs
-    counted FlashAttention's way), from published kernel rates; ``fallback`` (FLOP/s) where none is published."""
+    counted FlashAttention's way), from published kernel rates; ``fallback`` (FLOP/s) where none is published.
+    ``kernel``: "flash" (the fastest published on that GPU: cuDNN's on Hopper and Blackwell) or "fa2"
+    (FlashAttention-2's own rates; an error on a GPU they were not published for)."""
+    if kernel == "fa2":
+        if gpu not in FA2_RATES:
+            raise ValueError(f"no published FlashAttention-2 rate for GPU {gpu!r}; published for: "
+                             f"{', '.join(FA2_RATES)} (attention='flash' takes the fastest published kernel)")
+        both = _by_seq(FA2_RATES[gpu], seq)
+        return 1 / both, 1 / both, "published (FlashAttention-2's own, forward and backward together)"
     ids = ATTENTION_RATES.get(gpu)
     if ids and len(ids) == 2:
         fwd, bwd = _by_seq(ids[0], seq), _by_seq(ids[1], seq)
@@ -292,7 +307,8 @@ class Plan:
         return " ".join(parts) + f" zero={L['zero']} mb={L['micro_batch']}" + (
             f" recompute={L['recompute']}" if L["recompute"] else "") + (
             f" schedule={L['schedule']}" if L.get("schedule", "1f1b") not in ("1f1b", "interleaved") else "") + (
-            f" loss={L['cross_entropy']}" if L.get("cross_entropy", "unfused") != "unfused" else "")
+            f" loss={L['cross_entropy']}" if L.get("cross_entropy", "unfused") != "unfused" else "") + (
+            f" attn={L['attention']}" if L.get("attention", "flash") != "flash" else "")
 
     def to_dict(self) -> dict:
         return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
@@ -407,7 +423,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     ``seq`` tokens, ``precision`` bf16, fp16 or fp8 (matmuls at that peak), ``recompute`` None, "selective"
     (the attention scores recomputed in the backward instead of stored; FlashAttention always does, so with it
     this changes nothing) or "full" (each layer's forward run again). ``attention``: "flash" (FlashAttention: the
-    score matrix never reaches memory, the masked half of a causal mask skipped) or "unfused" (as before 2022:
+    score matrix never reaches memory, the masked half of a causal mask skipped; at the fastest kernel published
+    for the GPU), "fa2" (the same at FlashAttention-2's own published rates: for software that ran it, or an older
+    kernel, for which they are an upper bound) or "unfused" (as before 2022:
     the scores written, softmaxed and dropped out in memory, every one computed). ``schedule``: the pipeline's,
     "1f1b" (interleaved when ``vp`` > 1), "interleaved" (the same, said outright: needs ``vp`` > 1), "gpipe" or
     "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`. Megatron-Core's memory settings, by its names:
@@ -432,7 +450,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     if attention not in ATTENTION:
-        raise ValueError(f"attention must be 'flash' or 'unfused', got {attention!r}")
+        raise ValueError(f"attention must be 'flash', 'fa2' or 'unfused', got {attention!r}")
     if cross_entropy not in CROSS_ENTROPY_TRAFFIC:
         raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
                          f"got {cross_entropy!r}")
@@ -497,7 +515,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     optimizer = (OPTIMIZER_BYTES + main_grad) * (dense / (shard if zero >= 1 else 1)
                                                  + experts / (expert_shard if zero >= 1 else 1))
     tokens_mb = micro_batch * seq // cp                   # tokens of one micro-batch on one GPU (before tp)
-    flash, selective = attention == "flash", recompute == "selective"
+    flash, selective = attention in ("flash", "fa2"), recompute == "selective"
     scores = model.heads * seq           # score elements a query has in one layer, all heads, over every key
     fp8 = precision == "fp8"
     stored = model.activation_bytes_per_token(fp8=fp8) + (0 if flash or selective else SCORE_STORED * scores)
@@ -523,7 +541,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     matmul_rate = gpu.matmul[precision]
     attn_fwd = model.attention_flops_per_token(seq)           # forward, every score computed
     if flash:  # causal: FlashAttention skips the blocks above the diagonal; its backward is 2.5 forwards, in bf16
-        fwd_s, bwd_s, attention_source = attention_seconds_per_flop(m.gpu, seq // cp, gpu.matmul["bf16"])
+        fwd_s, bwd_s, attention_source = attention_seconds_per_flop(m.gpu, seq // cp, gpu.matmul["bf16"],
+                                                                    attention)
         attn_seconds = attn_fwd / 2 * (fwd_s * (2 if recomputed else 1) + FA_BACKWARD * bwd_s)
     else:      # unfused: batched matrix products at the matmul rate, backward 2 forwards
         attention_source = "unfused: at the matmul rate"
