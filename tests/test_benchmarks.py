@@ -169,3 +169,41 @@ def test_optimizer_against_ddp_times_both_on_the_same_ranks_and_prints_the_ratio
     goal = next(line for line in done.stdout.splitlines() if line.startswith("# goal (issue 49)"))
     worst = max(float(r[3]) for r in rows)  # the verdict is the table's worst ratio against 0.8
     assert f"worst here {worst:.2f}x: " + ("met" if worst <= 0.8 else "NOT met") in goal
+
+
+def test_layer_against_plan_times_the_layer_the_planner_prices_and_says_cpu_times_are_not_a_gpus(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import layer_vs_plan as lvp
+    finally:
+        sys.path.pop(0)
+    from ringlab.train import Transformer
+
+    # the layer timed is the layer priced: its weights are the shape's, over its tensor-parallel GPUs
+    for shape in lvp.SHAPES.values():
+        model = Transformer(1, shape.hidden, shape.heads, shape.ffn, 1, kv_heads=shape.kv_heads, gated=shape.gated)
+        norms = (2 if shape.gated else 4) * shape.hidden
+        assert (lvp.layer_params(shape) - norms) * shape.tp == model.attention_params() + model.mlp_params()
+    small, big = lvp.SHAPES["megatroncore-1.7b"], lvp.SHAPES["mpt-7b"]
+    assert 0 < lvp.planned_seconds(small, "h100")[0] < lvp.planned_seconds(big, "h100")[0]
+    assert lvp.planned_seconds(small, "h100", "fa2")[0] > lvp.planned_seconds(small, "h100", "cudnn")[0]
+
+    out = tmp_path / "layer.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "tiny",
+                           "--iters", "1", "--device", "cpu", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "these are the CPU's times" in done.stdout and "say nothing about the planner" in done.stdout
+    saved = json.loads(out.read_text())
+    assert saved["provenance"]["ringlab_commit"] and saved["provenance"]["gpu"].startswith("none")
+    (row,) = saved["rows"]
+    assert row["shape"] == "tiny" and row["eager_s"] > 0 and row["graph_s"] is None and row["planned_s"] > 0
+    assert row["measured_over_planned"] == pytest.approx(row["eager_s"] / row["planned_s"])
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown shape(s) nope" in bad.stderr and "Traceback" not in bad.stderr
+    import torch
+    if not torch.cuda.is_available():
+        no_gpu = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "tiny",
+                                 "--device", "cuda"], capture_output=True, text=True, timeout=120)
+        assert no_gpu.returncode != 0 and "torch sees no GPU" in no_gpu.stderr
