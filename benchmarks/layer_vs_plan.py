@@ -297,8 +297,18 @@ def main(argv=None) -> int:
     print(header)
     rows = []
     for shape in shapes:
-        measured = time_layer(shape, device, args.iters, kernel=args.attention)
         planned, attention = planned_seconds(shape, gpu, args.attention)
+        try:
+            measured = time_layer(shape, device, args.iters, kernel=args.attention)
+        except RuntimeError as err:  # a kernel this GPU or this torch does not have for the shape: said, not hidden
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            print(f"{shape.name:20s} {shape.tp:3d} {shape.tokens:7d} not run: {first}")
+            rows.append({"shape": shape.name, "run": shape.run, "hidden": shape.hidden, "tp": shape.tp,
+                         "tokens": shape.tokens, "planned_s": planned, "planned_attention": attention,
+                         "error": first})
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            continue
         best = measured["graph"] or measured["eager"]
         row = {"shape": shape.name, "run": shape.run, "hidden": shape.hidden, "tp": shape.tp, "tokens": shape.tokens,
                "eager_s": measured["eager"], "graph_s": measured["graph"], "host_s": measured["host"],
@@ -311,8 +321,8 @@ def main(argv=None) -> int:
               f"{measured['host'] * 1e3:8.3f} {planned * 1e3:10.3f} {row['tflops']:8.1f} "
               f"{row['measured_over_planned']:16.2f}")
     if device == "cuda":
-        small = [r for r in rows if r["hidden"] <= 4096]
-        large = [r for r in rows if r["hidden"] > 4096]
+        small = [r for r in rows if r["hidden"] <= 4096 and "error" not in r]
+        large = [r for r in rows if r["hidden"] > 4096 and "error" not in r]
         if small and large:
             s = sum(r["measured_over_planned"] for r in small) / len(small)
             big = sum(r["measured_over_planned"] for r in large) / len(large)
@@ -320,12 +330,12 @@ def main(argv=None) -> int:
                   f"hidden > 4096: {big:.2f}. "
                   + ("The small layers fall further short of the plan." if s > big * 1.05 else
                      "The small layers do not fall further short of the plan than the large ones."))
-        bound = [r["shape"] for r in rows if r["host_bound"]]
+        bound = [r["shape"] for r in rows if r.get("host_bound")]
         print("eager steps slower than their graphs by over 5% (the host's share shows): "
               + (", ".join(bound) if bound else "none"))
     if args.json:
         Path(args.json).write_text(json.dumps({"provenance": info, "planner_gpu": gpu, "rows": rows}, indent=1))
-    return 0
+    return 1 if all("error" in r for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -199,6 +199,16 @@ def test_layer_against_plan_times_the_layer_the_planner_prices_and_says_cpu_time
     (row,) = saved["rows"]
     assert row["shape"] == "tiny" and row["eager_s"] > 0 and row["graph_s"] is None and row["planned_s"] > 0
     assert row["measured_over_planned"] == pytest.approx(row["eager_s"] / row["planned_s"])
+    # a shape whose kernel this GPU or torch lacks is said in its row, and the others still run
+    def no_kernel(shape, *args, **kwargs):
+        raise RuntimeError("No available kernel. Aborting execution.\nmore")
+    real, lvp.time_layer = lvp.time_layer, no_kernel
+    try:
+        assert lvp.main(["--shapes", "tiny", "--device", "cpu", "--json", str(tmp_path / "none.json")]) == 1
+    finally:
+        lvp.time_layer = real
+    (row,) = json.loads((tmp_path / "none.json").read_text())["rows"]
+    assert row["error"] == "No available kernel. Aborting execution." and row["planned_s"] > 0
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown shape(s) nope" in bad.stderr and "Traceback" not in bad.stderr
