@@ -285,6 +285,10 @@ def main(argv=None) -> int:
     if gpu is None:
         raise SystemExit(f"layer_vs_plan: ringlab has no figures for {torch.cuda.get_device_name()!r}; "
                          f"name one the planner knows with --gpu")
+    from ringlab.train.planner import compute_data
+    if gpu not in compute_data():
+        raise SystemExit(f"layer_vs_plan: the planner has no figures for GPU {gpu!r}; known: "
+                         f"{', '.join(compute_data())}")
     info = provenance(argv, device)
     print("# measured: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     if device == "cpu":

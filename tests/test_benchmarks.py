@@ -209,6 +209,10 @@ def test_layer_against_plan_times_the_layer_the_planner_prices_and_says_cpu_time
         lvp.time_layer = real
     (row,) = json.loads((tmp_path / "none.json").read_text())["rows"]
     assert row["error"] == "No available kernel. Aborting execution." and row["planned_s"] > 0
+    unknown = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "tiny",
+                              "--device", "cpu", "--gpu", "foo"], capture_output=True, text=True, timeout=120)
+    assert unknown.returncode != 0 and "no figures for GPU 'foo'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown shape(s) nope" in bad.stderr and "Traceback" not in bad.stderr

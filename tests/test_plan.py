@@ -310,6 +310,13 @@ def test_ringlab_plan_takes_the_software_s_choices_and_says_what_to_do_when_a_pl
                    schedule="zero-bubble")
     assert found.best and all(p.layout["schedule"] == "zero-bubble" for p in found.best)
     assert all(p.layout["cross_entropy"] == "te" and "loss=te" in p.layout_str() for p in found.best)
+    # a software choice a search cannot take is refused once, not found wanting in every layout
+    with pytest.raises(ValueError, match="cross_entropy must be one of"):
+        search("llama3-70b", H100x32, global_batch=256, seq=8192, cross_entropy="fast")
+    with pytest.raises(ValueError, match="no published FlashAttention-2 rate for GPU 'b200'"):
+        search("llama3-70b", rl.topology.cluster("b200", nodes=4), global_batch=256, seq=8192, attention="fa2")
+    with pytest.raises(ValueError, match="unknown pipeline schedule"):
+        search("llama3-70b", H100x32, global_batch=256, seq=8192, schedule="fast")
     wrong = run_cli(*base, "--cross-entropy", "fast")
     assert wrong.returncode == 2 and "invalid choice: 'fast'" in wrong.stderr
 

@@ -128,7 +128,6 @@ ATTENTION_RATES = {
     "h100": ("cudnn919-h200-fwd-causal-s{}", "cudnn919-h200-bwd-causal-s{}"),
     "h200": ("cudnn919-h200-fwd-causal-s{}", "cudnn919-h200-bwd-causal-s{}"),
     "gb200": ("cudnn922-gb200-fwd-causal-s{}", "cudnn922-gb200-bwd-causal-s{}"),
-    "a100": ("fa2-a100-fwdbwd-causal-hd128-s{}",),
 }
 # FlashAttention-2's own published rates (Tri Dao's README charts, forward+backward, causal, head dim 128), for a run
 # whose software ran FlashAttention-2 or an older kernel (attention="fa2": an upper bound for the older ones)
@@ -136,6 +135,7 @@ FA2_RATES = {
     "a100": "fa2-a100-fwdbwd-causal-hd128-s{}",
     "h100": "fa2-h100-fwdbwd-causal-hd128-s{}",
 }
+ATTENTION_RATES["a100"] = (FA2_RATES["a100"],)  # on A100 FlashAttention-2 is the fastest published
 
 
 @lru_cache(maxsize=1)
@@ -706,6 +706,16 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     m = _machine(topology)
     gpus = m.nodes * m.gpus_per_node
     software = {k: fixed.pop(k) for k in SEARCH_SOFTWARE if k in fixed}
+    if software.get("attention", "flash") not in ATTENTION:
+        raise ValueError(f"attention must be 'flash', 'fa2' or 'unfused', got {software['attention']!r}")
+    if software.get("attention") == "fa2" and m.gpu not in FA2_RATES:
+        raise ValueError(f"no published FlashAttention-2 rate for GPU {m.gpu!r}; published for: "
+                         f"{', '.join(FA2_RATES)} (attention='flash' takes the fastest published kernel)")
+    if software.get("schedule", "1f1b") not in SCHEDULES:
+        raise ValueError(f"unknown pipeline schedule {software['schedule']!r}; known: {', '.join(SCHEDULES)}")
+    if software.get("cross_entropy", "unfused") not in CROSS_ENTROPY_TRAFFIC:
+        raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
+                         f"got {software['cross_entropy']!r}")
     known = {"tp", "pp", "cp", "ep", "vp", "zero", "micro_batch", "recompute"}
     unknown = set(fixed) - known
     if unknown:
