@@ -129,9 +129,9 @@ def layer_params(shape: Shape) -> int:
             + (2 if shape.gated else 4) * h)   # the norms: a weight each (RMSNorm), a weight and a bias (LayerNorm)
 
 
-def planned_seconds(shape: Shape, gpu: str, kernel: str = "fa2") -> tuple[float, str]:
-    """The planner's compute seconds for this layer's forward and backward on one GPU of ``gpu``, and its
-    attention's pricing: a one-layer model of the shape with a one-word vocabulary (no embedding or loss to
+def planned_seconds(shape: Shape, gpu: str, kernel: str = "fa2") -> tuple[float, str, dict]:
+    """The planner's compute seconds for this layer's forward and backward on one GPU of ``gpu``, its
+    attention's pricing, and the seconds split as the planner splits them (matmul, attention, elementwise): a one-layer model of the shape with a one-word vocabulary (no embedding or loss to
     speak of), ``tp`` GPUs, one micro-batch."""
     from ringlab.topology.machines import cluster
     from ringlab.train.planner import FA2_RATES, plan
@@ -142,7 +142,7 @@ def planned_seconds(shape: Shape, gpu: str, kernel: str = "fa2") -> tuple[float,
     attention = "fa2" if kernel == "fa2" and gpu in FA2_RATES else "flash"
     p = plan(model, cluster(gpu, 1, shape.tp), tp=shape.tp, micro_batch=shape.micro_batch,
              global_batch=shape.micro_batch, seq=shape.seq, attention=attention)
-    return p.time["compute"], attention
+    return p.time["compute"], attention, p.compute_parts
 
 
 def flops(shape: Shape) -> float:
@@ -164,6 +164,57 @@ def time_layer(shape: Shape, device: str, iters: int, warmup: int = 3, kernel: s
         with sdpa_kernel(backend):
             return _time_layer(shape, device, iters, warmup)
     return _time_layer(shape, device, iters, warmup)
+
+
+def _time_parts(shape: Shape, device: str, iters: int, warmup: int) -> dict:
+    """The layer's parts alone, forward and backward, as the planner prices them apart: its four
+    matrix products (each weight's forward, input gradient and weight gradient) and its attention kernel."""
+    import torch
+    from torch.nn import functional as F
+
+    dtype = torch.bfloat16
+    head_dim = shape.hidden // shape.heads
+    heads, kv = shape.heads // shape.tp, (shape.kv_heads or shape.heads) // shape.tp
+    ffn, h, n = shape.ffn // shape.tp, shape.hidden, shape.tokens
+    linears = [(h, (heads + 2 * kv) * head_dim), (heads * head_dim, h), (h, (2 if shape.gated else 1) * ffn), (ffn, h)]
+    weights = [(torch.randn(o, i, device=device, dtype=dtype) * 0.02).requires_grad_() for i, o in linears]
+    inputs = [torch.randn(n, i, device=device, dtype=dtype, requires_grad=True) for i, _ in linears]
+    grads = [torch.randn(n, o, device=device, dtype=dtype) for _, o in linears]
+    q = torch.randn(shape.micro_batch, heads, shape.seq, head_dim, device=device, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(shape.micro_batch, kv, shape.seq, head_dim, device=device, dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    attn_grad = torch.randn_like(q)
+
+    def matmuls():
+        for w, x, g in zip(weights, inputs, grads):
+            F.linear(x, w).backward(g)
+
+    def attention():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads).backward(attn_grad)
+
+    return {name: _seconds_each(fn, device, iters, warmup) for name, fn in (("matmul", matmuls),
+                                                                              ("attention", attention))}
+
+
+def _seconds_each(fn, device: str, iters: int, warmup: int) -> float:
+    """Seconds a call of ``fn``: CUDA events around ``iters`` calls on a GPU, the host's clock on the CPU."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    if device != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
 
 
 def _time_layer(shape: Shape, device: str, iters: int, warmup: int) -> dict:
@@ -215,22 +266,42 @@ def _time_layer(shape: Shape, device: str, iters: int, warmup: int) -> dict:
         end.record()
         torch.cuda.synchronize()
         out["graph"] = start.elapsed_time(end) / 1e3 / iters
+        del graph
     else:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step()
-        out["eager"] = (time.perf_counter() - t0) / iters
+        out["eager"] = _seconds_each(step, device, iters, 0)
         out["host"] = out["eager"]
         out["graph"] = None
+    del layer, x, grad
+    out.update(_time_parts(shape, device, iters, warmup))
     return out
+
+
+def square_matmul_rate(n: int = 8192, iters: int = 20) -> float:
+    """FLOP/s of one n x n x n bf16 matrix product on this GPU (random data, after warm-up): the rate the planner's
+    published matmul figure stands for, measured here."""
+    import torch
+
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * n ** 3 / (start.elapsed_time(end) / 1e3 / iters)
 
 
 def provenance(argv, device: str) -> dict:
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=HERE.parent).stdout
-    info = {"torch": torch.__version__, "python": platform.python_version(), "ringlab_commit": commit.strip() or
-            "unknown", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    from ringlab.measure.machine import ringlab_source
+
+    source = ringlab_source()  # the commit (RINGLAB_COMMIT names it for a copy without git) and whether it differs
+    info = {"torch": torch.__version__, "python": platform.python_version(),
+            "ringlab_commit": source["commit"] or "unknown", "ringlab_dirty": source["dirty"], "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python benchmarks/layer_vs_plan.py", *(argv if argv is not None else sys.argv[1:])])}
     if device == "cuda":
         info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda,
@@ -294,6 +365,13 @@ def main(argv=None) -> int:
     if device == "cpu":
         print("# no GPU: these are the CPU's times, shown to prove the script runs; they are not a GPU's and the "
               "ratios below say nothing about the planner")
+    if device == "cuda":
+        from ringlab.train.planner import Compute, compute_data
+        rate = square_matmul_rate()
+        info["square_matmul_tflops"] = rate / 1e12
+        print(f"# an 8192x8192x8192 bf16 matrix product here: {rate / 1e12:.0f} TFLOP/s (measured); published best "
+              f"for {gpu}: {compute_data()[gpu]['matmul_tflops_bf16']:.0f}, and the planner prices a layer's "
+              f"products at {Compute.of(gpu).matmul['bf16'] / 1e12:.0f}")
     print(f"# planned: rl.plan's compute for the same layer on one {gpu} (published figures; predicted, not "
           f"measured); attention run and priced as {args.attention}")
     header = (f"{'shape':20s} {'tp':>3s} {'tokens':>7s} {'eager ms':>9s} {'graph ms':>9s} {'host ms':>8s} "
@@ -301,7 +379,7 @@ def main(argv=None) -> int:
     print(header)
     rows = []
     for shape in shapes:
-        planned, attention = planned_seconds(shape, gpu, args.attention)
+        planned, attention, planned_parts = planned_seconds(shape, gpu, args.attention)
         try:
             measured = time_layer(shape, device, args.iters, kernel=args.attention)
         except RuntimeError as err:  # a kernel this GPU or this torch does not have for the shape: said, not hidden
@@ -318,12 +396,27 @@ def main(argv=None) -> int:
                "eager_s": measured["eager"], "graph_s": measured["graph"], "host_s": measured["host"],
                "planned_s": planned, "planned_attention": attention, "tflops": flops(shape) / best / 1e12,
                "measured_over_planned": best / planned,
-               "host_bound": measured["graph"] is not None and measured["eager"] > 1.05 * measured["graph"]}
+               "host_bound": measured["graph"] is not None and measured["eager"] > 1.05 * measured["graph"],
+               "planned_parts_s": planned_parts}
+        if "matmul" in measured:
+            row["parts_s"] = {"matmul": measured["matmul"], "attention": measured["attention"],
+                              "rest": best - measured["matmul"] - measured["attention"]}
         rows.append(row)
         graph = f"{measured['graph'] * 1e3:9.3f}" if measured["graph"] else f"{'-':>9s}"
         print(f"{shape.name:20s} {shape.tp:3d} {shape.tokens:7d} {measured['eager'] * 1e3:9.3f} {graph} "
               f"{measured['host'] * 1e3:8.3f} {planned * 1e3:10.3f} {row['tflops']:8.1f} "
               f"{row['measured_over_planned']:16.2f}")
+    parted = [r for r in rows if "parts_s" in r]
+    if parted:
+        print("\nthe same step in parts, measured alone (ms) against the planner's split of it; the rest is the "
+              "graphed step less the two parts (norms, activations, residual adds: the planner's elementwise)")
+        print(f"{'shape':20s} {'matmul':>8s} {'planned':>8s} {'ratio':>6s} {'attention':>9s} {'planned':>8s} "
+              f"{'ratio':>6s} {'rest':>8s} {'planned':>8s}")
+        for r in parted:
+            m, p = r["parts_s"], r["planned_parts_s"]
+            print(f"{r['shape']:20s} {m['matmul'] * 1e3:8.3f} {p['matmul'] * 1e3:8.3f} "
+                  f"{m['matmul'] / p['matmul']:6.2f} {m['attention'] * 1e3:9.3f} {p['attention'] * 1e3:8.3f} "
+                  f"{m['attention'] / p['attention']:6.2f} {m['rest'] * 1e3:8.3f} {p['elementwise'] * 1e3:8.3f}")
     if device == "cuda":
         small = [r for r in rows if r["hidden"] <= 4096 and "error" not in r]
         large = [r for r in rows if r["hidden"] > 4096 and "error" not in r]

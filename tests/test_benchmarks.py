@@ -199,6 +199,13 @@ def test_layer_against_plan_times_the_layer_the_planner_prices_and_says_cpu_time
     (row,) = saved["rows"]
     assert row["shape"] == "tiny" and row["eager_s"] > 0 and row["graph_s"] is None and row["planned_s"] > 0
     assert row["measured_over_planned"] == pytest.approx(row["eager_s"] / row["planned_s"])
+    # the parts, measured alone and as the planner splits them: the planned parts add up to its compute time
+    assert set(row["planned_parts_s"]) == {"matmul", "attention", "elementwise"}
+    assert sum(row["planned_parts_s"].values()) == pytest.approx(row["planned_s"])
+    parts = row["parts_s"]
+    assert parts["matmul"] > 0 and parts["attention"] > 0
+    assert parts["rest"] == pytest.approx(row["eager_s"] - parts["matmul"] - parts["attention"])
+    assert "the same step in parts" in done.stdout
     # a shape whose kernel this GPU or torch lacks is said in its row, and the others still run
     def no_kernel(shape, *args, **kwargs):
         raise RuntimeError("No available kernel. Aborting execution.\nmore")

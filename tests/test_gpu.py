@@ -25,6 +25,13 @@ def test_gpu_transport_matches_mpi(transport, nranks):
     print(done.stdout)
 
 
+@pytest.mark.parametrize("nranks", RANKS)
+def test_gpu_alltoallv_on_cupy_arrays_matches_the_numpy_call(nranks):
+    done = run_mpi(nranks, [str(HERE / "check_gpu_alltoallv.py")], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"ok {nranks} ranks" in done.stdout
+
+
 def test_gpu_copies_are_measured_against_their_link_peak(capsys):
     from ringlab.measure.recorded import gpu_bandwidth
 

@@ -98,6 +98,11 @@ def test_full_recomputation_trades_memory_for_a_third_more_compute():
     plain, full = rl.plan("llama3-70b", H100x32, **kw), rl.plan("llama3-70b", H100x32, recompute="full", **kw)
     assert full.memory["activations"] < plain.memory["activations"] / 5
     assert 1.25 < full.time["compute"] / plain.time["compute"] < 1.34  # 8/6 of the matmuls, less elsewhere
+    # the split says where: the matmuls alone are 4/3, attention's forward runs again, the rest re-reads its bytes
+    assert sum(full.compute_parts.values()) == pytest.approx(full.time["compute"])
+    assert full.compute_parts["matmul"] == pytest.approx(plain.compute_parts["matmul"] * 4 / 3)
+    assert full.compute_parts["attention"] > plain.compute_parts["attention"]
+    assert full.compute_parts["elementwise"] > plain.compute_parts["elementwise"]
 
 
 def test_the_bubble_is_pp_minus_one_over_vp_m_of_the_compute():

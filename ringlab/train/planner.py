@@ -255,7 +255,9 @@ class Collective:
 class Plan:
     """A training step's plan (``rl.plan``). ``memory``: bytes per GPU by kind; ``time``: seconds per step by kind
     (compute, then what each parallelism leaves exposed, the pipeline bubble, the optimizer); ``hidden``: seconds
-    of communication hidden behind compute; ``collectives``: every kind of call with its price."""
+    of communication hidden behind compute; ``collectives``: every kind of call with its price; ``compute_parts``:
+    ``time["compute"]`` split into the matrix products, attention and the memory-bound rest (norms, activations,
+    residual adds, the loss), seconds per step each."""
 
     model: Transformer
     topology: str
@@ -270,6 +272,7 @@ class Plan:
     model_flops_per_token: float
     peak: float
     notes: list = field(default_factory=list)
+    compute_parts: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -556,8 +559,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     elementwise += CROSS_ENTROPY_TRAFFIC[cross_entropy] * model.vocab  # the loss, forward and backward, a token
     per_gpu = tokens / gpus
     attention_s = per_gpu * attn_seconds
-    compute = (per_gpu * matmul_flops / matmul_rate + attention_s
-               + per_gpu * elementwise / (gpu.hbm * ELEMENTWISE_SHARE)) * imbalance
+    compute_parts = {"matmul": per_gpu * matmul_flops / matmul_rate * imbalance, "attention": attention_s * imbalance,
+                     "elementwise": per_gpu * elementwise / (gpu.hbm * ELEMENTWISE_SHARE) * imbalance}
+    compute = sum(compute_parts.values())
     if imbalance > 1:
         notes.append(f"{model.layers} layers do not divide into {pp} stages: the busiest holds {L_stage}, "
                      f"{imbalance - 1:.1%} more than an even share, and sets the pace")
@@ -640,7 +644,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                  "precision_aware_optimizer": precision_aware_optimizer, "offload_layers": offload_layers,
                  "ends_in_pipeline_split": ends_in_pipeline_split, "cross_entropy": cross_entropy,
                  "micro_batches": micro},
-                memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes)
+                memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes,
+                compute_parts)
 
 
 @dataclass
