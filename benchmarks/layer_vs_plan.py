@@ -187,13 +187,31 @@ def _time_parts(shape: Shape, device: str, iters: int, warmup: int) -> dict:
 
     def matmuls():
         for w, x, g in zip(weights, inputs, grads):
-            F.linear(x, w).backward(g)
+            torch.autograd.grad(F.linear(x, w), (x, w), g)
 
     def attention():
-        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads).backward(attn_grad)
+        torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads),
+                            (q, k, v), attn_grad)
 
-    return {name: _seconds_each(fn, device, iters, warmup) for name, fn in (("matmul", matmuls),
-                                                                              ("attention", attention))}
+    timed = _graphed_seconds if device == "cuda" else _seconds_each
+    return {name: timed(fn, device, iters, warmup) for name, fn in (("matmul", matmuls), ("attention", attention))}
+
+
+def _graphed_seconds(fn, device: str, iters: int, warmup: int) -> float:
+    """Seconds a call of ``fn`` on the GPU with the host taken out: captured once as a CUDA graph, replayed ``iters``
+    times between CUDA events (a part alone is small enough that eager launches could leave the GPU waiting)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _seconds_each(graph.replay, device, iters, warmup)
 
 
 def _seconds_each(fn, device: str, iters: int, warmup: int) -> float:
@@ -266,12 +284,10 @@ def _time_layer(shape: Shape, device: str, iters: int, warmup: int) -> dict:
         end.record()
         torch.cuda.synchronize()
         out["graph"] = start.elapsed_time(end) / 1e3 / iters
-        del graph
     else:
         out["eager"] = _seconds_each(step, device, iters, 0)
         out["host"] = out["eager"]
         out["graph"] = None
-    del layer, x, grad
     out.update(_time_parts(shape, device, iters, warmup))
     return out
 
@@ -408,8 +424,9 @@ def main(argv=None) -> int:
               f"{row['measured_over_planned']:16.2f}")
     parted = [r for r in rows if "parts_s" in r]
     if parted:
-        print("\nthe same step in parts, measured alone (ms) against the planner's split of it; the rest is the "
-              "graphed step less the two parts (norms, activations, residual adds: the planner's elementwise)")
+        print("\nthe same step in parts, measured alone (ms; on a GPU each replayed as a CUDA graph) against the "
+              "planner's split of it; the rest is the graphed step less the two parts (norms, activations, residual "
+              "adds: the planner's elementwise)")
         print(f"{'shape':20s} {'matmul':>8s} {'planned':>8s} {'ratio':>6s} {'attention':>9s} {'planned':>8s} "
               f"{'ratio':>6s} {'rest':>8s} {'planned':>8s}")
         for r in parted:

@@ -228,3 +228,22 @@ def test_layer_against_plan_times_the_layer_the_planner_prices_and_says_cpu_time
         no_gpu = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layer_vs_plan.py"), "--shapes", "tiny",
                                  "--device", "cuda"], capture_output=True, text=True, timeout=120)
         assert no_gpu.returncode != 0 and "torch sees no GPU" in no_gpu.stderr
+
+
+def test_attention_against_published_counts_as_the_benchmark_and_refuses_without_a_gpu():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import attention_vs_published as avp
+    finally:
+        sys.path.pop(0)
+    # the published benchmark's count: 64 heads x the causal triangle (s(s+1)/2) x 2 products x 2 x head dim 128
+    assert avp.flops_forward(64, 2048) == 64 * 2048 * 2049 / 2 * 2 * 2 * 128
+    assert avp.published(4096) == (591, 474) and avp.published(1000) == (None, None)
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention_vs_published.py"), "--heads", "8,x"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--heads takes whole numbers" in bad.stderr and "Traceback" not in bad.stderr
+    import torch
+    if not torch.cuda.is_available():
+        none = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention_vs_published.py")],
+                              capture_output=True, text=True, timeout=120)
+        assert none.returncode != 0 and "needs a GPU" in none.stderr and "Traceback" not in none.stderr
