@@ -19,6 +19,11 @@ Its tensor-parallel collectives are not timed: only the compute the planner call
 (the default) runs PyTorch's FlashAttention-2 kernel and has the planner price it at FlashAttention-2's published
 rates; ``--attention cudnn`` runs cuDNN's fused attention, priced at cuDNN's published rates (the planner's default).
 
+Its parts are timed alone too, as the planner prices them apart (the matrix products; attention; the rest), each
+replayed as a CUDA graph. On an H200 (2026-11-30, ``results/attention_and_layer_issue52.txt``) the whole layer took
+1.00-1.02 of the plan at the three over-predicted runs' shapes and 1.07-1.12 at the others', with cuDNN's attention:
+those runs' shortfall is not in one layer's GPU work.
+
 Everything printed is measured here, in this run, except the column the planner predicts (from published
 figures). On a machine without a GPU it runs on the CPU to show that it works, and says the numbers are the CPU's:
 they are not a GPU's and say nothing about the planner. ``--json`` writes the rows with their provenance (GPU,

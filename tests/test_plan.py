@@ -413,6 +413,38 @@ def test_attention_rates_come_from_the_published_sweep_by_sequence_length():
     assert fallback[0] == fallback[1] == pytest.approx(1 / 5e14) and "no published" in fallback[2]
 
 
+def test_attention_with_fewer_heads_a_call_runs_at_the_share_measured_with_the_published_cudnn():
+    data = planner.attention_heads_data()
+    assert "H200" in data["measured_on"] and "9.19" in data["measured_on"] and data["command"] and data["date"]
+    rates = planner.kernel_rates()
+    for r in data["rows"]:
+        if r["heads"] == data["reference_heads"]:  # the share is of this row, which meets the published rate
+            assert r["fwd_share"] == r["bwd_share"] == 1.0
+            for d in ("fwd", "bwd"):
+                assert r[f"{d}_tflops"] == pytest.approx(rates[f"cudnn919-h200-{d}-causal-s{r['seq']}"]["value"],
+                                                         rel=0.12)
+    # at the published 64 heads the published rate stands; fewer heads a call run slower, by the measured share
+    plain = planner.attention_seconds_per_flop("h100", 4096, 1e15)
+    assert planner.attention_seconds_per_flop("h100", 4096, 1e15, heads_per_call=64)[:2] == pytest.approx(plain[:2])
+    eight = planner.attention_seconds_per_flop("h100", 4096, 1e15, heads_per_call=8)
+    row = next(r for r in data["rows"] if r["seq"] == 4096 and r["heads"] == 8)
+    assert eight[0] == pytest.approx(plain[0] / row["fwd_share"]) and eight[1] == pytest.approx(plain[1] / row["bwd_share"])
+    assert "8 heads a call" in eight[2] and "measured on an H200" in eight[2]
+    f, b = planner.attention_heads_share(2896, 16)  # between 2048 and 4096 and between measured head counts
+    low, high = planner.attention_heads_share(2048, 16), planner.attention_heads_share(4096, 16)
+    assert low[0] < f < high[0] and low[1] < b < high[1]
+    # measured for cuDNN 9.19's kernel only: other GPUs' and FlashAttention-2's published rates stand
+    for gpu, kernel in (("gb200", "flash"), ("h100", "fa2"), ("a100", "flash")):
+        assert planner.attention_seconds_per_flop(gpu, 4096, 1e15, kernel, heads_per_call=8) == \
+            planner.attention_seconds_per_flop(gpu, 4096, 1e15, kernel)
+    # a plan passes micro-batch x heads / tp: tensor parallelism splits the heads, so attention slows per FLOP
+    one = rl.topology.cluster("h100", nodes=1)
+    kw = dict(global_batch=8, seq=4096, zero=1)
+    tp1, tp8 = rl.plan("llama3-8b", one, **kw), rl.plan("llama3-8b", one, tp=8, **kw)
+    per_flop = [p.compute_parts["attention"] * p.gpus for p in (tp1, tp8)]
+    assert per_flop[1] > per_flop[0] * 1.2   # 32 heads a call against 4
+
+
 def test_longer_sequences_run_attention_faster_per_flop_but_cost_more_per_token():
     one = rl.topology.cluster("h100", nodes=1)
     short = rl.plan("llama3-8b", one, zero=1, global_batch=16, seq=4096)

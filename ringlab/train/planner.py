@@ -136,6 +136,7 @@ FA2_RATES = {
     "h100": "fa2-h100-fwdbwd-causal-hd128-s{}",
 }
 ATTENTION_RATES["a100"] = (FA2_RATES["a100"],)  # on A100 FlashAttention-2 is the fastest published
+HEADS_MEASURED_FOR = "cudnn919-h200-"  # the published rates whose kernel was also measured at other head counts
 
 
 @lru_cache(maxsize=1)
@@ -169,12 +170,46 @@ def _by_seq(pattern: str, seq: int) -> float | None:
     return points[-1][1]
 
 
-def attention_seconds_per_flop(gpu: str, seq: int, fallback: float,
-                               kernel: str = "flash") -> tuple[float, float, str]:
+@lru_cache(maxsize=1)
+def attention_heads_data() -> dict:
+    """cuDNN attention's rate at other head counts a call than its published benchmark's, as a share of the rate
+    at that benchmark's 64 heads: measured on an H200 with the published rates' cuDNN (``ringlab/data/
+    attention_heads.json``, with its provenance)."""
+    with resources.files("ringlab").joinpath("data/attention_heads.json").open() as f:
+        return json.load(f)
+
+
+def _log_interp(points: list, x: float) -> float:
+    """Linear in log(x) between sorted (x, y) points, held at the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
+    return points[-1][1]
+
+
+def attention_heads_share(seq: int, heads_per_call: float) -> tuple[float, float]:
+    """The forward's and the backward's rate at ``heads_per_call`` (micro-batch x query heads on one GPU: the rate
+    depends on their product) over the rate at the published benchmark's 64 heads, at ``seq`` tokens: measured
+    (:func:`attention_heads_data`), interpolated in log(heads) and then log(seq), held at the ends measured."""
+    by_seq = {}
+    for r in attention_heads_data()["rows"]:
+        by_seq.setdefault(r["seq"], []).append((r["heads"], r["fwd_share"], r["bwd_share"]))
+    fwd_at = [(s, _log_interp(sorted((h, f) for h, f, _ in rows), heads_per_call)) for s, rows in sorted(by_seq.items())]
+    bwd_at = [(s, _log_interp(sorted((h, b) for h, _, b in rows), heads_per_call)) for s, rows in sorted(by_seq.items())]
+    return _log_interp(fwd_at, seq), _log_interp(bwd_at, seq)
+
+
+def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str = "flash",
+                               heads_per_call: float | None = None) -> tuple[float, float, str]:
     """Seconds a forward FLOP and a backward FLOP of causal FlashAttention take on ``gpu`` at ``seq`` tokens (FLOPs
     counted FlashAttention's way), from published kernel rates; ``fallback`` (FLOP/s) where none is published.
     ``kernel``: "flash" (the fastest published on that GPU: cuDNN's on Hopper and Blackwell) or "fa2"
-    (FlashAttention-2's own rates; an error on a GPU they were not published for)."""
+    (FlashAttention-2's own rates; an error on a GPU they were not published for). ``heads_per_call`` (micro-batch
+    x query heads on one GPU): where the rates are cuDNN 9.19's on H200 (published at 64 heads a call), they are
+    scaled by :func:`attention_heads_share`, measured with that cuDNN on that GPU; elsewhere no such measurement
+    exists and the published rate stands."""
     if kernel == "fa2":
         if gpu not in FA2_RATES:
             raise ValueError(f"no published FlashAttention-2 rate for GPU {gpu!r}; published for: "
@@ -185,6 +220,10 @@ def attention_seconds_per_flop(gpu: str, seq: int, fallback: float,
     if ids and len(ids) == 2:
         fwd, bwd = _by_seq(ids[0], seq), _by_seq(ids[1], seq)
         if fwd and bwd:
+            if heads_per_call is not None and ids[0].startswith(HEADS_MEASURED_FOR):
+                f, b = attention_heads_share(seq, heads_per_call)
+                return (1 / (fwd * f), 1 / (bwd * b), f"published (cuDNN's fused attention, at 64 heads a call); at "
+                        f"{heads_per_call:g} heads a call x{f:.2f} forward, x{b:.2f} backward (measured on an H200)")
             return 1 / fwd, 1 / bwd, "published (cuDNN's fused attention)"
     if ids and len(ids) == 1:
         both = _by_seq(ids[0], seq)
@@ -545,7 +584,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     attn_fwd = model.attention_flops_per_token(seq)           # forward, every score computed
     if flash:  # causal: FlashAttention skips the blocks above the diagonal; its backward is 2.5 forwards, in bf16
         fwd_s, bwd_s, attention_source = attention_seconds_per_flop(m.gpu, seq // cp, gpu.matmul["bf16"],
-                                                                    attention)
+                                                                    attention, micro_batch * model.heads / tp)
         attn_seconds = attn_fwd / 2 * (fwd_s * (2 if recomputed else 1) + FA_BACKWARD * bwd_s)
     else:      # unfused: batched matrix products at the matmul rate, backward 2 forwards
         attention_source = "unfused: at the matmul rate"
