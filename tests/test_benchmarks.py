@@ -247,3 +247,39 @@ def test_attention_against_published_counts_as_the_benchmark_and_refuses_without
         none = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "attention_vs_published.py")],
                               capture_output=True, text=True, timeout=120)
         assert none.returncode != 0 and "needs a GPU" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_loss_against_plan_runs_megatrons_loss_and_says_cpu_times_are_not_a_gpus(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import loss_vs_plan as lvp
+    finally:
+        sys.path.pop(0)
+    import torch
+
+    # the copied loss is cross entropy: its value and its gradient are torch's own
+    logits = torch.randn(5, 1, 7, dtype=torch.float64).to(torch.bfloat16)
+    target = torch.randint(0, 7, (5, 1))
+    z = logits.clone().requires_grad_()
+    ours = lvp.megatron_cross_entropy()(z, target)
+    want = torch.nn.functional.cross_entropy(logits.float().view(5, 7), target.view(5), reduction="none")
+    assert torch.allclose(ours.view(5), want, atol=1e-5)
+    ours.sum().backward()
+    onehot = torch.nn.functional.one_hot(target.view(5), 7).view(5, 1, 7)
+    expected = (torch.softmax(logits.float(), dim=-1) - onehot).to(torch.bfloat16)
+    assert z.grad.dtype == torch.bfloat16 and torch.allclose(z.grad.float(), expected.float(), atol=1e-2)
+    # the planner's prices: 52 bytes a logit at its share of the memory rate; the head's 3 products at its matmul rate
+    p = lvp.planned(lvp.SHAPES["megatroncore-1.7b"], "h100")
+    assert p["loss_bytes"] == 52 * 131072 * 4096 and p["loss"] == pytest.approx(p["loss_bytes"] / (p["hbm"] *
+                                                                                p["elementwise_share"]))
+    out = tmp_path / "loss.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "loss_vs_plan.py"), "--shapes", "tiny",
+                           "--iters", "1", "--device", "cpu", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "these are the CPU's times" in done.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["shape"] == "tiny" and row["head_s"] > 0 and row["both_s"] > 0 and row["planned_loss_s"] > 0
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "loss_vs_plan.py"), "--shapes", "nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown shape(s) nope" in bad.stderr and "Traceback" not in bad.stderr
