@@ -282,6 +282,9 @@ def test_ringlab_plan_prints_the_plan_and_writes_json(tmp_path):
     assert "memory per GPU" in done.stdout and "tokens/s per GPU" in done.stdout
     saved = json.loads(out.read_text())
     assert saved["layout"]["tp"] == 8 and saved["layout"]["dp"] == 8 and saved["step_seconds"] > 0
+    # compute split as the planner prices it, in the table and in the JSON
+    assert sum(saved["compute_parts"].values()) == pytest.approx(saved["time"]["compute"])
+    assert "    of which matmul " in done.stdout and ", attention " in done.stdout and ", elementwise " in done.stdout
 
 
 def test_ringlab_plan_search_and_errors():

@@ -356,7 +356,7 @@ class Plan:
         return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
                 "gpus": self.gpus, "layout": dict(self.layout), "fits": self.fits, "memory": dict(self.memory),
                 "memory_total": self.memory_total, "capacity": self.capacity, "time": dict(self.time),
-                "hidden": dict(self.hidden), "step_seconds": self.step_seconds,
+                "compute_parts": dict(self.compute_parts), "hidden": dict(self.hidden), "step_seconds": self.step_seconds,
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
                 "mfu": self.mfu, "collectives": [c.__dict__ | {"total": c.total} for c in self.collectives],
                 "notes": list(self.notes), "label": "predicted by ringlab's planner, not measured"}
@@ -372,7 +372,10 @@ class Plan:
         lines += [f"  {k:<12} {v / gib:8.2f} GiB" for k, v in self.memory.items()]
         lines.append(f"step: {self.step_seconds:.3f} s, {self.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, "
                      f"{self.tflops_per_gpu:.0f} TFLOP/s per GPU, MFU {self.mfu:.1%}")
-        lines += [f"  {k:<12} {v:8.3f} s  {v / self.step_seconds:6.1%}" for k, v in self.time.items()]
+        for k, v in self.time.items():
+            lines.append(f"  {k:<12} {v:8.3f} s  {v / self.step_seconds:6.1%}")
+            if k == "compute" and self.compute_parts:  # where compute goes, as the planner prices it apart
+                lines.append("    of which " + ", ".join(f"{part} {s:.3f} s" for part, s in self.compute_parts.items()))
         lines += [f"  hidden behind compute: {k} {v:.3f} s" for k, v in self.hidden.items() if v > 0]
         if self.collectives:
             lines.append("collectives (per call; calls per step; exposed seconds a step):")
