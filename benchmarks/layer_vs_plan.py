@@ -21,8 +21,8 @@ rates; ``--attention cudnn`` runs cuDNN's fused attention, priced at cuDNN's pub
 
 Its parts are timed alone too, as the planner prices them apart (the matrix products; attention; the rest), each
 replayed as a CUDA graph. On an H200 (2026-11-30, ``results/attention_and_layer_issue52.txt``) the whole layer took
-1.00-1.02 of the plan at the three over-predicted runs' shapes and 1.07-1.12 at the others', with cuDNN's attention:
-those runs' shortfall is not in one layer's GPU work.
+0.97-1.00 of the plan at the three over-predicted runs' shapes and 1.06-1.09 at the others', with cuDNN's attention
+(priced at the share of its rate measured at each call's heads): those runs' shortfall is not in a layer's GPU work.
 
 Everything printed is measured here, in this run, except the column the planner predicts (from published
 figures). On a machine without a GPU it runs on the CPU to show that it works, and says the numbers are the CPU's:
