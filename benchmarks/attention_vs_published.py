@@ -26,6 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
+from gpu_timing import graphed_seconds  # noqa: E402  (beside this script)
 
 HEAD_DIM = 128
 PUBLISHED_HEADS, PUBLISHED_KV = 64, 8   # the published benchmark's query and key/value heads (GQA 8:1)
@@ -61,35 +62,11 @@ def time_attention(heads: int, seq: int, iters: int, kv_ratio: int = PUBLISHED_H
         def forward():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
 
-        def both():  # autograd runs a backward on its forward's stream: both must be in the captured graph
+        def both():  # the backward in its forward's graph (see graphed_seconds)
             torch.autograd.grad(forward(), (q, k, v), grad)
 
-        fwd = graphed(forward, iters)
-        return fwd, graphed(both, iters) - fwd
-
-
-def graphed(fn, iters: int, warmup: int = 3) -> float:
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(warmup):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+        fwd = graphed_seconds(forward, iters)
+        return fwd, graphed_seconds(both, iters) - fwd
 
 
 def numbers(text: str, what: str) -> list[int]:
@@ -128,8 +105,8 @@ def main(argv=None) -> int:
                                                                                  else sys.argv[1:])])}
     print("# measured: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print("# published: cuDNN 9.19 on an H200, batch 1, 64 query / 8 key-value heads (ringlab/data/kernel_rates.json)")
-    print(f"{'seq':>6s} {'heads':>6s} {'fwd ms':>8s} {'fwd TF/s':>9s} {'published':>9s} {'bwd ms':>8s} {'bwd TF/s':>9s} "
-          f"{'published':>9s} {'fwd+bwd share of 64 heads here':>31s}")
+    print(f"{'seq':>6s} {'heads':>6s} {'fwd ms':>8s} {'fwd TF/s':>9s} {'published':>9s} {'bwd ms':>8s} "
+          f"{'bwd TF/s':>9s} {'published':>9s} {'fwd+bwd share of 64 heads here':>31s}")
     rows = []
     for seq in seqs:
         base = None

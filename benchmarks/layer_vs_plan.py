@@ -8,7 +8,8 @@ than they ran, while the same models on A100 and the large models on H100 are wi
 prices why (see ``benchmarks/plan_vs_published.py``). This measures, on a real GPU, the two candidates:
 
 - **a small layer reaching a smaller share of the planner's rate**: each shape's measured time over the
-  planner's (over 1: slower than planned, as ``plan_vs_published.py``'s ratios over 1 are), side by side, from the 1.7B's (hidden 2048) to GPT-3 175B's (hidden 12288, split 8 ways);
+  planner's (over 1: slower than planned, as ``plan_vs_published.py``'s ratios over 1 are), side by side, from the
+  1.7B's (hidden 2048) to GPT-3 175B's (hidden 12288, split 8 ways);
 - **the host's share**: the same layer replayed as a CUDA graph (no Python, no launches) against eager PyTorch,
   and the host's time to enqueue one step. An eager step no longer than its graph is not host-bound.
 
@@ -43,6 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
+from gpu_timing import graphed_seconds, seconds_each  # noqa: E402  (beside this script)
 
 
 @dataclass(frozen=True)
@@ -136,8 +138,9 @@ def layer_params(shape: Shape) -> int:
 
 def planned_seconds(shape: Shape, gpu: str, kernel: str = "fa2") -> tuple[float, str, dict]:
     """The planner's compute seconds for this layer's forward and backward on one GPU of ``gpu``, its
-    attention's pricing, and the seconds split as the planner splits them (matmul, attention, elementwise): a one-layer model of the shape with a one-word vocabulary (no embedding or loss to
-    speak of), ``tp`` GPUs, one micro-batch."""
+    attention's pricing, and the seconds split as the planner splits them (matmul, attention, elementwise): a
+    one-layer model of the shape with a one-word vocabulary (no embedding or loss to speak of), ``tp`` GPUs, one
+    micro-batch."""
     from ringlab.topology.machines import cluster
     from ringlab.train.planner import FA2_RATES, plan
     from ringlab.train.transformer import Transformer
@@ -198,46 +201,10 @@ def _time_parts(shape: Shape, device: str, iters: int, warmup: int) -> dict:
         torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads),
                             (q, k, v), attn_grad)
 
-    timed = _graphed_seconds if device == "cuda" else _seconds_each
-    return {name: timed(fn, device, iters, warmup) for name, fn in (("matmul", matmuls), ("attention", attention))}
+    def timed(fn):
+        return graphed_seconds(fn, iters, warmup) if device == "cuda" else seconds_each(fn, device, iters, warmup)
 
-
-def _graphed_seconds(fn, device: str, iters: int, warmup: int) -> float:
-    """Seconds a call of ``fn`` on the GPU with the host taken out: captured once as a CUDA graph, replayed ``iters``
-    times between CUDA events (a part alone is small enough that eager launches could leave the GPU waiting)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return _seconds_each(graph.replay, device, iters, warmup)
-
-
-def _seconds_each(fn, device: str, iters: int, warmup: int) -> float:
-    """Seconds a call of ``fn``: CUDA events around ``iters`` calls on a GPU, the host's clock on the CPU."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    if device != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t0) / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+    return {"matmul": timed(matmuls), "attention": timed(attention)}
 
 
 def _time_layer(shape: Shape, device: str, iters: int, warmup: int) -> dict:
@@ -269,28 +236,13 @@ def _time_layer(shape: Shape, device: str, iters: int, warmup: int) -> dict:
         torch.cuda.synchronize()
         out["eager"] = start.elapsed_time(end) / 1e3 / iters
         out["host"] = host / iters
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        layer.zero_grad(set_to_none=True)   # the captured backward allocates its gradients from the graph's pool
-        x.grad = None
-        with torch.cuda.graph(graph):
-            step()
-        for _ in range(warmup):
-            graph.replay()
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(iters):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        out["graph"] = start.elapsed_time(end) / 1e3 / iters
+        def fresh_gradients():  # the captured backward allocates its gradients from the graph's pool
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+
+        out["graph"] = graphed_seconds(step, iters, warmup, before_capture=fresh_gradients)
     else:
-        out["eager"] = _seconds_each(step, device, iters, 0)
+        out["eager"] = seconds_each(step, device, iters, 0)
         out["host"] = out["eager"]
         out["graph"] = None
     out.update(_time_parts(shape, device, iters, warmup))
@@ -303,16 +255,7 @@ def square_matmul_rate(n: int = 8192, iters: int = 20) -> float:
     import torch
 
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    for _ in range(3):
-        a @ b
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        a @ b
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * n ** 3 / (start.elapsed_time(end) / 1e3 / iters)
+    return 2 * n ** 3 / seconds_each(lambda: a @ b, "cuda", iters)
 
 
 def provenance(argv, device: str) -> dict:
@@ -322,7 +265,8 @@ def provenance(argv, device: str) -> dict:
 
     source = ringlab_source()  # the commit (RINGLAB_COMMIT names it for a copy without git) and whether it differs
     info = {"torch": torch.__version__, "python": platform.python_version(),
-            "ringlab_commit": source["commit"] or "unknown", "ringlab_dirty": source["dirty"], "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "ringlab_commit": source["commit"] or "unknown", "ringlab_dirty": source["dirty"],
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python benchmarks/layer_vs_plan.py", *(argv if argv is not None else sys.argv[1:])])}
     if device == "cuda":
         info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda,

@@ -23,12 +23,12 @@ import datetime
 import json
 import platform
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
+from gpu_timing import seconds_each  # noqa: E402  (beside this script)
 
 
 @dataclass(frozen=True)
@@ -116,26 +116,6 @@ def planned(shape: Shape, gpu: str) -> dict:
             "hbm": c.hbm, "elementwise_share": ELEMENTWISE_SHARE}
 
 
-def _seconds(fn, device: str, iters: int, warmup: int = 3) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    if device != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t0) / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
-
-
 def time_shape(shape: Shape, device: str, iters: int) -> dict:
     """Seconds of: the logits' matrix product forward and backward (bf16, its input and weight gradients); the loss
     forward and backward on those logits; and both together, as a training step runs them."""
@@ -160,9 +140,9 @@ def time_shape(shape: Shape, device: str, iters: int) -> dict:
     def both():
         loss_fn(torch.nn.functional.linear(x, w), target).sum().backward()
 
-    clone = _seconds(lambda: logits.clone(), device, iters)   # the clone loss() adds, taken back out
-    out = {"head": _seconds(head, device, iters), "loss": _seconds(loss, device, iters) - clone,
-           "both": _seconds(both, device, iters)}
+    clone = seconds_each(lambda: logits.clone(), device, iters)   # the clone loss() adds, taken back out
+    out = {"head": seconds_each(head, device, iters), "loss": seconds_each(loss, device, iters) - clone,
+           "both": seconds_each(both, device, iters)}
     # the gradient is the softmax less one at the target, times the incoming gradient: check it once
     z = logits[:8].float().clone().requires_grad_()
     loss_fn(z.clone(), target[:8]).sum().backward()
@@ -178,7 +158,7 @@ def copy_rate(device: str, nbytes: int = 2 << 30, iters: int = 10) -> float:
 
     a = torch.empty(nbytes // 2, dtype=torch.uint8, device=device)
     b = torch.empty_like(a)
-    return 2 * a.numel() / _seconds(lambda: b.copy_(a), device, iters)
+    return 2 * a.numel() / seconds_each(lambda: b.copy_(a), device, iters)
 
 
 def gpu_key(name: str) -> str | None:
@@ -226,10 +206,11 @@ def main(argv=None) -> int:
     if device == "cpu":
         print("# no GPU: these are the CPU's times, shown to prove the script runs; they say nothing about the planner")
     rows = []
+    prices = planned(SHAPES["tiny"], gpu)
     print(f"# a device copy here moves {info['copy_Bps'] / 1e12:.2f} TB/s (read and written); the planner prices "
-          f"element-wise work on {gpu} at {planned(SHAPES['tiny'], gpu)['hbm'] * planned(SHAPES['tiny'], gpu)['elementwise_share'] / 1e12:.2f} TB/s")
-    print(f"{'shape':18s} {'tokens':>6s} {'vocab/gpu':>9s} {'head ms':>8s} {'planned':>8s} {'ratio':>6s} {'loss ms':>8s} "
-          f"{'planned':>8s} {'ratio':>6s} {'loss TB/s':>9s} {'both ms':>8s}")
+          f"element-wise work on {gpu} at {prices['hbm'] * prices['elementwise_share'] / 1e12:.2f} TB/s")
+    print(f"{'shape':18s} {'tokens':>6s} {'vocab/gpu':>9s} {'head ms':>8s} {'planned':>8s} {'ratio':>6s} "
+          f"{'loss ms':>8s} {'planned':>8s} {'ratio':>6s} {'loss TB/s':>9s} {'both ms':>8s}")
     for name in names:
         shape, plan = SHAPES[name], planned(SHAPES[name], gpu)
         t = time_shape(shape, device, args.iters)

@@ -153,21 +153,23 @@ def kernel_rates() -> dict:
         return {e["id"]: e for e in json.load(f)["entries"]}
 
 
+def _log_interp(points: list, x: float) -> float:
+    """Linear in log(x) between sorted (x, y) points, held at the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
+    return points[-1][1]
+
+
 def _by_seq(pattern: str, seq: int) -> float | None:
     """A published rate (FLOP/s) at ``seq`` tokens, interpolated in log(seq) between the sequence lengths measured,
     held at the ends; None where none is published."""
     rates = kernel_rates()
     points = sorted((s, rates[pattern.format(s)]["value"] * 1e12) for s in (1024, 2048, 4096, 8192, 16384, 32768)
                     if pattern.format(s) in rates)
-    if not points:
-        return None
-    if seq <= points[0][0]:
-        return points[0][1]
-    for (s0, r0), (s1, r1) in zip(points, points[1:]):
-        if seq <= s1:
-            w = math.log(seq / s0) / math.log(s1 / s0)
-            return r0 + w * (r1 - r0)
-    return points[-1][1]
+    return _log_interp(points, seq) if points else None
 
 
 @lru_cache(maxsize=1)
@@ -179,16 +181,6 @@ def attention_heads_data() -> dict:
         return json.load(f)
 
 
-def _log_interp(points: list, x: float) -> float:
-    """Linear in log(x) between sorted (x, y) points, held at the ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x <= x1:
-            return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
-    return points[-1][1]
-
-
 def attention_heads_share(seq: int, heads_per_call: float) -> tuple[float, float]:
     """The forward's and the backward's rate at ``heads_per_call`` (micro-batch x query heads on one GPU: the rate
     depends on their product) over the rate at the published benchmark's 64 heads, at ``seq`` tokens: measured
@@ -196,9 +188,12 @@ def attention_heads_share(seq: int, heads_per_call: float) -> tuple[float, float
     by_seq = {}
     for r in attention_heads_data()["rows"]:
         by_seq.setdefault(r["seq"], []).append((r["heads"], r["fwd_share"], r["bwd_share"]))
-    fwd_at = [(s, _log_interp(sorted((h, f) for h, f, _ in rows), heads_per_call)) for s, rows in sorted(by_seq.items())]
-    bwd_at = [(s, _log_interp(sorted((h, b) for h, _, b in rows), heads_per_call)) for s, rows in sorted(by_seq.items())]
-    return _log_interp(fwd_at, seq), _log_interp(bwd_at, seq)
+    shares = []
+    for which in (1, 2):  # forward, backward: in heads at each sequence length measured, then in the sequence length
+        at_seq = [(s, _log_interp(sorted((r[0], r[which]) for r in rows), heads_per_call))
+                  for s, rows in sorted(by_seq.items())]
+        shares.append(_log_interp(at_seq, seq))
+    return shares[0], shares[1]
 
 
 def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str = "flash",
@@ -356,7 +351,8 @@ class Plan:
         return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
                 "gpus": self.gpus, "layout": dict(self.layout), "fits": self.fits, "memory": dict(self.memory),
                 "memory_total": self.memory_total, "capacity": self.capacity, "time": dict(self.time),
-                "compute_parts": dict(self.compute_parts), "hidden": dict(self.hidden), "step_seconds": self.step_seconds,
+                "compute_parts": dict(self.compute_parts), "hidden": dict(self.hidden),
+                "step_seconds": self.step_seconds,
                 "tokens_per_second_per_gpu": self.tokens_per_second_per_gpu, "tflops_per_gpu": self.tflops_per_gpu,
                 "mfu": self.mfu, "collectives": [c.__dict__ | {"total": c.total} for c in self.collectives],
                 "notes": list(self.notes), "label": "predicted by ringlab's planner, not measured"}
