@@ -206,9 +206,11 @@ def topology_figure(topology) -> go.Figure:
         fig.add_scatter(x=[pos[o][0] for o in others], y=[pos[o][1] for o in others], mode="markers",
                         hovertext=others, hoverinfo="text", marker=dict(size=14, symbol="square", color="#999"),
                         name="switches, CPUs, NICs")
-        for name, (dx, dy) in zip(others, _node_label_shifts(others, pos, segments, unit)):
-            fig.add_annotation(x=pos[name][0], y=pos[name][1], xshift=dx, yshift=dy, text=name, showarrow=False,
-                               font=dict(size=TEXT_SIZE), bgcolor=LABEL_BACKGROUND)  # over a link, still readable
+        # all at once: add_annotation one by one re-checks every label added before (seconds at 128 GPUs)
+        fig.update_layout(annotations=[
+            dict(x=pos[name][0], y=pos[name][1], xshift=dx, yshift=dy, text=name, showarrow=False,
+                 font=dict(size=TEXT_SIZE), bgcolor=LABEL_BACKGROUND)  # over a link, still readable
+            for name, (dx, dy) in zip(others, _node_label_shifts(others, pos, segments, unit))])
     xs, ys = [x for x, _ in pos.values()], [y for _, y in pos.values()]
     fig.update_layout(title=f"{topology.name}: {topology.source}",
                       xaxis=dict(visible=False, range=[min(xs) - TOPOLOGY_PAD, max(xs) + TOPOLOGY_PAD]),
@@ -253,14 +255,34 @@ def _edge_labels(bonded, nodes, unit: float) -> list[tuple[float, float, str]]:
     return placed
 
 
-def _inside_box(segment, box, samples: int = 60) -> float:
+LINK_SAMPLES = 60  # points along a link at which _inside_box asks whether it runs through a label's box
+
+
+def _inside_box(segment, box, samples: int = LINK_SAMPLES) -> float:
     """How much of the segment ((x0, y0), (x1, y1)) runs through the box (left, bottom, right, top), in layout
-    units."""
-    (x0, y0), (x1, y1) = segment
-    left, bottom, right, top = box
-    inside = sum(left <= x0 + (i + 0.5) / samples * (x1 - x0) <= right
-                 and bottom <= y0 + (i + 0.5) / samples * (y1 - y0) <= top for i in range(samples))
-    return inside / samples * math.hypot(x1 - x0, y1 - y0)
+    units: the share of ``samples`` evenly spaced points along it that lie in the box, times its length."""
+    return float(_Links([segment], samples).inside(box)[0])
+
+
+class _Links:
+    """The links' sample points (:func:`_inside_box`'s), held as arrays so that asking how much of every link
+    runs through one box is one numpy expression, not a Python loop over links and points (a 128-GPU machine
+    has hundreds of links and its labels try 24 places each)."""
+
+    def __init__(self, segments, samples: int = LINK_SAMPLES):
+        ends = np.asarray(segments, dtype=float).reshape(-1, 2, 2)
+        along = (np.arange(samples) + 0.5) / samples
+        start, span = ends[:, 0, :], ends[:, 1, :] - ends[:, 0, :]
+        self.x = start[:, :1] + along * span[:, :1]  # (links, samples)
+        self.y = start[:, 1:] + along * span[:, 1:]
+        self.length = np.hypot(span[:, 0], span[:, 1])
+        self.samples = samples
+
+    def inside(self, box) -> np.ndarray:
+        """For each link, the length of it that runs through ``box`` (left, bottom, right, top)."""
+        left, bottom, right, top = box
+        hits = ((left <= self.x) & (self.x <= right) & (bottom <= self.y) & (self.y <= top)).sum(axis=1)
+        return hits / self.samples * self.length
 
 
 def _node_label_shifts(names, pos, segments, unit: float) -> list[tuple[float, float]]:
@@ -270,8 +292,13 @@ def _node_label_shifts(names, pos, segments, unit: float) -> list[tuple[float, f
     between two markers reads as the other's)."""
     placed, out = [], []
     height = 16
+    links = _Links(segments) if segments else None
+    nodes = list(pos)
+    node_xy = np.array([pos[o] for o in nodes], dtype=float).reshape(-1, 2)
+    reach = 22 / unit
     for name in names:
         x, y = pos[name]
+        others_xy = node_xy[[o != name for o in nodes]]
         width = text_px(name) + 6
         best, cost = None, None
         for gap in LABEL_GAPS_PX:
@@ -279,8 +306,11 @@ def _node_label_shifts(names, pos, segments, unit: float) -> list[tuple[float, f
                 sx, sy = dx * (width / 2 + gap), dy * (height / 2 + gap)
                 cx, cy = x + sx / unit, y + sy / unit
                 box = (cx - width / 2 / unit, cy - height / 2 / unit, cx + width / 2 / unit, cy + height / 2 / unit)
-                mine = sum(_inside_box(seg, box) for seg in segments) * unit + gap / 4  # px of links under it
-                mine += 500 * sum(_near_box(box, (ox, oy), 22 / unit) for o, (ox, oy) in pos.items() if o != name)
+                under = float(links.inside(box).sum()) if links is not None else 0.0
+                mine = under * unit + gap / 4  # px of links under it
+                near = ((box[0] - reach <= others_xy[:, 0]) & (others_xy[:, 0] <= box[2] + reach)
+                        & (box[1] - reach <= others_xy[:, 1]) & (others_xy[:, 1] <= box[3] + reach))
+                mine += 500 * int(near.sum())  # a marker there would touch the label
                 mine += 500 * sum(not (box[2] < b[0] or b[2] < box[0] or box[3] < b[1] or b[3] < box[1])
                                   for b in placed)
                 if cost is None or mine < cost - 1e-9:
@@ -288,12 +318,6 @@ def _node_label_shifts(names, pos, segments, unit: float) -> list[tuple[float, f
         placed.append(chosen)
         out.append(best)
     return out
-
-
-def _near_box(box, point, reach: float) -> bool:
-    """Whether ``point`` lies within ``reach`` of the box (a marker drawn there would touch the label)."""
-    left, bottom, right, top = box
-    return left - reach <= point[0] <= right + reach and bottom - reach <= point[1] <= top + reach
 
 
 def busbw_plot(rows: list[dict], title: str = "measured bus bandwidth") -> go.Figure:
