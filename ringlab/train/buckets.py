@@ -111,6 +111,7 @@ class Bucket:
         self.issued = self.started = self.ended = np.nan  # trace clock: handed over, allreduce began, ended
         self.handed = self.finished = 0.0  # emulate.now(): handed to communication, averaged (for virtual time)
         self.ready = threading.Event()  # set: the thread may reduce it
+        self.pending = False            # handed over and not yet taken by the thread (close() wakes it too)
         self.done = threading.Event()   # set: reduced
 
     def view(self, i: int) -> torch.Tensor:

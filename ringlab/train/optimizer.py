@@ -247,7 +247,7 @@ class DistributedOptimizer:
             bucket.issued = self._tracer.clock()
         if bucket.flat.device in self._gpu:
             bucket.gradients_ready = self._gpu[bucket.flat.device].gradients_ready()
-        bucket.queued = True
+        bucket.queued = bucket.pending = True
         bucket.ready.set()
 
     def _adopt(self, bucket: Bucket, i: int) -> None:
@@ -291,10 +291,15 @@ class DistributedOptimizer:
         """The communication thread: reduce the buckets in index order, step after step."""
         while True:
             for bucket in self.buckets:
-                bucket.ready.wait()
-                bucket.ready.clear()
-                if self._closed:
-                    return
+                while not bucket.pending:  # woken by close(), or by a handover this loop has already taken
+                    if self._closed:
+                        return
+                    bucket.ready.wait()
+                    bucket.ready.clear()
+                # a bucket handed over before close() is still reduced: every rank handed it over in the same
+                # backward pass and waits in its allreduce for this rank's (after a step that failed on every
+                # rank alike, stopping here left the others waiting out close()'s join)
+                bucket.pending = False
                 try:
                     if self._error is None:  # after a failure in this step, the rest is not sent
                         with emulate.inside():  # the allreduce's own times are on this thread's clock

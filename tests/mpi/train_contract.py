@@ -212,6 +212,21 @@ elif mode == "param-groups":
     seen["unfrozen later"] = outcome(lambda: (loss_fn(model(batch(rank, 0)[0]), batch(rank, 0)[1]).backward(),
                                               opt.step()))
     opt.close()
+    # after a step that failed on every rank alike, close() ends the communication thread on every rank: each
+    # reduces the buckets its backward pass handed over (the other ranks wait in those allreduces), and no thread
+    # is left running (one that stopped at close() left the others' threads waiting, past close()'s join)
+    ended = []
+    for trial in range(5):
+        model, extra = make_model(seed=trial), torch.nn.Linear(CLASSES, CLASSES)
+        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), model.named_parameters(),
+                                   bucket_bytes=1 << 8)
+        opt.add_param_group({"params": list(extra.parameters())})
+        inputs, targets = batch(rank, trial)
+        outcome(lambda: (loss_fn(extra(model(inputs)), targets).backward(), opt.step()))
+        thread = opt._thread
+        opt.close()
+        ended.append(not thread.is_alive())
+    seen["threads ended at close"] = ended
 elif mode == "options":
     # ranks that build a trainer with different options: the same ValueError everywhere, before any work
     model = make_model(seed=0)
