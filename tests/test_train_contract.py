@@ -98,7 +98,7 @@ def test_a_rank_that_steps_once_more_gets_an_error_and_so_do_the_others(nranks, 
     assert first[:4] == ["ok"] * 4
     others = ", ".join(str(r) for r in range(1, nranks))
     assert first[4].startswith("StepTimeout: DistributedOptimizer, step 4, bucket 0: ") and \
-        f"did not call it within 3 s" in first[4] and f"rank{'s' * (nranks > 2)} {others}" in first[4], first[4]
+        "did not call it within 3 s" in first[4] and f"rank{'s' * (nranks > 2)} {others}" in first[4], first[4]
     for seen in everyone:
         assert seen["said"][-1] == "ok"  # a collective of the user's afterwards is not disturbed
         assert seen["seconds"] < 60

@@ -2,7 +2,6 @@
 gradients (or torch DDP) where there is a right answer, otherwise the same clear error on every rank.
 Run under mpiexec: ``train_contract.py MODE OUT``; rank 0 writes what every rank saw to OUT as JSON."""
 import json
-import os
 import sys
 import time
 
