@@ -215,6 +215,27 @@ def test_starting_a_second_cluster_stops_the_first():
 
 
 @pytest.mark.timeout(240)
+def test_the_engines_beat_at_the_controllers_period_and_stop_ends_every_process():
+    """The controller pings every HEARTBEAT_MS (the engines check for its pings every HEARTBEAT_MS + 500 ms, as
+    they are told when they register), and stop() ends the engines, then the controller."""
+    from ringlab.lab.cluster import HEARTBEAT_MS
+
+    ranks = MPICluster(2, activate=False).start()
+    try:
+        ranks.view.execute("from ipyparallel.engine.app import IPEngine\n"
+                           "period = IPEngine.instance().hb_check_period", block=True)
+        assert ranks.view.pull("period", block=True) == [HEARTBEAT_MS + 500] * 2
+        pids = ranks.client[:].apply_sync(os.getpid) + [ranks._cluster.controller.process.pid]
+    finally:
+        ranks.stop()
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids), pids
+    assert ranks.client is None and ranks.profile_dir is None
+
+
+@pytest.mark.timeout(240)
 def test_a_local_cluster_listens_on_loopback_only():
     """The controller and the engines listen on 127.0.0.1 (hydra's own port aside: its command line cannot
     change it, as the README says)."""

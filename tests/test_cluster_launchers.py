@@ -18,7 +18,9 @@ def built(tmp_path, **options) -> "ipp.Cluster":
 
 
 def test_local_is_what_it_was():
-    assert cluster_kwargs(4) == {"engines": "mpi", "n": 4}  # exactly the Cluster the labs have always started
+    assert cluster_kwargs(4) == {"engines": "mpi", "n": 4,  # the Cluster the labs have always started, with
+                                 "controller_args": ["--HeartMonitor.period=1000",  # a quicker heartbeat
+                                                     "--HeartMonitor.max_heartmonitor_misses=30"]}
     ranks = MPICluster(3, activate=False)
     assert ranks.plan().split() == ["mpiexec", "-n", "3", sys.executable, "-m", "ipyparallel.engine", "--mpi"]
     assert ranks.shared_dir is None and ranks.client is None  # nothing started by planning
