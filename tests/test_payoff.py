@@ -49,3 +49,24 @@ def test_bad_steps_and_widths():
         time_steps(16, steps=0)
     with pytest.raises(ValueError, match="no widths to time"):
         measure_payoff((2,), widths=())
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_the_averaging_is_said_apart_from_waiting_for_a_slower_ranks_compute(nranks):
+    """Rank 1 computes 20 ms of virtual time more a step than the others: step() on the ranks that came first
+    holds 20 ms of waiting, which is that rank's compute, not the averaging. ``comm_s`` is step() on the rank
+    that came last (about the links' 1 ms for 2-3 messages of 500 us), ``waited_s`` the 20 ms."""
+    import json
+    from pathlib import Path
+
+    from ringlab.cluster.launch import run_mpi
+
+    slow = 0.02
+    done = run_mpi(nranks, [str(Path(__file__).parent / "mpi" / "payoff_waiting.py"), str(slow)], timeout=120,
+                   env={"RINGLAB_EMULATE": "uniform:1:500"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    links = 2 * (nranks - 1) * 500e-6  # the ring's messages one after another, each paying the latency
+    assert links <= row["comm_s"] < links + 0.005, row  # this CPU's additions on 16 hidden units: well under 5 ms
+    assert row["waited_s"] == pytest.approx(slow, abs=0.005), row
+    assert row["step_s"] > slow + row["comm_s"], row

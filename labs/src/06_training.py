@@ -200,8 +200,9 @@ print(describe_payoff(speedups, payoff))
 # this CPU's time for it (the thread's CPU time, so ranks sharing cores, or other processes, do not
 # lengthen it); nobody sleeps. The one rank alone is timed the same way. The prediction beside each width
 # comes from the links' own figures (`rl.predict`), not from a fit. Each verdict sets the averaging that
-# `step()` measured beside one rank's compute; the end-to-end step is printed too, and so is what this
-# machine's own clock (wall time) said, which is not the emulated machine's time.
+# `step()` measured beside one rank's compute (`step()` on the rank that came to it last: the other also
+# waits there for that rank's compute, which is this CPU's, not the links'); the end-to-end step is printed
+# too, and so is what this machine's own clock (wall time) said, which is not the emulated machine's time.
 
 # %%
 emulated_payoff = measure_emulated_payoff()  # one rank here, then a 2-rank job on the emulated links

@@ -47,7 +47,9 @@ def speedup_rows(measured: dict, ranks=CURVE_RANKS) -> list[dict]:
 
     ``predicted``: the cost model's speed-up with a core per rank and alpha, B fitted at
     :func:`curve_ranks` (the curves). Where measured: ``measured`` speed-up (n x one rank's step time
-    over n ranks' step time), ``step_s``, ``comm_s`` (in step()) and ``computing_s`` (the rest) measured,
+    over n ranks' step time), ``step_s``, ``comm_s`` (in step(), on the rank that came to it last),
+    ``computing_s`` (the rest: the slowest rank's computing) and ``waited_s`` (the most another rank waited in
+    step() for it) measured,
     and ``predicted_here``: the model with
     that job's own fit and the machine's cores shared as they were (``shares_cores``).
     """
@@ -67,7 +69,7 @@ def speedup_rows(measured: dict, ranks=CURVE_RANKS) -> list[dict]:
             if (n, hidden) in timed:
                 own, run = fitted[n], timed[n, hidden]
                 row.update(measured=n * compute / run["step_s"], step_s=run["step_s"], comm_s=run["comm_s"],
-                           computing_s=run["step_s"] - run["comm_s"],
+                           computing_s=run["step_s"] - run["comm_s"], waited_s=run.get("waited_s", 0.0),
                            allreduce_here_s=allreduce_seconds(nbytes, n, own.alpha, own.bandwidth),
                            predicted_here=speedup(compute, nbytes, n, own.alpha, own.bandwidth, cores=cores))
             rows.append(row)
@@ -125,17 +127,21 @@ def _width_sentence(rows: list[dict], cores: int) -> str:
 
 
 def _where_the_time_went(row: dict, cores: int) -> str:
-    """Which part of a slower-than-predicted step grew: computing, or the time in step()."""
+    """Which part of a slower-than-predicted step grew: computing (the slowest rank's), or the averaging in
+    step() (on the rank that came to it last, which waited for no other's compute)."""
     computing = row["step_s"] - row["comm_s"]
     expected = row["compute_s"] * max(1.0, row["ranks"] / cores)
-    parts = [f"computing took {computing * 1e6:.0f} us, {computing / row['compute_s']:.2g} times one rank's",
-             f"step() {row['comm_s'] * 1e6:.0f} us against {row['allreduce_here_s'] * 1e6:.0f} us predicted for the "
-             "allreduce"]
+    waited = row.get("waited_s") or 0.0
+    parts = [f"the slowest rank computed {computing * 1e6:.0f} us, {computing / row['compute_s']:.2g} times one "
+             f"rank's", f"step() {row['comm_s'] * 1e6:.0f} us against {row['allreduce_here_s'] * 1e6:.0f} us "
+             "predicted for the allreduce" + (f", and the ranks that had computed faster waited up to "
+                                              f"{waited * 1e6:.0f} us more in it for the slowest" if waited >= 1e-6
+                                              else "")]
     if computing > (1 + AGREES) * expected:
         parts.append("the ranks computed slower than the model allows: other work on this machine took turns on "
                      "the cores, or the ranks competed for memory")
     if row["comm_s"] > (1 + AGREES) * row["allreduce_here_s"]:
-        parts.append("step() took longer than the allreduce alone: waiting for the slower rank counts in it")
+        parts.append("the averaging took longer than the sweep's allreduce of the same bytes")
     return "; ".join(parts)
 
 
@@ -319,8 +325,9 @@ def emulated_payoff_lesson(rows: list[dict], machine: str = PAYOFF_MACHINE) -> F
     """Whether data parallelism paid for each width on the emulated ``machine`` (``rows``:
     :func:`emulated_payoff_rows`), against the prediction from its links, worded from the rows. The times are
     virtual: the links' time plus this CPU's compute counted as CPU time, so the averaging's time beyond the
-    links' own is this CPU's arithmetic on the gradients (the additions that land each message, the division)
-    and the ranks waiting for each other, which the model leaves out. The verdicts read ``averaged``, the
+    links' own is this CPU's arithmetic on the gradients (the additions that land each message, the division),
+    which the model leaves out (``comm_s`` is the time in step() of the rank that came to it last: a rank that
+    had computed faster also waits there for the other's compute, which is this CPU's, not the links'). The verdicts read ``averaged``, the
     averaging beside one rank's compute, so that a rank's compute counted longer in the job than alone (its
     caches and memory shared with other work) does not decide them."""
     if not rows:
@@ -338,7 +345,8 @@ def emulated_payoff_lesson(rows: list[dict], machine: str = PAYOFF_MACHINE) -> F
                     f"{us(row['compute_s'])} of compute a step on one rank. On {row['ranks']} ranks the links need "
                     f"{us(row['allreduce_s'])} to average them (rl.predict): the model predicts "
                     f"{row['predicted']:.2f}x. Measured: a step of {us(row['step_s'])} ({row['measured']:.2f}x end "
-                    f"to end), {us(row['comm_s'])} of it in step(), {us(beyond)} beyond the links' time. Beside one "
+                    f"to end), {us(row['comm_s'])} of it in step() on the rank that came to it last, {us(beyond)} "
+                    f"beyond the links' time. Beside one "
                     f"rank's compute, that averaging leaves {row['averaged']:.2f}x, "
                     f"{row['averaged'] / row['predicted']:.2f} of the prediction: data parallelism {verdict} here."
                     + _slower_compute(row) + wall)
