@@ -46,6 +46,14 @@ def _failing_start(tmp_path, monkeypatch, interrupt: bool):
 
     if interrupt:
         def interrupted(self, *args, **kwargs):
+            # the learner interrupts while the engines run: once both have started and the watcher has seen them
+            # (an interrupt raised at once could come before mpiexec started them, and the test would find none)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                started = {int(p.name.split("-")[1]) for p in tmp_path.glob("engine-*")}
+                if len(started) == 2 and started <= set(seen):
+                    break
+                time.sleep(0.05)
             raise KeyboardInterrupt
         monkeypatch.setattr(ipp.Client, "wait_for_engines", interrupted)
     cluster = MPICluster(2, activate=False, timeout=5, shared_dir=str(tmp_path), launcher_options={
