@@ -163,11 +163,19 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
         browser = _browser(p)
         try:
             page = run_all(browser, url)
-            deadline = time.monotonic() + 360
-            while True:  # save now and then until the saved notebook shows every cell run
-                time.sleep(3)
+            idle = page.get_by_text("Python 3 (ipykernel) | Idle")
+            deadline, quiet = time.monotonic() + 360, 0
+            while True:  # once the kernel has stayed idle half a second (not a blink between cells), save and read
+                assert time.monotonic() < deadline, f"{name}: not every cell had run after 6 minutes"
+                time.sleep(0.25)
+                quiet = quiet + 1 if idle.count() else 0
+                if quiet < 2:
+                    continue
+                before = saved.stat().st_mtime_ns
                 page.keyboard.press("Control+s")
-                time.sleep(1)
+                wrote = time.monotonic() + 10
+                while saved.stat().st_mtime_ns == before and time.monotonic() < wrote:
+                    time.sleep(0.1)
                 try:
                     code = [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
                 except nbformat.reader.NotJSONError:  # caught while JupyterLab was writing it: read it next time
@@ -175,7 +183,6 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
                 failed = any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
                 if code and (failed or all(c.get("execution_count") for c in code)):
                     break  # all ran, or one failed (and Run All stops there)
-                assert time.monotonic() < deadline, f"{name}: not every cell had run after 6 minutes"
             errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(code) for o in c.get("outputs", [])
                       if o.get("output_type") == "error"]
             assert errors == [], f"{name}: error outputs {errors}"
