@@ -327,9 +327,9 @@ def emulated_payoff_lesson(rows: list[dict], machine: str = PAYOFF_MACHINE) -> F
     virtual: the links' time plus this CPU's compute counted as CPU time, so the averaging's time beyond the
     links' own is this CPU's arithmetic on the gradients (the additions that land each message, the division),
     which the model leaves out (``comm_s`` is the time in step() of the rank that came to it last: a rank that
-    had computed faster also waits there for the other's compute, which is this CPU's, not the links'). The verdicts read ``averaged``, the
-    averaging beside one rank's compute, so that a rank's compute counted longer in the job than alone (its
-    caches and memory shared with other work) does not decide them."""
+    had computed faster also waits there for the other's compute, which is this CPU's, not the links'). The
+    verdicts read ``averaged``, the averaging beside one rank's compute, so that a rank's compute counted longer
+    in the job than alone (its caches and memory shared with other work) does not decide them."""
     if not rows:
         raise ValueError("no rows: nothing was measured")
     us = lambda s: f"{s * 1e6:,.0f} us"  # noqa: E731
