@@ -443,3 +443,22 @@ def test_tree_ring_plot_marks_every_change_of_lead_and_says_how_far_each_lead_ru
                                    f"to {format_bytes(last)}")
     back = next(t for t in marks if t.name.startswith("double binary tree overtakes"))
     assert back.hovertext.endswith("up")
+
+
+def test_a_fit_with_no_cost_per_byte_draws_no_line_and_says_so():
+    """A noisy sweep (CI once measured lab 03's so) can fit best with an infinite bandwidth: the plot keeps the
+    markers, draws no line and says why, rather than raising."""
+    import dataclasses
+
+    from ringlab.predict.fitting import fit_rows
+    from ringlab.topology import uniform
+    from ringlab.viz import fitted_busbw_plot
+
+    n, sizes = 4, [1 << k for k in range(16, 21, 2)]
+    truth = uniform(n, bandwidth=2e9, latency=30e-6)
+    rows = [{"algorithm": "ring", "bytes": k, "time_s": s, "busbw_Bps": k / s * 1.5}
+            for k in sizes for s in [rl.predict(rl.build("allreduce.ring", n), k, truth).seconds]]
+    linkless = dataclasses.replace(fit_rows(rows, "ring", n), bandwidth=float("inf"))
+    fig = fitted_busbw_plot(rows, {"ring": linkless})
+    assert [t.mode for t in fig.data] == ["markers"]
+    assert "no cost per byte" in fig.data[0].name

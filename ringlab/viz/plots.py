@@ -347,11 +347,15 @@ def fitted_busbw_plot(rows: list[dict], fits: dict, title: str = FITTED_TITLE, p
     for i, algorithm in enumerate(dict.fromkeys(r["algorithm"] for r in rows)):
         mine = sorted((r for r in rows if r["algorithm"] == algorithm), key=lambda r: r["bytes"])
         color, fit = PALETTE[i % len(PALETTE)], fits.get(algorithm)
+        # a noisy sweep can fit best with no cost per byte (an infinite bandwidth): no line to draw, and said so
+        linkless = fit is not None and not 0 < fit.bandwidth < np.inf
         fig.add_scatter(x=[r["bytes"] for r in mine], y=[r["busbw_Bps"] / 1e9 for r in mine], mode="markers",
-                        name=f"{algorithm}: measured", legendgroup=algorithm, marker=dict(color=color, size=8),
+                        name=f"{algorithm}: measured" + (" (the fit found no cost per byte: no line)" if linkless
+                                                         else ""),
+                        legendgroup=algorithm, marker=dict(color=color, size=8),
                         hoverinfo="text", hovertext=[f"{algorithm}: {format_bytes(r['bytes'])}, measured "
                                                      f"{r['busbw_Bps'] / 1e9:.3g} GB/s" for r in mine])
-        if fit is None:
+        if fit is None or linkless:
             continue
         factor = bus_factor(fit.schedule.collective.kind, fit.schedule.nranks)
         sizes = np.unique(np.geomspace(mine[0]["bytes"], mine[-1]["bytes"], points).astype(np.int64))
