@@ -146,3 +146,20 @@ def test_gpu_compute_entry(key):
                             abs_tol=0.0015), "efficiency is MAMF / theory as printed"
         if g.get("matmul_tflops_fp8") is not None:
             assert g["matmul_tflops_fp8"] < peaks["fp8"]
+
+
+def test_a_table_is_transcribed_whole():
+    """Where a run is one row of a source's table ("row k of N"), every row of that table is here: a table
+    transcribed in part could leave out the rows a planner predicts worst (or best) and no one would see."""
+    import re
+    from collections import defaultdict
+    tables = defaultdict(set)
+    for run in RUNS:
+        where = run["source"]["where"]
+        found = re.search(r"\brow (\d+) of (\d+)\b", where)
+        if found:
+            table = (run["source"]["url"], where[:found.start()], int(found.group(2)))
+            tables[table].add(int(found.group(1)))
+    assert tables, "no run names its row of a table"
+    for (url, where, rows), got in tables.items():
+        assert got == set(range(1, rows + 1)), f"{url} {where}: rows {sorted(set(range(1, rows + 1)) - got)} missing"
