@@ -110,3 +110,34 @@ def test_a_fit_with_no_cost_per_byte_is_not_usable_and_says_why():
     finite = Fit(alpha=1e-3, bandwidth=1e9, reduce_rate=float("inf"), sizes=sizes, measured=sizes,
                  predicted=sizes * 1.01)
     assert finite.usable
+
+
+@pytest.mark.parametrize("name, n", [("allreduce.ring", 2), ("allreduce.ring", 5), ("allreduce.naive", 3),
+                                     ("broadcast.chain", 4)])
+def test_uniform_seconds_is_the_prediction_on_links_alike_and_prices_no_cost_per_byte_too(name, n):
+    from ringlab.predict.fitting import uniform_seconds
+
+    schedule = rl.build(name, n)
+    for nbytes, itemsize in ((1000, 1), (4300832, 4), (12345, 1)):
+        truth = rl.predict(schedule, nbytes, uniform(n, bandwidth=2.3e9, latency=37e-6, reduce_rate=9e9),
+                           itemsize=itemsize).seconds
+        assert uniform_seconds(schedule, nbytes, 37e-6, 2.3e9, 9e9, itemsize=itemsize) == pytest.approx(truth,
+                                                                                                       rel=1e-12)
+    messages = coefficients(schedule, 1 << 20)[0]
+    assert messages > 0
+    assert uniform_seconds(schedule, 1 << 20, 37e-6, float("inf")) == pytest.approx(37e-6 * messages)
+    for bad in (dict(alpha=-1e-6), dict(alpha=float("inf")), dict(bandwidth=0.0), dict(bandwidth=float("nan"))):
+        args = {"alpha": 37e-6, "bandwidth": 2.3e9, **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            uniform_seconds(schedule, 1 << 20, **args)
+
+
+def test_a_fit_that_found_no_cost_per_byte_still_prices_its_schedule_from_alpha():
+    """A ring sweep timed on a busy machine can fit best with no cost per byte (times that do not grow with the
+    sizes): the fit says it is unusable, and Fit.seconds still answers (alpha alone) instead of raising from
+    uniform(bandwidth=inf), as lab 06's lessons call it."""
+    schedule = rl.build("allreduce.ring", 2)
+    sizes = [1 << k for k in range(10, 23, 2)]
+    result = fit(schedule, sizes, [100e-6 * (1 - 0.01 * i) for i in range(len(sizes))])
+    assert result.bandwidth == float("inf") and not result.usable
+    assert result.seconds(1 << 20) == pytest.approx(result.alpha * coefficients(schedule, 1 << 20)[0])

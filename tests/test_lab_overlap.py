@@ -6,7 +6,7 @@ from ringlab.lab.exercises import NotDoneYet
 from ringlab.lessons.lab06_training.overlap import check_step_time
 from ringlab.lessons.lab06_training.overlap import (_step_time, best_overlapping, describe_overlap, describe_prediction,
                                                     overlap_lesson, predict_sweep, timeline_traces)
-from ringlab.predict.fitting import Fit, fit
+from ringlab.predict.fitting import fit
 
 MB = 5 << 20
 
@@ -189,3 +189,17 @@ def test_a_sweep_in_virtual_time_says_so_and_puts_the_wall_time_beside_it():
               for r in sweep({1: (120, 30, 40, 30), 2: (118, 33, 52, 45)})]
     said = describe_overlap(slowed, cores=2)
     assert "in virtual time each thread counts only its own CPU time" in said and "compete" not in said
+
+
+def test_a_fit_with_no_cost_per_byte_is_said_and_still_predicts():
+    from ringlab.algorithms import build
+
+    schedule = build("allreduce.ring", 2)
+    sizes = [1 << 12, 1 << 16, 1 << 20, 1 << 22]
+    model = fit(schedule, sizes, [40e-6 * (1 - 0.01 * i) for i in range(len(sizes))])
+    assert model.bandwidth == float("inf")
+    rows = sweep({1: (101, 30, 40, 30), 2: (118, 33, 52, 45), 4: (125, 36, 55, 50)})
+    predicted, compute = predict_sweep(rows, _step_time, model)
+    said = describe_prediction(predicted, model, compute).splitlines()
+    assert said[0].startswith(f"Model inputs: alpha = {model.alpha * 1e6:.3g} us a ring step and no cost per byte")
+    assert "inf" not in said[0]

@@ -279,3 +279,26 @@ def test_a_width_between_is_placed_between_the_two_not_given_a_verdict_that_move
         assert "- Width 64:" in str(found) and "does not pay here." in str(found)  # the ends keep their verdicts
         assert "data parallelism pays here." in str(found)  # width 1024: 1.52x
     assert texts == {"data parallelism gains more here than at width 64 and less than at width 1024."}
+
+
+def test_a_sweep_with_no_cost_per_byte_says_so_and_draws_alpha_alone():
+    """A ring sweep timed while the machine was busy can fit with no cost per byte (its times did not grow with its
+    sizes). Lab 06 then raised 'bandwidth must be a finite number > 0, got inf'; now the lines count alpha alone
+    and the words say why, and make no claim about the bytes they cannot price."""
+    m = measured()
+    for run in m["runs"]:
+        run["sweep"] = [{"bytes": k, "time_s": 100e-6 * (1 - 0.01 * i), "algorithm": "ring"}
+                        for i, k in enumerate(SIZES)]
+    fitted = fits(m)
+    assert all(f.bandwidth == float("inf") for f in fitted.values())
+    rows = speedup_rows(m)
+    row = {(r["ranks"], r["hidden"]): r for r in rows}
+    alpha = fitted[2].alpha
+    assert row[4, 64]["allreduce_s"] == pytest.approx(2 * 3 * alpha) == row[4, 1024]["allreduce_s"]
+    assert row[4, 64]["predicted"] == pytest.approx(4 * 400e-6 / (400e-6 + 6 * alpha))
+    said = describe_payoff(rows, m).splitlines()
+    assert said[0].startswith(f"Measured here: a ring-allreduce sweep on 2 ranks fits alpha = {alpha * 1e6:.3g} us "
+                              "and no cost per byte at all")
+    assert "GB/s" not in "\n".join(said)
+    assert said[-1] == ("With no cost per byte in the fit, the lines give every width's allreduce the same time, so "
+                        "they cannot say how gradient bytes weigh against compute.")

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from ..algorithms import build
 from ..schedule import check_count
-from ..topology import uniform
-from .costmodel import predict
+from .fitting import uniform_seconds
 
 
 def allreduce_seconds(nbytes: int, nranks: int, alpha: float, bandwidth: float, itemsize: int = 4) -> float:
-    """The ring allreduce's predicted seconds for ``nbytes`` on ``nranks`` ranks linked alike (0 on one rank)."""
+    """The ring allreduce's predicted seconds for ``nbytes`` on ``nranks`` ranks linked alike (0 on one rank). An
+    infinite ``bandwidth`` (a fit that found no cost per byte) leaves the 2(n-1) messages' alpha alone."""
     nranks = check_count("nranks", nranks)
     if nranks == 1:
         return 0.0
-    return predict(build("allreduce.ring", nranks), nbytes, uniform(nranks, bandwidth=bandwidth, latency=alpha),
-                   itemsize=itemsize).seconds
+    return uniform_seconds(build("allreduce.ring", nranks), nbytes, alpha, bandwidth, itemsize=itemsize)
 
 
 def step_seconds(compute_s: float, nbytes: int, nranks: int, alpha: float, bandwidth: float,

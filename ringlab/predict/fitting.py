@@ -13,14 +13,30 @@ from ..topology import uniform
 USABLE = 0.25  # a fit that misses a measurement by more than this share is shown as such, not used
 
 
-def coefficients(schedule: Schedule, nbytes: int) -> np.ndarray:
+def coefficients(schedule: Schedule, nbytes: int, itemsize: int = 1) -> np.ndarray:
     """(latency count, bytes on the busiest channel, bytes reduced) summed over steps.
 
     On a uniform topology predicted time = alpha * c[0] + c[1] / bandwidth + c[2] / reduce_rate,
     which is what makes the fit a linear least-squares problem.
     """
-    unit = predict(schedule, nbytes, uniform(schedule.nranks, bandwidth=1.0, latency=1.0, reduce_rate=1.0))
+    unit = predict(schedule, nbytes, uniform(schedule.nranks, bandwidth=1.0, latency=1.0, reduce_rate=1.0),
+                   itemsize=itemsize)
     return np.array([unit.steps["latency"].sum(), unit.steps["transfer"].sum(), unit.steps["reduce"].sum()])
+
+
+def uniform_seconds(schedule: Schedule, nbytes: int, alpha: float, bandwidth: float,
+                    reduce_rate: float = float("inf"), itemsize: int = 1) -> float:
+    """``schedule``'s predicted seconds for ``nbytes`` on ranks linked alike: alpha a message, ``bandwidth`` (B/s)
+    a link, ``reduce_rate`` (B/s) to reduce, as ``predict`` on ``uniform(...)`` gives them. An infinite bandwidth
+    or reduction rate costs nothing per byte: a fit to a noisy sweep can find that (:attr:`Fit.usable` says it is
+    no link), and ``uniform`` refuses it, so the time is summed here from :func:`coefficients`."""
+    if not (0 <= alpha < np.inf):
+        raise ValueError(f"alpha must be a finite number of seconds >= 0, got {alpha!r}")
+    for name, rate in (("bandwidth", bandwidth), ("reduce_rate", reduce_rate)):
+        if not rate > 0:
+            raise ValueError(f"{name} must be > 0 (inf: no cost per byte), got {rate!r}")
+    latency, moved, reduced = coefficients(schedule, int(nbytes), itemsize)
+    return float(alpha * latency + moved / bandwidth + reduced / reduce_rate)
 
 
 @dataclass(frozen=True)
@@ -58,10 +74,11 @@ class Fit:
                        name=f"fitted-{nranks}")
 
     def seconds(self, nbytes: int) -> float:
-        """The fitted schedule's predicted time for a buffer of ``nbytes``, at the fitted figures."""
+        """The fitted schedule's predicted time for a buffer of ``nbytes``, at the fitted figures (with no cost per
+        byte where the fit found none)."""
         if self.schedule is None:
             raise ValueError("this fit spans several schedules: predict one of them on fit.topology(nranks)")
-        return predict(self.schedule, int(nbytes), self.topology(self.schedule.nranks)).seconds
+        return uniform_seconds(self.schedule, int(nbytes), self.alpha, self.bandwidth, self.reduce_rate)
 
     def __repr__(self) -> str:
         worst = self.worst_residual

@@ -73,7 +73,9 @@ def predict_sweep(rows: list[dict], step_time, fit) -> tuple[list[dict], float]:
 def describe_prediction(rows: list[dict], fit, compute: float) -> str:
     """Where the model of :func:`predict_sweep`'s rows puts the fastest bucket size, against where it was measured."""
     first = rows[0]
-    lines = [f"Model inputs: alpha = {fit.alpha * 1e6:.3g} us a ring step and B = {fit.bandwidth / 1e9:.3g} GB/s, "
+    rate = (f"B = {fit.bandwidth / 1e9:.3g} GB/s" if fit.bandwidth < float("inf") else
+            "no cost per byte (the times did not grow with the bytes: the machine was busy; run it again)")
+    lines = [f"Model inputs: alpha = {fit.alpha * 1e6:.3g} us a ring step and {rate}, "
              f"fitted here to one bucket's allreduce on these {first['ranks']} ranks; compute = {compute * 1e3:.3g} ms "
              f"a step, measured here without overlap; {format_bytes(first['gradient_bytes'])} of gradients."]
     for overlap in (False, True):
@@ -136,7 +138,7 @@ def describe_overlap(rows: list[dict], cores: int) -> str:
         lines.append(f"With one bucket overlap has nothing to overlap (the allreduce can only start when backward "
                      f"ends), and the step took {one_on['step_s'] * 1e3:.3g} ms with it against "
                      f"{one_off['step_s'] * 1e3:.3g} ms without: {apart:.0%} apart"
-                     + (f", which is noise here (the machine's other work), so only a larger difference counts."
+                     + (", which is noise here (the machine's other work), so only a larger difference counts."
                         if apart > CLEAR_DIFFERENCE else f", within the {CLEAR_DIFFERENCE:.0%} counted as noise."))
     saved = (best_off["step_s"] - best_on["step_s"]) * 1e3
     if gain > noise:

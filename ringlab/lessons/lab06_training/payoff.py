@@ -88,9 +88,16 @@ def describe_payoff(rows: list[dict], measured: dict) -> str:
     fitted, cores = fits(measured), measured["cores"]
     n_curve = curve_ranks(measured)
     curve = fitted[n_curve]
-    lines = [f"Measured here: a ring-allreduce sweep on {n_curve} ranks fits alpha = {curve.alpha * 1e6:.3g} us and "
-             f"B = {curve.bandwidth / 1e9:.3g} GB/s; the lines are the cost model with those, a core per rank, "
-             f"and each width's compute per step measured on one rank."]
+    if _no_cost_per_byte(curve):
+        lines = [f"Measured here: a ring-allreduce sweep on {n_curve} ranks fits alpha = {curve.alpha * 1e6:.3g} us "
+                 f"and no cost per byte at all: its times did not grow with its sizes, so the machine was busier than "
+                 f"the sweep's bytes cost. The lines are the cost model with alpha alone (no bytes), a core per rank, "
+                 f"and each width's compute per step measured on one rank; run the measurement again for a fit "
+                 f"that prices the bytes."]
+    else:
+        lines = [f"Measured here: a ring-allreduce sweep on {n_curve} ranks fits alpha = {curve.alpha * 1e6:.3g} us "
+                 f"and B = {curve.bandwidth / 1e9:.3g} GB/s; the lines are the cost model with those, a core per rank, "
+                 f"and each width's compute per step measured on one rank."]
     widths = sorted({row["hidden"] for row in rows})
     for hidden in widths:
         lines.append(_width_sentence([row for row in rows if row["hidden"] == hidden], cores))
@@ -149,15 +156,12 @@ def _allreduce_parts(nbytes: int, nranks: int, curve: Fit) -> tuple[float, float
     """(latency, bytes) seconds of the predicted ring allreduce of ``nbytes`` on ``nranks`` ranks with the fitted
     alpha and B: its 2(n-1) messages' alpha, and the rest, the bytes at B."""
     from ...algorithms import build
-    from ...predict import predict
-    from ...topology import uniform
+    from ...predict.fitting import coefficients
 
     if nranks == 1:
         return 0.0, 0.0
-    network = uniform(nranks, bandwidth=curve.bandwidth, latency=curve.alpha)
-    p = predict(build("allreduce.ring", nranks), nbytes, network, itemsize=4)
-    latency = float(p.steps["latency"].sum())
-    return latency, p.seconds - latency
+    messages, moved, _ = coefficients(build("allreduce.ring", nranks), nbytes, itemsize=4)
+    return float(curve.alpha * messages), float(moved / curve.bandwidth)
 
 
 def _bytes_per_compute_sentence(rows: list[dict], curve: Fit) -> str:
@@ -165,6 +169,9 @@ def _bytes_per_compute_sentence(rows: list[dict], curve: Fit) -> str:
     bytes per us of compute (the more bytes, the less speed-up), and, where they do not, what the allreduce's fixed
     latency weighs against each width's compute; then the same compute with more bytes, from the model."""
     widths = {row["hidden"]: row for row in rows if row["ranks"] == 1}
+    if _no_cost_per_byte(curve) and len(widths) > 1:
+        return ("With no cost per byte in the fit, the lines give every width's allreduce the same time, so they "
+                "cannot say how gradient bytes weigh against compute.")
     far = max(row["ranks"] for row in rows)
     at_far = {row["hidden"]: row["predicted"] for row in rows if row["ranks"] == far}
     per_us = lambda row: row["gradient_bytes"] / row["compute_s"]  # noqa: E731
@@ -216,6 +223,11 @@ def _bytes_per_compute_sentence(rows: list[dict], curve: Fit) -> str:
             lines.append("(Published, the same way round: ResNet-50 with NCCL scaled about linearly to 32 GPUs, "
                          "while translation models of tens to hundreds of MB of parameters scaled worse.)")
     return " ".join(lines)
+
+
+def _no_cost_per_byte(curve: Fit) -> bool:
+    """Whether the fit found no cost per byte (an infinite bandwidth): a sweep timed while the machine was busy."""
+    return not curve.bandwidth < float("inf")
 
 
 def _per_us(row: dict) -> str:
