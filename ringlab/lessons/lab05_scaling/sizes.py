@@ -57,7 +57,9 @@ def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: st
             f"; from the second-largest size to the largest it moved {last:+.0%}, " +
             ("so it flattens: the large ones were bandwidth-bound." if flat else
              f"more than the {FLAT:.0%} a flat top allows: it does not flatten within these sizes.") +
-            f" The alpha-beta fit: alpha {microseconds(fitted.alpha)}, {fitted.bandwidth / 1e6:.0f} MB/s, missing its "
+            f" The alpha-beta fit: alpha {microseconds(fitted.alpha)}, "
+            + (f"{fitted.bandwidth / 1e6:.0f} MB/s" if fitted.bandwidth < float("inf") else "no cost per byte") +
+            ", missing its "
             f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)"
                                                                    if fitted.worst_residual > USABLE else
                                                                    " (no cost per byte: no link to predict with)") +
