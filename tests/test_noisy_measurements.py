@@ -82,3 +82,30 @@ def test_lab05s_sizes_lesson_reads_any_sweep_of_this_machine(raw):
     finding = sizes_lesson(rows_of({"ring": raw}), emulated, N)
     said = finding.text
     assert said.strip() and "nan" not in said and "inf MB/s" not in said
+
+
+def _overlap_row(buckets, overlap, step, waited, backward, allreduce, skew):
+    return {"bucket_bytes": (5 << 20) // buckets, "buckets": buckets, "overlap": overlap, "ranks": 2,
+            "gradient_bytes": 5 << 20, "steps": 6, "step_s": step, "waited_s": min(waited, step),
+            "backward_s": min(backward, step), "allreduce_s": allreduce, "skew_s": skew, "load": None}
+
+
+ms = st.floats(min_value=1e-4, max_value=0.5, allow_nan=False)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(figures=st.lists(st.tuples(ms, ms, ms, ms, ms), min_size=6, max_size=6), bucket_times=sweep_times)
+def test_lab06s_overlap_reads_any_steps_and_any_bucket_sweep(figures, bucket_times):
+    from ringlab.algorithms import build
+    from ringlab.lessons.lab06_training.overlap import (_step_time, describe_overlap, describe_prediction,
+                                                        predict_sweep)
+    from ringlab.predict.fitting import fit
+
+    settings_ = [(1, False), (2, False), (4, False), (1, True), (2, True), (4, True)]
+    rows = [_overlap_row(k, on, *f) for (k, on), f in zip(settings_, figures)]
+    said = describe_overlap(rows, cores=2)
+    assert said.strip() and "nan" not in said
+    model = fit(build("allreduce.ring", 2), SIZES, bucket_times)
+    predicted, compute = predict_sweep(rows, _step_time, model)
+    said = describe_prediction(predicted, model, compute)
+    assert said.strip() and "nan" not in said and "inf GB/s" not in said
