@@ -94,7 +94,7 @@ def describe_server_load(rows: list[dict], nranks: int | None = None, cores: int
              + f", and it sent {last['sent'] / K:.2f} K back at {_workers(last['workers'])}."]
     ring = [row for row in rows if row["workers"] > 1]
     if ring:
-        lines.append(f"A rank of a ring allreduce over the same workers sends and receives 2(n-1)/n K: "
+        lines.append("A rank of a ring allreduce over the same workers sends and receives 2(n-1)/n K: "
                      + ", ".join(f"{row['ring_bytes'] / K:.2f} K at {row['workers']}" for row in ring)
                      + ", never more than 2 K however many workers join.")
     times = last["busy_seconds"] / first["busy_seconds"]
@@ -102,9 +102,11 @@ def describe_server_load(rows: list[dict], nranks: int | None = None, cores: int
     pace = ("about in proportion to the workers" if 0.7 * workers <= times <= 1.3 * workers else
             "more than in proportion to the workers" if times > workers else
             "less than in proportion to the workers" if times > 1 else "not at all")
+    fell = float(f"{times:.1f}") < 1  # as printed: a busy time that fell is not said to have grown
     lines.append(f"Measured here: the server was busy {first['busy_seconds'] * 1e3:.2f} ms a step with "
                  f"{_workers(first['workers'])} and {last['busy_seconds'] * 1e3:.2f} ms with {last['workers']} "
-                 f"({times:.1f}x for {workers:g}x the workers): its time grew {pace}.")
+                 f"({times:.1f}x for {workers:g}x the workers): "
+                 + ("its time did not grow with the workers but fell." if fell else f"its time grew {pace}."))
     if nranks is not None and cores is not None and nranks > cores:
         lines.append(f"The {nranks} ranks shared {cores} cores, so the server's busy time also holds moments when "
                      "a worker it was sending to had no core to receive on.")

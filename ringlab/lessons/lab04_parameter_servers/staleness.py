@@ -115,8 +115,9 @@ def describe_waiting(workers_by_mode: dict, straggler: int) -> str:
         share = [r["wait_seconds"] / max(r["wait_seconds"] + r["compute_seconds"], 1e-12) for r in records]
         fast = [s for w, s in enumerate(share) if w != straggler]
         mean = float(np.mean(fast)) if fast else 0.0
-        amount = ("most of their time" if mean > 0.5 else "about half their time" if mean >= 0.4
-                  else "a small part of their time" if mean < 0.2 else "a fair part of their time")
+        shown = int(f"{mean:.0%}"[:-1]) / 100  # the words follow the share as printed: 50.04% is "about half"
+        amount = ("most of their time" if shown > 0.5 else "about half their time" if shown >= 0.4
+                  else "a small part of their time" if shown < 0.2 else "a fair part of their time")
         spread = (f"{mean:.0%} each" if f"{min(fast):.0%}" == f"{max(fast):.0%}" else
                   f"{mean:.0%} on average, {min(fast):.0%} to {max(fast):.0%}") if fast else ""
         lines.append(f"{mode.capitalize()}: the fast workers spent {amount} waiting ({spread}); the straggler "
@@ -127,7 +128,7 @@ def describe_waiting(workers_by_mode: dict, straggler: int) -> str:
         sync, asyn = ([r["wait_seconds"] / max(r["wait_seconds"] + r["compute_seconds"], 1e-12)
                        for w, r in enumerate(workers_by_mode[m]) if w != straggler] for m in ("sync", "async"))
         if sync and asyn:
-            lower = np.mean(asyn) < np.mean(sync)
+            lower = f"{np.mean(asyn):.0%}" != f"{np.mean(sync):.0%}" and np.mean(asyn) < np.mean(sync)  # as printed
             lines.append("Synchronously a fast worker cannot start its next step until the server has every "
                          "push, the straggler's included; asynchronously it only waits for the server's reply to "
                          "its own push" + (", so it waits less." if lower else

@@ -156,8 +156,12 @@ def describe_race(runs: dict, target: float | None = None) -> str:
     lines = [f"Target: a test loss of {target:.3f}" + (", halfway from the initial loss to the lowest that every run "
                                                          "reached." if said_target else ".")]
     if order:
-        first, rest = order[0], order[1:]
-        lines.append(f"{NAMES[first].capitalize()} reached it first, after {reached[first]:.2f} s"
+        # runs that reached it at the same time as printed reached it together: none of them is called first alone
+        together = [m for m in order if _shown(reached[m]) == _shown(reached[order[0]])]
+        rest = order[len(together):]
+        lines.append(" and ".join(NAMES[m] for m in together).capitalize()
+                     + (f" reached it first, after {reached[order[0]]:.2f} s" if len(together) == 1 else
+                        f" reached it first, together, after {reached[order[0]]:.2f} s")
                      + "".join(f"; {NAMES[m]} after {reached[m]:.2f} s" for m in rest)
                      + "".join(f"; {NAMES[m]} never did (lowest {min(runs[m]['loss']):.3f})"
                                for m in runs if reached[m] is None) + f" ({_clock_words(runs)}).")
@@ -226,12 +230,25 @@ def _async_sentences(runs: dict, reached: dict, per_step: dict, straggler) -> st
         mine = [s for w, s in pushes if straggler is not None and w == straggler.worker]
         lines.append(f"The price: gradients of stale weights, {np.mean([s for _, s in pushes]):.1f} updates old on "
                      f"average" + (f" (the straggler's {np.mean(mine):.1f})." if mine else "."))
-    beaten = [m for m in waited if reached.get(m) is not None and reached.get("async") is not None
-              and reached["async"] < reached[m]]
-    if reached.get("async") is None:
+    # compared as the sentences print them: a run that reached the target at the same printed time did not lose
+    mine = None if reached.get("async") is None else _shown(reached["async"])
+    beaten = [m for m in waited if reached.get(m) is None or (mine is not None and mine < _shown(reached[m]))]
+    tied = [m for m in waited if mine is not None and reached.get(m) is not None and _shown(reached[m]) == mine]
+    faster = all(f"{updates / seconds:.0f}" != f"{1 / per_step[m]:.0f}" and updates / seconds > 1 / per_step[m]
+                 for m in waited)  # more updates a second than each of them, as printed
+    if mine is None:
         lines.append("It never reached the target: stale gradients cost more than the waiting saved.")
     elif len(beaten) == len(waited):
-        lines.append("Not waiting won: more updates a second outweighed their staleness.")
+        lines.append("Not waiting won: more updates a second outweighed their staleness." if faster else
+                     "Not waiting won here, though not by more updates a second than theirs.")
+    elif len(beaten) + len(tied) == len(waited):
+        lines.append(f"It reached the target together with {' and '.join(NAMES[m] for m in tied)}: what not waiting "
+                     "saved, stale gradients cost.")
     else:
         lines.append("Yet it did not reach the target first: stale gradients cost more than the waiting saved.")
     return " ".join(lines)
+
+
+def _shown(seconds: float) -> float:
+    """``seconds`` as the sentences print them (to 10 ms), for comparing runs as the reader sees them."""
+    return float(f"{seconds:.2f}")
