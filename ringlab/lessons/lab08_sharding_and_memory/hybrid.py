@@ -104,12 +104,15 @@ def hybrid_against_data_parallel(comm=None, steps: int = 3, make_model=small_mod
 def hybrid_check_sentence(rows: list[dict]) -> str:
     """Whether hybrid sharding trained as data parallelism did, within :data:`TOLERANCE`, and what crossed nodes."""
     worst = max(r["difference"] for r in rows)
-    off = max(abs(r["across"] / r["formula"] - 1) for r in rows)
+    # on one node the formula sends nothing across, and so does the rank: 0 B, the formula's
+    off = max(abs(r["across"] / r["formula"] - 1) if r["formula"] else 0.0 if r["across"] == 0 else math.inf
+              for r in rows)
     return (f"On {rows[0]['layout']}, simulated, hybrid sharding's weights were within {worst:.1e} of data "
             f"parallelism's (relative), " + ("inside" if worst <= TOLERANCE else "outside")
             + f" the tolerance of {TOLERANCE:g} (float64, its sums added in another order). A rank sent "
             f"{rows[0]['across']:,.0f} B a step to other nodes, "
-            + ("the formula's 2(m-1)/m x Psi/g." if off <= 1e-9 else f"{off:.1%} off the formula's 2(m-1)/m x Psi/g."))
+            + ("the formula's 2(m-1)/m x Psi/g." if off <= 1e-9 else f"{off:.1%} off the formula's 2(m-1)/m x Psi/g."
+               if math.isfinite(off) else "where the formula's 2(m-1)/m x Psi/g sends none."))
 
 
 def across_bytes(name: str, nranks: int, per_node: int, nbytes: int) -> float:

@@ -121,20 +121,36 @@ def peak_lesson(result: dict, agree: float = AGREE) -> Finding:
             "no less."]
     off = abs(cut / counted - 1) if counted > 0 else float("inf")
     matches = off <= agree
-    said.append(f"Autograd's count says recomputing holds {format_bytes(counted)} less at the peak (every layer's "
+    # a stack of one layer: recomputing keeps its input and brings its activations back, no less than keeping them
+    holds = (f"{format_bytes(counted)} less" if counted > 0 else "no less" if counted == 0 else
+             f"{format_bytes(-counted)} more")
+    said.append(f"Autograd's count says recomputing holds {holds} at the peak (every layer's "
                 f"activations against every layer's input and one layer's activations, brought back for its "
-                f"backward); the measured cut is {format_bytes(cut)}, " +
-                (f"within {off:.1%} of it: the cut is the activations recomputation stops keeping." if matches else
-                 f"{off:.0%} {'more' if cut > counted else 'less'} than that: the peak moved by other than the "
-                 "activations counted."))
+                "backward); " + (
+                    f"the measured cut is {format_bytes(cut)}, " +
+                    (f"within {off:.1%} of it: the cut is the activations recomputation stops keeping." if matches else
+                     f"{off:.0%} {'more' if cut > counted else 'less'} than that: the peak moved by other than the "
+                     "activations counted." if counted > 0 else
+                     "where the count expects none: the peak moved by other than the activations counted.")
+                    if cut > 0 else
+                    "the measured peak did not fall" + (f" but rose by {format_bytes(-cut)}" if cut < 0 else "") +
+                    (": it did not follow the activations counted." if counted > 0 else ".")))
     rest = (keep["rest"], again["rest"])
-    similar = abs(rest[0] - rest[1]) <= agree * max(rest)
-    said.append(f"Beyond the activations held, each peak has {format_bytes(rest[0])} and {format_bytes(rest[1])} more: "
-                "the backward's own working memory (the gradients of a layer's activations and of its weights as it "
-                "computes them, the parameters' gradients, "
-                f"{format_bytes(result['keep']['parameters'])} in bf16), " +
-                ("about the same either way: recomputation changes what is kept, not what a layer's backward needs "
-                 "while it runs." if similar else "not the same either way."))
+    if min(rest) < 0:  # the operating system saw less than autograd holds: its mark missed part of the step
+        below = "both" if max(rest) < 0 else "the one " + ("keeping every activation" if rest[0] < 0 else "recomputing")
+        said.append(f"Autograd holds {format_bytes(keep['held'])} and {format_bytes(again['held'])} of activations at "
+                    f"the peak, yet the measured peaks were {format_bytes(keep['peak'])} and "
+                    f"{format_bytes(again['peak'])}: {below} below what autograd holds, so "
+                    "the operating system's mark missed part of what the step held (memory already resident when it "
+                    "began, or swapped out) and cannot say what the backward works with beyond the activations.")
+    else:
+        similar = abs(rest[0] - rest[1]) <= agree * max(rest)
+        said.append(f"Beyond the activations held, each peak has {format_bytes(rest[0])} and {format_bytes(rest[1])} "
+                    "more: the backward's own working memory (the gradients of a layer's activations and of its "
+                    "weights as it computes them, the parameters' gradients, "
+                    f"{format_bytes(result['keep']['parameters'])} in bf16), " +
+                    ("about the same either way: recomputation changes what is kept, not what a layer's backward needs "
+                     "while it runs." if similar else "not the same either way."))
     conclusions = ("recomputation cut the step's peak" if cut > 0 else "recomputation did not cut the step's peak",
                    "the measured cut is the activations counted" if matches else
                    "the measured cut is not the activations counted")
