@@ -205,18 +205,24 @@ def imbalance_lesson(rows: list[dict]) -> Finding:
                     f"sent {format_bytes(r['sent'])} a step in all-to-alls"
                     + (f" ({r['padded']} padded ones)" if "padded" in r else "")
                     + f"; a step took {r['measured_s'] * 1e3:.1f} ms on the emulated links, in virtual time "
-                    f"({r['predicted_s'] * 1e3:.1f} ms predicted for its collectives; the rest is this CPU's work, the "
-                    "router's and the experts', counted as the CPU time it took"
+                    f"({r['predicted_s'] * 1e3:.1f} ms predicted for its collectives; "
+                    + ("the rest is this CPU's work, the router's and the experts', counted as the CPU time it took"
+                       if r["measured_s"] >= r["predicted_s"] else
+                       "more than the whole step: the emulated collectives ran faster than predicted, and no time "
+                       "is left to show this CPU's work")
                     + (f"; this machine took {r['wall_s'] * 1e3:.1f} ms of wall time)." if r.get("wall_s") else ")."))
     ratio = skewed["measured_s"] / even["measured_s"]
     said.append(f"Skewing the router made the busiest expert {skewed['imbalance'] / even['imbalance']:.1f}x as busy, "
                 f"the all-to-alls {skewed['sent'] / even['sent']:.1f}x as heavy and the step {ratio:.1f}x as long "
                 f"(predicted {skewed['predicted_s'] / even['predicted_s']:.1f}x for the collectives alone).")
-    extra = {r["router"]: r["measured_s"] - r["predicted_s"] for r in rows}
+    # a step shorter than its predicted collectives (a busy machine's numbers) shows no CPU work, not a negative one
+    extra = {r["router"]: max(r["measured_s"] - r["predicted_s"], 0.0) for r in rows}
     busiest = [max(r["per_expert"]) for r in rows]
     grew, busier = extra[skewed["router"]] > extra[even["router"]], busiest[1] > busiest[0]
-    said.append(f"Beyond the collectives, this CPU's work came to {extra[even['router']] * 1e3:.1f} ms a step as "
-                f"initialised and {extra[skewed['router']] * 1e3:.1f} ms skewed, while the busiest expert's tokens "
+    work = {r["router"]: (f"{extra[r['router']] * 1e3:.1f} ms" if r["measured_s"] >= r["predicted_s"] else
+                          "nothing") for r in rows}
+    said.append(f"Beyond the collectives, this CPU's work came to {work[even['router']]} a step as "
+                f"initialised and {work[skewed['router']]} skewed, while the busiest expert's tokens "
                 f"went from {busiest[0]} to {busiest[1]}: "
                 + ("it grew with the busiest expert's load, whose rank computes longest while the others wait for it "
                    "in the combine: imbalance costs twice." if grew and busier else

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
 
 from ...algorithms import build
 from ...lab.exercises import exercise
@@ -158,11 +157,18 @@ def mapping_lesson(rows: list[dict]) -> Finding:
                        "the measured steps do not match the predictions on the emulated machine")
     worst = max(abs(r["measured_s"] / r["predicted_s"] - 1) for r in rows)
     modelled = all(r.get("compute") == "model" for r in rows)
+    above = all(r["measured_s"] >= r["predicted_s"] for r in rows)  # a step below its collectives has no "rest"
     said.append(f"The measured steps are within {worst:.1%} of the predicted collectives: "
                 + ("with compute='model' this CPU's work never counts, so a step is its collectives alone, timed "
                    "message by message on the links, an independent check of the cost model's sum." if modelled and close
-                   else "the rest is this CPU's work (compute, Python), counted as the CPU time it took." if close else
-                   f"more than {CLOSE:.0%} apart, so this CPU's work is not small beside the emulated links."))
+                   else "the rest is this CPU's work (compute, Python), counted as the CPU time it took."
+                   if close and above else
+                   "this CPU's work (compute, Python), counted as the CPU time it took, is small beside the links."
+                   if close else
+                   f"more than {CLOSE:.0%} apart, so this CPU's work is not small beside the emulated links."
+                   if above else
+                   f"more than {CLOSE:.0%} apart, and not by this CPU's work: a step shorter than its predicted "
+                   "collectives leaves it no time, so the emulated links and the cost model disagree here."))
     if all(r.get("wall_s") for r in rows):
         said.append(f"This machine took {good['wall_s'] * 1e3:.1f} and {bad['wall_s'] * 1e3:.1f} ms of wall time a "
                     "step to run them: the H100s' microseconds are virtual.")

@@ -207,9 +207,20 @@ def _crossover(times: dict, first: str, second: str):
     return measured_crossover(rows, first, second)
 
 
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} us"
+
+
 def _faster(a: float, b: float) -> str:
-    """'2.1x faster than' or '1.3x slower than': time ``a`` against time ``b``."""
+    """'2.1x faster than', '1.3x slower than' or 'as fast as' (where both print alike): time ``a`` against ``b``."""
+    if _us(a) == _us(b):
+        return "as fast as"
     return f"{b / a:.1f}x faster than" if a < b else f"{a / b:.1f}x slower than"
+
+
+def _ahead(a: float, b: float) -> bool:
+    """Time ``a`` less than ``b`` as the words print them: two times that print alike are a tie, not a lead."""
+    return a < b and _us(a) != _us(b)
 
 
 def _mean_ratio(times: dict, top: str, bottom: str, sizes) -> float:
@@ -279,10 +290,11 @@ def symmetric_lesson(result: dict) -> Finding:
     ends = max(1, min(EDGE, len(sizes) // 2))
     low, high = sizes[:ends], sizes[-ends:]
     first = {a: times[a][small] for a in ALGORITHMS}
-    us = lambda s: f"{s * 1e6:.1f} us"
+    us = _us
     steps = {name: len(build(f"allreduce.{name}", n).steps) for name in ("oneshot", "twoshot", "ring")}
     times["best"] = {k: min(times["oneshot"][k], times["twoshot"][k]) for k in sizes}
     fastest = min(first, key=first.get)
+    tied = [a for a in ALGORITHMS if us(first[a]) == us(first[fastest])]  # a busy machine's times can print alike
     shared = " (more ranks than cores: the times include the scheduler)" if n > result["cores"] else ""
     said = [f"Measured on this machine: {n} ranks on {result['cores']} cores{shared}, float32 sums of "
             f"{format_bytes(small)} to {format_bytes(large)}, each time the lowest median of {result['passes']} "
@@ -290,8 +302,10 @@ def symmetric_lesson(result: dict) -> Finding:
             "against MPI's Allreduce" + (f"; calls above the window's {format_bytes(result['window_bytes'])} a rank "
                                          "went through it in rounds" if large > result["window_bytes"] else "") + "."]
 
-    one_vs_ring, one_vs_two = first["oneshot"] < first["ring"], first["oneshot"] < first["twoshot"]
-    text = (f"At {format_bytes(small)} {NAMES[fastest]} was the fastest ({us(first[fastest])}). One-shot took "
+    one_vs_ring, one_vs_two = _ahead(first["oneshot"], first["ring"]), _ahead(first["oneshot"], first["twoshot"])
+    text = (f"At {format_bytes(small)} " + (f"{NAMES[fastest]} was the fastest" if len(tied) == 1 else
+                                             f"{and_join([NAMES[a] for a in tied])} were the fastest, alike")
+            + f" ({us(first[fastest])}). One-shot took "
             f"{us(first['oneshot'])}, {_faster(first['oneshot'], first['ring'])} the ring's {us(first['ring'])}")
     text += (f": one synchronisation against the ring's 2(n-1) = {steps['ring']} steps, each an MPI message to send, "
              "match and copy." if one_vs_ring else
@@ -300,16 +314,16 @@ def symmetric_lesson(result: dict) -> Finding:
     text += (f" Two-shot took {us(first['twoshot'])}: {_faster(first['twoshot'], first['ring'])} the ring"
              + (f", though on {n} ranks it synchronises as many times as the ring takes steps (a flag in shared "
                 "memory costs less than a message)" if steps["twoshot"] == steps["ring"]
-                and first["twoshot"] < first["ring"] else "")
+                and _ahead(first["twoshot"], first["ring"]) else "")
              + f", and {_faster(first['twoshot'], first['oneshot'])} one-shot"
              + (", whose single synchronisation it doubles." if one_vs_two else "."))
-    if fastest == "mpi":
+    if tied == ["mpi"]:
         text += (f" MPI's own call is C inside MPICH, with none of ringlab's Python around it: one-shot took "
                  f"{first['oneshot'] / first['mpi']:.1f}x its time.")
     said.append(text)
 
     before, after = (_mean_ratio(times, "twoshot", "oneshot", part) for part in (low, high))
-    gains = after < before
+    gains = float(f"{after:.2f}") < float(f"{before:.2f}")  # as printed: 1.00x then 1.00x is no gain
     span = lambda part: f"{format_bytes(part[0])} to {format_bytes(part[-1])}"
     split = _crossover(times, "oneshot", "twoshot")
     text = (f"As messages grow two-shot {'gains on' if gains else 'does not gain on'} one-shot: it took "
@@ -351,7 +365,7 @@ def symmetric_lesson(result: dict) -> Finding:
     led, _ = _led(times, sizes, "best", "mpi")
     text = (f"From {span(high)} MPI's own allreduce took {mpi_over:.1f}x the time of the faster of one-shot and "
             f"two-shot (geometric mean). Of all {len(sizes)} sizes, the pair took less time than MPI's own {led}"
-            + ("" if times["best"][large] < times["mpi"][large] or led == "at no size measured" else
+            + ("" if not times["mpi"][large] < times["best"][large] or led == "at no size measured" else
                f"; at {format_bytes(large)} MPI's own was ahead") + ".")
     said.append(text)
 
@@ -361,7 +375,8 @@ def symmetric_lesson(result: dict) -> Finding:
         f"two-shot {'gains' if gains else 'does not gain'} on one-shot as messages grow",
         f"the ring is {'slower' if ring_over > 1 else 'not slower'} than one-shot or two-shot across the sizes",
         f"one-shot or two-shot {'beats' if mpi_over > 1 else 'does not beat'} MPI's own at the largest sizes")
-    observations = (f"{NAMES[fastest]} is the fastest at the smallest size",
+    observations = (f"{NAMES[fastest]} is the fastest at the smallest size" if len(tied) == 1 else
+                    f"{and_join([NAMES[a] for a in tied])} tie as the fastest at the smallest size",
                     f"two-shot overtakes one-shot at {format_bytes(split.size)}" if split.within else
                     "two-shot does not overtake one-shot within the sizes measured",
                     f"the ring is ahead of both at {len(ring_wins)} sizes")
