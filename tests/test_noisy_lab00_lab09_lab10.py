@@ -342,3 +342,16 @@ def test_mpi_is_not_said_ahead_at_a_size_where_it_tied():
     text = symmetric.symmetric_lesson(_symmetric(times, SIZES)).text
     assert "MPI's own was ahead" not in text
     assert "the pair took less time than MPI's own from 8 B to 512 KiB." in text
+
+
+def test_a_host_device_row_without_a_pcie_peak_prints_a_dash_not_nan():
+    """``ringlab bandwidth`` on a GPU whose PCIe link NVML does not report: the row says so, and no 'nan GB/s'."""
+    from ringlab.measure.bandwidth import _host_device_line
+
+    row = {"what": "host->device", "pinned": True, "Bps": 12.5e9, "spread_Bps": (12.0e9, 13.0e9), "peak_Bps": 25e9}
+    assert _host_device_line(row) == ("  host->device       pinned       12.50 GB/s  peak    25.00 GB/s  ratio 0.50  "
+                                      "(repeats 12.00-13.00)")
+    said = _host_device_line({**row, "peak_Bps": None})
+    assert "nan" not in said
+    assert said == ("  host->device       pinned       12.50 GB/s  peak        - (NVML gave no PCIe link)  ratio -  "
+                    "(repeats 12.00-13.00)")

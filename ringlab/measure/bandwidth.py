@@ -94,7 +94,7 @@ def cpu_report(comm, sizes: list[int], out) -> dict:
     if not rows:
         print("# MPI ping-pong needs 2 ranks: run with -n 2", file=out)
     else:
-        print(f"# MPI ping-pong rank 0 <-> rank 1 (shared memory): one-way time and bandwidth; ratio = "
+        print("# MPI ping-pong rank 0 <-> rank 1 (shared memory): one-way time and bandwidth; ratio = "
               f"bandwidth / copy rate", file=out)
         print(f"# {'size (B)':>12} {'one-way (us)':>13} {'GB/s':>9} {'ratio':>7}", file=out)
         for row in rows:
@@ -315,11 +315,7 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
         if count > 1 or cpus:
             print(f"# gpu{gpu} {bus}{where}", file=out)
         for row in rows:
-            rate, (low, high), peak = row["Bps"], row["spread_Bps"], row["peak_Bps"]
-            ratio = f"{rate / peak:.2f}" if peak else "-"
-            print(f"  {row['what']:<18} {'pinned' if row['pinned'] else 'pageable':<9} {rate / 1e9:8.2f} GB/s  peak "
-                  f"{peak / 1e9 if peak else float('nan'):8.2f} GB/s  ratio {ratio}  (repeats {low / 1e9:.2f}-"
-                  f"{high / 1e9:.2f})", file=out)
+            print(_host_device_line(row), file=out)
     device = cp.empty(nbytes, dtype=cp.uint8)
     stream = cp.cuda.get_current_stream()
     copy = cp.empty_like(device)
@@ -336,6 +332,16 @@ def gpu_report(out, nbytes: int = 256 << 20) -> dict:
     if count >= 2:
         result["p2p"] = _p2p_matrix(cp, count, nbytes, topology, out)
     return result
+
+
+def _host_device_line(row: dict) -> str:
+    """One host<->device row of :func:`gpu_report` as printed: the rate, the link's peak and their ratio, the spread
+    of the repeats; a dash for the peak and the ratio where NVML gave no PCIe generation and width."""
+    rate, (low, high), peak = row["Bps"], row["spread_Bps"], row["peak_Bps"]
+    ratio = f"{rate / peak:.2f}" if peak else "-"
+    shown = f"{peak / 1e9:8.2f} GB/s" if peak else f"{'-':>8} (NVML gave no PCIe link)"
+    return (f"  {row['what']:<18} {'pinned' if row['pinned'] else 'pageable':<9} {rate / 1e9:8.2f} GB/s  peak "
+            f"{shown}  ratio {ratio}  (repeats {low / 1e9:.2f}-{high / 1e9:.2f})")
 
 
 ALREADY = (704, 705)  # cudaErrorPeerAccessAlreadyEnabled, cudaErrorPeerAccessNotEnabled
