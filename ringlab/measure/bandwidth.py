@@ -95,7 +95,7 @@ def cpu_report(comm, sizes: list[int], out) -> dict:
         print("# MPI ping-pong needs 2 ranks: run with -n 2", file=out)
     else:
         print("# MPI ping-pong rank 0 <-> rank 1 (shared memory): one-way time and bandwidth; ratio = "
-              f"bandwidth / copy rate", file=out)
+              "bandwidth / copy rate", file=out)
         print(f"# {'size (B)':>12} {'one-way (us)':>13} {'GB/s':>9} {'ratio':>7}", file=out)
         for row in rows:
             ratio = row["bandwidth_Bps"] / rate
