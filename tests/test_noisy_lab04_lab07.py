@@ -21,6 +21,7 @@ from ringlab.lessons.lab04_parameter_servers.serverload import describe_server_l
 from ringlab.lessons.lab04_parameter_servers.staleness import describe_staleness, describe_waiting
 from ringlab.lessons.lab04_parameter_servers.wallclock import common_target, describe_race
 from ringlab.lessons.lab07_hangs_and_crawls import diagnose
+from test_staleness import applied  # (worker, staleness) of pushes made in a given order
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WORKERS, STEPS = 4, 6  # lab 04's four workers (the notebook runs 30 steps; 6 keep the test quick)
@@ -41,15 +42,6 @@ def said_well(text: str) -> None:
     assert text.strip()
     for word in ("nan", "inf ", "inf)", "inf,", "inf.", "infx"):
         assert word not in text.lower(), (word, text)
-
-
-def applied(order):
-    """(worker, staleness) of pushes made in ``order``, each worker pulling right after its own push."""
-    pulled, pushes = {}, []
-    for i, worker in enumerate(order):
-        pushes.append((worker, i - pulled.get(worker, 0)))
-        pulled[worker] = i + 1
-    return pushes
 
 
 # --- lab 04: who waited, the race against the clock, the server's load ----------------------------------------
