@@ -231,3 +231,20 @@ def test_the_emulated_load_refuses_bad_input_before_any_message():
         measure_emulated_load(machine="nowhere-8", comm=Comm())
     with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
         measure_emulated_load(steps=0, comm=Comm())
+
+
+def test_a_run_that_diverged_is_named_as_one_and_does_not_move_the_target():
+    """An asynchronous run whose loss went to NaN: min() over it read 'lowest nan' (or a loss from before the NaN,
+    depending on where it fell), and the target halfway to 'the lowest every run reached' became NaN."""
+    diverged = dict(ASYNC, loss=ASYNC["loss"][:8] + [float("nan")] * 5)  # 1.4 its lowest before the NaN
+    runs = {"sync": SYNC, "async": diverged, "ring": RING}
+    assert common_target(runs) == pytest.approx((2.0 + 1.4) / 2)
+    text = describe_race(runs, target=1.0)
+    assert "the asynchronous server never did (it diverged, after a lowest of 1.400)" in text
+    assert "nan" not in text.lower()
+    at_once = dict(ASYNC, loss=[2.0] + [float("inf")] * 12)  # diverged on the first update
+    text = describe_race({"sync": SYNC, "async": at_once})
+    assert common_target({"sync": SYNC, "async": at_once}) == pytest.approx((2.0 + 0.6) / 2)  # not the start, 2.0
+    assert ("halfway from the initial loss to the lowest that every run that learned reached (the asynchronous "
+            "server never got below the initial loss)") in text
+    assert "never did (it diverged, after a lowest of 2.000)" in text

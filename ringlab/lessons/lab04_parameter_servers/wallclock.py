@@ -125,9 +125,25 @@ def time_to(run: dict, target: float) -> float | None:
 
 def common_target(runs: dict) -> float:
     """Halfway from the initial loss (the same for every run: the same initial weights) to the lowest loss
-    that every run reached (the highest of the runs' lowest losses)."""
+    that every run reached (the highest of the runs' lowest losses). A run that never got below the initial loss
+    (it diverged at once) does not set the target: it would put it at the start, reached by every run at 0 s."""
     initial = max(run["loss"][0] for run in runs.values())
-    return (initial + max(min(run["loss"]) for run in runs.values())) / 2
+    lowest = [_lowest(run["loss"]) for run in runs.values()]
+    learned = [low for low in lowest if low < initial]
+    return (initial + max(learned or lowest)) / 2
+
+
+def _learned(runs: dict) -> list:
+    """The runs whose loss went below the initial loss."""
+    initial = max(run["loss"][0] for run in runs.values())
+    return [m for m, run in runs.items() if _lowest(run["loss"]) < initial]
+
+
+def _lowest(loss) -> float:
+    """The lowest finite loss of a run (a run that diverged reached the losses it had before), or +inf."""
+    finite = np.asarray(loss, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    return float(finite.min()) if finite.size else float("inf")
 
 
 def straggler_of(runs: dict):
@@ -142,6 +158,17 @@ def straggler_of(runs: dict):
     return None if first is None else SimpleNamespace(**first)
 
 
+def _lowest_words(loss) -> str:
+    """The lowest loss a run reached, or that it diverged: ``min`` of losses with a NaN in them is NaN or a value
+    from before the NaN, depending on where the NaN falls, so a diverged run is named as one."""
+    loss = np.asarray(loss, dtype=float)
+    if np.isfinite(loss).all():
+        return f"lowest {loss.min():.3f}"
+    if not np.isfinite(loss).any():
+        return "its loss was never a finite number: it diverged"
+    return f"it diverged, after a lowest of {_lowest(loss):.3f}"
+
+
 def describe_race(runs: dict, target: float | None = None) -> str:
     """Sentences on which run reached ``target`` (default :func:`common_target`) first and why, worded from
     ``runs`` ({method: what :func:`race` returned}, all with the same straggler)."""
@@ -153,8 +180,12 @@ def describe_race(runs: dict, target: float | None = None) -> str:
     target = common_target(runs) if target is None else target
     reached = {m: time_to(run, target) for m, run in runs.items()}
     order = sorted((m for m in runs if reached[m] is not None), key=lambda m: reached[m])
-    lines = [f"Target: a test loss of {target:.3f}" + (", halfway from the initial loss to the lowest that every run "
-                                                         "reached." if said_target else ".")]
+    learned = _learned(runs)
+    lines = [f"Target: a test loss of {target:.3f}" + (
+        "." if not said_target else
+        ", halfway from the initial loss to the lowest that every run reached." if len(learned) in (0, len(runs)) else
+        f", halfway from the initial loss to the lowest that every run that learned reached "
+        f"({', '.join(NAMES[m] for m in runs if m not in learned)} never got below the initial loss).")]
     if order:
         # runs that reached it at the same time as printed reached it together: none of them is called first alone
         together = [m for m in order if _shown(reached[m]) == _shown(reached[order[0]])]
@@ -163,7 +194,7 @@ def describe_race(runs: dict, target: float | None = None) -> str:
                      + (f" reached it first, after {reached[order[0]]:.2f} s" if len(together) == 1 else
                         f" reached it first, together, after {reached[order[0]]:.2f} s")
                      + "".join(f"; {NAMES[m]} after {reached[m]:.2f} s" for m in rest)
-                     + "".join(f"; {NAMES[m]} never did (lowest {min(runs[m]['loss']):.3f})"
+                     + "".join(f"; {NAMES[m]} never did ({_lowest_words(runs[m]['loss'])})"
                                for m in runs if reached[m] is None) + f" ({_clock_words(runs)}).")
     else:
         lines.append("No run reached it.")
