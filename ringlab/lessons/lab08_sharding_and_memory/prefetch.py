@@ -170,7 +170,9 @@ def prefetch_lesson(result: dict) -> Finding:
                     f"{ms(off['measured_s'] - off['compute_s'])} without it.")
         conclusions.append("prefetch hid the gathers on the emulated machine")
     else:
-        said.append(f"Prefetch did not clearly hide the gathers: the step was {shorter:+.0%} shorter with it.")
+        change = (f"{shorter:.0%} shorter" if shorter > 0 else f"{-shorter:.0%} longer" if shorter < 0 else
+                  "no shorter")
+        said.append(f"Prefetch did not clearly hide the gathers: the step was {change} with it.")
         conclusions.append("prefetch did not clearly hide the gathers on the emulated machine")
     apart = [abs(row["measured_s"] / row["predicted_s"] - 1) for row in (off, on)]
     if max(apart) <= MATCH:
