@@ -17,6 +17,7 @@ import numpy as np
 
 from ...algorithms import build
 from ...lab.findings import Finding
+from ...lab.words import plural
 from ...predict import predict_nccl
 from ...schedule import chunk_bounds
 from ...train.zero import ZeroOptimizer, sent_bytes
@@ -93,7 +94,7 @@ def hybrid_against_data_parallel(comm=None, steps: int = 3, make_model=small_mod
         plain, _ = train(lambda m, o: DistributedOptimizer(o, m.named_parameters(), overlap=False, comm=comm), make)
         mine, across = train(lambda m, o: HybridShardOptimizer(o, m, mesh.tensor, mesh.data), make)
         difference = float((mine - plain).abs().max() / plain.abs().max())
-        rows.append({"optimizer": name, "layout": f"{nodes} nodes x {per_node} GPUs",
+        rows.append({"optimizer": name, "layout": f"{plural(nodes, 'node')} x {plural(per_node, 'GPU')}",
                      "difference": comm.allreduce(difference, op=MPI.MAX),
                      "across": comm.allreduce(across) / comm.Get_size(),
                      "formula": 2 * (nodes - 1) / nodes * nparams * 8 / per_node})

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...lab.findings import Finding
+from ...lab.words import plural
 from ...measure.units import format_bytes
 
 # Big enough that activations dwarf the allocator's small change (tens of MiB a layer), small enough that a step
@@ -112,11 +113,11 @@ def peak_lesson(result: dict, agree: float = AGREE) -> Finding:
     keep, again = peak_rows(result)
     cut, counted = keep["peak"] - again["peak"], keep["held"] - again["held"]
     s = result["shape"]
-    said = [f"A whole step of {s['layers']} layers ({s['seq']} tokens x {s['batch']} sequences, hidden {s['hidden']}, "
-            f"bf16), measured by the operating system: its peak was {format_bytes(keep['peak'])} keeping every "
+    said = [f"A whole step of {plural(s['layers'], 'layer')} ({s['seq']} tokens x {s['batch']} sequences, hidden "
+            f"{s['hidden']}, bf16), measured by the operating system: its peak was {format_bytes(keep['peak'])} keeping every "
             f"activation and {format_bytes(again['peak'])} recomputing, "
             f"{cut / keep['peak']:.0%} less." if cut > 0 else
-            f"A whole step of {s['layers']} layers, measured by the operating system: its peak was "
+            f"A whole step of {plural(s['layers'], 'layer')}, measured by the operating system: its peak was "
             f"{format_bytes(keep['peak'])} keeping every activation and {format_bytes(again['peak'])} recomputing: "
             "no less."]
     off = abs(cut / counted - 1) if counted > 0 else float("inf")
