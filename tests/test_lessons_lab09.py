@@ -21,6 +21,12 @@ def test_the_mapping_lesson_follows_its_numbers():
     assert modelled.conclusions == good.conclusions
     assert "within 0.0% of the predicted collectives: with compute='model' this CPU's work never counts" in modelled.text
     assert "This machine took 100.0 and 200.0 ms of wall time a step" in modelled.text
+    apart = mesh.mapping_lesson([dict(row("tensor inside nodes", 1.5, 0.8, 0.2), compute="model"),
+                                 dict(row("tensor across nodes", 4.5, 2.9, 0.1), compute="model")])
+    assert "the measured steps do not match the predictions on the emulated machine" in apart.conclusions
+    # with modelled compute the CPU's work is not in a step, so it is not what set them apart
+    assert "with compute='model' this CPU's work never counts: the emulated links and the cost model disagree" in (
+        apart.text) and "this CPU's work is not small" not in apart.text
     tie = mesh.mapping_lesson([row("tensor inside nodes", 2.0, 0.8, 0.2), row("tensor across nodes", 2.1, 2.9, 0.1)])
     assert "the two mappings take about as long on the emulated machine" in tie.conclusions
     assert "the measured steps do not match the predictions on the emulated machine" in tie.conclusions

@@ -165,6 +165,8 @@ def mapping_lesson(rows: list[dict]) -> Finding:
                    if close and above else
                    "this CPU's work (compute, Python), counted as the CPU time it took, is small beside the links."
                    if close else
+                   f"more than {CLOSE:.0%} apart, though with compute='model' this CPU's work never counts: the "
+                   "emulated links and the cost model disagree here." if modelled else
                    f"more than {CLOSE:.0%} apart, so this CPU's work is not small beside the emulated links."
                    if above else
                    f"more than {CLOSE:.0%} apart, and not by this CPU's work: a step shorter than its predicted "
