@@ -257,7 +257,9 @@ def _plan(args) -> int:
     else:
         raise ValueError("give a model (a preset's name) or --shape")
     if args.gpus < 1 or args.gpus_per_node < 1:
-        raise ValueError("--gpus and --gpus-per-node must be at least 1")
+        raise ValueError(f"--gpus and --gpus-per-node must be at least 1, got {args.gpus} and {args.gpus_per_node}")
+    if args.top < 1:  # a slice by 0 or -1 would print none or all but the last
+        raise ValueError(f"--top must be at least 1, got {args.top}")
     per_node = min(args.gpus, args.gpus_per_node)
     if args.gpus % per_node:
         raise ValueError(f"--gpus {args.gpus} is not a whole number of nodes of {per_node} GPUs")

@@ -237,6 +237,8 @@ def machine_facts(topology: Topology, nranks: int | None = None) -> Facts:
     port = _port(topology)
     if port:
         ring, peak = port, _port(topology, peak=True)
+    elif min(n, gpus) < 2:  # one GPU a node: no link inside a node carries the ring (the network sets its pace, as
+        ring = peak = np.inf  # _across has it)
     else:  # GPUs joined pairwise (xGMI, GH200's NVLink): many rings over every link; else the best ring's rate
         ring, peak = (machine.mesh and _mesh_rates(topology, min(n, gpus))) or _ring_rates(topology, min(n, gpus))
     nvls = bool(topology.switch_reduce and machine.arch in T.NVLS_EFFICIENCY)

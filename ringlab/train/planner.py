@@ -6,9 +6,11 @@ parallelism is what the GPUs leave: ``dp = GPUs / (tp x pp x cp)``; expert paral
 Megatron-LM.
 
 Where the ranks sit. As a launcher (Megatron-LM, torchtitan) lays them out: tensor parallelism fastest (inside a
-node first), then context, then data (expert inside data), then pipeline. Each group's collectives are priced by
-``ringlab.predict.predict_nccl`` on the GPUs that group spans, each GPU keeping its own NVLink port and its share
-of its node's NICs (the groups of a node run side by side on separate rails), with NCCL's choice of algorithm.
+node first), then context, then data, then pipeline; the expert layers fold context and data into expert
+parallelism next to tensor and the expert-data group after it (Megatron-Core's expert rank generator). Each group's
+collectives are priced by ``ringlab.predict.predict_nccl`` on the GPUs that group spans, each GPU keeping its own
+NVLink port and its share of its node's NICs (the groups of a node run side by side on separate rails), with NCCL's
+choice of algorithm.
 
 Compute. FLOPs from the shape (:mod:`ringlab.train.transformer`) at the GPU's published peak for the precision
 at the rate a large matrix multiplication reaches on it, measured and published (Stas Bekman's "Maximum Achievable
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -396,9 +399,10 @@ def _size(n: float) -> str:
 
 
 def _whole(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    """``value`` as a Python int (numpy's integers too: a sweep over ``np.arange`` plans), or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return value
+    return int(value)
 
 
 def _model(model) -> Transformer:
@@ -481,11 +485,16 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     ``.mfu``): a prediction from published figures, never a measurement."""
     model = _model(model)
     m = _machine(topology)
-    for key, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vp", vp), ("micro_batch", micro_batch),
-                       ("global_batch", global_batch), ("seq", seq)):
-        _whole(key, value)
-    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+    tp, pp, cp, ep, vp, micro_batch, global_batch, seq = (_whole(key, value) for key, value in (
+        ("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("vp", vp), ("micro_batch", micro_batch),
+        ("global_batch", global_batch), ("seq", seq)))
+    if isinstance(zero, bool) or not isinstance(zero, numbers.Integral) or zero not in (0, 1, 2, 3):
         raise ValueError(f"zero must be 0, 1, 2 or 3, got {zero!r}")
+    zero = int(zero)
+    for key, value in (("grad_reduce_in_fp32", grad_reduce_in_fp32), ("precision_aware_optimizer",
+                       precision_aware_optimizer), ("ends_in_pipeline_split", ends_in_pipeline_split)):
+        if not isinstance(value, bool):  # a string such as "no" would be true
+            raise ValueError(f"{key} must be True or False, got {value!r}")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
     if recompute not in RECOMPUTE:
@@ -495,14 +504,14 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if cross_entropy not in CROSS_ENTROPY_TRAFFIC:
         raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
                          f"got {cross_entropy!r}")
-    _whole("offload_layers", offload_layers, minimum=0)
+    offload_layers = _whole("offload_layers", offload_layers, minimum=0)
     if offload_layers and (offload_layers >= model.layers or pp > 1):
         # Megatron-Core's own checks (megatron/core/transformer/transformer_config.py at 92c8482e, lines 1053-1062)
         raise ValueError(f"offload_layers={offload_layers} must be under the model's {model.layers} layers, with "
                          f"pp=1 (Megatron-Core has no CPU offloading with pipeline parallelism), got pp={pp}")
     if ends_in_pipeline_split and (model.layers + 2) % pp:
-        raise ValueError(f"with the embedding and the loss counted as layers, {model.layers} + 2 must divide into "
-                         f"pp={pp} stages (Megatron-Core's check)")
+        raise ValueError(f"ends_in_pipeline_split=True counts the embedding and the loss as layers: {model.layers} + "
+                         f"2 must divide into pp={pp} stages (Megatron-Core's check)")
     gpus = m.nodes * m.gpus_per_node
     if gpus % (tp * pp * cp):
         raise ValueError(f"tp x pp x cp = {tp} x {pp} x {cp} = {tp * pp * cp} does not divide the {gpus} GPUs")
@@ -566,8 +575,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     logits = LOGIT_BYTES * tokens_mb * model.vocab / tp
     on_gpu = L_first - offload_layers  # Transformer Engine keeps at most the layers not offloaded on the GPU
     activations = max(in_flight * on_gpu * per_layer + (logits if pp == 1 else 0), on_gpu * per_layer + logits)
-    if full:  # the layer being recomputed holds its whole activations again
-        activations += model.activation_bytes_per_token(fp8=fp8) * tokens_mb / tp
+    if full:  # the layer being recomputed holds its whole activations again (scores too, unfused), less its input:
+        activations += (stored - 2 * ACT_BYTES * h) * tokens_mb / tp  # that is the checkpoint counted above
     groups = sum(x > 1 for x in (tp, pp, cp, dp, ep)) + (pp > 1)
     buffers = NCCL_BUFFERS * groups
     if zero >= 3:  # two layers' weights gathered at once: the one computing and the one prefetched
@@ -632,7 +641,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         add("cp", "allgather", kv_bytes, topo, calls * (2 + (1 if full else 0)), hide=calls * attn_layer)
         add("cp", "reduce_scatter", kv_bytes, topo, calls)
     if ep > 1:
-        topo = group_topology(topology, ep, tp * cp)
+        topo = group_topology(topology, ep, tp)  # context and data folded: ep next to tp (Megatron-Core)
         routed = ACT_BYTES * tokens_mb / tp * model.top_k * h  # tokens this GPU sends out to experts
         add("ep", "alltoall", routed, topo, micro * moe_stage * 2 * (2 + (1 if full else 0)))
     if pp > 1:
@@ -662,7 +671,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                 add("dp", "reduce_scatter", gbytes / buckets, topo, buckets, hide=last_bwd)
                 add("dp", "allgather", WEIGHT_BYTES * params / buckets, topo, buckets, hide=first_fwd)
         if ep > 1 and expert_shard > 1:
-            etopo = group_topology(topology, expert_shard, tp * cp * ep)
+            etopo = group_topology(topology, expert_shard, tp * ep)
             ebytes = grad_bytes * experts
             buckets = max(1, math.ceil(experts / BUCKET_PARAMS))
             add("dp", "allreduce" if zero == 0 else "reduce_scatter", ebytes / buckets, etopo, buckets,
