@@ -11,3 +11,9 @@ def and_join(items) -> str:
 def plural(n: int, what: str) -> str:
     """``plural(3, "step")`` -> ``"3 steps"``; ``plural(1, "step")`` -> ``"1 step"``."""
     return f"{n:,} {what}{'s' * (n != 1)}"
+
+
+def article(name: str) -> str:
+    """``"an H100"``, ``"a B200"``, ``"an MI300X"``: the article of a GPU's (or any capitalised) name as it is read
+    aloud, letter by letter."""
+    return f"{'an' if name[:1].upper() in 'AEFHILMNORSX' else 'a'} {name}"

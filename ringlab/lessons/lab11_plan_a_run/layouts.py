@@ -4,7 +4,8 @@ and on GB200 NVL72. Each ``*_rows`` or ``*_result`` function plans; each ``*_les
 from __future__ import annotations
 
 from ...lab.findings import Finding
-from ...lab.words import and_join
+from ...lab.words import and_join, article, plural
+from ...measure.units import format_bytes
 from ...train.planner import plan, search
 from .run import GIB, GLOBAL_BATCH, SEQ, machine, model
 
@@ -17,10 +18,26 @@ def _layout(p) -> str:
     return p.layout_str()
 
 
+def _printed_gap(first: float, second: float) -> float:
+    """``second - first`` in seconds as the two print, to a hundredth: 0 where they print alike."""
+    return round(float(f"{second:.2f}") - float(f"{first:.2f}"), 2)
+
+
+def _micro_batches(n: int) -> str:
+    return f"{n:,} micro-batch{'es' * (n != 1)}"
+
+
 # -- tensor parallelism: inside a node, or across two -----------------------------------------------------------
 def tensor_reach(tps=(8, 16), model_parallel: int = 32, topology=None, **common) -> dict:
     """Each ``tp`` with ``pp = model_parallel / tp`` (the same data-parallel group and GPUs), ZeRO 1, 4M tokens a
     step: its tensor group's all-gathers (size, price, calls, where they run), the exposed tensor time and the step."""
+    tps = tuple(tps)
+    if len(tps) != 2 or tps[0] == tps[1]:
+        raise ValueError(f"tps must be two different tensor-parallel sizes to compare, got {tps!r}")
+    for tp in tps:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 2 or model_parallel % tp:
+            raise ValueError(f"each of tps must be a whole number >= 2 (a tensor group) that divides "
+                             f"model_parallel={model_parallel}, got tp={tp!r}")
     topology = topology or machine()
     settings = {"zero": 1, "micro_batch": 1, "global_batch": GLOBAL_BATCH, "seq": SEQ, **common}
     rows = []
@@ -43,31 +60,37 @@ TENSOR_COLUMNS = {"tp": "tp", "pp": "pp", "tensor group": "where", "all-gather":
 def tensor_lesson(result: dict) -> Finding:
     """Why the tensor group stays in a node, or not: the price of one call in and across nodes, how many calls a GPU
     makes, the exposed tensor time and the step, compared."""
-    a, b = result["rows"][0], result["rows"][1]
+    if len(result["rows"]) != 2:
+        raise ValueError(f"tensor_lesson compares two tensor-parallel sizes, got {len(result['rows'])} rows")
+    a, b = result["rows"]
     per_call, calls, exposed = b["call_s"] / a["call_s"], b["calls"] / a["calls"], b["tp_s"] / a["tp_s"]
     on = lambda r: "one node's NVLink" if r["inside"] else f"{r['where']} GPUs, across the network"  # noqa: E731
     said = [f"tp={a['tp']} (pp={a['pp']}) runs each tensor group on {on(a)}: each all-gather (and each "
-            f"reduce-scatter) of {a['nbytes'] / 2 ** 20:.0f} MiB takes {a['call_s'] * 1e3:.3f} ms ({a['algorithm']}), "
+            f"reduce-scatter) of {format_bytes(a['nbytes'])} takes {a['call_s'] * 1e3:.3f} ms ({a['algorithm']}), "
             f"{a['calls']:.0f} of each a step, {a['tp_s']:.2f} s exposed.",
             f"tp={b['tp']} (pp={b['pp']}) runs it on {on(b)}: each call takes {b['call_s'] * 1e3:.3f} ms "
             f"({b['algorithm']}), {per_call:.2f}x, and each GPU makes {b['calls']:.0f} ({calls:.1f}x: it holds slices "
-            f"of {b['layers']} layers where tp={a['tp']} holds {a['layers']}, and every layer's calls carry the "
-            f"micro-batch's whole hidden states whatever tp is), {b['tp_s']:.2f} s exposed: {exposed:.2f}x."]
+            f"of {plural(b['layers'], 'layer')} where tp={a['tp']} holds {a['layers']}, and every layer's calls carry "
+            f"the micro-batch's whole hidden states whatever tp is), {b['tp_s']:.2f} s exposed: {exposed:.2f}x."]
     where = "across nodes" if a["inside"] and not b["inside"] else f"on {b['tp']} GPUs than on {a['tp']}"
     if abs(per_call - 1) <= SAME:
-        crossing = f"a call costs about the same {where}"
+        crossing = f"a call costs about the same {where.replace(' than ', ' as ')}"
     else:
         crossing = f"a call costs {'more' if per_call > 1 else 'less'} {where}"
     by_count = abs(calls - 1) > abs(per_call - 1)
     cause = "the number of calls" if by_count else "the price of each call"
     weighed = (f"{calls:.1f}x, against {per_call:.2f}x for the price of each" if by_count else
                f"{per_call:.2f}x, against {calls:.1f}x for the number of calls")
-    faster = a if a["step_s"] < b["step_s"] else b
+    gap = _printed_gap(a["step_s"], b["step_s"])  # as the steps print: a tie is no one's win
+    faster = a if gap > 0 else b
+    step = (f"tp={faster['tp']} is faster, by {abs(gap):.2f} s a step" if gap else
+            "the two steps are the same to a hundredth of a second")
     said.append(f"So {crossing} ({per_call:.2f}x), and most of the change in exposed time comes from {cause} "
                 f"({weighed}). "
                 f"The step: {a['step_s']:.2f} s at tp={a['tp']} against {b['step_s']:.2f} s at tp={b['tp']}: "
-                f"tp={faster['tp']} is faster, by {abs(a['step_s'] - b['step_s']):.2f} s a step.")
-    conclusions = (crossing, f"most of the change from {cause}", f"tp={faster['tp']} is faster")
+                f"{step}.")
+    conclusions = (crossing, f"most of the change from {cause}",
+                   f"tp={faster['tp']} is faster" if gap else "the same step")
     return Finding(" ".join(said), conclusions)
 
 
@@ -79,6 +102,9 @@ def zero_rows(layouts=ZERO_LAYOUTS, stages=(1, 3), topology=None, global_batch: 
               seq: int = SEQ) -> list[dict]:
     """Each layout at each ZeRO stage: memory, whether it fits, the data-parallel calls a step, their exposed and
     hidden seconds, and the step."""
+    stages = tuple(stages)
+    if len(stages) != 2 or stages[0] == stages[1] or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in stages):
+        raise ValueError(f"stages must be two different ZeRO stages (0, 1, 2 or 3) to compare, got {stages!r}")
     topology = topology or machine()
     rows = []
     for i, layout in enumerate(layouts):
@@ -103,24 +129,37 @@ def zero_lesson(rows: list[dict]) -> Finding:
     and which plan of all fits fastest."""
     said, conclusions = [], []
     for case in dict.fromkeys(r["case"] for r in rows):
-        low, high = sorted((r for r in rows if r["case"] == case), key=lambda r: r["zero"])[:2]
+        pair = sorted((r for r in rows if r["case"] == case), key=lambda r: r["zero"])
+        if len(pair) != 2 or pair[0]["zero"] == pair[1]["zero"]:
+            raise ValueError(f"zero_lesson compares two ZeRO stages of each layout; layout {case} has "
+                             f"{', '.join(str(r['zero']) for r in pair)}")
+        low, high = pair
         fit = lambda r: "fits" if r["fits"] else "does not fit"  # noqa: E731
+        saved = low["memory_gib"] - high["memory_gib"]
+        gathers = (f" (it gathers every layer's weights again for each of its {_micro_batches(high['micro_batches'])})"
+                   if high["zero"] == 3 and high["dp_calls"] > 0 else "")
         text = (f"{low['setting']}: ZeRO-{low['zero']} needs {low['memory_gib']:.1f} GiB a GPU ({fit(low)} in "
                 f"{low['capacity_gib']:.0f}), ZeRO-{high['zero']} {high['memory_gib']:.1f} GiB ({fit(high)}), "
-                f"{low['memory_gib'] - high['memory_gib']:.1f} GiB less, for {high['dp_calls']:.0f} data-parallel "
-                f"calls a step against {low['dp_calls']:.0f} (it gathers every layer's weights again for each of its "
-                f"{high['micro_batches']} micro-batch{'es' * (high['micro_batches'] != 1)}), {high['dp_s']:.2f} s of them exposed and "
+                + (f"{saved:.1f} GiB less" if round(saved, 1) > 0 else f"{-saved:.1f} GiB more" if round(saved, 1) < 0
+                   else "about the same")
+                + f", for {high['dp_calls']:.0f} data-parallel calls a step against {low['dp_calls']:.0f}{gathers}, "
+                f"{high['dp_s']:.2f} s of them exposed and "
                 f"{high['dp_hidden_s']:.2f} s hidden behind compute: a step of {high['step_s']:.2f} s against "
                 f"{low['step_s']:.2f} s.")
+        slower = _printed_gap(low["step_s"], high["step_s"])  # as the steps print
         if high["fits"] and not low["fits"]:
             verdict = f"ZeRO-{high['zero']} pays at {high['setting']}: it makes the layout fit"
-        elif high["fits"] and high["step_s"] < low["step_s"]:
+        elif high["fits"] and slower < 0:
             verdict = f"ZeRO-{high['zero']} pays at {high['setting']}: it is faster"
         elif not high["fits"]:
-            verdict = f"ZeRO-{high['zero']} does not pay at {high['setting']}: it does not fit either"
+            verdict = (f"ZeRO-{high['zero']} does not pay at {high['setting']}: it does not fit"
+                       + (" either" if not low["fits"] else f", where ZeRO-{low['zero']} does"))
+        elif slower == 0:
+            verdict = (f"ZeRO-{high['zero']} does not pay at {high['setting']}: ZeRO-{low['zero']} fits too, "
+                       "with the same step to a hundredth of a second")
         else:
             verdict = (f"ZeRO-{high['zero']} does not pay at {high['setting']}: ZeRO-{low['zero']} fits and is "
-                       f"{high['step_s'] - low['step_s']:.2f} s a step faster")
+                       f"{slower:.2f} s a step faster")
         said.append(text + " " + verdict + ".")
         conclusions.append(verdict)
     fitting = [r for r in rows if r["fits"]]
@@ -139,6 +178,9 @@ def context_rows(cps=(1, 2, 4, 8), topology=None, seq: int = LONG_SEQ, global_ba
                  **layout) -> list[dict]:
     """Each ``cp`` at ``seq`` tokens a sequence (tp=8, pp=4, ZeRO 1 unless ``layout`` says): activations, memory,
     fit, the ring's exposed and hidden seconds, data parallelism, the bubble and the step."""
+    cps = tuple(cps)
+    if len(cps) < 2 or len(set(cps)) != len(cps):
+        raise ValueError(f"cps must be at least two different context-parallel sizes to compare, got {cps!r}")
     topology = topology or machine()
     layout = {"tp": 8, "pp": 4, "zero": 1, "micro_batch": 1, **layout}
     rows = []
@@ -160,6 +202,8 @@ CONTEXT_COLUMNS = {"cp": "cp", "dp": "dp", "activations (GiB)": ("activations_gi
 def context_lesson(rows: list[dict]) -> Finding:
     """What context parallelism buys at long sequences: activations against cp, the smallest cp that fits, what its
     ring costs and hides, and what it does to the bubble."""
+    if len(rows) < 2:
+        raise ValueError(f"context_lesson compares at least two values of cp, got {len(rows)} rows")
     first, last = rows[0], rows[-1]
     said = [f"At {first['seq']:,} tokens a sequence a GPU's activations take {first['activations_gib']:.1f} GiB at "
             f"cp={first['cp']} and {last['activations_gib']:.1f} GiB at cp={last['cp']} "
@@ -167,7 +211,7 @@ def context_lesson(rows: list[dict]) -> Finding:
             f"{first['cp'] / last['cp']:.3f}x): each GPU keeps {first['seq'] // last['cp']:,} of a sequence's tokens."]
     fitting = [r for r in rows if r["fits"]]
     if fitting:
-        least = fitting[0]
+        least = min(fitting, key=lambda r: r["cp"])
         fit = f"cp={least['cp']} is the smallest that fits"
         said.append(f"{fit}: {least['memory_gib']:.1f} GiB of {least['capacity_gib']:.0f}"
                     + (f", where cp={rows[0]['cp']} needs {rows[0]['memory_gib']:.1f}." if least is not rows[0] else "."))
@@ -175,12 +219,15 @@ def context_lesson(rows: list[dict]) -> Finding:
                     f"{least['cp_s']:.2f} s exposed a step.")
     else:
         fit = "none of these fits"
-        said.append(f"None of cp={and_join(r['cp'] for r in rows)} fits: the least needs {last['memory_gib']:.1f} GiB of "
-                    f"{last['capacity_gib']:.0f}.")
-    bubble = "the bubble shrinks" if last["bubble_s"] < first["bubble_s"] else "the bubble does not shrink"
+        least = min(rows, key=lambda r: r["memory_gib"])
+        said.append(f"None of cp={and_join(r['cp'] for r in rows)} fits: the least, cp={least['cp']}, needs "
+                    f"{least['memory_gib']:.1f} GiB of {least['capacity_gib']:.0f}.")
+    change = round(last["bubble_s"], 2) - round(first["bubble_s"], 2)
+    bubble = "the bubble shrinks" if change < 0 else "the bubble does not shrink"  # at the hundredths printed
     if first["bubble_s"] or last["bubble_s"]:
-        said.append(f"cp takes its GPUs from data parallelism (dp {first['dp']} to {last['dp']}), so each pipeline runs "
-                    f"{last['micro_batches']} micro-batches a step instead of {first['micro_batches']} and {bubble}: "
+        said.append(f"cp takes its GPUs from data parallelism (dp {first['dp']} to {last['dp']}), so each pipeline "
+                    f"runs {_micro_batches(last['micro_batches'])} a step instead of {first['micro_batches']:,} and "
+                    f"{bubble}: "
                     f"{first['bubble_s']:.2f} s to {last['bubble_s']:.2f} s.")
     return Finding(" ".join(said), (fit, bubble))
 
@@ -233,11 +280,13 @@ def machines_lesson(rows: list[dict]) -> Finding:
         changed = r["layout"] != base["layout"]
         said.append(f"{r['machine']}, with a global batch of {r['global_batch']} (the same tokens a GPU a step): "
                     f"{r['layout']}, "
-                    f"{r['tps']:,.0f} tokens/s per GPU, {per_gpu:.2f}x an {base['gpu'].upper()}'s (MFU {r['mfu']:.1%}), "
+                    f"{r['tps']:,.0f} tokens/s per GPU, {per_gpu:.2f}x {article(base['gpu'].upper())}'s "
+                    f"(MFU {r['mfu']:.1%}), "
                     f"in {r['memory_gib']:.0f} of {r['capacity_gib']:.0f} GiB: a trillion tokens in {r['days']:.1f} days; "
                     f"{same_speed:.0f} {r['gpu'].upper()}s would match the {base['gpus']} {base['gpu'].upper()}s' tokens a second."
                     + (f" The best layout differs from the {base['gpu'].upper()}s' ({base['layout']})." if changed else
                        " The best layout is the same."))
-        conclusions.append(f"{r['machine']} is {'faster' if per_gpu > 1 else 'slower'} per GPU")
+        speed = "faster" if round(per_gpu, 2) > 1 else "slower" if round(per_gpu, 2) < 1 else "about as fast"
+        conclusions.append(f"{r['machine']} is {speed} per GPU")
         conclusions.append(f"{r['machine']}: {'another' if changed else 'the same'} layout")
     return Finding(" ".join(said), tuple(conclusions))

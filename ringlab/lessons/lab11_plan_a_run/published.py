@@ -14,6 +14,17 @@ SLOWER_IN_REALITY = "data loading, expert load imbalance and NICs shared by seve
 FASTER_IN_REALITY = "tensor-parallel communication overlapped with the matrix multiplications, and zero-bubble schedules"
 
 
+def outside_edge(value: float, low: float, high: float, spec: str = ".2f") -> str:
+    """``value`` formatted by ``spec`` ('.2f', '.0%'), with more decimals where it lies outside [low, high] but would
+    print as one of the edges: 1.2004 against a band up to 1.2 is '1.2004', not '1.20' beside the word 'outside'."""
+    digits, kind = int(spec[1:-1]), spec[-1]
+    scale = 100 if kind == "%" else 1
+    while (digits < 6 and not low <= value <= high
+           and round(value * scale, digits) in (round(low * scale, digits), round(high * scale, digits))):
+        digits += 1
+    return f"{value:.{digits}{kind}}"
+
+
 def closest_run(model, gpu: str, gpus: int, runs: list[dict] | None = None) -> dict:
     """The transcribed run nearest to ``model`` on ``gpus`` GPUs of kind ``gpu``: the same shape first, then the same
     GPU, then the nearest GPU count (by ratio). Runs on GPUs the planner has no figures for are left out."""
@@ -87,8 +98,9 @@ def layout_words(layout: dict, gpus: int | None = None) -> str:
     said = [" ".join(parts) if L.get("dp") is not None else " ".join(parts + ["dp not printed"])]
     if gpus is not None:
         product = math.prod(L.get(k) or 1 for k in ("tp", "pp", "cp", "dp"))
-        said[0] += (f" (tp x pp x cp x dp = {product}, the {gpus} GPUs)" if product == gpus else
-                    f" (tp x pp x cp x dp = {product}, not the {gpus} GPUs: the transcribed layout is not whole)")
+        said[0] += (f" (tp x pp x cp x dp = {product}, the {gpus} GPU{'s' * (gpus != 1)})" if product == gpus else
+                    f" (tp x pp x cp x dp = {product}, not the {gpus} GPU{'s' * (gpus != 1)}: the transcribed layout "
+                    "is not whole)")
     if L.get("vp") is None and (L.get("pp") or 1) > 1:
         said.append("interleaving not printed")
     zero = L.get("zero")
@@ -115,13 +127,13 @@ def describe_published(result: dict) -> Finding:
     said.append(f"Predicted by the planner for the same layout: {result['predicted']:,.0f} tokens/s per GPU, a step of "
                 f"{p.step_seconds:.2f} s, {p.memory_total / 2 ** 30:.1f} GiB a GPU"
                 f"{'' if p.fits else ' (more than the GPU holds)'}.")
-    if abs(ratio - 1) <= CLOSE:
+    if 1 - CLOSE <= ratio <= 1 + CLOSE:  # the band as outside_edge prints it: 1.1 is inside, as 0.9 is
         verdict = "agrees"
         said.append(f"Predicted / published = {ratio:.2f}: within {CLOSE:.0%}.")
     else:
         verdict = "optimistic" if ratio > 1 else "pessimistic"
-        said.append(f"Predicted / published = {ratio:.2f}: the planner is {verdict} by "
-                    f"{(ratio if ratio > 1 else 1 / ratio) - 1:.0%}.")
+        said.append(f"Predicted / published = {outside_edge(ratio, 1 - CLOSE, 1 + CLOSE)}: the planner is {verdict} by "
+                    f"{outside_edge(abs(ratio - 1) if ratio > 1 else 1 / ratio - 1, 0, CLOSE, '.0%')}.")
         said.append(f"The planner leaves out {SLOWER_IN_REALITY if ratio > 1 else FASTER_IN_REALITY}: where a real run "
                     f"{'pays for' if ratio > 1 else 'uses'} those, it runs {'slower' if ratio > 1 else 'faster'} than "
                     "predicted.")

@@ -6,6 +6,7 @@ import math
 
 from ...lab.exercises import NotDoneYet, exercise
 from ...lab.findings import Finding
+from ...lab.words import plural
 from ...topology import cluster
 from ...train.planner import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, plan
 from ...train.transformer import Transformer
@@ -36,6 +37,11 @@ def first_plan(**layout):
     return plan(model(), machine(), global_batch=GLOBAL_BATCH, seq=SEQ, **{**START, **layout})
 
 
+def _seconds(seconds: float) -> str:
+    """'0.13 s', or 'under 0.01 s' where two decimals would print a time that is not there as 0.00."""
+    return f"{seconds:.2f} s" if round(seconds, 2) > 0 else "under 0.01 s"
+
+
 def describe_plan(p) -> Finding:
     """What a plan says: whether it fits and by how much, where the memory goes, where the step goes, and the
     throughput it predicts."""
@@ -45,20 +51,24 @@ def describe_plan(p) -> Finding:
            f"{room / GIB:.1f} GiB to spare" if p.fits else
            f"does not fit: {p.memory_total / GIB:.1f} GiB, {-room / GIB:.1f} GiB more than the {p.gpu.upper()}'s "
            f"{p.capacity / GIB:.0f} GiB")
-    said = [f"Predicted for {p.model.name} on {p.gpus} {p.gpu.upper()}s at {p.layout_str()} "
-            f"({p.layout['micro_batches']} micro-batches a step): it {fit}. The most memory goes to {kinds[0][0]} "
+    micro = p.layout["micro_batches"]
+    said = [f"Predicted for {p.model.name} on {plural(p.gpus, p.gpu.upper())} at {p.layout_str()} "
+            f"({micro} micro-batch{'es' * (micro != 1)} a step): it {fit}. The most memory goes to {kinds[0][0]} "
             f"({kinds[0][1] / GIB:.1f} GiB), then {kinds[1][0]} ({kinds[1][1] / GIB:.1f} GiB)."]
     comm = {k: v for k, v in p.time.items() if k not in ("compute", "optimizer")}
     worst = max(comm, key=comm.get) if comm else None
-    said.append(f"A step takes {p.step_seconds:.2f} s, {p.time['compute'] / p.step_seconds:.0%} of it compute"
-                + (f"; the largest of the rest is {TIME_WORDS.get(worst, worst)}, {comm[worst]:.2f} s "
-                   f"({comm[worst] / p.step_seconds:.0%})" if worst else "")
+    if worst and round(comm[worst], 2) > 0:
+        rest = (f"; the largest of the rest is {TIME_WORDS.get(worst, worst)}, {comm[worst]:.2f} s "
+                f"({comm[worst] / p.step_seconds:.0%})")
+    else:  # 0.00 s would read as nothing: say how small it is
+        rest = f"; the largest of the rest, {TIME_WORDS.get(worst, worst)}, takes under 0.01 s" if worst else ""
+    said.append(f"A step takes {p.step_seconds:.2f} s, {p.time['compute'] / p.step_seconds:.0%} of it compute" + rest
                 + f". That is {p.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, {p.tflops_per_gpu:.0f} TFLOP/s of "
                   f"model FLOPs per GPU, an MFU of {p.mfu:.1%}.")
     hidden = sum(p.hidden.values())
     if hidden > 0:
-        said.append(f"Another {hidden:.2f} s of collectives run hidden behind compute "
-                    f"({', '.join(f'{k} {v:.2f} s' for k, v in p.hidden.items() if v > 0)}).")
+        said.append(f"Another {_seconds(hidden)} of collectives run hidden behind compute "
+                    f"({', '.join(f'{k} {_seconds(v)}' for k, v in p.hidden.items() if v > 0)}).")
     conclusions = ("fits" if p.fits else "does not fit", f"most memory: {kinds[0][0]}",
                    f"largest after compute: {worst}" if worst else "nothing but compute")
     return Finding(" ".join(said), conclusions)

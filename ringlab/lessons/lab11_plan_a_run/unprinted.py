@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 
 from ...lab.findings import Finding
 from ...viz.axes import finish_layout
+from .published import outside_edge
 
 RUN = "megatroncore2024-gpt-32b-h100"  # Megatron-Core's 32B on 384 H100s: its README prints no micro-batch
 LOW, HIGH = 0.8, 1.2                    # the benchmark's band: within 20%
@@ -45,7 +46,8 @@ def describe_unprinted(rows: list[dict], run_id: str = RUN) -> Finding:
     assumed, inside = rows[0], [r for r in rows if r["fits"] and LOW <= r["ratio"] <= HIGH]
     said = [f"{run['model'].get('name', run_id)} on {run['hardware']['gpus']} {run['hardware']['gpu'].upper()}s: "
             f"its source prints no {' or '.join(k.replace('_', '-') for k in assumed['settings'])}. Assumed "
-            f"{assumed['setting']}, the plan is {assumed['ratio']:.2f} of the published throughput, "
+            f"{assumed['setting']}, the plan is {outside_edge(assumed['ratio'], LOW, HIGH)} of the published "
+            f"throughput, "
             f"{'within' if LOW <= assumed['ratio'] <= HIGH else 'outside'} 20%."]
     if inside:
         best = min(inside, key=lambda r: abs(r["ratio"] - 1))
