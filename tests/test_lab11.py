@@ -340,6 +340,11 @@ def test_the_explorer_replans_as_its_controls_move(start):
     w.pp = 16  # 512 GPUs: refused, said, and the last plan kept
     assert "the planner refuses this layout" in w.summary.value and "256" in w.summary.value and w.plan is not before
     assert w.plan.layout["tp"] == 32
+    w.tp, w.pp = 8, 3  # a value set from code that no dropdown offers: the planner, not the widget, answers
+    assert w.controls["pp"].value == 3 and w.controls["pp"].options == (1, 2, 3, 4, 8, 16)
+    assert "the planner refuses this layout: tp x pp x cp = 8 x 3 x 1 = 24 does not divide" in w.summary.value
+    w.pp = 2
+    assert w.plan.layout["pp"] == 2 and "refuses" not in w.summary.value
     with pytest.raises(ValueError, match="does not plan"):
         PlanExplorer(run.model(), run.machine(), global_batch=500, seq=8192)
 
@@ -394,3 +399,11 @@ def test_unprinted_virtual_stages_are_listed_apart_and_not_explained_by_micro_ba
     # less data-parallel time exposed at the same number of micro-batches is not put down to micro-batches
     lowered = [dict(r, dp_exposed=r["dp_exposed"] / 2) if r is best else r for r in rows]
     assert "What changes" not in unprinted.describe_unprinted(lowered, "llama3-405b-16384").text
+
+
+def test_the_memory_bars_say_a_b200_and_an_h100():
+    from ringlab.train.planner import plan
+
+    said = lambda p: [a.text for a in memory_bars(p).layout.annotations if "GiB" in a.text]  # noqa: E731
+    b200 = plan(run.model(), run.machine("b200"), global_batch=512, seq=8192, **run.START)
+    assert said(b200)[0].startswith("a B200's ") and said(run.first_plan())[0].startswith("an H100's ")

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import traitlets
 from plotly.colors import qualitative
 
+from ..lab.words import article
 from .axes import finish_layout, reference_line
 
 GIB = 2 ** 30
@@ -55,7 +56,8 @@ def memory_bars(plans, names=None, title: str | None = None) -> go.Figure:
                     marker_color=COLOURS[kind], hovertemplate="%{x}: %{y:.1f} GiB<extra>" + label + "</extra>")
     for capacity in sorted({p.capacity for p in plans}):
         gpus = " or ".join(sorted({p.gpu.upper() for p in plans if p.capacity == capacity}))
-        reference_line(fig, capacity / GIB, f"an {gpus}'s {capacity / GIB:.0f} GiB (published)", line_color="black")
+        reference_line(fig, capacity / GIB, f"{article(gpus)}'s {capacity / GIB:.0f} GiB (published)",
+                       line_color="black")
     top = max(max(p.memory_total for p in plans), max(p.capacity for p in plans)) / GIB
     fig.update_layout(barmode="stack", legend=LEGEND_RIGHT, margin=dict(t=60, b=40), height=460,
                       bargap=0.75 if len(plans) == 1 else 0.3,
@@ -143,11 +145,12 @@ class PlanExplorer(widgets.VBox):
             value = layout.get(name, getattr(self, name))
             value = "none" if name == "recompute" and value is None else value
             setattr(self, name, value)
-            options = options if value in options else tuple(sorted(set(options) | {value}, key=str))
+            options = options if value in options else tuple(sorted(set(options) | {value}))
             self.controls[name] = widgets.Dropdown(options=options, value=value, description=name,
                                                    tooltip=self.HELP[name],
                                                    layout=widgets.Layout(width="190px"))
-            traitlets.link((self.controls[name], "value"), (self, name))
+            self.controls[name].observe(self._from_control, names="value")
+        self.observe(self._to_control, names=list(self.CHOICES))
         self.summary = widgets.HTML()
         self.errors = widgets.Output()
         first = self._plan_now()
@@ -160,6 +163,17 @@ class PlanExplorer(widgets.VBox):
                 widgets.HBox([self.controls[n] for n in ("zero", "micro_batch", "recompute")])]
         super().__init__(rows + [self.summary, self.memory_figure, self.timeline_figure, self.errors])
         self._draw(first)
+
+    def _from_control(self, change) -> None:
+        setattr(self, change["owner"].description, change["new"])
+
+    def _to_control(self, change) -> None:
+        """A value set from code (``explorer.pp = 3``) that the dropdown does not offer joins its options, so that
+        the planner, not the dropdown, says whether the layout plans."""
+        control = self.controls[change["name"]]
+        if change["new"] not in control.options:
+            control.options = tuple(sorted(set(control.options) | {change["new"]}))
+        control.value = change["new"]
 
     def layout_kwargs(self) -> dict:
         """The layout the controls show, as ``rl.plan`` takes it."""
