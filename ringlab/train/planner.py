@@ -684,7 +684,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                      "it changes nothing in this plan")
     if tp > m.gpus_per_node:
         notes.append(f"tp={tp} spans nodes: its collectives cross the network on every layer")
-    return Plan(model, topology.name, m.gpu, gpus,
+    planned = Plan(model, topology.name, m.gpu, gpus,
                 {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": vp, "dp": dp, "zero": zero, "micro_batch": micro_batch,
                  "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
                  "attention": attention, "schedule": schedule, "grad_reduce_in_fp32": grad_reduce_in_fp32,
@@ -693,6 +693,12 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                  "micro_batches": micro},
                 memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes,
                 compute_parts)
+    if planned.mfu > 1:  # not a GPU beyond its peak: model FLOPs beyond those the GPU runs
+        notes.append(f"MFU {planned.mfu:.1%} is over 100%: model FLOPs (PaLM's convention) count every attention "
+                     "score, where causal FlashAttention computes only the unmasked half"
+                     + (", and fp8 matmuls are held to bf16's peak" if fp8 else "")
+                     + "; the work the GPU runs goes no faster than its peak")
+    return planned
 
 
 @dataclass
