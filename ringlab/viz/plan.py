@@ -211,10 +211,11 @@ class PlanExplorer(widgets.VBox):
             target._widget_data = copy.deepcopy(target._data)  # the saved state is the figure as drawn now
             target._widget_layout = copy.deepcopy(target._layout_obj._props)
         fits = "fits" if planned.fits else "<b style='color:#b00020'>does not fit</b>"
+        micro = planned.layout["micro_batches"]
         self.summary.value = (f"predicted: {planned.memory_total / GIB:.1f} GiB of {planned.capacity / GIB:.0f} GiB a "
                               f"GPU, {fits}; a step {planned.step_seconds:.2f} s, "
                               f"{planned.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, MFU {planned.mfu:.1%} "
-                              f"(dp={planned.layout['dp']}, {planned.layout['micro_batches']} micro-batches a step)")
+                              f"(dp={planned.layout['dp']}, {micro} micro-batch{'es' * (micro != 1)} a step)")
 
 
 def time_bars(plans, names=None, title: str | None = None, xaxis_title: str = "layout") -> go.Figure:
