@@ -1,5 +1,8 @@
 """Lab 02's measured lesson in words: computed from the runs, both ways (ringlab.lessons.lab02_reduce_broadcast)."""
-import pytest
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringlab.lessons.lab02_reduce_broadcast import (MACHINE, SEGMENTS, describe_emulated_fit, fit_chain, pipelining,
                                                     predicted_chain)
@@ -37,3 +40,30 @@ def test_the_fit_of_an_emulated_run_is_set_against_its_links():
     slow = run([t + 0.002 * (S + 2) for t, S in zip(exact["chain"], SEGMENTS)], MACHINE)  # 2 ms more a step
     said = describe_emulated_fit(slow, fit_chain(slow))
     assert "ms a step beyond the links' latency is this machine's own work in a step, counted as the CPU time" in said
+
+
+def test_a_fit_that_trades_latency_for_bandwidth_or_finds_no_cost_per_byte_says_so():
+    exact = run(predicted_chain(run([1] * 7, MACHINE)), MACHINE)
+    # each call as long as its steps' latency alone: the best fit has no cost per byte ("inf MB/s ... the bandwidth
+    # is the links'")
+    flat = run([0.002 * (S + 2) for S in SEGMENTS], MACHINE)
+    said = describe_emulated_fit(flat, fit_chain(flat))
+    assert "no cost per byte" in said and "inf" not in said and "the bandwidth is the links'" not in said
+    # a run twice as slow per byte: the fit's bandwidth is half the links', said so rather than "the links'"
+    topology_rate = 100e6
+    slower = run([t + 4 * 2 ** 20 * (S + 2) / S / topology_rate for t, S in zip(exact["chain"], SEGMENTS)], MACHINE)
+    said = describe_emulated_fit(slower, fit_chain(slower))
+    assert "the bandwidth is 0.50x the links'" in said and "recovers" not in said
+
+
+@settings(max_examples=60, deadline=None)
+@given(times=st.lists(st.floats(min_value=1e-4, max_value=1.0), min_size=len(SEGMENTS), max_size=len(SEGMENTS)),
+       raw=st.lists(st.floats(min_value=1e-4, max_value=1.0), min_size=len(SEGMENTS), max_size=len(SEGMENTS)))
+def test_any_measured_chain_times_read_without_nan_or_a_claim_against_them(times, raw):
+    emulated, here = run(times, MACHINE), run(raw)
+    finding = pipelining(here, emulated)
+    for text in (finding.text, describe_emulated_fit(emulated, fit_chain(emulated)),
+                 describe_emulated_fit(here | {"machine": MACHINE}, fit_chain(here))):
+        assert not re.search(r"\bnan\b|\binf\b|-\d", text), text
+    best = min(times)
+    assert ("pipelining pays on the emulated machine" in finding.conclusions) == (best <= 0.8 * times[0])

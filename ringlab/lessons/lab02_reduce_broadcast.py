@@ -13,7 +13,7 @@ from ..lab.exercises import compare, exercise
 from ..lab.findings import Finding
 from ..lab.quiz import Question, Quiz
 from ..predict.costmodel import best_segments, predict
-from ..predict.fitting import USABLE, fit_schedules
+from ..predict.fitting import fit_schedules
 from ..topology import from_spec, uniform
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
@@ -119,19 +119,27 @@ def describe_emulated_fit(run: dict, fitted) -> str:
     """The alpha-beta fit of an emulated chain sweep set against the links it ran on, worded from both."""
     topology, scale = from_spec(run["machine"], run["nranks"])
     alpha, bandwidth = topology.channel_latency[list(topology.route(0, 1))].sum() * scale, topology.channel_rate[0] / scale
+    if not np.isfinite(fitted.bandwidth):
+        return (f"Fitted to the emulated run: alpha {fitted.alpha * 1e3:.2f} ms a step and no cost per byte, against "
+                f"links of {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s: the fit does not recover the links "
+                "here, so it has none to set beside them.")
     said = (f"Fitted to the emulated run: alpha {fitted.alpha * 1e3:.2f} ms a step and {fitted.bandwidth / 1e6:.0f} MB/s, "
             f"against links of {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s")
+    same_rate = abs(fitted.bandwidth / bandwidth - 1) <= 0.15
+    rate = ("the bandwidth is the links'" if same_rate else
+            f"the bandwidth is {fitted.bandwidth / bandwidth:.2f}x the links'")
     if fitted.alpha > 1.15 * alpha:
-        said += (f": the bandwidth is the links', and the {(fitted.alpha - alpha) * 1e3:.2f} ms a step beyond the "
+        said += (f": {rate}, and the {(fitted.alpha - alpha) * 1e3:.2f} ms a step beyond the "
                  "links' latency is this machine's own work in a step, counted as the CPU time it took (the copy that "
                  "lands a segment).")
-    else:
+    elif fitted.alpha >= alpha / 1.15 and same_rate:
         said += ": the fit recovers the links."
+    else:
+        said += (f": {rate}, and the fitted alpha is {fitted.alpha / alpha:.2f}x the links' latency: the fit trades "
+                 "one for the other over these few segment counts.")
     if fitted.usable:
         return said
-    if fitted.worst_residual > USABLE:
-        return said + f" It misses one measurement by {fitted.worst_residual:.0%}: too loose to use."
-    return said + " It finds no cost per byte: no link to set beside these."
+    return said + f" It misses one measurement by {fitted.worst_residual:.0%}: too loose to use."
 
 
 def fitted_chain_times(run: dict, fitted) -> list[float] | None:
