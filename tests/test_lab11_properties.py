@@ -565,3 +565,12 @@ def test_one_gpu_in_a_published_layout_is_singular_and_a_ratio_of_1_1_agrees():
     assert "(tp x pp x cp x dp = 1, the 1 GPU)" in published.layout_words(layout, 1)
     result = dict(_checked(MODELLED[0]["id"]), plan=run.first_plan(), ratio=1.1)
     assert published.describe_published(result).conclusions == ("the planner agrees",)  # 1.10 is in the band
+
+
+def test_a_step_nearly_all_compute_is_not_called_all_compute():
+    # ZeRO-3 with no tensor or pipeline groups: compute 99.98% of the step, printed "100% of it compute" beside the
+    # optimizer's rest
+    p = run.first_plan(tp=1, pp=1, zero=3)
+    assert 0.995 <= p.time["compute"] / p.step_seconds < 1
+    said = run.describe_plan(p).text
+    assert "over 99% of it compute" in said and "100%" not in said

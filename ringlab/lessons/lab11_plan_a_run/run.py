@@ -62,7 +62,9 @@ def describe_plan(p) -> Finding:
                 f"({comm[worst] / p.step_seconds:.0%})")
     else:  # 0.00 s would read as nothing: say how small it is
         rest = f"; the largest of the rest, {TIME_WORDS.get(worst, worst)}, takes under 0.01 s" if worst else ""
-    said.append(f"A step takes {p.step_seconds:.2f} s, {p.time['compute'] / p.step_seconds:.0%} of it compute" + rest
+    share = p.time["compute"] / p.step_seconds
+    share = "over 99%" if 0.995 <= share < 1 else f"{share:.0%}"  # not "100%" beside a rest that is not nothing
+    said.append(f"A step takes {p.step_seconds:.2f} s, {share} of it compute" + rest
                 + f". That is {p.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, {p.tflops_per_gpu:.0f} TFLOP/s of "
                   f"model FLOPs per GPU, an MFU of {p.mfu:.1%}.")
     hidden = sum(p.hidden.values())
