@@ -100,6 +100,19 @@ def test_lab00_draws_any_peer_copy_log_a_learner_measured(gbs):
             clean(text)
 
 
+
+def test_a_peer_matrix_without_its_diagonal_hovers_not_measured_not_nan_or_a_0_gbs_link():
+    from ringlab.viz import bandwidth_heatmap
+
+    for diagonal in (np.nan, 0.0):  # a published matrix's blank self-copies; ringlab bandwidth's peer rates
+        matrix = np.full((2, 2), 50e9)
+        np.fill_diagonal(matrix, diagonal)
+        figure = bandwidth_heatmap(matrix, title="peer copies")
+        z = np.asarray(figure.data[0].z, dtype=float)
+        assert np.isnan(np.diag(z)).all() and (z[~np.eye(2, dtype=bool)] == 50).all()  # blank, not a 0 GB/s link
+        assert figure.data[0].hovertext[0][0] == "gpu0 → gpu0: not measured"
+        assert figure.data[0].hovertext[0][1] == "gpu0 → gpu1: 50.00 GB/s"
+
 # --- lab 09: ring attention timed here, the expert layer's steps with this CPU's work, the mesh's wall time --------
 
 def _ring(overlapped, serial, compute, ranks=4, cores=2):

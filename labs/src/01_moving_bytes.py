@@ -19,12 +19,11 @@ import ringlab as rl
 from ringlab.lab.cluster import MPICluster
 from ringlab.lessons.lab01_moving_bytes import check_message_time, check_staged_time
 from ringlab.measure import published
-from ringlab.measure.copies import (copy_against_mpi, describe_best_pingpong, describe_staged, last_level_cache,
-                                    staged_rows)
-from ringlab.measure.recorded import gpu_bandwidth
+from ringlab.measure.copies import (copy_against_mpi, describe_best_pingpong, describe_fit, describe_staged,
+                                    fit_direct, last_level_cache, staged_rows)
+from ringlab.measure.recorded import gpu_bandwidth, peer_matrices
 from ringlab.measure.tables import table
 from ringlab.measure.units import format_bytes
-from ringlab.predict.fitting import fit_pingpong
 from ringlab.topology.presets import PUBLISHED_LINKS
 from ringlab.viz import (bandwidth_heatmap, fraction_bars, host_device_figure, links_figure, measured_vs_predicted,
                          use_renderer)
@@ -120,9 +119,9 @@ message_time = check_message_time(message_time)  # yours when it is right, else 
 # through the measurements:
 
 # %%
-fitted = fit_pingpong(direct)
-alpha, bandwidth = fitted.alpha, fitted.bandwidth
-print(f"fitted to the measurements: alpha = {alpha * 1e6:.2f} us, B = {bandwidth / 1e9:.2f} GB/s")
+fitted = fit_direct(direct)
+alpha, bandwidth = fitted.alpha, fitted.bandwidth  # bandwidth is inf where the fit finds no cost per byte
+print(describe_fit(fitted))
 measured_vs_predicted([r["bytes"] for r in direct], [r["one_way_s"] for r in direct],
                       [message_time(r["bytes"], alpha, bandwidth) for r in direct], label="(alpha-beta fit)",
                       title="MPI ping-pong: measured here, and predicted by the fitted alpha + K/B")
@@ -190,8 +189,8 @@ gpu = gpu_bandwidth()
 # %%
 if gpu is not None:
     host_device_figure(gpu, f"pinned against pageable, {gpu['source']}").show()
-    for access, matrix in gpu.get("p2p", {}).items():
-        bandwidth_heatmap(matrix, title=f"peer copies, {access.replace('_', ' ')}, {gpu['source']}").show()
+    for access, matrix in peer_matrices(gpu).items():
+        bandwidth_heatmap(matrix, title=f"peer copies, {access}, {gpu['source']}").show()
 
 # %% [markdown]
 # ## Published measurements: pinned against pageable

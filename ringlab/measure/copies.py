@@ -5,8 +5,10 @@ A copy's rate depends on its size (a copy whose source and destination fit in th
 does not wait for main memory), so a copy rate bounds an MPI transport only at the size it was
 measured at. :func:`copy_rows` times one core's ``np.copyto`` at every ping-pong size;
 :func:`describe_best_pingpong` sets MPI's best rate against a copy of the largest size and a copy
-of its own size; :func:`staged_rows` and :func:`describe_staged` set exercise 2's formula against
-the staged measurements and against the staged message's parts timed alone.
+of its own size; :func:`fit_direct` and :func:`describe_fit` fit alpha and B to the direct ping-pong
+and say them (a fit that finds no cost per byte included); :func:`staged_rows` and
+:func:`describe_staged` set exercise 2's formula against the staged measurements and against the
+staged message's parts timed alone.
 
 Rows are ``pingpong`` rows (``bytes``, ``one_way_s``, ``bandwidth_Bps``) and ``copy_rows`` rows.
 """
@@ -14,6 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from ..predict.fitting import Fit, fit_pingpong
 from .bandwidth import REPEATS, memcpy_rate
 from .units import format_bytes, parse_size
 
@@ -54,16 +59,38 @@ def _sizes(rows: list[dict]) -> str:
     return ", ".join(format_bytes(r["bytes"]) for r in rows)
 
 
+def _sig(value: float) -> str:
+    """Three significant digits, never in e-notation ("8e-06 GB/s" and "6.71e+04 GB/s" read as neither)."""
+    return np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
+
+
 def _gbps(bps: float) -> str:
-    return f"{bps / 1e9:.3g} GB/s"
+    return f"{_sig(bps / 1e9)} GB/s"
 
 
 def _time(seconds: float) -> str:
-    return f"{seconds * 1e6:.3g} us" if seconds < 1e-3 else f"{seconds * 1e3:.3g} ms"
+    return f"{_sig(seconds * 1e6)} us" if seconds < 1e-3 else f"{_sig(seconds * 1e3)} ms"
+
+
+def _x(ratio: float) -> str:
+    """A ratio to two decimals, or to two significant digits where two decimals would print a positive one as 0.00x."""
+    if ratio >= 0.005 or ratio <= 0:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.{1 - int(np.floor(np.log10(ratio)))}f}x"
 
 
 def _times(ratio: float) -> str:
-    return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:.0f}x"
+    return _x(ratio) if ratio < 10 else f"{ratio:.0f}x"
+
+
+def _percent(share: float) -> str:
+    """A share as a whole percentage, with more digits where that would round a positive share to 0% or one
+    below 1 to 100%."""
+    for digits in range(8):
+        text = f"{share:.{digits}%}"
+        if (share <= 0 or float(text[:-1]) > 0) and (share >= 1 or float(text[:-1]) < 100):
+            break
+    return text
 
 
 def copy_against_mpi(copies: list[dict], direct: list[dict]) -> list[dict]:
@@ -95,16 +122,18 @@ def describe_best_pingpong(copies: list[dict], direct: list[dict], cache: int | 
              f"{_times(best['mpi_Bps'] / ref['copy_Bps'])} one core's copy of {format_bytes(ref['bytes'])} "
              f"({_gbps(ref['copy_Bps'])}{ref_fits})."]
     if best["bytes"] != ref["bytes"]:
-        faster = _times(best["copy_Bps"] / ref["copy_Bps"])
+        against = best["copy_Bps"] / ref["copy_Bps"]
+        why = ("here copies of the two sizes ran at about the same rate" if _close(against) else
+               "a copy's rate depends on its size")
         lines.append(f"A copy of {format_bytes(best['bytes'])}, MPI's best size, ran at {_gbps(best['copy_Bps'])} "
-                     f"({faster} the {format_bytes(ref['bytes'])} copy{best_fits}): a copy's rate depends on its size.")
-    above = [r for r in rows if r["ratio"] > 1]
+                     f"({_times(against)} the {format_bytes(ref['bytes'])} copy{best_fits}): {why}.")
+    above = [r for r in rows if round(r["ratio"], 2) >= 1]  # 1.00x as quoted: a tie is level with the copy, not below
     top = max(rows, key=lambda r: r["ratio"])
-    at = f"{top['ratio']:.2f}x, at {format_bytes(top['bytes'])}"
+    at = f"{_x(top['ratio'])}, at {format_bytes(top['bytes'])}"
     if not above:
         lines.append(f"Size for size, MPI stayed below one core's copy at every size measured (at most "
-                     f"{top['ratio']:.0%} of it, at {format_bytes(top['bytes'])}): a copy of the same size bounds "
-                     f"it here.")
+                     f"{_percent(top['ratio'])} of it, at {format_bytes(top['bytes'])}): a copy of the same size "
+                     f"bounds it here.")
     elif top["ratio"] <= CLOSE:
         lines.append(f"At {_sizes(above)}, MPI came out level with or slightly above one core's np.copyto of the "
                      f"same size (up to {at}): MPI's copy is not numpy's, and the two were timed at different "
@@ -115,8 +144,24 @@ def describe_best_pingpong(copies: list[dict], direct: list[dict], cache: int | 
                      f"These numbers do not say which; run the measurement again to see whether it stays.")
     if best["bytes"] != ref["bytes"] and best["mpi_Bps"] > ref["copy_Bps"] and best["ratio"] <= 1:
         lines.append(f"So MPI's best beats the {format_bytes(ref['bytes'])} copy rate only because it was measured "
-                     f"at another size: against a copy of its own size it reached {best['ratio']:.0%}.")
+                     f"at another size: against a copy of its own size it reached {_percent(best['ratio'])}.")
     return "\n".join(lines)
+
+
+def fit_direct(direct: list[dict]) -> Fit:
+    """alpha (s) and B (B/s) of t = alpha + K/B fitted to the direct ping-pong rows, kept where the fit finds no
+    cost per byte (B = inf: times that did not grow with size, on a busy machine): the lab goes on with alpha alone
+    (alpha + K/inf is alpha), and :func:`describe_fit` says so."""
+    return fit_pingpong(direct, no_cost_per_byte="keep")
+
+
+def describe_fit(fitted: Fit) -> str:
+    """The fitted alpha and B in a line, or alpha and 'no cost per byte' where the fit found none."""
+    if np.isfinite(fitted.bandwidth):
+        return f"fitted to the measurements: alpha = {_time(fitted.alpha)}, B = {_gbps(fitted.bandwidth)}"
+    return (f"fitted to the measurements: alpha = {_time(fitted.alpha)} and no cost per byte: the times did not grow "
+            f"with the sizes (the machine was busy while they were measured), so there is no B to fit and the model "
+            f"below is alpha alone. Run the measurement again to see a bandwidth.")
 
 
 def staged_rows(staged: list[dict], direct: list[dict], copies: list[dict], alpha: float, bandwidth: float,
@@ -150,12 +195,13 @@ def _close(ratio: float) -> bool:
 
 def _furthest_off(row: dict, copy_rate: float, copy_nbytes: int) -> list[str]:
     """Where the formula is furthest off one way: its difference from the staged time in three pieces
-    (the message, the copies, the rest) and the piece that makes most of it."""
+    (the message, the copies, the rest) and the piece that makes most of it: the largest of those that point the
+    way the formula is off (a piece that points the other way cannot make the gap, however large)."""
     size, ref = format_bytes(row["bytes"]), format_bytes(copy_nbytes)
     copy_rate_here = 2 * row["bytes"] / row["copies_s"]
     way = "long" if row["formula_ratio"] > 1 else "short"
     lines = [f"It predicts most too {way} at {size}: {_time(row['formula_s'])} predicted, {_time(row['staged_s'])} "
-             f"measured ({row['formula_ratio']:.2f}x). "
+             f"measured ({_x(row['formula_ratio'])}). "
              f"The difference is in three pieces: the message (alpha + K/B {_time(row['link_s'])}, measured direct "
              f"{_time(row['direct_s'])}); the two copies (at the {ref} copy rate, {_gbps(copy_rate)}: "
              f"{_time(row['formula_copies_s'])}; timed alone at {size}: {_time(row['copies_s'])}, "
@@ -163,7 +209,8 @@ def _furthest_off(row: dict, copy_rate: float, copy_nbytes: int) -> list[str]:
              f"{_time(row['staged_s'])})."]
     pieces = {"message": row["link_s"] - row["direct_s"], "copies": row["formula_copies_s"] - row["copies_s"],
               "rest": row["parts_s"] - row["staged_s"]}  # they add up to formula - staged
-    piece = max(pieces, key=lambda name: abs(pieces[name]))
+    gap = row["formula_s"] - row["staged_s"]
+    piece = max((name for name in pieces if pieces[name] * gap > 0), key=lambda name: abs(pieces[name]))
     if piece == "copies" and pieces[piece] > 0:
         lines.append(f"The copies make most of it: a copy of {size} ran at {_gbps(copy_rate_here)}, faster than "
                      f"the {ref} copy, so charging it at the {ref} rate overstates it.")
@@ -190,17 +237,18 @@ def describe_staged(rows: list[dict], copy_rate: float, copy_nbytes: int) -> str
         raise ValueError("no staged rows to describe")
     low = min(rows, key=lambda r: r["formula_ratio"])
     high = max(rows, key=lambda r: r["formula_ratio"])
-    lines = [f"Your formula over the staged measurement: from {low['formula_ratio']:.2f}x "
-             f"(at {format_bytes(low['bytes'])}) to {high['formula_ratio']:.2f}x (at {format_bytes(high['bytes'])}); "
+    lines = [f"Your formula over the staged measurement: from {_x(low['formula_ratio'])} "
+             f"(at {format_bytes(low['bytes'])}) to {_x(high['formula_ratio'])} (at {format_bytes(high['bytes'])}); "
              f"above 1 it predicts too long, below 1 too short."]
     if _close(low["formula_ratio"]) and _close(high["formula_ratio"]):
         lines.append(f"It is within a factor {CLOSE} of the measurement at every size.")
-    for row in (high, low):
-        if not _close(row["formula_ratio"]):
-            lines += _furthest_off(row, copy_rate, copy_nbytes)
+    if high["formula_ratio"] > CLOSE:
+        lines += _furthest_off(high, copy_rate, copy_nbytes)
+    if low["formula_ratio"] < 1 / CLOSE:
+        lines += _furthest_off(low, copy_rate, copy_nbytes)
     parts_low = min(r["parts_ratio"] for r in rows)
     parts_high = max(r["parts_ratio"] for r in rows)
-    span = f"{parts_low:.2f}x to {parts_high:.2f}x the staged time"
+    span = f"{_x(parts_low)} to {_x(parts_high)} the staged time"
     if all(_close(r["parts_ratio"]) for r in rows):
         lines.append(f"The direct message measured plus two copies timed alone at each size comes to {span}: "
                      f"the staged message costs its parts one after the other, each copy at the rate of its own "

@@ -91,6 +91,14 @@ def _gbs(value) -> str:
     return f"{value / 1e9:8.2f}" if value else f"{'-':>8}"
 
 
+def peer_matrices(gpu: dict) -> dict:
+    """The peer-copy rates (B/s, sender by receiver) of the GPU part of a ``ringlab bandwidth`` result, by how they
+    were measured: ``{"peer access on": matrix, "peer access off": matrix}``, or {} with one GPU. The result's
+    ``p2p`` also says which pairs could have peer access, a matrix of booleans, which is no rate."""
+    p2p = gpu.get("p2p", {})
+    return {key.replace("_", " "): p2p[key] for key in ("peer_access_on", "peer_access_off") if key in p2p}
+
+
 def print_gpu_bandwidth(gpu: dict, out=None) -> None:
     """The GPU part of a ``ringlab bandwidth`` result as a table: each figure, its link's peak, the ratio."""
     out = sys.stdout if out is None else out
@@ -104,8 +112,8 @@ def print_gpu_bandwidth(gpu: dict, out=None) -> None:
               file=out)
     if "small_h2d_latency_s" in gpu:
         print(f"  8-byte host->device latency: {gpu['small_h2d_latency_s'] * 1e6:.2f} us", file=out)
-    for access, matrix in gpu.get("p2p", {}).items():
-        print(f"  peer-to-peer copy, {access.replace('_', ' ')} (GB/s):", file=out)
+    for access, matrix in peer_matrices(gpu).items():
+        print(f"  peer-to-peer copy, {access} (GB/s):", file=out)
         for a, row in enumerate(matrix):
             print(f"    gpu{a} " + " ".join(f"{'-':>8}" if a == b else _gbs(v) for b, v in enumerate(row)), file=out)
 

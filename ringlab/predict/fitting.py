@@ -166,13 +166,17 @@ def _seconds(row: dict) -> float | None:
 PINGPONG = make_schedule("broadcast", 2, 1, [[(0, 1, 0, "copy")]], root=0, name="ping-pong, one way")
 
 
-def fit_pingpong(rows: list[dict]) -> Fit:
+def fit_pingpong(rows: list[dict], no_cost_per_byte: str = "raise") -> Fit:
     """alpha (s) and bandwidth (B/s) of t = alpha + K/B, fitted to ping-pong rows ({"bytes", "one_way_s"},
-    sizes > 0), as :func:`fit` does: least squares on relative error."""
+    sizes > 0), as :func:`fit` does: least squares on relative error. Rows whose times do not grow with size fit
+    best with no cost per byte (an infinite B): a ValueError, or with ``no_cost_per_byte="keep"`` that fit
+    (alpha + K/inf is alpha; its ``usable`` is False)."""
+    if no_cost_per_byte not in ("raise", "keep"):
+        raise ValueError(f"no_cost_per_byte must be 'raise' or 'keep', got {no_cost_per_byte!r}")
     if len(rows) < 2:
         raise ValueError(f"need ping-pong rows for at least two sizes to fit alpha and B, got {len(rows)}")
     fitted = fit(PINGPONG, [r["bytes"] for r in rows], [r["one_way_s"] for r in rows])
-    if not np.isfinite(fitted.bandwidth):
+    if not np.isfinite(fitted.bandwidth) and no_cost_per_byte == "raise":
         raise ValueError("these rows do not fit t = alpha + K/B (time does not grow with size): measure larger sizes")
     return fitted
 

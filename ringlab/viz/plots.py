@@ -64,14 +64,20 @@ def timeline(trace, predicted=None, title: str | None = None) -> go.Figure:
 
 def bandwidth_heatmap(matrix, peak=None, names=None, title: str = "measured peer-to-peer bandwidth") -> go.Figure:
     """A sender-by-receiver heatmap in GB/s; with ``peak`` (same shape) the hover gives the link's
-    theoretical peak and the measured fraction of it."""
-    matrix = np.asarray(matrix, dtype=float)
+    theoretical peak and the measured fraction of it. A cell with no figure (NaN, or a zero on the diagonal: a GPU
+    to itself, which a peer-copy measurement leaves out) is blank and hovers as not measured, not "nan GB/s" or a
+    0 GB/s link."""
+    matrix = np.array(matrix, dtype=float)
     n = len(matrix)
+    matrix[np.eye(n, dtype=bool) & (matrix == 0)] = np.nan
     names = list(names or (f"gpu{i}" for i in range(n)))
     hover = []
     for i in range(n):
         row = []
         for j in range(n):
+            if not np.isfinite(matrix[i, j]):
+                row.append(f"{names[i]} → {names[j]}: not measured")
+                continue
             text = f"{names[i]} → {names[j]}: {matrix[i, j] / 1e9:.2f} GB/s"
             if peak is not None and i != j and peak[i][j] > 0:
                 text += f"<br>link peak {peak[i][j] / 1e9:.2f} GB/s ({matrix[i, j] / peak[i][j]:.0%} of it)"
@@ -449,14 +455,16 @@ def staleness_order_plot(pushes, straggler: int | None = None,
 
 def links_figure(published, measured=None, title: str = "link bandwidth per direction") -> go.Figure:
     """Horizontal bars: published link figures (``(what, bytes/s, note)``, e.g. presets.PUBLISHED_LINKS)
-    and, in another colour, figures measured here (``{what: bytes/s}``); log scale, GB/s."""
+    and, in another colour, measured figures (``{what: bytes/s}``, each ``what`` saying where: here, or recorded
+    on another machine); log scale, GB/s."""
     fig = go.Figure()
     fig.add_bar(y=[w for w, _, _ in published], x=[b / 1e9 for _, b, _ in published], orientation="h",
                 name="published figure", hovertext=[f"{w}: {b / 1e9:.3g} GB/s ({note})" for w, b, note in published],
                 hoverinfo="text")
     if measured:
-        fig.add_bar(y=list(measured), x=[b / 1e9 for b in measured.values()], orientation="h", name="measured here",
-                    hovertext=[f"{w}: {b / 1e9:.3g} GB/s, measured here" for w, b in measured.items()],
+        fig.add_bar(y=list(measured), x=[b / 1e9 for b in measured.values()], orientation="h",
+                    name="measured (where each label says)",
+                    hovertext=[f"{w}: {b / 1e9:.3g} GB/s" for w, b in measured.items()],
                     hoverinfo="text")
     fig.update_layout(title=title, xaxis=dict(type="log", title="GB/s per direction"), height=120 + 28 * (
         len(published) + len(measured or {})), margin=dict(l=260), yaxis=dict(autorange="reversed"))
