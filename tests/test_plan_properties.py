@@ -585,3 +585,21 @@ def test_an_mfu_over_100_percent_says_why():
     p = rl.plan(Transformer(2, 1024, 8, 1024, 100), rl.topology.cluster("gh200", 1, 1), global_batch=1, seq=32768)
     assert p.mfu > 1 and any("count every attention score" in n for n in p.notes)
     assert "count every attention score" in p.table()
+
+
+def test_the_output_layer_and_the_loss_weigh_on_the_last_stage_alone():
+    # the head's work was spread over every stage and scaled with the busiest stage's layers, so 3 layers on pp=2
+    # (2 on the busiest stage) computed longer than 4 (2 on each)
+    topology = rl.topology.cluster("h100", 1, 8)
+    shape = dict(hidden=1024, heads=8, ffn=4096, vocab=128_000)
+    step = {L: rl.plan(Transformer(L, **shape), topology, pp=2, global_batch=16, seq=2048).time["compute"]
+            for L in (3, 4)}
+    assert step[3] == pytest.approx(step[4])  # the last stage holds 2 layers and the head either way
+    # one GPU of 8 data-parallel ranks runs every layer and the head on 1/8 of the tokens; one of 4 ranks of the
+    # last stage runs half the layers on 1/4 of them, and the whole head on those: the head's work once more
+    model = Transformer(4, **shape)
+    one = rl.plan(model, topology, global_batch=16, seq=2048).compute_parts["matmul"]
+    split = rl.plan(model, topology, pp=2, global_batch=16, seq=2048).compute_parts["matmul"]
+    every = 6.0 * model.matmul_params()  # matmul FLOPs a token, forward and backward, the head's included
+    head = 6.0 * shape["vocab"] * shape["hidden"]
+    assert split == pytest.approx(one * (every + head) / every)

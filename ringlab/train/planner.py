@@ -18,7 +18,9 @@ Matmul FLOPS" in ml-engineering; ``ringlab/data/gpu_compute.json``, its source i
 where measured. Attention runs as FlashAttention does, skipping the
 masked half of a causal mask, at the same efficiency. What is not a matrix multiplication (norms, the activation
 function, residual adds, rotary embeddings, the optimizer's update) is bound by memory: its bytes at the GPU's
-memory rate.
+memory rate. With pipeline stages the busiest stage sets the pace: the one with the most layers, or the last, which
+runs the output layer and the loss besides its layers (where ``ends_in_pipeline_split`` counts the loss as a layer,
+that stage holds one layer fewer).
 
 What is hidden and what is exposed, as Megatron-LM overlaps by default:
 
@@ -606,10 +608,29 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     elementwise += CROSS_ENTROPY_TRAFFIC[cross_entropy] * model.vocab  # the loss, forward and backward, a token
     per_gpu = tokens / gpus
     attention_s = per_gpu * attn_seconds
-    compute_parts = {"matmul": per_gpu * matmul_flops / matmul_rate * imbalance, "attention": attention_s * imbalance,
-                     "elementwise": per_gpu * elementwise / (gpu.hbm * ELEMENTWISE_SHARE) * imbalance}
+    # The output layer and the loss run on the last pipeline stage alone (Megatron-LM: GPTModel builds its
+    # output_layer only where post_process, on the last stage), beside its layers; the busiest stage sets the pace.
+    head_matmul = 6.0 * model.vocab * h * (4 / 3 if full else 1)  # the output layer, as matmul_flops counts it
+    head_elementwise = CROSS_ENTROPY_TRAFFIC[cross_entropy] * model.vocab
+    if pp == 1:
+        layer_share, head_share = 1.0, 1.0     # every GPU runs every layer's share and the head's
+    else:
+        L_last = L_stage - (1 if ends_split else 0)  # the loss takes a layer's place where it is counted as one
+        middle, last = (imbalance, 0.0), (L_last * pp / model.layers, float(pp))
+        per_layer = matmul_flops - head_matmul, elementwise - head_elementwise
+        work = lambda s: (per_gpu * (per_layer[0] * s[0] + head_matmul * s[1]) / matmul_rate  # noqa: E731
+                          + attention_s * s[0])
+        layer_share, head_share = last if work(last) > work(middle) else middle
+        if head_share:
+            notes.append(f"the last stage computes the output layer and the loss besides its {L_last} layers: the "
+                         "busiest stage, it sets the pace")
+    compute_parts = {"matmul": per_gpu * ((matmul_flops - head_matmul) * layer_share + head_matmul * head_share)
+                     / matmul_rate,
+                     "attention": attention_s * layer_share,
+                     "elementwise": per_gpu * ((elementwise - head_elementwise) * layer_share
+                                               + head_elementwise * head_share) / (gpu.hbm * ELEMENTWISE_SHARE)}
     compute = sum(compute_parts.values())
-    if imbalance > 1:
+    if imbalance > 1 and not head_share:
         notes.append(f"{model.layers} layers do not divide into {pp} stages: the busiest holds {L_stage}, "
                      f"{imbalance - 1:.1%} more than an even share, and sets the pace")
     mb_compute = compute / micro                    # one micro-batch, every layer of this stage, forward + backward
