@@ -609,7 +609,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     per_gpu = tokens / gpus
     attention_s = per_gpu * attn_seconds
     # The output layer and the loss run on the last pipeline stage alone (Megatron-LM: GPTModel builds its
-    # output_layer only where post_process, on the last stage), beside its layers; the busiest stage sets the pace.
+    # output_layer only where post_process, on the last stage), beside its layers; the busiest stage sets the pace
+    # (as Megatron-Bridge's pull request 5391 measured it: "the first and last pipeline stages carry more work than
+    # the middle ones. Pipeline throughput is set by the slowest stage").
     head_matmul = 6.0 * model.vocab * h * (4 / 3 if full else 1)  # the output layer, as matmul_flops counts it
     head_elementwise = CROSS_ENTROPY_TRAFFIC[cross_entropy] * model.vocab
     if pp == 1:
