@@ -27,6 +27,7 @@ from ringlab.measure.copies import (CLOSE, copy_against_mpi, describe_best_pingp
 from ringlab.measure.recorded import peer_matrices, print_gpu_bandwidth
 from ringlab.measure.units import parse_size
 from ringlab.predict.fitting import PINGPONG, fit
+from test_noisy_lab08 import seconds, times  # a time a busy machine could measure: 1 us to 1 s; n of them in any order
 
 MiB = 1 << 20
 SIZES = [8, 64, 1024, 16 << 10, 256 << 10, MiB, 4 * MiB, 16 * MiB, 64 * MiB]  # the notebook's %%px cell
@@ -34,18 +35,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "labs" / "src" / "01_moving_bytes
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOTEBOOK = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# a time a busy machine could measure: 1 us to 1 s, whatever the size
-seconds = st.floats(min_value=1e-6, max_value=1.0, allow_nan=False, allow_infinity=False)
 caches = st.one_of(st.none(), st.sampled_from([512 << 10, 3 * MiB // 2, 6 * MiB, 8 * MiB, 32 * MiB, 256 * MiB]))
-
-
-def times(n: int):
-    """``n`` times in any order: each anything, all equal, or all equal but one a thousand times slower."""
-    anything = st.lists(seconds, min_size=n, max_size=n)
-    equal = seconds.map(lambda t: [t] * n)
-    outlier = st.tuples(st.floats(min_value=1e-6, max_value=1e-3), st.integers(0, n - 1)).map(
-        lambda p: [p[0] * (1000 if i == p[1] else 1) for i in range(n)])
-    return st.one_of(anything, equal, outlier)
 
 
 # the notebook's sizes, or any two or more of them (copy_rows and pingpong take any list)
