@@ -8,9 +8,10 @@ def and_join(items) -> str:
     return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def plural(n: int, what: str) -> str:
-    """``plural(3, "step")`` -> ``"3 steps"``; ``plural(1, "step")`` -> ``"1 step"``."""
-    return f"{n:,} {what}{'s' * (n != 1)}"
+def plural(n: int, what: str, many: str | None = None) -> str:
+    """``plural(3, "step")`` -> ``"3 steps"``; ``plural(1, "step")`` -> ``"1 step"``; ``many`` where adding an s
+    is not the plural: ``plural(2, "micro-batch", "micro-batches")``."""
+    return f"{n:,} {what if n == 1 else many or what + 's'}"
 
 
 def article(name: str) -> str:

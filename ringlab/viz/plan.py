@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import traitlets
 from plotly.colors import qualitative
 
-from ..lab.words import article
+from ..lab.words import article, plural
 from .axes import finish_layout, reference_line
 
 GIB = 2 ** 30
@@ -215,7 +215,7 @@ class PlanExplorer(widgets.VBox):
         self.summary.value = (f"predicted: {planned.memory_total / GIB:.1f} GiB of {planned.capacity / GIB:.0f} GiB a "
                               f"GPU, {fits}; a step {planned.step_seconds:.2f} s, "
                               f"{planned.tokens_per_second_per_gpu:,.0f} tokens/s per GPU, MFU {planned.mfu:.1%} "
-                              f"(dp={planned.layout['dp']}, {micro} micro-batch{'es' * (micro != 1)} a step)")
+                              f"(dp={planned.layout['dp']}, {plural(micro, 'micro-batch', 'micro-batches')} a step)")
 
 
 def time_bars(plans, names=None, title: str | None = None, xaxis_title: str = "layout") -> go.Figure:

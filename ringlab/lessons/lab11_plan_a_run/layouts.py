@@ -7,7 +7,7 @@ from ...lab.findings import Finding
 from ...lab.words import and_join, article, plural
 from ...measure.units import format_bytes
 from ...train.planner import plan, search
-from .run import GIB, GLOBAL_BATCH, SEQ, machine, model
+from .run import GIB, GLOBAL_BATCH, MICRO_BATCH, SEQ, machine, model
 
 SAME = 0.05  # two times within 5% are "about the same"
 TOKENS = 1e12  # a trillion tokens: the budget the machines are compared on
@@ -21,10 +21,6 @@ def _layout(p) -> str:
 def _printed_gap(first: float, second: float) -> float:
     """``second - first`` in seconds as the two print, to a hundredth: 0 where they print alike."""
     return round(float(f"{second:.2f}") - float(f"{first:.2f}"), 2)
-
-
-def _micro_batches(n: int) -> str:
-    return f"{n:,} micro-batch{'es' * (n != 1)}"
 
 
 # -- tensor parallelism: inside a node, or across two -----------------------------------------------------------
@@ -136,7 +132,8 @@ def zero_lesson(rows: list[dict]) -> Finding:
         low, high = pair
         fit = lambda r: "fits" if r["fits"] else "does not fit"  # noqa: E731
         saved = low["memory_gib"] - high["memory_gib"]
-        gathers = (f" (it gathers every layer's weights again for each of its {_micro_batches(high['micro_batches'])})"
+        gathers = (" (it gathers every layer's weights again for each of its "
+                   f"{plural(high['micro_batches'], *MICRO_BATCH)})"
                    if high["zero"] == 3 and high["dp_calls"] > 0 else "")
         text = (f"{low['setting']}: ZeRO-{low['zero']} needs {low['memory_gib']:.1f} GiB a GPU ({fit(low)} in "
                 f"{low['capacity_gib']:.0f}), ZeRO-{high['zero']} {high['memory_gib']:.1f} GiB ({fit(high)}), "
@@ -226,9 +223,8 @@ def context_lesson(rows: list[dict]) -> Finding:
     bubble = "the bubble shrinks" if change < 0 else "the bubble does not shrink"  # at the hundredths printed
     if first["bubble_s"] or last["bubble_s"]:
         said.append(f"cp takes its GPUs from data parallelism (dp {first['dp']} to {last['dp']}), so each pipeline "
-                    f"runs {_micro_batches(last['micro_batches'])} a step instead of {first['micro_batches']:,} and "
-                    f"{bubble}: "
-                    f"{first['bubble_s']:.2f} s to {last['bubble_s']:.2f} s.")
+                    f"runs {plural(last['micro_batches'], *MICRO_BATCH)} a step instead of {first['micro_batches']:,} "
+                    f"and {bubble}: {first['bubble_s']:.2f} s to {last['bubble_s']:.2f} s.")
     return Finding(" ".join(said), (fit, bubble))
 
 

@@ -37,6 +37,9 @@ def first_plan(**layout):
     return plan(model(), machine(), global_batch=GLOBAL_BATCH, seq=SEQ, **{**START, **layout})
 
 
+MICRO_BATCH = ("micro-batch", "micro-batches")  # plural()'s arguments
+
+
 def _seconds(seconds: float) -> str:
     """'0.13 s', or 'under 0.01 s' where two decimals would print a time that is not there as 0.00."""
     return f"{seconds:.2f} s" if round(seconds, 2) > 0 else "under 0.01 s"
@@ -53,7 +56,7 @@ def describe_plan(p) -> Finding:
            f"{p.capacity / GIB:.0f} GiB")
     micro = p.layout["micro_batches"]
     said = [f"Predicted for {p.model.name} on {plural(p.gpus, p.gpu.upper())} at {p.layout_str()} "
-            f"({micro} micro-batch{'es' * (micro != 1)} a step): it {fit}. The most memory goes to {kinds[0][0]} "
+            f"({plural(micro, *MICRO_BATCH)} a step): it {fit}. The most memory goes to {kinds[0][0]} "
             f"({kinds[0][1] / GIB:.1f} GiB), then {kinds[1][0]} ({kinds[1][1] / GIB:.1f} GiB)."]
     comm = {k: v for k, v in p.time.items() if k not in ("compute", "optimizer")}
     worst = max(comm, key=comm.get) if comm else None
