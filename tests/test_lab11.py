@@ -391,14 +391,14 @@ def test_the_unprinted_bars_show_the_band_and_each_ratio():
 
 
 def test_unprinted_virtual_stages_are_listed_apart_and_not_explained_by_micro_batches():
-    rows = unprinted.unprinted_rows("llama3-405b-16384")  # neither the micro-batch nor the virtual stages printed
-    said = unprinted.describe_unprinted(rows, "llama3-405b-16384").text
+    rows = unprinted.unprinted_rows("megatroncore2024-gpt-177b-h100")  # neither micro-batch nor virtual stages printed
+    said = unprinted.describe_unprinted(rows, "megatroncore2024-gpt-177b-h100").text
     assert "no micro-batch or vp" in said and "micro_batch=1, vp=2; micro_batch=1, vp=4" in said
     best = min((r for r in rows if r["fits"] and 0.8 <= r["ratio"] <= 1.2), key=lambda r: abs(r["ratio"] - 1))
     assert best["micro_batches"] == rows[0]["micro_batches"] and "What changes" not in said
     # less data-parallel time exposed at the same number of micro-batches is not put down to micro-batches
     lowered = [dict(r, dp_exposed=r["dp_exposed"] / 2) if r is best else r for r in rows]
-    assert "What changes" not in unprinted.describe_unprinted(lowered, "llama3-405b-16384").text
+    assert "What changes" not in unprinted.describe_unprinted(lowered, "megatroncore2024-gpt-177b-h100").text
 
 
 def test_the_memory_bars_say_a_b200_and_an_h100():

@@ -187,9 +187,9 @@ def test_settings_a_source_does_not_print_are_planned_at_every_value_they_can_ta
     assert [o["settings"] for o in found] == [{"micro_batch": 1}, {"micro_batch": 2}, {"micro_batch": 4}]
     assert found[0]["ratio"] == pytest.approx(runs.predict(run)[1])  # the assumed value first: the prediction
     assert found[2]["ratio"] > found[1]["ratio"] > found[0]["ratio"]  # one micro-batch hides the data-parallel time
-    llama = runs.unprinted(runs.find("llama3-405b-16384"))  # pipelined, neither printed: both, every combination
-    assert {"micro_batch": 1, "vp": 2} in [o["settings"] for o in llama]
-    assert all(set(o["settings"]) == {"micro_batch", "vp"} for o in llama)
+    pipelined = runs.unprinted(runs.find("megatroncore2024-gpt-177b-h100"))  # pipelined, neither printed: both
+    assert {"micro_batch": 1, "vp": 2} in [o["settings"] for o in pipelined]
+    assert all(set(o["settings"]) == {"micro_batch", "vp"} for o in pipelined)
     assert runs.unprinted(runs.find("mbridge2511-llama3-8b-b200-8-fp8")) == []  # its recipe prints them
 
 
@@ -564,6 +564,39 @@ def test_the_embedding_counted_as_a_layer_takes_one_from_the_first_stage():
         rl.plan("llama3.1-405b", rl.topology.cluster("h100", nodes=5), tp=8, pp=5, ends_in_pipeline_split=True,
                 global_batch=40, seq=8192)
 
+
+
+def test_with_the_ends_counted_as_layers_a_stage_may_hold_one_layer():
+    # Megatron-Core checks (layers + 2) against pp x vp where the embedding and the loss count as layers: the Llama 3
+    # paper's 126 layers in 16 x 8 one-layer chunks, the first holding only the embedding, the last only the loss
+    machine = rl.topology.cluster("h100", nodes=16)
+    kw = dict(tp=8, pp=16, vp=8, global_batch=64, seq=8192)
+    p = rl.plan("llama3.1-405b", machine, ends_in_pipeline_split=True, **kw)
+    assert p.layout["vp"] == 8 and p.time["bubble"] > 0
+    with pytest.raises(ValueError, match="more than the model's 126 layers"):
+        rl.plan("llama3.1-405b", machine, **kw)
+
+
+def test_two_stages_with_the_ends_counted_have_no_middle_stage():
+    # 2 layers + the embedding and the loss over 2 stages: each holds one layer; the last, with the output layer,
+    # sets the pace (a middle stage of 2 layers, as the planner once priced it, does not exist)
+    model = Transformer(layers=2, hidden=1024, heads=8, ffn=4096, vocab=32000)
+    two = rl.topology.cluster("h100", nodes=1, gpus_per_node=2)
+    ends = rl.plan(model, two, pp=2, ends_in_pipeline_split=True, global_batch=8, seq=2048)
+    plain = rl.plan(model, two, pp=2, global_batch=8, seq=2048)
+    assert ends.compute_parts == pytest.approx(plain.compute_parts)  # the last stage: one layer and the head
+    assert any("besides its 1 layer:" in n for n in ends.notes)
+    assert not any("do not divide" in n for n in ends.notes)
+
+
+def test_expert_layers_are_counted_on_the_stage_that_sets_the_pace():
+    # 2 expert layers + the ends over 4 stages: the first stage holds only the embedding, yet the middle stages'
+    # expert layers send their tokens to the experts
+    model = Transformer(layers=2, hidden=1024, heads=8, ffn=4096, vocab=32000, experts=4, top_k=2)
+    p = rl.plan(model, rl.topology.cluster("h100", nodes=1), pp=4, ep=2, ends_in_pipeline_split=True,
+                global_batch=8, seq=2048)
+    alltoall = [c for c in p.collectives if c.parallelism == "ep"]
+    assert alltoall and all(c.calls > 0 for c in alltoall) and p.time.get("ep", 0) + p.hidden.get("ep", 0) > 0
 
 ISSUE_52 = ("mbridge2511-llama3.1-405b-b200-128-fp8", "mbridge2511-llama3.1-405b-gb200-256-fp8",
             "mbridge2511-llama3-70b-gb200-64-fp8-fsdp", "dgxc2505-llama3.1-405b-h100-512-bf16",

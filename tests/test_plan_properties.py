@@ -89,6 +89,7 @@ def layouts(draw, gpus: int, heads: int = 1, experts: int = 1) -> dict:
     schedules = ["interleaved"] if legal and layout["vp"] > 1 else ["1f1b", "1f1b", "gpipe", "zero-bubble"]
     layout["schedule"] = draw(st.sampled_from(schedules if legal else schedules + ["interleaved"]))
     layout["grad_reduce_in_fp32"] = draw(st.booleans())
+    layout["ends_in_pipeline_split"] = draw(st.sampled_from([False, False, False, True]))
     return layout
 
 
@@ -96,11 +97,15 @@ def broken_rules(model: Transformer, topology, L: dict) -> list[str]:
     """What is wrong with a layout, by the rules the planner documents, as words its error must contain."""
     gpus = topology.machine.nodes * topology.machine.gpus_per_node
     tp, pp, cp, ep, vp, mb = (L[k] for k in ("tp", "pp", "cp", "ep", "vp", "micro_batch"))
+    # Megatron-Core counts the embedding and the loss as a layer each where ends_in_pipeline_split
+    ends = 2 if L.get("ends_in_pipeline_split") else 0
+    if ends and (model.layers + ends) % pp:
+        return ["ends_in_pipeline_split"]
     if gpus % (tp * pp * cp):
         return ["does not divide the"]
     dp = gpus // (tp * pp * cp)
     micro = L["global_batch"] // (dp * mb)
-    rules = [(model.heads % tp, "attention heads"), (pp * vp > model.layers, "stages, more than"),
+    rules = [(model.heads % tp, "attention heads"), (pp * vp > model.layers + ends, "stages, more than"),
              (vp > 1 and pp == 1, "needs pp > 1"), (L["schedule"] == "interleaved" and vp == 1, "needs vp > 1"),
              (L["schedule"] in ("gpipe", "zero-bubble") and vp > 1, "vp must be 1"),
              (ep > 1 and not model.moe, "no experts"), (model.experts % ep or dp * cp % ep, f"ep={ep}"),
@@ -158,8 +163,18 @@ def check_plan(p, model: Transformer, topology, L: dict) -> None:
     per_gpu = tokens / gpus
     full = L["recompute"] == "full"
     recomputed = full or (L["recompute"] == "selective" and L["attention"] == "unfused")
-    matmul = 6 * model.matmul_params() * (4 / 3 if full else 1)
-    assert p.compute_parts["matmul"] >= per_gpu * matmul / (COMPUTE[m.gpu]["peak_tflops"][L["precision"]] * 1e12)
+    # the matmuls of the stage that sets the pace, whose layers and head are counted here: the last stage holds the
+    # output layer; where the embedding and the loss count as layers, a middle stage holds a layer more than the
+    # first and last (none with two stages), and either may set the pace
+    head = 6 * model.vocab * model.hidden * (4 / 3 if full else 1)
+    layers = 6 * model.matmul_params() * (4 / 3 if full else 1) - head
+    pp, ends = L["pp"], bool(L.get("ends_in_pipeline_split")) and L["pp"] > 1
+    slots = -(-(model.layers + 2 * ends) // pp)
+    stages = [(slots - ends, pp)] + ([(slots - (pp == 2), 0)] if ends else [])  # (layers, share of the head)
+    matmul = min(held * pp / model.layers * layers + share * head for held, share in stages) if pp > 1 else \
+        layers + head
+    assert p.compute_parts["matmul"] >= per_gpu * matmul / (COMPUTE[m.gpu]["peak_tflops"][L["precision"]] * 1e12) \
+        * (1 - 1e-9)
     attention = model.attention_flops_per_token(L["seq"]) * (
         (2 if recomputed else 1) / 2 + 2.5 / 2 if L["attention"] != "unfused" else (4 if recomputed else 3))
     assert p.compute_parts["attention"] >= per_gpu * attention / peak * (1 - 1e-9)

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
+from ..lab.words import plural
 from ..predict.nccl import predict_nccl
 from ..predict.schedules import SCHEDULES, bubble_over_ideal, peak_in_flight
 from ..topology.graph import GB
@@ -520,7 +521,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     dp = gpus // (tp * pp * cp)
     if model.heads % tp:
         raise ValueError(f"tp={tp} does not divide the model's {model.heads} attention heads")
-    if pp * vp > model.layers:
+    if pp * vp > model.layers + (2 if ends_in_pipeline_split else 0):
         raise ValueError(f"pp x vp = {pp} x {vp} stages, more than the model's {model.layers} layers")
     if vp > 1 and pp == 1:
         raise ValueError("vp (virtual pipeline stages) needs pp > 1")
@@ -544,8 +545,11 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         raise ValueError(f"no published {precision} peak for {m.gpu}")
     micro = global_batch // (dp * micro_batch)   # micro-batches a step, per pipeline
     ends_split = ends_in_pipeline_split and pp > 1
-    L_stage = -(-(model.layers + (2 if ends_split else 0)) // pp)  # layers of the busiest stage, which sets the pace
-    L_first = L_stage - (1 if ends_split else 0)  # the first stage's (the memory's): the embedding takes a layer
+    slots = -(-(model.layers + (2 if ends_split else 0)) // pp)  # a stage's share, the embedding and loss as layers
+    L_first = slots - (1 if ends_split else 0)  # the first stage's (the memory's): the embedding takes a layer
+    # the most layers a stage holds: a middle stage's, where there is one (with the ends counted as layers and two
+    # stages, each holds one layer fewer than its share)
+    L_stage = slots - (1 if ends_split and pp == 2 else 0)
     imbalance = L_stage * pp / model.layers
     h = model.hidden
     full = recompute == "full"
@@ -617,15 +621,15 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if pp == 1:
         layer_share, head_share = 1.0, 1.0     # every GPU runs every layer's share and the head's
     else:
-        L_last = L_stage - (1 if ends_split else 0)  # the loss takes a layer's place where it is counted as one
+        L_last = slots - (1 if ends_split else 0)  # the loss takes a layer's place where it is counted as one
         middle, last = (imbalance, 0.0), (L_last * pp / model.layers, float(pp))
         per_layer = matmul_flops - head_matmul, elementwise - head_elementwise
         work = lambda s: (per_gpu * (per_layer[0] * s[0] + head_matmul * s[1]) / matmul_rate  # noqa: E731
                           + attention_s * s[0])
         layer_share, head_share = last if work(last) > work(middle) else middle
         if head_share:
-            notes.append(f"the last stage computes the output layer and the loss besides its {L_last} layers: the "
-                         "busiest stage, it sets the pace")
+            notes.append(f"the last stage computes the output layer and the loss besides its "
+                         f"{plural(L_last, 'layer')}: the busiest stage, it sets the pace")
     compute_parts = {"matmul": per_gpu * ((matmul_flops - head_matmul) * layer_share + head_matmul * head_share)
                      / matmul_rate,
                      "attention": attention_s * layer_share,
@@ -633,8 +637,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                                                + head_elementwise * head_share) / (gpu.hbm * ELEMENTWISE_SHARE)}
     compute = sum(compute_parts.values())
     if imbalance > 1 and not head_share:
-        notes.append(f"{model.layers} layers do not divide into {pp} stages: the busiest holds {L_stage}, "
-                     f"{imbalance - 1:.1%} more than an even share, and sets the pace")
+        counted = ", the embedding and the loss counted as a layer each" if ends_split else ""
+        notes.append(f"{plural(model.layers, 'layer')} {'does' if model.layers == 1 else 'do'} not divide evenly into {pp} stages{counted}: the busiest "
+                     f"holds {L_stage}, {imbalance - 1:.1%} more than an even share, and sets the pace")
     mb_compute = compute / micro                    # one micro-batch, every layer of this stage, forward + backward
     fwd_share = 1 / (4 if full else 3)
     time = {"compute": compute}
@@ -666,7 +671,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if ep > 1:
         topo = group_topology(topology, ep, tp)  # context and data folded: ep next to tp (Megatron-Core)
         routed = ACT_BYTES * tokens_mb / tp * model.top_k * h  # tokens this GPU sends out to experts
-        add("ep", "alltoall", routed, topo, micro * moe_stage * 2 * (2 + (1 if full else 0)))
+        busiest = min(L_stage, model.moe_layers)  # the expert layers of the stage that sets the pace (at most)
+        add("ep", "alltoall", routed, topo, micro * busiest * 2 * (2 + (1 if full else 0)))
     if pp > 1:
         topo = group_topology(topology, 2, tp * cp * dp)
         boundary = full_tensor / tp
