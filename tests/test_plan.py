@@ -193,6 +193,20 @@ def test_settings_a_source_does_not_print_are_planned_at_every_value_they_can_ta
     assert runs.unprinted(runs.find("mbridge2511-llama3-8b-b200-8-fp8")) == []  # its recipe prints them
 
 
+def test_a_run_its_source_says_is_interleaved_is_never_planned_without_interleaving():
+    # MegaScale's pipeline runs interleaved 1F1B (its paper, 3.2) and prints no number of virtual stages: the least
+    megascale = runs.find("megascale2024-175b-megascale-256")
+    layout, assumed = runs.layout_of(megascale)
+    assert layout["vp"] == runs.LEAST_INTERLEAVING == 2 and any("least interleaving" in a for a in assumed)
+    tried = [o["settings"]["vp"] for o in runs.unprinted(megascale)]
+    assert 1 not in tried and tried[0] == 2
+    # the Llama 3 paper's: V from its one-layer model chunks, (126 + 2) / 16
+    for run_id in ("llama3-405b-8192", "llama3-405b-16384", "llama3-405b-16384-cp16-128k"):
+        layout, assumed = runs.layout_of(runs.find(run_id))
+        assert layout["vp"] == 8 and not any("interleav" in a for a in assumed)
+    # MegaScale's Megatron-LM baseline: the paper does not say, and it is planned without
+    assert runs.layout_of(runs.find("megascale2024-175b-megatron-256"))[0]["vp"] == 1
+
 def test_mfu_is_model_flops_over_the_bf16_peak():
     p = rl.plan("llama3-8b", rl.topology.cluster("h100", nodes=1), zero=1, global_batch=8, seq=8192)
     model = Transformer.preset("llama3-8b")

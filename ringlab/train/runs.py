@@ -98,7 +98,12 @@ def layout_of(run: dict) -> tuple[dict, list[str]]:
     out = {k: L.get(k) or 1 for k in ("tp", "pp", "cp", "ep")}
     out["vp"] = L.get("vp") or 1
     if L.get("vp") is None and out["pp"] > 1:
-        assumed.append("no interleaving (vp=1; not printed)")
+        if L.get("interleaved"):  # the source says interleaved, and no more: the least interleaving
+            out["vp"] = LEAST_INTERLEAVING
+            assumed.append(f"the least interleaving, vp={LEAST_INTERLEAVING} (its source runs an interleaved schedule "
+                           "and prints no number of virtual stages)")
+        else:
+            assumed.append("no interleaving (vp=1; not printed)")
     if L.get("micro_batch") is None:
         assumed.append("micro-batch 1 (not printed)")
     out["micro_batch"] = L.get("micro_batch") or 1
@@ -196,12 +201,14 @@ def faster_twin(run: dict, others: list[dict] | None = None) -> tuple[dict, floa
 
 UNPRINTED_MICRO_BATCHES = (1, 2, 4, 8, 16)  # micro-batch sizes tried where a source prints none
 UNPRINTED_VIRTUAL = (1, 2, 3, 4, 6, 8)      # virtual stages a GPU, tried where a pipelined run prints none
+LEAST_INTERLEAVING = 2  # virtual stages a GPU where a source says its schedule is interleaved and prints no number
 
 
 def unprinted(run: dict) -> list[dict]:
     """The plan at each value of the settings the run's source does not print (the micro-batch: the sizes of
     :data:`UNPRINTED_MICRO_BATCHES` that divide the sequences a data-parallel rank takes a step; the virtual stages
-    of a pipelined run: :data:`UNPRINTED_VIRTUAL` that divide the layers a stage holds), every combination: each as
+    of a pipelined run: :data:`UNPRINTED_VIRTUAL` that divide the layers a stage holds, over 1 where the source says
+    its schedule is interleaved), every combination: each as
     ``{"settings": {...}, "ratio": predicted / published, "fits": bool, "plan": Plan}``, the assumed values first.
     Empty where the source prints them all."""
     L = run["layout"]
@@ -212,7 +219,7 @@ def unprinted(run: dict) -> list[dict]:
         choices["micro_batch"] = [m for m in UNPRINTED_MICRO_BATCHES if per_rank % m == 0]
     if L.get("vp") is None and layout["pp"] > 1:
         per_stage = -(-run["model"]["layers"] // layout["pp"])
-        choices["vp"] = [v for v in UNPRINTED_VIRTUAL if per_stage % v == 0]
+        choices["vp"] = [v for v in UNPRINTED_VIRTUAL if per_stage % v == 0 and (v > 1 or not L.get("interleaved"))]
     if not choices:
         return []
     published, _ = published_tokens_per_second_per_gpu(run)
