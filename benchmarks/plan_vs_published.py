@@ -87,6 +87,13 @@ def main(argv=None) -> int:
     for r in done:
         if LOW <= r["ratio"] <= HIGH or r in below:
             continue
+        elsewhere = runs.faster_elsewhere(runs.find(r["run"])) if r["ratio"] > HIGH else None
+        if elsewhere:
+            other, faster = elsewhere
+            theirs = next(d for d in done if d["run"] == other["id"])
+            print(f"  {r['run']}: another source ran the same model on the same GPUs, precision and sequence length "
+                  f"{faster:.2f}x faster a GPU ({other['id']}: {theirs['layout']} on {theirs['gpus']:,} GPUs, planned "
+                  f"at {theirs['ratio']:.2f}); not counted, its layout differs")
         ways = [o for o in runs.unprinted(runs.find(r["run"])) if o["fits"] and LOW <= o["ratio"] <= HIGH]
         if not ways:
             print(f"  {r['run']}: {r['ratio']:.2f}; no setting its source leaves unprinted brings it within 20%")

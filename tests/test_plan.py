@@ -207,6 +207,16 @@ def test_a_run_its_source_says_is_interleaved_is_never_planned_without_interleav
     # MegaScale's Megatron-LM baseline: the paper does not say, and it is planned without
     assert runs.layout_of(runs.find("megascale2024-175b-megatron-256"))[0]["vp"] == 1
 
+def test_a_faster_run_of_another_source_is_context_not_a_twin():
+    llama = runs.find("llama3-405b-8192")
+    other, faster = runs.faster_elsewhere(llama)
+    assert other["id"] == "dgxc2505-llama3.1-405b-h100-512-bf16" and other["source"]["url"] != llama["source"]["url"]
+    mine, theirs = (runs.published_tokens_per_second_per_gpu(r)[0] for r in (llama, other))
+    assert faster == pytest.approx(theirs / mine) and faster > 1
+    assert runs.faster_twin(llama) is None  # the same source ran no faster twin
+    assert runs.faster_elsewhere(other) is None  # none faster in the other direction
+    assert runs.faster_elsewhere(runs.find("mpt-7b-h100-8-bf16")) is None  # no other source ran its shape
+
 def test_mfu_is_model_flops_over_the_bf16_peak():
     p = rl.plan("llama3-8b", rl.topology.cluster("h100", nodes=1), zero=1, global_batch=8, seq=8192)
     model = Transformer.preset("llama3-8b")

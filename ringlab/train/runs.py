@@ -199,6 +199,22 @@ def faster_twin(run: dict, others: list[dict] | None = None) -> tuple[dict, floa
     return None if best is None else (best[0], best[1] / mine)
 
 
+def faster_elsewhere(run: dict, others: list[dict] | None = None) -> tuple[dict, float] | None:
+    """The run of another source with the same model shape, GPU, precision and sequence length (any layout and GPU
+    count) that measured the most tokens per second per GPU, and how many times faster than ``run`` it was; None
+    where none measured more. Context for a run the plan misses, never a verdict: the layouts differ."""
+    def key(r):
+        return (tuple(r["model"].get(k) for k in SHAPE_KEYS), r["hardware"]["gpu"],
+                r["layout"].get("precision") or "bf16", r["layout"]["seq"])
+
+    mine, best = published_tokens_per_second_per_gpu(run)[0], None
+    for other in load() if others is None else others:
+        if other["source"]["url"] != run["source"]["url"] and key(other) == key(run) and not not_modelled(other):
+            theirs = published_tokens_per_second_per_gpu(other)[0]
+            if theirs > mine and (best is None or theirs > best[1]):
+                best = (other, theirs)
+    return None if best is None else (best[0], best[1] / mine)
+
 UNPRINTED_MICRO_BATCHES = (1, 2, 4, 8, 16)  # micro-batch sizes tried where a source prints none
 UNPRINTED_VIRTUAL = (1, 2, 3, 4, 6, 8)      # virtual stages a GPU, tried where a pipelined run prints none
 LEAST_INTERLEAVING = 2  # virtual stages a GPU where a source says its schedule is interleaved and prints no number
