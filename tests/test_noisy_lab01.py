@@ -148,9 +148,14 @@ def test_the_staged_formula_is_read_from_any_staged_times_and_parts(run, figures
         pieces = {"message": row["link_s"] - row["direct_s"], "copies": row["formula_copies_s"] - row["copies_s"],
                   "rest": row["parts_s"] - row["staged_s"]}
         assert math.isclose(sum(pieces.values()), gap, rel_tol=1e-6, abs_tol=1e-15)
+        # the message's model is alpha + K/B, or alpha alone where the fit found no cost per byte (B infinite)
+        assert ("(alpha + K/B " in lines[i]) == math.isfinite(bandwidth)
+        assert ("(alpha alone, no cost per byte fitted: " in lines[i]) == (not math.isfinite(bandwidth))
         piece = re.match(r"The (message|copies|rest) makes? most of it", lines[i + 1]).group(1)
         assert pieces[piece] * gap > 0, (piece, pieces, gap)  # the piece named points the way the gap does
         assert abs(pieces[piece]) == max(abs(v) for v in pieces.values() if v * gap > 0)
+        if piece == "message":
+            assert ("one alpha and one B fitted" in lines[i + 1]) == math.isfinite(bandwidth)
         if piece == "copies":
             assert ("faster than" in lines[i + 1]) == (pieces["copies"] > 0)
         if piece == "rest":

@@ -171,7 +171,7 @@ def staged_rows(staged: list[dict], direct: list[dict], copies: list[dict], alph
     Keys: ``bytes``; ``staged_s`` (measured); ``formula_s`` and its parts ``link_s`` (alpha + K/B) and
     ``formula_copies_s`` (2K/copy_rate); ``direct_s`` (the direct message measured), ``copies_s`` (two
     copies of K timed alone) and ``parts_s`` (their sum); ``formula_ratio`` and ``parts_ratio``, each
-    over the staged measurement.
+    over the staged measurement; ``per_byte`` (False where ``bandwidth`` is infinite: no cost per byte fitted).
     """
     direct_s, copy_s = _by_size(direct, "one_way_s"), _by_size(copies, "copy_s")
     rows = []
@@ -185,7 +185,7 @@ def staged_rows(staged: list[dict], direct: list[dict], copies: list[dict], alph
                      "link_s": link, "formula_copies_s": formula_copies, "direct_s": direct_s[nbytes],
                      "copies_s": 2 * copy_s[nbytes], "parts_s": parts,
                      "formula_ratio": (link + formula_copies) / row["one_way_s"],
-                     "parts_ratio": parts / row["one_way_s"]})
+                     "parts_ratio": parts / row["one_way_s"], "per_byte": bool(np.isfinite(bandwidth))})
     return rows
 
 
@@ -200,9 +200,11 @@ def _furthest_off(row: dict, copy_rate: float, copy_nbytes: int) -> list[str]:
     size, ref = format_bytes(row["bytes"]), format_bytes(copy_nbytes)
     copy_rate_here = 2 * row["bytes"] / row["copies_s"]
     way = "long" if row["formula_ratio"] > 1 else "short"
+    per_byte = row.get("per_byte", True)  # False where the fit found no cost per byte: the message is alpha alone
+    message = "alpha + K/B" if per_byte else "alpha alone, no cost per byte fitted:"
     lines = [f"It predicts most too {way} at {size}: {_time(row['formula_s'])} predicted, {_time(row['staged_s'])} "
              f"measured ({_x(row['formula_ratio'])}). "
-             f"The difference is in three pieces: the message (alpha + K/B {_time(row['link_s'])}, measured direct "
+             f"The difference is in three pieces: the message ({message} {_time(row['link_s'])}, measured direct "
              f"{_time(row['direct_s'])}); the two copies (at the {ref} copy rate, {_gbps(copy_rate)}: "
              f"{_time(row['formula_copies_s'])}; timed alone at {size}: {_time(row['copies_s'])}, "
              f"{_gbps(copy_rate_here)}); the rest (direct + copies alone {_time(row['parts_s'])}, staged "
@@ -219,7 +221,8 @@ def _furthest_off(row: dict, copy_rate: float, copy_nbytes: int) -> list[str]:
         lines.append(f"The copies make most of it: a copy of {size} ran at {_gbps(copy_rate_here)}, slower than the "
                      f"{ref} copy{startup}, so the {ref} rate understates it.")
     elif piece == "message":
-        lines.append(f"The message makes most of it: one alpha and one B fitted over all sizes put it at "
+        fitted = "one alpha and one B fitted over all sizes" if per_byte else "alpha alone, fitted over all sizes,"
+        lines.append(f"The message makes most of it: {fitted} put it at "
                      f"{_time(row['link_s'])} where it measured {_time(row['direct_s'])}.")
     else:
         lines.append(f"The rest makes most of it: the staged message took {'longer' if pieces[piece] < 0 else 'less'} "
