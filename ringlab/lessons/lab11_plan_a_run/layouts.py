@@ -242,7 +242,10 @@ def machines(seq: int = SEQ, tokens_per_gpu_step: int = GLOBAL_BATCH * SEQ // 25
         global_batch = tokens_per_gpu_step * gpus // seq
         found = search(model(), topology, global_batch=global_batch, seq=seq, top=1)
         row = {"machine": name, "gpus": gpus, "gpu": topology.machine.gpu, "global_batch": global_batch,
-               "considered": found.considered, "fits": bool(found.best)}
+               "tokens_per_gpu": global_batch * seq / gpus,  # whole sequences: the asked tokens where they divide
+               "considered": found.considered, "fits": bool(found.best),
+               "too_big": sum(why.startswith("does not fit") for _, why in found.rejected),
+               "refusal": _most_common([why for _, why in found.rejected if not why.startswith("does not fit")])}
         if found.best:
             p = found.best[0]
             row.update(plan=p, layout=_layout(p), step_s=p.step_seconds, tps=p.tokens_per_second_per_gpu, mfu=p.mfu,
@@ -258,23 +261,44 @@ MACHINE_COLUMNS = {"machine": "machine", "global batch": "global_batch", "fastes
                    "MFU": ("mfu", ".1%"), "days for 1T tokens": ("days", ".1f")}
 
 
+def _most_common(reasons: list[str]) -> str | None:
+    return max(set(reasons), key=reasons.count) if reasons else None
+
+
+def none_runs(row: dict) -> str:
+    """Why no layout runs on a machine of :func:`machines`: too big for its memory, refused by a rule of the
+    planner (the global batch not dividing, most often), or both, with how many of each."""
+    too_big = row.get("too_big", row["considered"])
+    refused = row["considered"] - too_big
+    if not refused:
+        return f"none of the {row['considered']} layouts tried fits in its memory."
+    rule = f"refused by a rule of the planner (the most often: {row['refusal']})"
+    if not too_big:
+        return f"none of the {row['considered']} layouts tried can run: each is {rule}."
+    return f"none of the {row['considered']} layouts tried runs: {too_big} do not fit in its memory, {refused} are {rule}."
+
+
 def machines_lesson(rows: list[dict]) -> Finding:
     """Each machine's fastest layout and what it takes for a trillion tokens, against the first machine's."""
     base = rows[0]
     if not base["fits"]:
-        return Finding(f"Nothing fits on {base['machine']}.", ("nothing fits on the first machine",))
+        return Finding(f"Nothing fits on {base['machine']}: {none_runs(base)}", ("nothing fits on the first machine",))
     said = [f"{base['machine']}: the fastest layout is {base['layout']}, {base['tps']:,.0f} tokens/s per GPU "
             f"(MFU {base['mfu']:.1%}): a trillion tokens in {base['days']:.1f} days, {base['gpu_hours']:,.0f} GPU-hours."]
     conclusions = []
     for r in rows[1:]:
         if not r["fits"]:
-            said.append(f"{r['machine']}: none of the {r['considered']} layouts tried fits.")
+            said.append(f"{r['machine']}: {none_runs(r)}")
             conclusions.append(f"nothing fits on {r['machine']}")
             continue
         per_gpu = r["tps"] / base["tps"]
         same_speed = base["tps"] * base["gpus"] / r["tps"]
         changed = r["layout"] != base["layout"]
-        said.append(f"{r['machine']}, with a global batch of {r['global_batch']} (the same tokens a GPU a step): "
+        same = r["tokens_per_gpu"] == base["tokens_per_gpu"]
+        tokens = ("the same tokens a GPU a step" if same else
+                  f"{r['tokens_per_gpu']:,.0f} tokens a GPU a step, against {base['tokens_per_gpu']:,.0f}: whole "
+                  "sequences")
+        said.append(f"{r['machine']}, with a global batch of {r['global_batch']} ({tokens}): "
                     f"{r['layout']}, "
                     f"{r['tps']:,.0f} tokens/s per GPU, {per_gpu:.2f}x {article(base['gpu'].upper())}'s "
                     f"(MFU {r['mfu']:.1%}), "
