@@ -188,8 +188,8 @@ def parser() -> argparse.ArgumentParser:
                "\n\nexamples:\n"
                "  ringlab plan llama3-70b --gpus 256 --gpu h100 --tp 8 --pp 4 --global-batch 512 --seq 8192\n"
                "  ringlab plan llama3-70b --gpus 256 --gpu h100 --global-batch 512 --seq 8192 --search\n"
-               "  ringlab plan llama3.1-405b --gpus 16384 --gpu h100 --tp 8 --pp 16 --vp 2 --global-batch 2048 "
-               "--seq 8192 --json plan.json",
+               "  ringlab plan llama3.1-405b --gpus 16384 --gpu h100 --tp 8 --pp 16 --vp 8 --ends-in-pipeline-split "
+               "--zero 2 --global-batch 2048 --seq 8192 --json plan.json   # the Llama 3 paper's layout",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("model", nargs="?", help="a preset model (below); or give --shape")
     plan.add_argument("--shape", metavar="L,H,A,F,V[,KV]", help="layers, hidden, heads, ffn, vocab[, kv heads] of a "
@@ -219,6 +219,18 @@ def parser() -> argparse.ArgumentParser:
                       help="the loss's implementation: " + ", ".join(f"{k} ({v} bytes a logit)" for k, v in
                                                                    CROSS_ENTROPY_TRAFFIC.items())
                       + " (default unfused, Megatron-LM's)")
+    plan.add_argument("--ends-in-pipeline-split", action="store_true",
+                      help="count the embedding and the loss as a layer each when layers are split into pipeline "
+                           "stages (Megatron-Core's account_for_embedding_in_pipeline_split and ..._loss_...; the "
+                           "Llama 3 paper's balancing)")
+    plan.add_argument("--grad-reduce-in-bf16", action="store_true",
+                      help="keep and reduce gradients in the weights' 16 bits, not fp32 (Megatron-LM's "
+                           "--grad-reduce-in-bf16; grad_reduce_in_fp32=False)")
+    plan.add_argument("--precision-aware-optimizer", action="store_true",
+                      help="Megatron-Core's precision-aware optimizer (reads the 16-bit gradients in place)")
+    plan.add_argument("--offload-layers", type=int, metavar="N",
+                      help="N layers' activations kept in host memory (Megatron-Core's cpu_offloading_num_layers; "
+                           "needs --pp 1)")
     plan.add_argument("--search", action="store_true", help="rank every layout (the options given are held fixed)")
     plan.add_argument("--top", type=int, default=10, help="plans --search prints (default 10)")
     plan.add_argument("--json", metavar="OUT", help="write the plan (or the ranked plans) as JSON")
@@ -271,6 +283,11 @@ def _plan(args) -> int:
     common = {"global_batch": args.global_batch, "seq": args.seq, "precision": args.precision}
     common.update({k: getattr(args, k) for k in ("schedule", "attention", "cross_entropy")
                    if getattr(args, k) is not None})
+    common.update({k: True for k in ("ends_in_pipeline_split", "precision_aware_optimizer") if getattr(args, k)})
+    if args.grad_reduce_in_bf16:
+        common["grad_reduce_in_fp32"] = False
+    if args.offload_layers is not None:
+        common["offload_layers"] = args.offload_layers
     if args.search:
         found = search(model, topology, **common, **layout)
         print(found.table(args.top))

@@ -353,6 +353,37 @@ def test_ringlab_plan_takes_the_software_s_choices_and_says_what_to_do_when_a_pl
     assert wrong.returncode == 2 and "invalid choice: 'fast'" in wrong.stderr
 
 
+
+def test_ringlab_plan_takes_the_recipes_memory_settings(tmp_path):
+    # the Llama 3 paper's layout needs the ends counted as layers (126 + 2 = 16 x 8 one-layer chunks)
+    layout = ("llama3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16", "--vp", "8", "--zero", "2",
+              "--global-batch", "2048", "--seq", "8192")
+    refused = run_cli(*layout)
+    assert refused.returncode == 2 and "more than the model's 126 layers" in refused.stderr
+    out = tmp_path / "plan.json"
+    done = run_cli(*layout, "--ends-in-pipeline-split", "--grad-reduce-in-bf16", "--precision-aware-optimizer",
+                   "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    saved = json.loads(out.read_text())["layout"]
+    assert saved["ends_in_pipeline_split"] is True and saved["grad_reduce_in_fp32"] is False
+    assert saved["precision_aware_optimizer"] is True and saved["offload_layers"] == 0
+    direct = rl.plan("llama3.1-405b", rl.topology.cluster("h100", nodes=2048), tp=8, pp=16, vp=8, zero=2,
+                     global_batch=2048, seq=8192, ends_in_pipeline_split=True, grad_reduce_in_fp32=False,
+                     precision_aware_optimizer=True)
+    assert json.loads(out.read_text())["step_seconds"] == pytest.approx(direct.step_seconds)
+    offload = run_cli("llama3-70b", "--gpus", "64", "--tp", "8", "--zero", "3", "--offload-layers", "40",
+                      "--global-batch", "64", "--seq", "8192")
+    assert offload.returncode == 0, offload.stderr
+    # a search holds them for every layout it ranks, and refuses a wrong one once
+    found = search("llama3-70b", H100x32, global_batch=256, seq=8192, tp=8, pp=2, ends_in_pipeline_split=True,
+                   grad_reduce_in_fp32=False)
+    assert found.best and all(p.layout["ends_in_pipeline_split"] and not p.layout["grad_reduce_in_fp32"]
+                              for p in found.best)
+    with pytest.raises(ValueError, match="ends_in_pipeline_split must be True or False"):
+        search("llama3-70b", H100x32, global_batch=256, seq=8192, ends_in_pipeline_split="yes")
+    with pytest.raises(ValueError, match="offload_layers must be a whole number"):
+        search("llama3-70b", H100x32, global_batch=256, seq=8192, offload_layers=-1)
+
 # -- published runs -----------------------------------------------------------------------------------------------
 def test_published_throughput_follows_from_what_each_source_printed():
     gpt_1t = runs.find("megatron2021-gpt-1008b")      # 163 TFLOP/s a GPU, Megatron's own FLOPs (recompute counted)

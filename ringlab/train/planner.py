@@ -779,6 +779,8 @@ def _powers(limit: int) -> list[int]:
 
 
 SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy")  # plan()'s keywords a search passes on unchanged
+SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split")
+#                 Megatron-Core's memory settings, passed on unchanged too
 
 
 def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf16", top: int | None = None,
@@ -787,12 +789,17 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (and interleaved 2 a
     stage), context parallelism from 32k tokens, expert parallelism for a mixture of experts, ZeRO 0, 1 and 3,
     micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held
-    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``) go to every plan as given.
-    ``top``: keep that many plans (all by default)."""
+    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``) and the recipe's memory settings
+    (:data:`SEARCH_RECIPE`) go to every plan as given. ``top``: keep that many plans (all by default)."""
     model = _model(model)
     m = _machine(topology)
     gpus = m.nodes * m.gpus_per_node
-    software = {k: fixed.pop(k) for k in SEARCH_SOFTWARE if k in fixed}
+    software = {k: fixed.pop(k) for k in SEARCH_SOFTWARE + SEARCH_RECIPE if k in fixed}
+    for key in ("grad_reduce_in_fp32", "precision_aware_optimizer", "ends_in_pipeline_split"):
+        if key in software and not isinstance(software[key], bool):  # as plan() checks it, once, not in every layout
+            raise ValueError(f"{key} must be True or False, got {software[key]!r}")
+    if "offload_layers" in software:
+        software["offload_layers"] = _whole("offload_layers", software["offload_layers"], minimum=0)
     if software.get("attention", "flash") not in ATTENTION:
         raise ValueError(f"attention must be 'flash', 'fa2' or 'unfused', got {software['attention']!r}")
     if software.get("attention") == "fa2" and m.gpu not in FA2_RATES:
@@ -807,7 +814,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     unknown = set(fixed) - known
     if unknown:
         raise ValueError(f"unknown layout keyword(s) {', '.join(sorted(unknown))}; known: "
-                         f"{', '.join(sorted(known | set(SEARCH_SOFTWARE)))}")
+                         f"{', '.join(sorted(known | set(SEARCH_SOFTWARE) | set(SEARCH_RECIPE)))}")
     choices = {
         "tp": [t for t in _powers(2 * m.gpus_per_node) if model.heads % t == 0],
         "pp": [p for p in _powers(64) if p <= model.layers],
