@@ -407,3 +407,26 @@ def test_the_memory_bars_say_a_b200_and_an_h100():
     said = lambda p: [a.text for a in memory_bars(p).layout.annotations if "GiB" in a.text]  # noqa: E731
     b200 = plan(run.model(), run.machine("b200"), global_batch=512, seq=8192, **run.START)
     assert said(b200)[0].startswith("a B200's ") and said(run.first_plan())[0].startswith("an H100's ")
+
+
+def test_the_virtual_stages_the_llama_3_paper_gives_in_words_are_checked_by_its_own_two_runs():
+    from ringlab.train import runs
+
+    rows = unprinted.words_rows()
+    assert [r["vp"] for r in rows] == [1, 2, 4, 8]
+    first, second = (runs.find(r) for r in unprinted.WORDS_RUNS)
+    published = [runs.published_tokens_per_second_per_gpu(r)[0] for r in (first, second)]
+    for r in rows:  # each relation planned again here, each run at that vp
+        planned = []
+        for run_ in (first, second):
+            changed = copy.deepcopy(run_)
+            changed["layout"]["vp"] = r["vp"]
+            planned.append(runs.predict(changed)[0].tokens_per_second_per_gpu)
+        assert r["pair"] == pytest.approx(planned[1] / planned[0])
+        assert r["published_pair"] == pytest.approx(published[1] / published[0])
+    said = unprinted.describe_words(rows)
+    assert "vp = (126 + 2) / 16 = 8" in said.text
+    best = min(rows, key=lambda r: abs(r["pair"] - r["published_pair"]))
+    assert f"closest at vp={best['vp']}" in said.conclusions
+    eight = rows[-1]
+    assert f"the plan is {eight['first_ratio']:.2f} and {eight['second_ratio']:.2f}" in said.text

@@ -587,3 +587,37 @@ def test_a_step_nearly_all_compute_is_not_called_all_compute():
     assert 0.995 <= p.time["compute"] / p.step_seconds < 1
     said = run.describe_plan(p).text
     assert "over 99% of it compute" in said and "100%" not in said
+
+
+# -- a setting in the source's words: any planned relations and ratios ----------------------------------------------
+ratios_any = st.floats(min_value=0.05, max_value=5.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(planned=st.lists(st.tuples(ratios_any, ratios_any, ratios_any, st.booleans()), min_size=1, max_size=6),
+       measured=ratios_any)
+def test_the_words_lesson_follows_any_rows(planned, measured):
+    values = [1, 2, 3, 4, 6, 8][:len(planned)]
+    rows = [{"vp": v, "pair": pair, "published_pair": measured, "first_ratio": a, "second_ratio": b, "fits": fits,
+             "fits_word": "yes" if fits else "no"} for v, (pair, a, b, fits) in zip(values, planned)]
+    said = unprinted.describe_words(rows)
+    text = sane(said.text)
+    closest = min(rows, key=lambda r: abs(r["pair"] - measured))
+    assert f"closest at vp={closest['vp']}" in said.conclusions and f": closest at vp={closest['vp']}." in text
+    assert f"measured {measured:.2f} between them" in text
+    for r in rows:
+        assert f"{r['pair']:.2f} at vp={r['vp']}" in text
+    at_words = next((r for r in rows if r["vp"] == 8), None)  # the Llama 3 paper's words give 8
+    if at_words is None:
+        assert len(said.conclusions) == 1 and "At the words'" not in text
+        return
+    within = [0.8 <= r <= 1.2 for r in (at_words["first_ratio"], at_words["second_ratio"])]
+    assert ("within 20% at the words' value" in said.conclusions) == all(within)
+    assert ("both within 20%." in text) == all(within) and ("both outside 20%." in text) == (not any(within))
+    assert ("the words' value is the closest" in said.conclusions) == (closest is at_words)
+    both = (at_words["first_ratio"], at_words["second_ratio"])
+    assert ("optimistic" in text) == (not all(within) and min(both) > 1.2)
+    assert ("pessimistic" in text) == (not all(within) and max(both) < 0.8)
+    fig = unprinted.words_bars(rows, "t")
+    assert list(fig.data[0].y) == [r["pair"] for r in rows] and fig.layout.yaxis.range[1] >= max(
+        [measured] + [r["pair"] for r in rows])

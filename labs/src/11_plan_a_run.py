@@ -27,8 +27,9 @@ from ringlab.lessons.lab11_plan_a_run.published import (PUBLISHED_COLUMNS, again
                                                         describe_published, published_rows, source_label)
 from ringlab.lessons.lab11_plan_a_run.run import (check_interleaved_bubble, check_state_bytes, describe_plan,
                                                   layout_params)
-from ringlab.lessons.lab11_plan_a_run.unprinted import (UNPRINTED_COLUMNS, describe_unprinted, unprinted_bars,
-                                                        unprinted_rows)
+from ringlab.lessons.lab11_plan_a_run.unprinted import (UNPRINTED_COLUMNS, WORDS_COLUMNS, describe_unprinted,
+                                                        describe_words, unprinted_bars, unprinted_rows, words_bars,
+                                                        words_rows)
 from ringlab.measure.tables import table
 from ringlab.viz import use_renderer
 from ringlab.viz.plan import PlanExplorer, memory_bars, published_bars, step_timeline, time_bars
@@ -191,6 +192,18 @@ unprinted_bars(rows, "predicted / published for Megatron-Core's 32B run, by the 
 # The planner keeps its assumed value for the prediction (`python benchmarks/plan_vs_published.py` lists each run
 # a setting like this would bring within 20%, and never counts it): picking the value that matches the published
 # number would be fitting to the very run the planner is judged on.
+#
+# Sometimes the words give what the table leaves out. The Llama 3 paper's table prints no number of virtual stages
+# for its 405B runs, but its text says the pipeline is interleaved and that taking a layer off the first stage
+# leaves that stage's first model chunk only the embedding. Read one more way, a source can also check a setting
+# without fitting it: the same paper measured two runs at 8,192 tokens, on 8,192 and 16,384 GPUs, and the relation
+# between their throughputs is something a plan at the wrong setting gets wrong.
+
+# %%
+words = words_rows()
+table(words, WORDS_COLUMNS)
+print(describe_words(words).text)
+words_bars(words, "predicted: Llama 3 405B on 16,384 H100s against 8,192, by the virtual stages the paper leaves out")
 
 # %% [markdown]
 # ## Why tensor parallelism stays in a node
