@@ -219,6 +219,10 @@ def parser() -> argparse.ArgumentParser:
                       help="the loss's implementation: " + ", ".join(f"{k} ({v} bytes a logit)" for k, v in
                                                                    CROSS_ENTROPY_TRAFFIC.items())
                       + " (default unfused, Megatron-LM's)")
+    plan.add_argument("--cp-comm", choices=["p2p", "all_gather"],
+                      help="how context parallelism moves keys and values: p2p (the default, Megatron-Core's ring, "
+                           "hidden behind attention) or all_gather (gathered before attention runs, exposed: the "
+                           "Llama 3 paper's)")
     plan.add_argument("--ends-in-pipeline-split", action="store_true",
                       help="count the embedding and the loss as a layer each when layers are split into pipeline "
                            "stages (Megatron-Core's account_for_embedding_in_pipeline_split and ..._loss_...; the "
@@ -281,7 +285,7 @@ def _plan(args) -> int:
     if args.recompute:
         layout["recompute"] = None if args.recompute == "none" else args.recompute
     common = {"global_batch": args.global_batch, "seq": args.seq, "precision": args.precision}
-    common.update({k: getattr(args, k) for k in ("schedule", "attention", "cross_entropy")
+    common.update({k: getattr(args, k) for k in ("schedule", "attention", "cross_entropy", "cp_comm")
                    if getattr(args, k) is not None})
     common.update({k: True for k in ("ends_in_pipeline_split", "precision_aware_optimizer") if getattr(args, k)})
     if args.grad_reduce_in_bf16:

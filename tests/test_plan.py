@@ -384,6 +384,27 @@ def test_ringlab_plan_takes_the_recipes_memory_settings(tmp_path):
     with pytest.raises(ValueError, match="offload_layers must be a whole number"):
         search("llama3-70b", H100x32, global_batch=256, seq=8192, offload_layers=-1)
 
+
+def test_context_parallelism_gathered_whole_leaves_its_transfer_exposed():
+    # Megatron-Core's ring hides each block's keys and values behind the attention of the block before; the Llama 3
+    # paper all-gathers them first, and attention waits (cp_comm_type "all_gather")
+    machine = rl.topology.cluster("h100", nodes=16)
+    kw = dict(tp=8, cp=16, global_batch=8, seq=131072)
+    ring, gathered = rl.plan("llama3-70b", machine, **kw), rl.plan("llama3-70b", machine, cp_comm="all_gather", **kw)
+    total = ring.time.get("cp", 0) + ring.hidden.get("cp", 0)
+    assert ring.hidden["cp"] > 0 and gathered.hidden.get("cp", 0) == 0
+    assert gathered.time["cp"] == pytest.approx(total)  # the same bytes, none hidden
+    assert gathered.step_seconds == pytest.approx(ring.step_seconds + ring.hidden["cp"])
+    assert "cp_comm=all_gather" in gathered.layout_str() and "cp_comm" not in ring.layout_str()
+    with pytest.raises(ValueError, match="cp_comm must be one of 'p2p', 'all_gather'"):
+        rl.plan("llama3-70b", machine, cp_comm="a2a", **kw)
+    with pytest.raises(ValueError, match="cp_comm must be one of"):
+        search("llama3-70b", machine, global_batch=8, seq=131072, cp_comm="ring")
+    assert runs.layout_of(runs.find("llama3-405b-16384-cp16-128k"))[0]["cp_comm"] == "all_gather"
+    done = run_cli("llama3-70b", "--gpus", "128", "--tp", "8", "--cp", "16", "--global-batch", "8", "--seq", "131072",
+                   "--cp-comm", "all_gather")
+    assert done.returncode == 0 and "cp_comm=all_gather" in done.stdout, done.stderr
+
 # -- published runs -----------------------------------------------------------------------------------------------
 def test_published_throughput_follows_from_what_each_source_printed():
     gpt_1t = runs.find("megatron2021-gpt-1008b")      # 163 TFLOP/s a GPU, Megatron's own FLOPs (recompute counted)

@@ -90,6 +90,7 @@ def layouts(draw, gpus: int, heads: int = 1, experts: int = 1) -> dict:
     layout["schedule"] = draw(st.sampled_from(schedules if legal else schedules + ["interleaved"]))
     layout["grad_reduce_in_fp32"] = draw(st.booleans())
     layout["ends_in_pipeline_split"] = draw(st.sampled_from([False, False, False, True]))
+    layout["cp_comm"] = draw(st.sampled_from(planner.CP_COMM))
     return layout
 
 
@@ -135,6 +136,8 @@ def check_plan(p, model: Transformer, topology, L: dict) -> None:
         for c in calls:
             assert 0 <= c.exposed <= c.total * (1 + 1e-9) and c.seconds > 0 and c.calls > 0, c
         assert p.time.get(par, 0.0) == pytest.approx(sum(c.exposed for c in calls), abs=1e-12)
+        if par == "cp" and L.get("cp_comm") == "all_gather":
+            assert p.hidden.get("cp", 0.0) == 0  # gathered whole before attention: nothing hides it
         assert p.time.get(par, 0.0) + p.hidden.get(par, 0.0) == pytest.approx(sum(c.total for c in calls), abs=1e-12)
     # the layout: data parallelism is what tp x pp x cp leave, expert parallelism carved out of dp x cp
     dp = gpus // (L["tp"] * L["pp"] * L["cp"])

@@ -76,6 +76,7 @@ from .transformer import ACT_BYTES, Transformer
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = (None, "selective", "full")
 ATTENTION = ("flash", "fa2", "unfused")
+CP_COMM = ("p2p", "all_gather")  # Megatron-Core's cp_comm_type values the planner prices (a2a, Ulysses', is not)
 # The loss over the logits, bound by memory: bytes it moves a logit (a token's logits are the vocabulary, split over
 # tp), read from Megatron-LM's code at 937571cf (Megatron-Core r0.8), for bf16 logits.
 CROSS_ENTROPY_TRAFFIC = {
@@ -351,7 +352,8 @@ class Plan:
             f" recompute={L['recompute']}" if L["recompute"] else "") + (
             f" schedule={L['schedule']}" if L.get("schedule", "1f1b") not in ("1f1b", "interleaved") else "") + (
             f" loss={L['cross_entropy']}" if L.get("cross_entropy", "unfused") != "unfused" else "") + (
-            f" attn={L['attention']}" if L.get("attention", "flash") != "flash" else "")
+            f" attn={L['attention']}" if L.get("attention", "flash") != "flash" else "") + (
+            f" cp_comm={L['cp_comm']}" if L.get("cp_comm", "p2p") != "p2p" else "")
 
     def to_dict(self) -> dict:
         return {"model": self.model.name or self.model.describe(), "topology": self.topology, "gpu": self.gpu,
@@ -463,7 +465,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
          micro_batch: int = 1, global_batch: int, seq: int, precision: str = "bf16",
          recompute: str | None = None, attention: str = "flash", schedule: str = "1f1b",
          grad_reduce_in_fp32: bool = True, precision_aware_optimizer: bool = False, offload_layers: int = 0,
-         ends_in_pipeline_split: bool = False, cross_entropy: str = "unfused") -> Plan:
+         ends_in_pipeline_split: bool = False, cross_entropy: str = "unfused", cp_comm: str = "p2p") -> Plan:
     """Plan one training step of ``model`` (a :class:`Transformer` or a preset's name) on ``topology`` (from
     ``rl.topology.cluster``): ``tp`` tensor (with sequence parallelism), ``pp`` pipeline (1F1B; ``vp`` virtual
     stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
@@ -482,7 +484,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     ``ends_in_pipeline_split`` (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``). ``cross_entropy``:
     how the loss runs over the logits, "unfused" (Megatron-LM's default: a kernel an operation), "fused"
     (``cross_entropy_loss_fusion``), "te" (Transformer Engine's) or "xentropy" (flash-attn's); its bytes a logit are
-    :data:`CROSS_ENTROPY_TRAFFIC`.
+    :data:`CROSS_ENTROPY_TRAFFIC`. ``cp_comm``: how context parallelism moves keys and values, by Megatron-Core's
+    ``cp_comm_type``: "p2p" (a ring, each block's transfer hidden behind the attention of the block before) or
+    "all_gather" (gathered whole before attention runs, the transfer exposed: the Llama 3 paper's choice, 3.3.2).
 
     Returns a :class:`Plan` (``.fits``, ``.memory``, ``.time``, ``.step_seconds``, ``.tokens_per_second_per_gpu``,
     ``.mfu``): a prediction from published figures, never a measurement."""
@@ -507,6 +511,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if cross_entropy not in CROSS_ENTROPY_TRAFFIC:
         raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
                          f"got {cross_entropy!r}")
+    if cp_comm not in CP_COMM:
+        raise ValueError(f"cp_comm must be one of {', '.join(map(repr, CP_COMM))}, got {cp_comm!r}")
     offload_layers = _whole("offload_layers", offload_layers, minimum=0)
     if offload_layers and (offload_layers >= model.layers or pp > 1):
         # Megatron-Core's own checks (megatron/core/transformer/transformer_config.py at 92c8482e, lines 1053-1062)
@@ -666,7 +672,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         kv_bytes = ACT_BYTES * 2 * micro_batch * seq * kv_dim / (tp if not model.mla else 1)  # keys and values, gathered
         calls = micro * L_stage
         attn_layer = attention_s / (micro * L_stage)
-        add("cp", "allgather", kv_bytes, topo, calls * (2 + (1 if full else 0)), hide=calls * attn_layer)
+        hide = calls * attn_layer if cp_comm == "p2p" else 0.0  # all_gather: attention waits for the keys and values
+        add("cp", "allgather", kv_bytes, topo, calls * (2 + (1 if full else 0)), hide=hide)
         add("cp", "reduce_scatter", kv_bytes, topo, calls)
     if ep > 1:
         topo = group_topology(topology, ep, tp)  # context and data folded: ep next to tp (Megatron-Core)
@@ -718,7 +725,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                  "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
                  "attention": attention, "schedule": schedule, "grad_reduce_in_fp32": grad_reduce_in_fp32,
                  "precision_aware_optimizer": precision_aware_optimizer, "offload_layers": offload_layers,
-                 "ends_in_pipeline_split": ends_in_pipeline_split, "cross_entropy": cross_entropy,
+                 "ends_in_pipeline_split": ends_in_pipeline_split, "cross_entropy": cross_entropy, "cp_comm": cp_comm,
                  "micro_batches": micro},
                 memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes,
                 compute_parts)
@@ -778,7 +785,7 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
-SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy")  # plan()'s keywords a search passes on unchanged
+SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy", "cp_comm")  # plan()'s keywords a search passes on unchanged
 SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split")
 #                 Megatron-Core's memory settings, passed on unchanged too
 
@@ -789,7 +796,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (and interleaved 2 a
     stage), context parallelism from 32k tokens, expert parallelism for a mixture of experts, ZeRO 0, 1 and 3,
     micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held
-    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``) and the recipe's memory settings
+    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's memory settings
     (:data:`SEARCH_RECIPE`) go to every plan as given. ``top``: keep that many plans (all by default)."""
     model = _model(model)
     m = _machine(topology)
@@ -810,6 +817,8 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     if software.get("cross_entropy", "unfused") not in CROSS_ENTROPY_TRAFFIC:
         raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
                          f"got {software['cross_entropy']!r}")
+    if software.get("cp_comm", "p2p") not in CP_COMM:
+        raise ValueError(f"cp_comm must be one of {', '.join(map(repr, CP_COMM))}, got {software['cp_comm']!r}")
     known = {"tp", "pp", "cp", "ep", "vp", "zero", "micro_batch", "recompute"}
     unknown = set(fixed) - known
     if unknown:
