@@ -384,7 +384,7 @@ def straggler_lesson(raw: dict, emulated: dict, slow_rank: int = 2, pause: float
             f"The lockstep model (each step waits for its slowest rank) predicts {ms(lockstep)} for that call: "
             f"{ms(predicted)} of links plus {steps} pauses of {ms(pause)}. Measured: {ms(took['slowed'])} "
             f"({took['slowed'] / lockstep:.2f}x the model): "
-            + (f"the straggler set the pace, adding its pause to every step of every rank."
+            + ("the straggler set the pace, adding its pause to every step of every rank."
                if paced else f"further from the model than {PACE_TOLERANCE:.0%}, so the pace was not the "
                              "straggler's alone here.")]
     walls = [getattr(emulated[name], "wall_s", None) for name in ("as it is", "slowed")]
