@@ -165,7 +165,7 @@ def check_plan(p, model: Transformer, topology, L: dict) -> None:
     # attention (FlashAttention computes half a causal mask's scores, its backward 2.5 forwards)
     per_gpu = tokens / gpus
     full = L["recompute"] == "full"
-    recomputed = full or (L["recompute"] == "selective" and L["attention"] == "unfused")
+    recomputed = full or L["recompute"] == "selective"  # Megatron-Core's selective: the core attention runs again
     # the matmuls of the stage that sets the pace, whose layers and head are counted here: the last stage holds the
     # output layer; where the embedding and the loss count as layers, a middle stage holds a layer more than the
     # first and last (none with two stages), and either may set the pace
@@ -180,7 +180,8 @@ def check_plan(p, model: Transformer, topology, L: dict) -> None:
         * (1 - 1e-9)
     attention = model.attention_flops_per_token(L["seq"]) * (
         (2 if recomputed else 1) / 2 + 2.5 / 2 if L["attention"] != "unfused" else (4 if recomputed else 3))
-    assert p.compute_parts["attention"] >= per_gpu * attention / peak * (1 - 1e-9)
+    held = min(h for h, _ in stages) * pp / model.layers if pp > 1 else 1  # the fewest layers a pace-setter holds
+    assert p.compute_parts["attention"] >= per_gpu * attention * held / peak * (1 - 1e-9)
     if L["precision"] != "fp8" and (L["attention"] == "unfused" or m.gpu in planner.ATTENTION_RATES):
         # where matmuls run at most at the bf16 peak and attention at a published kernel's rate, MFU is under 1
         # (in fp8 it is over the bf16 peak, as the planner defines it, and can pass 1; at the fallback rate, the

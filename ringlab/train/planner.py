@@ -471,8 +471,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
     0-3 (1: Megatron's distributed optimizer; 3: FSDP), ``micro_batch`` and ``global_batch`` in sequences of
     ``seq`` tokens, ``precision`` bf16, fp16 or fp8 (matmuls at that peak), ``recompute`` None, "selective"
-    (the attention scores recomputed in the backward instead of stored; FlashAttention always does, so with it
-    this changes nothing) or "full" (each layer's forward run again). ``attention``: "flash" (FlashAttention: the
+    (Megatron-Core's: the core attention checkpointed, its forward run again in the backward; unfused, its scores
+    are then not stored; FlashAttention stores none anyway, so there it costs an attention forward and saves no
+    memory) or "full" (each layer's forward run again). ``attention``: "flash" (FlashAttention: the
     score matrix never reaches memory, the masked half of a causal mask skipped; at the fastest kernel published
     for the GPU), "fa2" (the same at FlashAttention-2's own published rates: for software that ran it, or an older
     kernel, for which they are an upper bound) or "unfused" (as before 2022:
@@ -599,7 +600,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     # -- compute ------------------------------------------------------------------------------------------------
     tokens = global_batch * seq
     matmul_flops = 6.0 * model.matmul_params() * (4 / 3 if full else 1)
-    recomputed = full or (selective and not flash)  # the attention's forward runs again in the backward
+    # the attention's forward runs again in the backward: every layer's, or (selective) the core attention's, which
+    # Megatron-Core checkpoints whatever the kernel (megatron/core/transformer/attention.py, checkpoint_core_attention)
+    recomputed = full or selective
     matmul_rate = gpu.matmul[precision]
     attn_fwd = model.attention_flops_per_token(seq)           # forward, every score computed
     if flash:  # causal: FlashAttention skips the blocks above the diagonal; its backward is 2.5 forwards, in bf16
@@ -716,8 +719,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     time["optimizer"] = local * ADAM_TRAFFIC / gpu.hbm
     notes.append(f"attention's rate: {attention_source}")
     if selective and flash:
-        notes.append("selective recomputation recomputes the attention scores, which FlashAttention never stores: "
-                     "it changes nothing in this plan")
+        notes.append("selective recomputation runs the attention's forward again in the backward (Megatron-Core "
+                     "checkpoints the core attention); FlashAttention stores no scores, so it saves no memory here")
     if tp > m.gpus_per_node:
         notes.append(f"tp={tp} spans nodes: its collectives cross the network on every layer")
     planned = Plan(model, topology.name, m.gpu, gpus,
