@@ -139,6 +139,20 @@ def test_data_parallel_reduction_hides_behind_the_last_backward():
     assert p.hidden["dp"] > 0 and p.hidden["dp"] + p.time["dp"] == pytest.approx(sum(c.total for c in dp))
 
 
+def test_selective_recomputation_runs_the_core_attention_forward_again_even_with_flash():
+    # Megatron-Core's selective recomputation checkpoints the core attention whatever its kernel: FlashAttention's
+    # forward runs again in the backward (it stores no scores, so no memory is saved)
+    kw = dict(tp=8, global_batch=8, seq=8192)
+    one = rl.topology.cluster("h100", nodes=1)
+    plain, selective = rl.plan("llama3-8b", one, **kw), rl.plan("llama3-8b", one, recompute="selective", **kw)
+    fwd_s, bwd_s, _ = planner.attention_seconds_per_flop("h100", 8192, 1.0, "flash", Transformer.preset("llama3-8b")
+                                                         .heads / 8)
+    ratio = (2 * fwd_s + planner.FA_BACKWARD * bwd_s) / (fwd_s + planner.FA_BACKWARD * bwd_s)
+    assert selective.compute_parts["attention"] == pytest.approx(plain.compute_parts["attention"] * ratio)
+    assert selective.compute_parts["matmul"] == pytest.approx(plain.compute_parts["matmul"])
+    assert selective.memory["activations"] == pytest.approx(plain.memory["activations"])
+    assert any("runs the attention's forward again" in n for n in selective.notes)
+
 def test_unfused_attention_moves_its_scores_through_memory_and_stores_them():
     kw = dict(tp=8, global_batch=8, seq=2048)
     model = Transformer.preset("gpt3-6.7b")
