@@ -232,6 +232,9 @@ def parser() -> argparse.ArgumentParser:
                            "--grad-reduce-in-bf16; grad_reduce_in_fp32=False)")
     plan.add_argument("--precision-aware-optimizer", action="store_true",
                       help="Megatron-Core's precision-aware optimizer (reads the 16-bit gradients in place)")
+    plan.add_argument("--optimizer-dtype", choices=["fp32", "bf16"],
+                      help="Adam's state: fp32 (the default: fp32 master weights and moments, 12 bytes a parameter) "
+                           "or bf16 (bf16 moments and no master copy, 4 bytes: NeMo's Apex optimizer with dtype bf16)")
     plan.add_argument("--offload-layers", type=int, metavar="N",
                       help="N layers' activations kept in host memory (Megatron-Core's cpu_offloading_num_layers; "
                            "needs --pp 1)")
@@ -290,6 +293,8 @@ def _plan(args) -> int:
     common.update({k: True for k in ("ends_in_pipeline_split", "precision_aware_optimizer") if getattr(args, k)})
     if args.grad_reduce_in_bf16:
         common["grad_reduce_in_fp32"] = False
+    if args.optimizer_dtype:
+        common["optimizer_dtype"] = args.optimizer_dtype
     if args.offload_layers is not None:
         common["offload_layers"] = args.offload_layers
     if args.search:

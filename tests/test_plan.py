@@ -419,6 +419,22 @@ def test_context_parallelism_gathered_whole_leaves_its_transfer_exposed():
                    "--cp-comm", "all_gather")
     assert done.returncode == 0 and "cp_comm=all_gather" in done.stdout, done.stderr
 
+
+def test_a_bf16_optimizer_keeps_4_bytes_a_parameter_and_no_fp32_copies():
+    # NeMo's Apex optimizer with dtype bf16: Adam's two moments in bf16, the bf16 weights its master
+    kw = dict(tp=8, zero=1, global_batch=64, seq=4096, grad_reduce_in_fp32=False)
+    fp32, bf16 = (rl.plan("llama3-70b", H100x32, optimizer_dtype=d, **kw) for d in ("fp32", "bf16"))
+    assert fp32.memory["optimizer"] / bf16.memory["optimizer"] == pytest.approx((OPTIMIZER_BYTES + 4) / 4)
+    assert bf16.memory["weights"] == fp32.memory["weights"] and bf16.time["optimizer"] < fp32.time["optimizer"]
+    with pytest.raises(ValueError, match="optimizer_dtype must be one of 'fp32', 'bf16'"):
+        rl.plan("llama3-70b", H100x32, optimizer_dtype="fp8", **kw)
+    with pytest.raises(ValueError, match="optimizer_dtype must be one of"):
+        search("llama3-70b", H100x32, global_batch=64, seq=4096, optimizer_dtype="int8")
+    assert runs.layout_of(runs.find("nemo2407-nemotron-340b-h100-128-fp8"))[0]["optimizer_dtype"] == "bf16"
+    done = run_cli("llama3-70b", "--gpus", "256", "--tp", "8", "--zero", "1", "--global-batch", "64", "--seq", "4096",
+                   "--optimizer-dtype", "bf16")
+    assert done.returncode == 0, done.stderr
+
 # -- published runs -----------------------------------------------------------------------------------------------
 def test_published_throughput_follows_from_what_each_source_printed():
     gpt_1t = runs.find("megatron2021-gpt-1008b")      # 163 TFLOP/s a GPU, Megatron's own FLOPs (recompute counted)

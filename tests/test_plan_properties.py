@@ -91,6 +91,7 @@ def layouts(draw, gpus: int, heads: int = 1, experts: int = 1) -> dict:
     layout["grad_reduce_in_fp32"] = draw(st.booleans())
     layout["ends_in_pipeline_split"] = draw(st.sampled_from([False, False, False, True]))
     layout["cp_comm"] = draw(st.sampled_from(planner.CP_COMM))
+    layout["optimizer_dtype"] = draw(st.sampled_from(["fp32", "fp32", "bf16"]))
     return layout
 
 
@@ -200,11 +201,12 @@ def check_plan(p, model: Transformer, topology, L: dict) -> None:
         shard = dp * L["cp"]
         weights = (model.params - model.hidden) / L["tp"]
         grad = GRAD_BYTES if L["grad_reduce_in_fp32"] else WEIGHT_BYTES
-        main_grad = 0 if L["grad_reduce_in_fp32"] or L["zero"] >= 3 else 4  # fp32 copy of a 16-bit gradient shard
+        bf16_state = L.get("optimizer_dtype") == "bf16"  # bf16 moments, no master copy, the 16-bit gradients as they are
+        main_grad = 0 if L["grad_reduce_in_fp32"] or L["zero"] >= 3 or bf16_state else 4  # fp32 copy of a 16-bit shard
         assert p.memory["weights"] == pytest.approx(WEIGHT_BYTES * weights / (shard if L["zero"] >= 3 else 1))
         assert p.memory["gradients"] == pytest.approx(grad * weights / (shard if L["zero"] >= 2 else 1))
         assert p.memory["optimizer"] == pytest.approx(
-            (OPTIMIZER_BYTES + main_grad) * weights / (shard if L["zero"] >= 1 else 1))
+            ((4 if bf16_state else OPTIMIZER_BYTES) + main_grad) * weights / (shard if L["zero"] >= 1 else 1))
 
 
 def plan_or_error(model, topology, L):

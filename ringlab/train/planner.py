@@ -115,6 +115,10 @@ MAIN_GRAD_BYTES = 4   # the optimizer's fp32 copy of its shard of 16-bit gradien
 OPTIMIZER_BYTES = 12  # fp32 master weights and Adam's two moments (ZeRO paper, K = 12; Megatron-LM's docs)
 LOGIT_BYTES = 4       # the loss's logits in fp32
 ADAM_TRAFFIC = 2 * GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES  # bytes an update reads and writes a parameter
+# The optimizer's state a parameter by its dtype: fp32, master weights and Adam's two moments (OPTIMIZER_BYTES); bf16,
+# the two moments in bf16 and no master copy, the bf16 weights updated in place (NeMo's Apex DistributedFusedAdam
+# with dtype bf16: NeMo r2.0.0rc1 megatron_base_model.py stores no fp32 master where the state's dtype is the model's)
+OPTIMIZER_STATE = {"fp32": OPTIMIZER_BYTES, "bf16": 4}
 BACKWARD_TRAFFIC = 2  # an element-wise op's backward reads its input and the incoming gradient, writes one: 2x forward
 BUCKET_PARAMS = 40_000_000  # Megatron-LM's default gradient bucket: 40M parameters
 NCCL_BUFFERS = 32 * 2 * 4 * 2 ** 20  # per communicator: up to 32 channels x send/receive x NCCL_BUFFSIZE (4 MiB)
@@ -465,7 +469,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
          micro_batch: int = 1, global_batch: int, seq: int, precision: str = "bf16",
          recompute: str | None = None, attention: str = "flash", schedule: str = "1f1b",
          grad_reduce_in_fp32: bool = True, precision_aware_optimizer: bool = False, offload_layers: int = 0,
-         ends_in_pipeline_split: bool = False, cross_entropy: str = "unfused", cp_comm: str = "p2p") -> Plan:
+         ends_in_pipeline_split: bool = False, cross_entropy: str = "unfused", cp_comm: str = "p2p",
+         optimizer_dtype: str = "fp32") -> Plan:
     """Plan one training step of ``model`` (a :class:`Transformer` or a preset's name) on ``topology`` (from
     ``rl.topology.cluster``): ``tp`` tensor (with sequence parallelism), ``pp`` pipeline (1F1B; ``vp`` virtual
     stages each, interleaved), ``cp`` context, ``ep`` expert parallelism; data parallelism is the rest. ``zero``
@@ -482,7 +487,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`. Megatron-Core's memory settings, by its names:
     ``grad_reduce_in_fp32`` (False: 16-bit gradient buffer, reduced in 16 bits), ``precision_aware_optimizer``,
     ``offload_layers`` (``cpu_offloading_num_layers``: that many layers' activations in host memory; needs pp=1),
-    ``ends_in_pipeline_split`` (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``). ``cross_entropy``:
+    ``ends_in_pipeline_split`` (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``);
+    ``optimizer_dtype`` ("fp32": master weights and Adam's moments in fp32, 12 bytes a parameter; "bf16": the moments
+    in bf16 and no master copy, 4 bytes, as :data:`OPTIMIZER_STATE` cites). ``cross_entropy``:
     how the loss runs over the logits, "unfused" (Megatron-LM's default: a kernel an operation), "fused"
     (``cross_entropy_loss_fusion``), "te" (Transformer Engine's) or "xentropy" (flash-attn's); its bytes a logit are
     :data:`CROSS_ENTROPY_TRAFFIC`. ``cp_comm``: how context parallelism moves keys and values, by Megatron-Core's
@@ -512,6 +519,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if cross_entropy not in CROSS_ENTROPY_TRAFFIC:
         raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
                          f"got {cross_entropy!r}")
+    if optimizer_dtype not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer_dtype must be one of {', '.join(map(repr, OPTIMIZER_STATE))}, "
+                         f"got {optimizer_dtype!r}")
     if cp_comm not in CP_COMM:
         raise ValueError(f"cp_comm must be one of {', '.join(map(repr, CP_COMM))}, got {cp_comm!r}")
     offload_layers = _whole("offload_layers", offload_layers, minimum=0)
@@ -573,9 +583,10 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     shard, expert_shard = dp * cp, dp * cp // ep
     weights = WEIGHT_BYTES * (dense / (shard if zero >= 3 else 1) + experts / (expert_shard if zero >= 3 else 1))
     grad_bytes = GRAD_BYTES if grad_reduce_in_fp32 else WEIGHT_BYTES
-    main_grad = 0 if grad_reduce_in_fp32 or precision_aware_optimizer or zero >= 3 else MAIN_GRAD_BYTES
+    main_grad = (0 if grad_reduce_in_fp32 or precision_aware_optimizer or zero >= 3 or optimizer_dtype != "fp32"
+                 else MAIN_GRAD_BYTES)  # a bf16 optimizer reads the 16-bit gradients as they are
     grads = grad_bytes * (dense / (shard if zero >= 2 else 1) + experts / (expert_shard if zero >= 2 else 1))
-    optimizer = (OPTIMIZER_BYTES + main_grad) * (dense / (shard if zero >= 1 else 1)
+    optimizer = (OPTIMIZER_STATE[optimizer_dtype] + main_grad) * (dense / (shard if zero >= 1 else 1)
                                                  + experts / (expert_shard if zero >= 1 else 1))
     tokens_mb = micro_batch * seq // cp                   # tokens of one micro-batch on one GPU (before tp)
     flash, selective = attention in ("flash", "fa2"), recompute == "selective"
@@ -716,7 +727,8 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
             add("dp", "allreduce" if zero == 0 else "reduce_scatter", ebytes / buckets, etopo, buckets,
                 hide=max(0.0, last_bwd - hidden.get("dp", 0.0)))
     local = (dense / (shard if zero >= 1 else 1) + experts / (expert_shard if zero >= 1 else 1))
-    time["optimizer"] = local * ADAM_TRAFFIC / gpu.hbm
+    state = OPTIMIZER_STATE[optimizer_dtype]
+    time["optimizer"] = local * (ADAM_TRAFFIC - 2 * OPTIMIZER_BYTES + 2 * state) / gpu.hbm
     notes.append(f"attention's rate: {attention_source}")
     if selective and flash:
         notes.append("selective recomputation runs the attention's forward again in the backward (Megatron-Core "
@@ -728,6 +740,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
                  "global_batch": global_batch, "seq": seq, "precision": precision, "recompute": recompute,
                  "attention": attention, "schedule": schedule, "grad_reduce_in_fp32": grad_reduce_in_fp32,
                  "precision_aware_optimizer": precision_aware_optimizer, "offload_layers": offload_layers,
+                 "optimizer_dtype": optimizer_dtype,
                  "ends_in_pipeline_split": ends_in_pipeline_split, "cross_entropy": cross_entropy, "cp_comm": cp_comm,
                  "micro_batches": micro},
                 memory, gpu.memory, time, hidden, collectives, model.flops_per_token(seq), gpu.peak["bf16"], notes,
@@ -789,7 +802,8 @@ def _powers(limit: int) -> list[int]:
 
 
 SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy", "cp_comm")  # plan()'s keywords a search passes on unchanged
-SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split")
+SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split",
+                 "optimizer_dtype")
 #                 Megatron-Core's memory settings, passed on unchanged too
 
 
@@ -808,6 +822,9 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     for key in ("grad_reduce_in_fp32", "precision_aware_optimizer", "ends_in_pipeline_split"):
         if key in software and not isinstance(software[key], bool):  # as plan() checks it, once, not in every layout
             raise ValueError(f"{key} must be True or False, got {software[key]!r}")
+    if software.get("optimizer_dtype", "fp32") not in OPTIMIZER_STATE:
+        raise ValueError(f"optimizer_dtype must be one of {', '.join(map(repr, OPTIMIZER_STATE))}, "
+                         f"got {software['optimizer_dtype']!r}")
     if "offload_layers" in software:
         software["offload_layers"] = _whole("offload_layers", software["offload_layers"], minimum=0)
     if software.get("attention", "flash") not in ATTENTION:

@@ -117,6 +117,7 @@ def layout_of(run: dict) -> tuple[dict, list[str]]:
                precision_aware_optimizer=L.get("precision_aware_optimizer", False),
                offload_layers=L.get("offload_layers") or 0,
                ends_in_pipeline_split=L.get("ends_in_pipeline_split", False))
+    out["optimizer_dtype"] = L.get("optimizer_dtype") or "fp32"
     out["cp_comm"] = L.get("cp_comm") or "p2p"  # Megatron-Core's default: a ring, hidden behind attention
     out["cross_entropy"] = L.get("cross_entropy") or "unfused"
     if L.get("cross_entropy") is None:
