@@ -153,6 +153,16 @@ def test_selective_recomputation_runs_the_core_attention_forward_again_even_with
     assert selective.memory["activations"] == pytest.approx(plain.memory["activations"])
     assert any("runs the attention's forward again" in n for n in selective.notes)
 
+def test_in_an_fp8_run_the_output_layer_still_multiplies_in_bf16():
+    # Megatron-Core's output layer is its own ColumnParallelLinear (a torch.matmul), outside Transformer Engine's fp8
+    kw = dict(global_batch=8, seq=4096)
+    one = rl.topology.cluster("h100", nodes=1)
+    bf16, fp8 = (rl.plan("llama3-8b", one, precision=p, **kw) for p in ("bf16", "fp8"))
+    model, gpu = Transformer.preset("llama3-8b"), planner.Compute.of("h100")
+    head = 8 * 4096 / 8 * 6 * model.vocab * model.hidden / gpu.matmul["bf16"]  # seconds, a GPU's tokens
+    assert fp8.compute_parts["matmul"] - head == pytest.approx(
+        (bf16.compute_parts["matmul"] - head) * gpu.matmul["bf16"] / gpu.matmul["fp8"])
+
 def test_unfused_attention_moves_its_scores_through_memory_and_stores_them():
     kw = dict(tp=8, global_batch=8, seq=2048)
     model = Transformer.preset("gpt3-6.7b")

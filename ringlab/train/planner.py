@@ -637,6 +637,10 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     # (as Megatron-Bridge's pull request 5391 measured it: "the first and last pipeline stages carry more work than
     # the middle ones. Pipeline throughput is set by the slowest stage").
     head_matmul = 6.0 * model.vocab * h * (4 / 3 if full else 1)  # the output layer, as matmul_flops counts it
+    # ... in 16 bits even in an fp8 run: Megatron-Core's output layer is its own tensor_parallel.ColumnParallelLinear
+    # (a torch.matmul, megatron/core/tensor_parallel/layers.py), not one of Transformer Engine's fp8 layers
+    # (megatron/core/models/gpt/gpt_model.py at 338af514, NeMo 24.07's, line 118; the same at 92c8482e, line 237)
+    head_rate = gpu.matmul["bf16"] if precision == "fp8" else matmul_rate
     head_elementwise = CROSS_ENTROPY_TRAFFIC[cross_entropy] * model.vocab
     if pp == 1:
         layer_share, head_share = 1.0, 1.0     # every GPU runs every layer's share and the head's
@@ -644,14 +648,14 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         L_last = slots - (1 if ends_split else 0)  # the loss takes a layer's place where it is counted as one
         middle, last = (imbalance, 0.0), (L_last * pp / model.layers, float(pp))
         per_layer = matmul_flops - head_matmul, elementwise - head_elementwise
-        work = lambda s: (per_gpu * (per_layer[0] * s[0] + head_matmul * s[1]) / matmul_rate  # noqa: E731
+        work = lambda s: (per_gpu * (per_layer[0] * s[0] / matmul_rate + head_matmul * s[1] / head_rate)  # noqa: E731
                           + attention_s * s[0])
         layer_share, head_share = last if work(last) > work(middle) else middle
         if head_share:
             notes.append(f"the last stage computes the output layer and the loss besides its "
                          f"{plural(L_last, 'layer')}: the busiest stage, it sets the pace")
-    compute_parts = {"matmul": per_gpu * ((matmul_flops - head_matmul) * layer_share + head_matmul * head_share)
-                     / matmul_rate,
+    compute_parts = {"matmul": per_gpu * ((matmul_flops - head_matmul) * layer_share / matmul_rate
+                                          + head_matmul * head_share / head_rate),
                      "attention": attention_s * layer_share,
                      "elementwise": per_gpu * ((elementwise - head_elementwise) * layer_share
                                                + head_elementwise * head_share) / (gpu.hbm * ELEMENTWISE_SHARE)}
