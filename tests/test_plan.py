@@ -420,14 +420,6 @@ def test_context_parallelism_gathered_whole_leaves_its_transfer_exposed():
     assert gathered.time["cp"] == pytest.approx(total)  # the same bytes, none hidden
     assert gathered.step_seconds == pytest.approx(ring.step_seconds + ring.hidden["cp"])
     assert "cp_comm=all_gather" in gathered.layout_str() and "cp_comm" not in ring.layout_str()
-    with pytest.raises(ValueError, match="cp_comm must be one of 'p2p', 'all_gather'"):
-        rl.plan("llama3-70b", machine, cp_comm="a2a", **kw)
-    with pytest.raises(ValueError, match="cp_comm must be one of"):
-        search("llama3-70b", machine, global_batch=8, seq=131072, cp_comm="ring")
-    assert runs.layout_of(runs.find("llama3-405b-16384-cp16-128k"))[0]["cp_comm"] == "all_gather"
-    done = run_cli("llama3-70b", "--gpus", "128", "--tp", "8", "--cp", "16", "--global-batch", "8", "--seq", "131072",
-                   "--cp-comm", "all_gather")
-    assert done.returncode == 0 and "cp_comm=all_gather" in done.stdout, done.stderr
 
 
 def test_a_bf16_optimizer_keeps_4_bytes_a_parameter_and_no_fp32_copies():
@@ -436,14 +428,26 @@ def test_a_bf16_optimizer_keeps_4_bytes_a_parameter_and_no_fp32_copies():
     fp32, bf16 = (rl.plan("llama3-70b", H100x32, optimizer_dtype=d, **kw) for d in ("fp32", "bf16"))
     assert fp32.memory["optimizer"] / bf16.memory["optimizer"] == pytest.approx((OPTIMIZER_BYTES + 4) / 4)
     assert bf16.memory["weights"] == fp32.memory["weights"] and bf16.time["optimizer"] < fp32.time["optimizer"]
-    with pytest.raises(ValueError, match="optimizer_dtype must be one of 'fp32', 'bf16'"):
-        rl.plan("llama3-70b", H100x32, optimizer_dtype="fp8", **kw)
-    with pytest.raises(ValueError, match="optimizer_dtype must be one of"):
-        search("llama3-70b", H100x32, global_batch=64, seq=4096, optimizer_dtype="int8")
-    assert runs.layout_of(runs.find("nemo2407-nemotron-340b-h100-128-fp8"))[0]["optimizer_dtype"] == "bf16"
-    done = run_cli("llama3-70b", "--gpus", "256", "--tp", "8", "--zero", "1", "--global-batch", "64", "--seq", "4096",
-                   "--optimizer-dtype", "bf16")
+
+
+@pytest.mark.parametrize("key, choices, run_id, value, flag", [
+    ("cp_comm", "'p2p', 'all_gather'", "llama3-405b-16384-cp16-128k", "all_gather", "--cp-comm"),
+    ("optimizer_dtype", "'fp32', 'bf16'", "nemo2407-nemotron-340b-h100-128-fp8", "bf16", "--optimizer-dtype")])
+def test_a_recipe_choice_is_refused_once_read_from_its_run_and_taken_on_the_command_line(key, choices, run_id, value,
+                                                                                        flag, tmp_path):
+    kw = dict(tp=8, cp=2, global_batch=32, seq=8192)
+    with pytest.raises(ValueError, match=f"{key} must be one of {choices}, got 'fast'"):
+        rl.plan("llama3-70b", H100x32, **kw, **{key: "fast"})
+    with pytest.raises(ValueError, match=f"{key} must be one of"):  # once, before any layout is tried
+        search("llama3-70b", H100x32, global_batch=32, seq=8192, **{key: "fast"})
+    assert runs.layout_of(runs.find(run_id))[0][key] == value  # the run's recipe, as transcribed
+    out = tmp_path / "plan.json"
+    done = run_cli("llama3-70b", "--gpus", "256", "--tp", "8", "--cp", "2", "--global-batch", "32", "--seq", "8192",
+                   flag, value, "--json", str(out))
     assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["layout"][key] == value
+    assert rl.plan("llama3-70b", H100x32, **kw, **{key: value}).step_seconds == pytest.approx(
+        json.loads(out.read_text())["step_seconds"])
 
 # -- published runs -----------------------------------------------------------------------------------------------
 def test_published_throughput_follows_from_what_each_source_printed():
