@@ -767,17 +767,18 @@ class Search:
     considered: int
 
     def why_slower(self, plan: Plan) -> str:
-        """What a plan loses to the best by: the kinds of time it spends more on, largest first."""
+        """What a plan loses to the best by: the two kinds of time it spends most more on, largest first; and
+        where it spends less on a kind, the largest such saving (``"; saves ..."``), which is why the costs named
+        can add up to more than the step times differ by."""
         best = self.best[0]
         extra = {k: plan.time.get(k, 0.0) - best.time.get(k, 0.0) for k in set(plan.time) | set(best.time)}
-        worse = sorted(((v, k) for k, v in extra.items() if v > 0.005 * best.step_seconds), reverse=True)
+        floor = 0.005 * best.step_seconds
+        worse = sorted(((v, k) for k, v in extra.items() if v > floor), reverse=True)
         if not worse:
             return "as fast as the best"
-        names = {"tp": "exposed tensor-parallel time", "cp": "exposed context-parallel time",
-                 "ep": "exposed expert all-to-all", "pp": "pipeline sends", "dp": "exposed data-parallel time",
-                 "bubble": "pipeline bubble", "compute": "compute (recomputation, or uneven stages)",
-                 "optimizer": "optimizer update"}
-        return ", ".join(f"{names.get(k, k)} +{v:.3f} s" for v, k in worse[:2])
+        said = ", ".join(f"{WHY_NAMES.get(k, k)} +{v:.3f} s" for v, k in worse[:2])
+        better = min(((v, k) for k, v in extra.items() if v < -floor), default=None)
+        return said + (f"; saves {WHY_NAMES.get(better[1], better[1])} {-better[0]:.3f} s" if better else "")
 
     def table(self, top: int = 10) -> str:
         lines = [f"{self.considered} layouts considered, {len(self.best)} fit (predicted, not measured)"]
@@ -791,6 +792,13 @@ class Search:
             lines.append(f"{len(no_fit)} do not fit, e.g.:")
             lines += [f"     {_layout_str(layout):<52} {why}" for layout, why in no_fit[:3]]
         return "\n".join(lines)
+
+
+# what each kind of a plan's time is called where a search says why a layout loses to the best
+WHY_NAMES = {"tp": "exposed tensor-parallel time", "cp": "exposed context-parallel time",
+             "ep": "exposed expert all-to-all", "pp": "pipeline sends", "dp": "exposed data-parallel time",
+             "bubble": "pipeline bubble", "compute": "compute (recomputation, or uneven stages)",
+             "optimizer": "optimizer update"}
 
 
 def _layout_str(layout: dict) -> str:
