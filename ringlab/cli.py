@@ -301,7 +301,9 @@ def _plan(args) -> int:
         found = search(model, topology, **common, **layout)
         print(found.table(args.top))
         if args.json:
-            out = {"considered": found.considered, "plans": [p.to_dict() for p in found.best[:args.top]],
+            out = {"considered": found.considered,
+                   "plans": [dict(p.to_dict(), why=None if i == 0 else found.why_slower(p))  # why it loses to the best
+                             for i, p in enumerate(found.best[:args.top])],
                    "rejected": [{"layout": lay, "why": why} for lay, why in found.rejected]}
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)

@@ -342,11 +342,17 @@ def test_ringlab_plan_prints_the_plan_and_writes_json(tmp_path):
     assert "    of which matmul " in done.stdout and ", attention " in done.stdout and ", elementwise " in done.stdout
 
 
-def test_ringlab_plan_search_and_errors():
+def test_ringlab_plan_search_and_errors(tmp_path):
+    out = tmp_path / "ranked.json"
     done = run_cli("--shape", "32,4096,32,14336,128256,8", "--gpus", "16", "--global-batch", "64", "--seq", "4096",
-                   "--search", "--top", "3")
+                   "--search", "--top", "3", "--json", str(out))
     assert done.returncode == 0, done.stderr
     assert " 1. " in done.stdout and " 3. " in done.stdout and " 4. " not in done.stdout
+    ranked = json.loads(out.read_text())  # the same ranking, each plan with why it loses to the best, as printed
+    assert len(ranked["plans"]) == 3 and ranked["plans"][0]["why"] is None
+    for i, p in enumerate(ranked["plans"][1:], 2):
+        line = next(line for line in done.stdout.splitlines() if line.startswith(f"{i:>3}. "))
+        assert p["why"] and line.endswith(f"({p['why']})"), (line, p["why"])
     bad = run_cli("llama3-70b", "--gpus", "256", "--tp", "3", "--global-batch", "256", "--seq", "8192")
     assert bad.returncode == 2 and "does not divide the 256 GPUs" in bad.stderr
     assert "Traceback" not in bad.stderr
