@@ -516,14 +516,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     if attention not in ATTENTION:
         raise ValueError(f"attention must be 'flash', 'fa2' or 'unfused', got {attention!r}")
-    if cross_entropy not in CROSS_ENTROPY_TRAFFIC:
-        raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
-                         f"got {cross_entropy!r}")
-    if optimizer_dtype not in OPTIMIZER_STATE:
-        raise ValueError(f"optimizer_dtype must be one of {', '.join(map(repr, OPTIMIZER_STATE))}, "
-                         f"got {optimizer_dtype!r}")
-    if cp_comm not in CP_COMM:
-        raise ValueError(f"cp_comm must be one of {', '.join(map(repr, CP_COMM))}, got {cp_comm!r}")
+    _one_of("cross_entropy", cross_entropy, CROSS_ENTROPY_TRAFFIC)
+    _one_of("optimizer_dtype", optimizer_dtype, OPTIMIZER_STATE)
+    _one_of("cp_comm", cp_comm, CP_COMM)
     offload_layers = _whole("offload_layers", offload_layers, minimum=0)
     if offload_layers and (offload_layers >= model.layers or pp > 1):
         # Megatron-Core's own checks (megatron/core/transformer/transformer_config.py at 92c8482e, lines 1053-1062)
@@ -801,6 +796,12 @@ WHY_NAMES = {"tp": "exposed tensor-parallel time", "cp": "exposed context-parall
              "optimizer": "optimizer update"}
 
 
+def _one_of(key: str, value, choices) -> None:
+    """A ValueError naming ``key``, its known values and ``value``, unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
 def _layout_str(layout: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in layout.items() if v not in (None, 1) or k == "zero")
 
@@ -825,8 +826,8 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (and interleaved 2 a
     stage), context parallelism from 32k tokens, expert parallelism for a mixture of experts, ZeRO 0, 1 and 3,
     micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held
-    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's memory settings
-    (:data:`SEARCH_RECIPE`) go to every plan as given. ``top``: keep that many plans (all by default)."""
+    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's
+    memory settings (:data:`SEARCH_RECIPE`) go to every plan as given. ``top``: keep that many plans (all by default)."""
     model = _model(model)
     m = _machine(topology)
     gpus = m.nodes * m.gpus_per_node
@@ -834,9 +835,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     for key in ("grad_reduce_in_fp32", "precision_aware_optimizer", "ends_in_pipeline_split"):
         if key in software and not isinstance(software[key], bool):  # as plan() checks it, once, not in every layout
             raise ValueError(f"{key} must be True or False, got {software[key]!r}")
-    if software.get("optimizer_dtype", "fp32") not in OPTIMIZER_STATE:
-        raise ValueError(f"optimizer_dtype must be one of {', '.join(map(repr, OPTIMIZER_STATE))}, "
-                         f"got {software['optimizer_dtype']!r}")
+    _one_of("optimizer_dtype", software.get("optimizer_dtype", "fp32"), OPTIMIZER_STATE)
     if "offload_layers" in software:
         software["offload_layers"] = _whole("offload_layers", software["offload_layers"], minimum=0)
     if software.get("attention", "flash") not in ATTENTION:
@@ -846,11 +845,8 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
                          f"{', '.join(FA2_RATES)} (attention='flash' takes the fastest published kernel)")
     if software.get("schedule", "1f1b") not in SCHEDULES:
         raise ValueError(f"unknown pipeline schedule {software['schedule']!r}; known: {', '.join(SCHEDULES)}")
-    if software.get("cross_entropy", "unfused") not in CROSS_ENTROPY_TRAFFIC:
-        raise ValueError(f"cross_entropy must be one of {', '.join(map(repr, CROSS_ENTROPY_TRAFFIC))}, "
-                         f"got {software['cross_entropy']!r}")
-    if software.get("cp_comm", "p2p") not in CP_COMM:
-        raise ValueError(f"cp_comm must be one of {', '.join(map(repr, CP_COMM))}, got {software['cp_comm']!r}")
+    _one_of("cross_entropy", software.get("cross_entropy", "unfused"), CROSS_ENTROPY_TRAFFIC)
+    _one_of("cp_comm", software.get("cp_comm", "p2p"), CP_COMM)
     known = {"tp", "pp", "cp", "ep", "vp", "zero", "micro_batch", "recompute"}
     unknown = set(fixed) - known
     if unknown:
