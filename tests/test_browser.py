@@ -93,7 +93,7 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             page.screenshot(path=str(SCREENSHOT))
             assert page.get_by_text("Error displaying widget").count() == 0
             # saved, closed and reopened without a kernel: the widget comes back from its saved state
-            save(page)
+            page.keyboard.press("Control+s")
             deadline = time.monotonic() + 30
             while "application/vnd.jupyter.widget-state+json" not in saved.read_text():
                 assert time.monotonic() < deadline, "the saved notebook holds no widget state"
@@ -134,20 +134,6 @@ def run_all(browser, url: str):
     return page
 
 
-def save(page, timeout_ms: int = 60_000) -> None:
-    """Ctrl+S, returning once JupyterLab's save has come back from the server (or after ``timeout_ms``). The next
-    save must not start before: JupyterLab checks the file on disk against the time its last save returned, and a
-    file written by a save whose answer it has not yet taken looks changed by someone else; it then asks "File
-    Changed ... overwrite or revert?" in a dialog over the page (seen under CI's load, lab 06), and the test's
-    next click lands on the dialog."""
-    try:
-        with page.expect_response(lambda r: "/api/contents/" in r.url and r.request.method == "PUT",
-                                  timeout=timeout_ms):
-            page.keyboard.press("Control+s")
-    except playwright.TimeoutError:
-        pass  # no save went out (nothing to save); the callers wait for the file itself, as before
-
-
 def _browser(p):
     return p.chromium.launch(executable_path=CHROMIUM, args=[
         "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -186,7 +172,7 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
                 if quiet < 2:
                     continue
                 before = saved.stat().st_mtime_ns
-                save(page)
+                page.keyboard.press("Control+s")
                 wrote = time.monotonic() + 10
                 while saved.stat().st_mtime_ns == before and time.monotonic() < wrote:
                     time.sleep(0.1)
@@ -235,7 +221,7 @@ def reopen_without_kernel(page, saved) -> dict:
     holds, ``saved_outputs`` (outputs) and ``saved_drawings`` (plotly figures and widget views), so that a page
     read before it drew anything is not taken for one with nothing to draw."""
     before = saved.stat().st_mtime_ns
-    save(page)
+    page.keyboard.press("Control+s")
     deadline = time.monotonic() + 30
     # wait for this save to land: an earlier one (while Run All went on) may hold widget state already, taken
     # before the last widgets' models reached the page; reopened from it, those widgets had no state and said so
