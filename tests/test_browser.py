@@ -43,11 +43,22 @@ def jupyterlab(tmp_path):
 
 
 def _serve(tmp_path):
-    """JupyterLab on ``tmp_path`` (which holds lab.ipynb): yields its URL and the notebook's path."""
+    """JupyterLab on ``tmp_path`` (which holds lab.ipynb): yields its URL and the notebook's path.
+
+    Each server keeps its workspace and user settings in a folder of its own: shared (~/.jupyter/lab), every test
+    and every earlier run restored the last one's layout, tabs of files its folder does not hold among them. Its
+    settings turn autosave off, so that the only saves are the test's own, each waited for (:func:`save`):
+    JupyterLab's autosave (every 2 minutes) could start while the test's save was under way, and the second of the
+    two found the file "changed on disk" (a lab run slowly under CI's load lasts past 2 minutes)."""
     port, token = free_port(), "ringlab-browser-test"
+    own = tmp_path.parent / f"{tmp_path.name}-jupyterlab"
+    plugin = own / "settings" / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text('{"autosave": false}')
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
                f"--ServerApp.token={token}", f"--ServerApp.root_dir={tmp_path}", "--LabApp.news_url=",
-               "--ServerApp.open_browser=False"]
+               "--ServerApp.open_browser=False", f"--LabApp.user_settings_dir={own / 'settings'}",
+               f"--LabApp.workspaces_dir={own / 'workspaces'}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -93,11 +104,8 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             page.screenshot(path=str(SCREENSHOT))
             assert page.get_by_text("Error displaying widget").count() == 0
             # saved, closed and reopened without a kernel: the widget comes back from its saved state
-            page.keyboard.press("Control+s")
-            deadline = time.monotonic() + 30
-            while "application/vnd.jupyter.widget-state+json" not in saved.read_text():
-                assert time.monotonic() < deadline, "the saved notebook holds no widget state"
-                time.sleep(0.5)
+            save(page)
+            assert "application/vnd.jupyter.widget-state+json" in saved.read_text(), "the saved notebook holds no widget state"
             page.get_by_role("menuitem", name="Kernel", exact=True).click()
             page.get_by_text("Shut Down Kernel", exact=True).click()
             page.get_by_text("No Kernel").first.wait_for(timeout=30_000)
@@ -126,12 +134,49 @@ REOPENED_WIDGET = """() => {
 def run_all(browser, url: str):
     """A page on the notebook at ``url``, once its kernel is up, with Run All Cells clicked."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    follow_saves(page)
     page.goto(url)
     page.wait_for_selector(".jp-Notebook", timeout=90_000)
     page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=90_000)  # the kernel is up
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_text("Run All Cells", exact=True).click()
     return page
+
+
+_REQUESTS: dict = {}  # per page: lab.ipynb's contents requests, in order, as (method, "sent" | "done" | "failed")
+
+
+def follow_saves(page) -> None:
+    """Keep a log of the page's requests for lab.ipynb (not its checkpoints), which :func:`save` reads."""
+    log = _REQUESTS.setdefault(page, [])
+
+    def record(what):
+        def seen(request):
+            if re.search(r"/api/contents/lab\.ipynb(\?|$)", request.url):
+                log.append((request.method, what))
+        return seen
+    page.on("request", record("sent"))
+    page.on("requestfinished", record("done"))
+    page.on("requestfailed", record("failed"))
+
+
+def save(page, timeout: float = 90) -> None:
+    """Ctrl+S, and wait until JupyterLab has the save's last answer. A save asks for the file's hash, PUTs the
+    notebook, then asks for the new hash, which JupyterLab keeps to tell its own saves from someone else's: a save
+    started before that answer came found the file "changed on disk" and raised a dialog that took the test's
+    next click (CI's load, lab 06). Fails naming any dialog that is open instead."""
+    log = _REQUESTS[page]
+    start, deadline = len(log), time.monotonic() + timeout
+    page.keyboard.press("Control+s")
+    while True:
+        page.wait_for_timeout(100)  # (playwright delivers the page's events while it is called, not in a sleep)
+        new = log[start:]
+        assert not any(what == "failed" for _, what in new), f"a save's request failed: {new}"
+        if ("PUT", "done") in new and ("GET", "done") in new[new.index(("PUT", "done")):]:
+            return
+        dialog = page.locator(".jp-Dialog")
+        assert not dialog.count(), f"JupyterLab shows a dialog instead of saving: {dialog.first.inner_text()!r}"
+        assert time.monotonic() < deadline, f"Ctrl+S did not save lab.ipynb in {timeout:.0f} s: its requests {new}"
 
 
 def _browser(p):
@@ -165,24 +210,19 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
             page = run_all(browser, url)
             idle = page.get_by_text("Python 3 (ipykernel) | Idle")
             deadline, quiet = time.monotonic() + 360, 0
-            while True:  # once the kernel has stayed idle half a second (not a blink between cells), save and read
-                assert time.monotonic() < deadline, f"{name}: not every cell had run after 6 minutes"
-                time.sleep(0.25)
-                quiet = quiet + 1 if idle.count() else 0
-                if quiet < 2:
+            while True:  # Run All has ended (every cell ran, or one failed and the rest were dropped) once the
+                # kernel has stayed idle a second (not a blink between cells) and no cell waits or runs ([*]): save
+                prompts = page.evaluate(PROMPTS)
+                assert time.monotonic() < deadline, f"{name}: not every cell had run after 6 minutes: {prompts}"
+                page.wait_for_timeout(250)
+                quiet = quiet + 1 if idle.count() and "[*]:" not in prompts else 0
+                if quiet < 4 or not any(re.fullmatch(r"\[\d+\]:", prompt) for prompt in prompts):
                     continue
-                before = saved.stat().st_mtime_ns
-                page.keyboard.press("Control+s")
-                wrote = time.monotonic() + 10
-                while saved.stat().st_mtime_ns == before and time.monotonic() < wrote:
-                    time.sleep(0.1)
-                try:
-                    code = [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
-                except nbformat.reader.NotJSONError:  # caught while JupyterLab was writing it: read it next time
-                    code = []
+                save(page)
+                code = [c for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code"]
                 failed = any(o.get("output_type") == "error" for c in code for o in c.get("outputs", []))
-                if code and (failed or all(c.get("execution_count") for c in code)):
-                    break  # all ran, or one failed (and Run All stops there)
+                if failed or all(c.get("execution_count") for c in code):
+                    break
             errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(code) for o in c.get("outputs", [])
                       if o.get("output_type") == "error"]
             assert errors == [], f"{name}: error outputs {errors}"
@@ -197,6 +237,10 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
             page.screenshot(path=str(SCREENSHOT.with_name(f"{name}-reopened.png")), full_page=True)
         finally:
             browser.close()
+
+
+# the code cells' prompts as shown: [ ]: not run, [*]: running or waiting its turn, [3]: ran third
+PROMPTS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim())"
 
 
 # what a notebook shows once reopened: widget views, plotly plots drawn (plotly's JupyterLab renderer shows a
@@ -215,20 +259,28 @@ REOPENED = """() => {
 DRAWN = ("application/vnd.plotly.v1+json", "application/vnd.jupyter.widget-view+json")  # what draws as a plot or view
 
 
+def _widgets_without_state(nb) -> set:
+    """The models of the widget views among ``nb``'s outputs that its saved widget state does not hold."""
+    views = {o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for c in nb.cells
+             if c.cell_type == "code" for o in c.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})}
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return views - set(state)
+
+
 def reopen_without_kernel(page, saved) -> dict:
     """Save the notebook (with its widgets' state), shut its kernel down, reload the page and count what the
     saved notebook shows (``REOPENED``): what a learner sees opening it again another day; with what the saved file
     holds, ``saved_outputs`` (outputs) and ``saved_drawings`` (plotly figures and widget views), so that a page
     read before it drew anything is not taken for one with nothing to draw."""
-    before = saved.stat().st_mtime_ns
-    page.keyboard.press("Control+s")
-    deadline = time.monotonic() + 30
-    # wait for this save to land: an earlier one (while Run All went on) may hold widget state already, taken
-    # before the last widgets' models reached the page; reopened from it, those widgets had no state and said so
-    while saved.stat().st_mtime_ns == before or "application/vnd.jupyter.widget-state+json" not in saved.read_text():
-        if time.monotonic() > deadline:
-            break  # a notebook without widgets saves no widget state
-        time.sleep(0.5)
+    # saved again until the saved state holds every widget view's model: reopened from a save taken before the last
+    # widgets' models reached the page, those widgets had no state and said so
+    deadline = time.monotonic() + 60
+    while True:
+        save(page)
+        missing = _widgets_without_state(nbformat.read(saved, as_version=4))
+        if not missing or time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(1000)
     page.get_by_role("menuitem", name="Kernel", exact=True).click()
     page.get_by_text("Shut Down Kernel", exact=True).click()
     page.get_by_text("No Kernel").first.wait_for(timeout=30_000)
@@ -440,10 +492,15 @@ def test_a_glossary_link_opens_the_glossary_rendered_at_its_term(glossary_link):
             link.scroll_into_view_if_needed()
             link.click()
             viewer = page.locator(".jp-MarkdownViewer:visible").first  # the glossary's tab, once it is shown
-            viewer.wait_for(state="visible", timeout=30_000)
-            viewer.locator('[data-jupyter-id="nvlink"]').wait_for(state="attached", timeout=30_000)  # JupyterLab's id
             term = viewer.locator("h2", has_text=re.compile(r"^NVLink")).first
-            term.wait_for(state="visible", timeout=30_000)
+            try:
+                viewer.wait_for(state="visible", timeout=30_000)
+                viewer.locator('[data-jupyter-id="nvlink"]').wait_for(state="attached", timeout=30_000)  # its id
+                term.wait_for(state="visible", timeout=30_000)
+            except playwright.Error:
+                page.screenshot(path=str(shot))
+                raise AssertionError(f"the glossary never showed its NVLink heading (see {shot}); open tabs: "
+                                     f"{page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab').all_inner_texts()}")
             deadline, box, top = time.monotonic() + 15, None, None
             while time.monotonic() < deadline:  # the viewer scrolls to the fragment once it has rendered
                 panel, box = viewer.bounding_box(), term.bounding_box()
