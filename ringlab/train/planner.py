@@ -814,6 +814,9 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
+SEARCH_VP = (1, 2, 4, 8)  # virtual stages a GPU the search tries. The transcribed runs that print theirs interleave
+#                          3 to 20, most 5 to 8 (training_runs.json). At 8 the bubble is an eighth of 1F1B's; the
+#                          planner prices no cost a chunk that would say where to stop, so the search stops there
 SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy", "cp_comm")  # plan()'s keywords a search passes on unchanged
 SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split",
                  "optimizer_dtype")
@@ -823,11 +826,12 @@ SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_la
 def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf16", top: int | None = None,
            **fixed) -> Search:
     """The layouts of ``model`` on ``topology`` for ``global_batch`` sequences of ``seq`` tokens, ranked by
-    predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (and interleaved 2 a
-    stage), context parallelism from 32k tokens, expert parallelism for a mixture of experts, ZeRO 0, 1 and 3,
-    micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held
-    fixed. The software's choices (``attention``, ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's
-    memory settings (:data:`SEARCH_RECIPE`) go to every plan as given. ``top``: keep that many plans (all by default)."""
+    predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (each GPU's stage in one
+    chunk, or interleaved as 2, 4 or 8 virtual stages: :data:`SEARCH_VP`), context parallelism from 32k tokens,
+    expert parallelism for a mixture of experts, ZeRO 0, 1 and 3, micro-batches of 1, 2 and 4, full recomputation
+    or none. Any keyword of :func:`plan` given (``tp=8``) is held fixed. The software's choices (``attention``,
+    ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's memory settings (:data:`SEARCH_RECIPE`) go to
+    every plan as given. ``top``: keep that many plans (all by default)."""
     model = _model(model)
     m = _machine(topology)
     gpus = m.nodes * m.gpus_per_node
@@ -857,7 +861,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
         "pp": [p for p in _powers(64) if p <= model.layers],
         "cp": [c for c in _powers(32) if c == 1 or seq >= 32768],
         "ep": [e for e in _powers(model.experts) if model.experts % e == 0] if model.moe else [1],
-        "vp": [1, 2],
+        "vp": list(SEARCH_VP),
         "zero": [0, 1, 3],
         "micro_batch": [1, 2, 4],
         "recompute": [None, "full"],
