@@ -35,28 +35,38 @@ def time_a_large_plan() -> float:
     return time.perf_counter() - start
 
 
-def rows(gpu: str | None = None) -> tuple[list[dict], list[dict]]:
-    """(compared runs, runs that could not be compared with why)."""
+def each_run(compare, gpu: str | None = None) -> tuple[list[dict], list[dict]]:
+    """``compare(run)`` for every transcribed run (on ``gpu`` only, if given): (its rows, and the runs it could not
+    compare, each with why)."""
     done, skipped = [], []
     for run in runs.load():
         if gpu and run["hardware"]["gpu"] != gpu:
             continue
         try:
-            published, how = runs.published_tokens_per_second_per_gpu(run)
-            plan, ratio, assumed = runs.predict(run)
+            done.append(compare(run))
         except (ValueError, TypeError, KeyError) as err:
             skipped.append({"run": run["id"], "why": str(err)})
-            continue
-        twin = runs.faster_twin(run)
-        shares = sorted(((v / plan.step_seconds, k) for k, v in plan.time.items()), reverse=True)
-        done.append({"run": run["id"], "gpu": run["hardware"]["gpu"], "gpus": plan.gpus, "layout": plan.layout_str(),
-                     "precision": plan.layout["precision"], "published": published, "how": how,
-                     "predicted": plan.tokens_per_second_per_gpu, "ratio": ratio, "fits": plan.fits,
-                     "memory_gib": plan.memory_total / 2 ** 30, "mfu": plan.mfu, "assumed": assumed,
-                     "step": ", ".join(f"{k} {v:.0%}" for v, k in shares[:3]), "source": run["source"]["url"],
-                     "machine": f"{plan.gpus} {run['hardware']['gpu']}", "fits_word": "yes" if plan.fits else "NO",
-                     "twin": twin and {"run": twin[0]["id"], "faster": twin[1], "ratio": ratio / twin[1]}})
     return done, skipped
+
+
+def row(run: dict) -> dict:
+    """One run's published and predicted throughput, their ratio, and what the plan says of its step."""
+    published, how = runs.published_tokens_per_second_per_gpu(run)
+    plan, ratio, assumed = runs.predict(run)
+    twin = runs.faster_twin(run)
+    shares = sorted(((v / plan.step_seconds, k) for k, v in plan.time.items()), reverse=True)
+    return {"run": run["id"], "gpu": run["hardware"]["gpu"], "gpus": plan.gpus, "layout": plan.layout_str(),
+            "precision": plan.layout["precision"], "published": published, "how": how,
+            "predicted": plan.tokens_per_second_per_gpu, "ratio": ratio, "fits": plan.fits,
+            "memory_gib": plan.memory_total / 2 ** 30, "mfu": plan.mfu, "assumed": assumed,
+            "step": ", ".join(f"{k} {v:.0%}" for v, k in shares[:3]), "source": run["source"]["url"],
+            "machine": f"{plan.gpus} {run['hardware']['gpu']}", "fits_word": "yes" if plan.fits else "NO",
+            "twin": twin and {"run": twin[0]["id"], "faster": twin[1], "ratio": ratio / twin[1]}}
+
+
+def rows(gpu: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(compared runs, runs that could not be compared with why)."""
+    return each_run(row, gpu)
 
 
 def main(argv=None) -> int:

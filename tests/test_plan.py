@@ -13,7 +13,8 @@ import pytest
 import ringlab as rl
 from ringlab.predict import predict_nccl
 from ringlab.train import Transformer, planner, runs
-from ringlab.train.planner import GRAD_BYTES, OPTIMIZER_BYTES, WEIGHT_BYTES, search
+from ringlab.train.planner import (GRAD_BYTES, OPTIMIZER_BYTES, SEARCH_RECIPE, SEARCH_SOFTWARE, WEIGHT_BYTES, search,
+                                    search_choices)
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB = 2 ** 30
@@ -296,6 +297,9 @@ def test_search_ranks_fitting_layouts_by_step_time_and_says_why_the_rest_lose():
     # a layout that pays more on two kinds than it loses by says what it saves, so the figures add up
     best = found.best[0]
     assert (best.layout["tp"], best.layout["pp"], best.layout["vp"]) == (4, 4, 8)  # interleaving searched up to 8
+    # context parallelism while a rank keeps 4096 tokens of a sequence (none at 2048; at 128k, up to 32)
+    assert [search_choices("llama3-70b", H100x32, seq)["cp"] for seq in (2048, 8192, 131072)] == [
+        [1], [1, 2], [1, 2, 4, 8, 16, 32]]
     tp8 = next(p for p in found.best if [p.layout[k] for k in ("tp", "pp", "vp", "zero")] == [8, 4, 8, 1])
     paid = sum(tp8.time[k] - best.time[k] for k in ("tp", "dp"))  # the two kinds it names
     assert found.why_slower(tp8).startswith("exposed tensor-parallel time +")
@@ -508,6 +512,45 @@ def test_the_benchmark_prints_every_compared_run_with_its_ratio(tmp_path):
         assert f"{name}: " in done.stdout and "at settings its source does not print" in done.stdout
         assert not 0.8 <= next(r["ratio"] for r in rows["rows"] if r["run"] == name) <= 1.2
     assert f"besides: {len(rows['within_at_unprinted_settings'])} more within 20%" in done.stdout
+
+
+def test_the_search_is_held_to_the_layouts_published_runs_chose(tmp_path):
+    out = tmp_path / "search.json"
+    done = subprocess.run([sys.executable, "benchmarks/search_vs_published.py", "--json", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    rows = [r for r in report["rows"] if r["over_best"] is not None]
+    assert len(rows) >= 12 and report["label"] == "predicted, not measured"
+    assert done.stdout.startswith("# predicted, not measured")
+    for r in rows:
+        assert r["run"] in done.stdout
+        assert r["over_best"] == pytest.approx(r["published_step"] / r["best_step"], rel=1e-12)
+        if r["rank"]:  # a layout the search tried is never faster than the best it found
+            assert r["over_best"] >= 1 - 1e-12 and r["where"] == f"#{r['rank']} of {r['fit']}"
+            assert (r["rank"] == 1) == (r["published_layout"] == r["best_layout"])
+        elif r["over_best"] < 1:  # so one faster than its best has a setting it does not try
+            assert r["outside"] and r["run"] in done.stdout.split("faster than anything the search tried")[1]
+    close = sum(r["over_best"] <= report["close_factor"] for r in rows)
+    assert report["close"] == close and f"in {close} of {len(rows)} runs" in done.stdout
+    # the published layout, found where the search ranked it
+    r = next(r for r in rows if r["rank"] and r["rank"] > 1)
+    run = runs.find(r["run"])
+    layout, _ = runs.layout_of(run)
+    held = {k: v for k, v in layout.items() if k in SEARCH_SOFTWARE + SEARCH_RECIPE}
+    found = search(runs.model_of(run), runs.topology_of(run)[0], global_batch=layout["global_batch"],
+                   seq=layout["seq"], precision=layout["precision"], **held)
+    assert found.best[r["rank"] - 1].layout_str() == r["published_layout"]
+    refused = subprocess.run([sys.executable, "benchmarks/search_vs_published.py", "--close", "0.9"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--close must be a factor of at least 1, got 0.9" in refused.stderr
+
+
+def test_the_readme_states_how_close_the_search_comes_to_the_published_layouts():
+    done = subprocess.run([sys.executable, "benchmarks/search_vs_published.py"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    close, compared = re.search(r"within 1.05x of it in (\d+) of (\d+) runs", done.stdout).groups()
+    assert f"**{close} of {compared} published layouts plan within 5%**" in (ROOT / "README.md").read_text()
 
 
 def test_a_run_its_own_source_ran_faster_on_the_same_layout_is_below_its_hardware():

@@ -814,22 +814,41 @@ def _powers(limit: int) -> list[int]:
     return out
 
 
-SEARCH_VP = (1, 2, 4, 8)  # virtual stages a GPU the search tries. The transcribed runs that print theirs interleave
-#                          3 to 20, most 5 to 8 (training_runs.json). At 8 the bubble is an eighth of 1F1B's; the
-#                          planner prices no cost a chunk that would say where to stop, so the search stops there
+SEARCH_VP = (1, 2, 4, 8)  # virtual stages a GPU the search tries. At 8 the bubble is an eighth of 1F1B's. The
+#                          planner prices each chunk's sends and activations, not what else makes more chunks stop
+#                          paying (smaller kernels, less to overlap a send with), so the search stops at 8
+SEARCH_CP_TOKENS = 4096  # the fewest tokens of a sequence a context-parallel rank keeps in the search: fewer, and
+#                          attention runs further below its published rates (which fall from 16k to 2k tokens) while
+#                          the keys and values each rank receives stay nearly the same
 SEARCH_SOFTWARE = ("attention", "schedule", "cross_entropy", "cp_comm")  # plan()'s keywords a search passes on unchanged
 SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_layers", "ends_in_pipeline_split",
                  "optimizer_dtype")
 #                 Megatron-Core's memory settings, passed on unchanged too
 
 
+def search_choices(model, topology, seq: int) -> dict:
+    """The values :func:`search` tries for each layout keyword of ``model`` on ``topology`` at ``seq`` tokens (with
+    two rules across them: vp > 1 only where pp > 1, ZeRO-3 only where pp = 1)."""
+    model, m = _model(model), _machine(topology)
+    return {
+        "tp": [t for t in _powers(2 * m.gpus_per_node) if model.heads % t == 0],
+        "pp": [p for p in _powers(64) if p <= model.layers],
+        "cp": [c for c in _powers(32) if c == 1 or seq // c >= SEARCH_CP_TOKENS],
+        "ep": [e for e in _powers(model.experts) if model.experts % e == 0] if model.moe else [1],
+        "vp": list(SEARCH_VP),
+        "zero": [0, 1, 3],
+        "micro_batch": [1, 2, 4],
+        "recompute": [None, "full"],
+    }
+
+
 def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf16", top: int | None = None,
            **fixed) -> Search:
     """The layouts of ``model`` on ``topology`` for ``global_batch`` sequences of ``seq`` tokens, ranked by
     predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (each GPU's stage in one
-    chunk, or interleaved as 2, 4 or 8 virtual stages: :data:`SEARCH_VP`), context parallelism from 32k tokens,
-    expert parallelism for a mixture of experts, ZeRO 0, 1 and 3, micro-batches of 1, 2 and 4, full recomputation
-    or none. Any keyword of :func:`plan` given (``tp=8``) is held fixed. The software's choices (``attention``,
+    chunk, or interleaved as 2, 4 or 8 virtual stages: :data:`SEARCH_VP`), context parallelism up to 32 while each
+    rank keeps at least :data:`SEARCH_CP_TOKENS` tokens of a sequence, expert parallelism for a mixture of experts,
+    ZeRO 0, 1 and 3, micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held fixed. The software's choices (``attention``,
     ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's memory settings (:data:`SEARCH_RECIPE`) go to
     every plan as given. ``top``: keep that many plans (all by default)."""
     model = _model(model)
@@ -856,16 +875,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     if unknown:
         raise ValueError(f"unknown layout keyword(s) {', '.join(sorted(unknown))}; known: "
                          f"{', '.join(sorted(known | set(SEARCH_SOFTWARE) | set(SEARCH_RECIPE)))}")
-    choices = {
-        "tp": [t for t in _powers(2 * m.gpus_per_node) if model.heads % t == 0],
-        "pp": [p for p in _powers(64) if p <= model.layers],
-        "cp": [c for c in _powers(32) if c == 1 or seq >= 32768],
-        "ep": [e for e in _powers(model.experts) if model.experts % e == 0] if model.moe else [1],
-        "vp": list(SEARCH_VP),
-        "zero": [0, 1, 3],
-        "micro_batch": [1, 2, 4],
-        "recompute": [None, "full"],
-    }
+    choices = search_choices(model, topology, seq)
     for key, value in fixed.items():
         choices[key] = [value]
     plans, rejected, considered = [], [], 0
