@@ -85,6 +85,26 @@ def test_memory_is_weights_gradients_and_adam_sharded_as_zero_says():
     assert not plans[0].fits and plans[0].memory_total > 18 * P  # 18 bytes a parameter before activations
 
 
+def test_zero2_keeps_gradients_as_shards_so_it_reduce_scatters_every_micro_batch():
+    kw = dict(tp=8, pp=4, global_batch=256, seq=8192)  # 8 data-parallel ranks, 32 micro-batches each
+    one, two = (rl.plan("llama3-70b", H100x32, zero=z, **kw) for z in (1, 2))
+    gather = {z: [c for c in p.collectives if c.parallelism == "dp"] for z, p in ((1, one), (2, two))}
+    (rs1, ag1), (rs2, ag2) = gather[1], gather[2]
+    micro = two.layout["micro_batches"]
+    assert micro == 32 and rs1.collective == rs2.collective == "reduce_scatter" and rs2.nbytes == rs1.nbytes
+    assert rs2.calls == micro * rs1.calls and ag2.calls == ag1.calls  # weights gathered once a step, as ZeRO-1
+    assert two.memory["gradients"] == pytest.approx(one.memory["gradients"] / 8, rel=1e-9)
+    first_fwd = two.time["compute"] / micro / 3
+    assert rs2.exposed == pytest.approx(max(0.0, rs2.seconds * rs2.calls - (two.time["compute"] - first_fwd)))
+    # 32 times the traffic, spread over the step's compute where ZeRO-1's waits for the last backward
+    assert rs2.seconds * rs2.calls == pytest.approx(micro * rs1.seconds * rs1.calls)
+    assert rs1.exposed == pytest.approx(max(0.0, rs1.seconds * rs1.calls - 2 * one.time["compute"] / micro / 3))
+    # one micro-batch a step: nothing more to send than ZeRO-1
+    single = dict(kw, global_batch=8)
+    assert rl.plan("llama3-70b", H100x32, zero=2, **single).time["dp"] == pytest.approx(
+        rl.plan("llama3-70b", H100x32, zero=1, **single).time["dp"])
+
+
 def test_tensor_parallelism_divides_activations_and_context_parallelism_the_sequence():
     base = dict(global_batch=256, seq=8192)  # at least pp micro-batches in every layout: the first stage holds pp
     one = rl.plan("llama3-70b", H100x32, tp=1, pp=8, zero=1, **base).memory["activations"]

@@ -29,8 +29,10 @@ What is hidden and what is exposed, as Megatron-LM overlaps by default:
 - context parallelism passes keys and values around a ring while attention computes: exposed only where the
   transfer is longer than the attention it hides behind;
 - data-parallel gradients are reduced while the last micro-batch's backward runs, and (ZeRO 1-2, Megatron's
-  distributed optimizer) parameters gathered while the first forward runs; ZeRO-3 (FSDP) gathers every layer's
-  weights each micro-batch, forward and backward, hidden behind that micro-batch's compute;
+  distributed optimizer) parameters gathered while the first forward runs; ZeRO-2 keeps its gradients only as
+  shards, so it reduce-scatters every micro-batch's (PyTorch FSDP's ``no_sync`` documents the alternative: the full
+  gradients held until the last), hidden behind the step's compute from the first backward on; ZeRO-3 (FSDP)
+  gathers every layer's weights each micro-batch, forward and backward, hidden behind that micro-batch's compute;
 - pipeline stages: the bubble of 1F1B, ``(pp - 1) / (vp x m)`` of the compute with ``m`` micro-batches and ``vp``
   virtual stages (interleaved), and the sends of its fill and drain; ``schedule=`` "gpipe" (the same bubble, all
   ``m`` micro-batches held) or "zero-bubble" (ZB-H1: about a third of 1F1B's bubble, 1F1B's memory), the closed forms
@@ -716,6 +718,13 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
             buckets = max(1, math.ceil(params / BUCKET_PARAMS))
             if zero == 0:
                 add("dp", "allreduce", gbytes / buckets, topo, buckets, hide=last_bwd)
+            elif zero == 2:
+                # gradients kept only as shards: each micro-batch's reduce-scattered as its backward makes them
+                # (PyTorch FSDP's no_sync: without a sync a micro-batch, "the full model gradients (instead of
+                # gradient shards)" accumulate), on their own stream while the micro-batches after it compute:
+                # hidden behind the step's compute from the first backward on
+                add("dp", "reduce_scatter", gbytes / buckets, topo, micro * buckets, hide=compute - first_fwd)
+                add("dp", "allgather", WEIGHT_BYTES * params / buckets, topo, buckets, hide=first_fwd)
             else:
                 add("dp", "reduce_scatter", gbytes / buckets, topo, buckets, hide=last_bwd)
                 add("dp", "allgather", WEIGHT_BYTES * params / buckets, topo, buckets, hide=first_fwd)
