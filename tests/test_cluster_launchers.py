@@ -18,11 +18,14 @@ def built(tmp_path, **options) -> "ipp.Cluster":
 
 
 def test_local_is_what_it_was():
-    assert cluster_kwargs(4) == {"engines": "mpi", "n": 4,  # the Cluster the labs have always started, with
-                                 "controller_args": ["--HeartMonitor.period=1000",  # a quicker heartbeat
-                                                     "--HeartMonitor.max_heartmonitor_misses=30"]}
+    kwargs = cluster_kwargs(4)
+    assert kwargs.pop("config").MPIEngineSetLauncher.engine_args == ["--log-level=20"]  # logs a failed start quotes
+    assert kwargs == {"engines": "mpi", "n": 4,  # the Cluster the labs have always started, with
+                      "controller_args": ["--HeartMonitor.period=1000",  # a quicker heartbeat
+                                          "--HeartMonitor.max_heartmonitor_misses=30", "--log-level=20"]}
     ranks = MPICluster(3, activate=False)
-    assert ranks.plan().split() == ["mpiexec", "-n", "3", sys.executable, "-m", "ipyparallel.engine", "--mpi"]
+    assert ranks.plan().split() == ["mpiexec", "-n", "3", sys.executable, "-m", "ipyparallel.engine", "--mpi",
+                                    "--log-level=20"]
     assert ranks.shared_dir is None and ranks.client is None  # nothing started by planning
 
 
@@ -31,7 +34,7 @@ def test_ssh_is_one_mpi_job_over_ssh_in_blocks_per_host(tmp_path):
     assert cluster.engine_launcher_class is MPIEngineSetLauncher and cluster.controller_ip == "*"
     assert cluster.config.MPIEngineSetLauncher.mpi_args == ["-launcher", "ssh", "-hosts", "node1:8,node2:8"]
     plan = MPICluster(16, launcher="ssh", hosts=["node1", "node2"], shared_dir=str(tmp_path)).plan()
-    assert plan.startswith("mpiexec -n 16 -launcher ssh -hosts node1:8,node2:8 ") and plan.endswith("--mpi")
+    assert plan.startswith("mpiexec -n 16 -launcher ssh -hosts node1:8,node2:8 ") and plan.endswith("--mpi --log-level=20")
 
 
 def test_mpi_takes_hosts_a_host_file_or_none_and_more_arguments(tmp_path):
@@ -54,7 +57,7 @@ def test_slurm_writes_the_batch_script_with_its_options(tmp_path):
     for line in ("#SBATCH --ntasks=16", "#SBATCH --partition=gpu", "#SBATCH --account=proj42",
                  "#SBATCH --time=01:00:00"):
         assert line in script.splitlines()
-    assert script.splitlines()[-1].startswith("srun ") and script.splitlines()[-1].endswith(" --mpi")
+    assert script.splitlines()[-1].startswith("srun ") and script.splitlines()[-1].endswith(" --mpi --log-level=20")
 
 
 @pytest.mark.parametrize("options, message", [

@@ -93,6 +93,8 @@ def test_a_start_that_fails_stops_the_controller_and_engines_and_removes_its_fol
     else:
         assert isinstance(error, RuntimeError) and "did not start" in str(error) and "engines not ready" in str(error)
         assert "no controller here" in str(error)  # what the engines said, before their folder went
+        assert "[the engines: still running (pid " in str(error)  # mpiexec's state when the wait ran out
+        assert "[the controller: still running (pid " in str(error)  # and the controller's, with its log (INFO)
         assert time.monotonic() - started < 50  # the wait was ours (5 s), not ipyparallel's own 60 s
 
 

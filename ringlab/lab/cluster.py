@@ -69,6 +69,8 @@ GRACE_S = 5.0  # how long a rank that raised waits for the others to end the cel
 # HEARTBEAT_MISSES pings unanswered, 30 s as at ipyparallel's defaults (10 x 3 s); an engine gives itself up after
 # 50 of its checks without a ping (every HEARTBEAT_MS + 500 ms: 75 s; 175 s at the defaults).
 HEARTBEAT_MS = 1000
+LOG_LEVEL = "--log-level=20"  # the controller's and the engines' logs (files in the cluster's folder): INFO, which
+#                               says who registered and who answered the heartbeat, for a start that fails to quote
 HEARTBEAT_MISSES = 30
 CELL_TIMEOUT_S = 600.0  # a %%px cell still running after this long aborts the job (RINGLAB_CELL_TIMEOUT)
 CELL_TIMEOUT_ENV = "RINGLAB_CELL_TIMEOUT"
@@ -298,14 +300,17 @@ def cluster_kwargs(n: int, launcher: str = "local", hosts=None, launcher_options
     if launcher in ("mpi", "ssh"):
         where = (["-launcher", "ssh"] if launcher == "ssh" else []) + ([] if hosts is None else _host_args(n, hosts))
         options["mpi_args"] = where + list(options.get("mpi_args", []))
+    # the engines log their registration and heartbeat (INFO) into the cluster's folder, for a start that fails to
+    # quote; a --log-level of the user's comes after and wins
+    told = [LOG_LEVEL] + list(options.get("engine_args", []))
+    options["engine_args"] = ["--mpi"] + told if launcher == "slurm" else told  # slurm: as the MPI launcher's engines
     if launcher == "slurm":
-        options["engine_args"] = ["--mpi"] + list(options.get("engine_args", []))  # as the MPI launcher's engines
         if options.get("options"):  # ipyparallel's own script leaves `options` out: give them to sbatch instead
             sbatch = list(options.get("submit_command", ["sbatch"]))
             options["submit_command"] = sbatch + shlex.split(options["options"])
     kwargs = {"engines": LAUNCHERS[launcher], "n": n,
               "controller_args": [f"--HeartMonitor.period={HEARTBEAT_MS}",
-                                  f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]}
+                                  f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}", LOG_LEVEL]}
     if launcher != "local":
         kwargs["controller_ip"] = "*"  # engines on other hosts must reach the controller
     if options:
@@ -411,7 +416,7 @@ class MPICluster:
                 raise
             raise RuntimeError(f"the {self.n} ranks did not start ({type(error).__name__}: {error}); their "
                                "engines, the controller and the cluster's folder are gone again"
-                               + (f". The engines' last words:\n{said}" if said else "")) from error
+                               + (f". What they said:\n{said}" if said else "")) from error
         by_rank = [engine for _, engine in sorted(zip(ranks, self.client.ids))]
         self.view = self.client[by_rank]
         self.view.block = True  # %%px waits for every rank, so an error fails its own cell
@@ -437,13 +442,26 @@ class MPICluster:
                                          self.cell_timeout)
 
     def _engines_said(self, lines: int = 10) -> str:
-        """The last lines the engines' launcher (mpiexec) wrote: often why they did not start."""
+        """What the engines' launcher (mpiexec, with the engines' own logs) and the controller wrote last, and
+        whether the launcher still runs: why the engines did not start, or did not register in time."""
+        if self._cluster is None:
+            return ""
         said = []
-        for engines in self._cluster.engines.values() if self._cluster is not None else []:
+        parts = [("the engines", e) for e in self._cluster.engines.values()] + [("the controller",
+                                                                                 self._cluster.controller)]
+        for who, launcher in parts:
+            if launcher is None:
+                continue
+            state = getattr(launcher, "state", None)
+            stop = getattr(launcher, "stop_data", None) or {}
+            how = (f"exited with code {stop.get('exit_code')}" if state == "after" else
+                   f"still running (pid {getattr(launcher, 'pid', '?')})" if state == "running" else "never started")
             try:
-                said += Path(engines.output_file).read_text(errors="replace").splitlines()[-lines:]
+                text = Path(launcher.output_file).read_text(errors="replace").splitlines()[-lines:]
             except (AttributeError, TypeError, OSError):  # a launcher without an output file, or none written
-                pass
+                text = []
+            said.append(f"[{who}: {how}; " + ("their last lines]" if text else "nothing written]"))
+            said += text
         return "\n".join(said)
 
     def plan(self) -> str:
