@@ -835,9 +835,11 @@ SEARCH_RECIPE = ("grad_reduce_in_fp32", "precision_aware_optimizer", "offload_la
 #                 Megatron-Core's memory settings, passed on unchanged too
 
 
-def search_choices(model, topology, seq: int) -> dict:
-    """The values :func:`search` tries for each layout keyword of ``model`` on ``topology`` at ``seq`` tokens (with
-    two rules across them: vp > 1 only where pp > 1, ZeRO-3 only where pp = 1)."""
+def search_choices(model, topology, seq: int, attention: str = "flash") -> dict:
+    """The values :func:`search` tries for each layout keyword of ``model`` on ``topology`` at ``seq`` tokens with
+    ``attention``'s kernel (with two rules across them: vp > 1 only where pp > 1, ZeRO-3 only where pp = 1).
+    Selective recomputation only where attention is unfused: FlashAttention stores no scores, so there it would
+    only run the attention's forward again."""
     model, m = _model(model), _machine(topology)
     return {
         "tp": [t for t in _powers(2 * m.gpus_per_node) if model.heads % t == 0],
@@ -845,9 +847,9 @@ def search_choices(model, topology, seq: int) -> dict:
         "cp": [c for c in _powers(32) if c == 1 or seq // c >= SEARCH_CP_TOKENS],
         "ep": [e for e in _powers(model.experts) if model.experts % e == 0] if model.moe else [1],
         "vp": list(SEARCH_VP),
-        "zero": [0, 1, 3],
+        "zero": [0, 1, 2, 3],
         "micro_batch": [1, 2, 4],
-        "recompute": [None, "full"],
+        "recompute": [None, "full"] + (["selective"] if attention == "unfused" else []),
     }
 
 
@@ -857,9 +859,10 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     predicted step time: tensor parallelism up to twice a node, pipeline stages up to 64 (each GPU's stage in one
     chunk, or interleaved as 2, 4 or 8 virtual stages: :data:`SEARCH_VP`), context parallelism up to 32 while each
     rank keeps at least :data:`SEARCH_CP_TOKENS` tokens of a sequence, expert parallelism for a mixture of experts,
-    ZeRO 0, 1 and 3, micro-batches of 1, 2 and 4, full recomputation or none. Any keyword of :func:`plan` given (``tp=8``) is held fixed. The software's choices (``attention``,
-    ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's memory settings (:data:`SEARCH_RECIPE`) go to
-    every plan as given. ``top``: keep that many plans (all by default)."""
+    ZeRO 0, 1, 2 and 3, micro-batches of 1, 2 and 4, full recomputation or none (and selective, where attention is
+    unfused): :func:`search_choices`. Any keyword of :func:`plan` given (``tp=8``) is held fixed. The software's
+    choices (``attention``, ``schedule``, ``cross_entropy``, ``cp_comm``) and the recipe's memory settings
+    (:data:`SEARCH_RECIPE`) go to every plan as given. ``top``: keep that many plans (all by default)."""
     model = _model(model)
     m = _machine(topology)
     gpus = m.nodes * m.gpus_per_node
@@ -884,7 +887,7 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     if unknown:
         raise ValueError(f"unknown layout keyword(s) {', '.join(sorted(unknown))}; known: "
                          f"{', '.join(sorted(known | set(SEARCH_SOFTWARE) | set(SEARCH_RECIPE)))}")
-    choices = search_choices(model, topology, seq)
+    choices = search_choices(model, topology, seq, software.get("attention", "flash"))
     for key, value in fixed.items():
         choices[key] = [value]
     plans, rejected, considered = [], [], 0
