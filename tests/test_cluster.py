@@ -19,6 +19,10 @@ def test_ranks_collective_abort_and_restart():
     with MPICluster(3, activate=False) as ranks:
         ranks.view.execute("from mpi4py import MPI\nme = MPI.COMM_WORLD.Get_rank()", block=True)
         assert ranks.view.pull("me", block=True) == [0, 1, 2]  # the view is ordered by rank
+        ranks.view.execute("from ringlab.cluster.runner import MPICH_SEGMENT\n"
+                           "mapped = MPICH_SEGMENT.findall(open('/proc/self/maps').read())", block=True)
+        mapped = {name for names in ranks.view.pull("mapped", block=True) for name in names}
+        assert mapped and not any(os.path.exists(name) for name in mapped)  # the abort below leaves no segment
         code = ("import numpy as np, ringlab as rl\n"
                 "from mpi4py import MPI\n"
                 "total = rl.allreduce(np.full(5, MPI.COMM_WORLD.Get_rank() + 1.0))\n")

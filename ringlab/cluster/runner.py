@@ -6,11 +6,44 @@ The jobs ringlab starts (``-n``, :func:`ringlab.cluster.launch.run_mpi`) run thr
 ringlab call of a job names a rank that never comes; by hand, ``mpiexec -n 4 python -m mpi4py script.py``
 works as well, with that first call's timeout unable to say which rank is missing.
 
+Once every rank has started, the names of MPICH's shared-memory segments are removed from /dev/shm
+(:func:`unname_shared_memory`): a job that aborts leaves none behind.
+
 Each rank's stdout and stderr are line-buffered here: a line goes out whole, and at once. mpiexec forwards the
 ranks' output as it comes, so with ``PYTHONUNBUFFERED`` set, ``print`` wrote a line's text and its newline
 separately, and two ranks printing together came out as ``rank 0: ... 1.0 srank 1: ...`` on one line.
 """
 from __future__ import annotations
+
+import os
+import re
+
+MPICH_SEGMENT = re.compile(r"(/dev/shm/mpich_shm_[^\s]+)")  # how MPICH names a host's shared memory in /dev/shm
+
+
+def unname_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
+    """Remove from /dev/shm the names of the shared-memory segments MPICH mapped into this rank at MPI_Init, and
+    return those this rank removed (another rank of the host may have been first).
+
+    MPICH removes them only in MPI_Finalize, so every job that ended without it (a rank's exception aborting the
+    job, a timeout, a kill) left its segment behind, 2-4 MB a job of memory the machine got back only when someone
+    deleted the file (thousands had gathered on a machine that ran this project's tests). The memory stays mapped,
+    and the ranks share it as before, for as long as they run; the name is needed only while they attach, so call
+    this once every rank of the host has finished MPI_Init (after a collective over COMM_WORLD). MPICH's own
+    finalize does not mind the name gone. Nothing to do where there is no /proc (not Linux)."""
+    try:
+        with open(maps) as f:
+            names = sorted(set(MPICH_SEGMENT.findall(f.read())))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        try:
+            os.unlink(name)
+            removed.append(name)
+        except OSError:  # removed by another rank of this host first, or not this user's
+            pass
+    return removed
 
 
 def whole_lines() -> None:
@@ -34,7 +67,8 @@ def main() -> None:
         limit = seconds(DEFAULT)
     except ValueError:  # a bad RINGLAB_TIMEOUT: ringlab's calls in the job say so, on every rank
         limit = DEFAULT_SECONDS
-    state(MPI.COMM_WORLD).comm("ringlab's start of the job", limit)
+    state(MPI.COMM_WORLD).comm("ringlab's start of the job", limit)  # collective: every rank has finished MPI_Init
+    unname_shared_memory()  # an aborted job leaves nothing in /dev/shm
     from ..mpi.devices import bind_device
     bind_device(MPI.COMM_WORLD)  # with GPUs, each rank on its own before the script runs (no-op without)
     run()

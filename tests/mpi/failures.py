@@ -13,6 +13,15 @@ rank = comm.Get_rank()
 mode = sys.argv[1]
 
 
+def write_mapped(path: str) -> None:
+    """The names of the shared memory MPICH mapped into this rank, one a line, to ``path``.``rank``."""
+    from ringlab.cluster.runner import MPICH_SEGMENT
+    with open("/proc/self/maps") as fh:
+        mapped = sorted(set(MPICH_SEGMENT.findall(fh.read())))
+    with open(f"{path}.{rank}", "w") as fh:
+        fh.write("\n".join(mapped))
+
+
 def report(text: str) -> None:
     """Rank 0 prints every rank's line (output of several processes would interleave)."""
     for i, line in enumerate(comm.gather(text, root=0) or []):
@@ -40,7 +49,15 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
     if rank == 1:
         raise RuntimeError("boom on rank 1")
     rl.allreduce(np.ones(1000), "ring")
+elif mode == "segments":  # the shared memory MPICH mapped, written down; then the job is aborted
+    write_mapped(sys.argv[2])
+    comm.Barrier()
+    if rank == 1:
+        raise RuntimeError("boom on rank 1")
+    rl.allreduce(np.ones(1000), "ring")
 elif mode in ("stuck", "absent", "first", "bad-timeout"):  # rank 2 never joins: a timeout names the step and peer
+    if mode == "first":  # also started by hand, without ringlab's runner: the test removes what the abort leaves
+        write_mapped(f"{sys.argv[2]}.mapped")
     if mode != "first":  # ringlab's private communicator is made by the first call, with every rank there
         rl.allreduce(np.ones(3), "ring", timeout=30)
     if rank != 2:
