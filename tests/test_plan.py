@@ -539,12 +539,19 @@ def test_the_benchmark_prints_every_compared_run_with_its_ratio(tmp_path):
     assert f"besides: {len(rows['within_at_unprinted_settings'])} more within 20%" in done.stdout
 
 
-def test_the_search_is_held_to_the_layouts_published_runs_chose(tmp_path):
-    out = tmp_path / "search.json"
+@pytest.fixture(scope="module")
+def search_report(tmp_path_factory):
+    """``benchmarks/search_vs_published.py --json`` run once (a search for each of 66 runs takes a minute): what it
+    printed, and its JSON."""
+    out = tmp_path_factory.mktemp("search") / "search.json"
     done = subprocess.run([sys.executable, "benchmarks/search_vs_published.py", "--json", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    report = json.loads(out.read_text())
+    return done, json.loads(out.read_text())
+
+
+def test_the_search_is_held_to_the_layouts_published_runs_chose(search_report):
+    done, report = search_report
     rows = [r for r in report["rows"] if r["over_best"] is not None]
     assert len(rows) >= 12 and report["label"] == "predicted, not measured"
     assert done.stdout.startswith("# predicted, not measured")
@@ -571,9 +578,8 @@ def test_the_search_is_held_to_the_layouts_published_runs_chose(tmp_path):
     assert refused.returncode == 2 and "--close must be a factor of at least 1, got 0.9" in refused.stderr
 
 
-def test_the_readme_states_how_close_the_search_comes_to_the_published_layouts():
-    done = subprocess.run([sys.executable, "benchmarks/search_vs_published.py"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+def test_the_readme_states_how_close_the_search_comes_to_the_published_layouts(search_report):
+    done, _ = search_report
     close, compared = re.search(r"within 1.05x of it in (\d+) of (\d+) runs", done.stdout).groups()
     assert f"**{close} of {compared} published layouts plan within 5%**" in (ROOT / "README.md").read_text()
 
