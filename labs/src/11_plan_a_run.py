@@ -252,8 +252,8 @@ memory_bars([r["plan"] for r in context], [f"cp={r['cp']}" for r in context],
 # ## The same run on B200s and on GB200 NVL72
 #
 # A B200 has more memory and more FLOP/s than an H100; a GB200 NVL72 rack joins 72 of them in one NVLink domain.
-# For each machine `ringlab.train.planner.search` plans every layout it knows (tp, pp, interleaving, cp, ZeRO 0, 1
-# and 3, micro-batches, recomputation) and ranks those that fit by their step; here the fastest of each, at the
+# For each machine `ringlab.train.planner.search` plans every layout it knows (tp, pp, interleaving, cp, ZeRO 0, 1,
+# 2 and 3, micro-batches, recomputation) and ranks those that fit by their step; here the fastest of each, at the
 # same tokens a GPU a step (4 racks of 72 make 288 GPUs, so 576 sequences a step):
 
 # %%
