@@ -23,6 +23,12 @@ def test_ranks_collective_abort_and_restart():
                            "mapped = MPICH_SEGMENT.findall(open('/proc/self/maps').read())", block=True)
         mapped = {name for names in ranks.view.pull("mapped", block=True) for name in names}
         assert mapped and not any(os.path.exists(name) for name in mapped)  # the abort below leaves no segment
+        ranks.view.execute("import os\nparent, held = f'/proc/{os.getppid()}/fd', []\n"
+                           "for fd in os.listdir(parent):\n"
+                           "    try:\n        held.append(os.readlink(f'{parent}/{fd}'))\n"
+                           "    except OSError:\n        pass  # closed meanwhile\n", block=True)
+        held = {name for names in ranks.view.pull("held", block=True) for name in names if "hydra_hwloc" in name}
+        assert held and all(name.endswith(" (deleted)") for name in held)  # nor mpiexec's topology file
         code = ("import numpy as np, ringlab as rl\n"
                 "from mpi4py import MPI\n"
                 "total = rl.allreduce(np.full(5, MPI.COMM_WORLD.Get_rank() + 1.0))\n")

@@ -61,7 +61,7 @@ def test_an_exception_on_one_rank_ends_the_job():
     assert time.monotonic() - start < 30
 
 
-def test_an_aborted_job_leaves_no_shared_memory_behind(tmp_path):
+def test_an_aborted_job_leaves_no_shared_memory_or_topology_file_behind(tmp_path):
     """MPICH removes its segments' names from /dev/shm only in MPI_Finalize, which an aborted job never reaches:
     the runner removes them once every rank has started, so the memory goes with the job's last rank."""
     done = run_mpi(3, [str(HERE / "failures.py"), "segments", str(tmp_path / "mapped")], timeout=60)
@@ -71,6 +71,10 @@ def test_an_aborted_job_leaves_no_shared_memory_behind(tmp_path):
         pytest.skip("no /dev/shm here: MPICH's segments live elsewhere")
     assert mapped and all(name.startswith("/dev/shm/mpich_shm_") for name in mapped)  # the ranks shared memory
     assert [name for name in mapped if os.path.exists(name)] == []  # and no name outlived the job
+    # nor hydra's topology file: its proxy held it open, under a name the runner had removed before the script ran
+    held = {name for r in range(3) for name in (tmp_path / f"mapped-topology.{r}").read_text().splitlines()}
+    assert held and all(name.endswith(" (deleted)") for name in held), held
+    assert [name for name in held if os.path.exists(name.removesuffix(" (deleted)"))] == []
 
 
 def test_a_stuck_step_times_out_naming_step_and_peer(tmp_path):
@@ -138,6 +142,10 @@ def test_a_rank_missing_from_the_first_call_is_named_in_jobs_ringlab_starts(tmp_
         for mapped in tmp_path.glob("by-hand.mapped.*"):  # without the runner, the abort leaves MPICH's segment
             for name in mapped.read_text().split():
                 Path(name).unlink(missing_ok=True)
+        for held in tmp_path.glob("by-hand.topology.*"):  # and hydra's topology file
+            for name in held.read_text().splitlines():
+                if not name.endswith(" (deleted)"):
+                    Path(name).unlink(missing_ok=True)
     seen = lines_by_rank((tmp_path / "by-hand").read_text())
     assert seen[0].startswith("rank 0: rl.allreduce: not every rank of the communicator (3 ranks) arrived within 1 s "
                               "to set up ringlab's private communicator"), seen

@@ -1,6 +1,7 @@
 """Starting MPI jobs and torch process groups: a command that takes -n runs again on that many ranks
 without its -n, and the process group comes up over MPI ranks and goes down cleanly."""
 import json
+import os
 
 import pytest
 
@@ -213,3 +214,24 @@ def test_the_store_address_is_master_addr_else_the_host_names_else_the_route(mon
     assert store_address(["node1", "node2"]) == "10.0.0.5"
     monkeypatch.setenv("MASTER_ADDR", "10.9.9.9")
     assert store_address(["node1", "node2"]) == "10.9.9.9"
+
+
+def test_hydras_topology_file_is_removed_only_where_the_parent_is_hydras_proxy(tmp_path):
+    """unname_topology_file removes the hwloc file its parent holds open when that parent is hydra_pmi_proxy,
+    and nothing of any other parent's (a shell, Slurm's step daemon)."""
+    from ringlab.cluster.runner import unname_topology_file
+    proc = tmp_path / "proc"
+    parent = proc / str(os.getppid())
+    (parent / "fd").mkdir(parents=True)
+    topology, other = tmp_path / "hydra_hwloc_xmlfile_Ab12Cd", tmp_path / "notes.txt"
+    for name in (topology, other):
+        name.write_text("<topology/>")
+    (parent / "fd" / "12").symlink_to(topology)
+    (parent / "fd" / "13").symlink_to(other)
+    (parent / "comm").write_text("slurmstepd\n")
+    assert unname_topology_file(str(proc)) == [] and topology.exists()
+    (parent / "comm").write_text("hydra_pmi_proxy\n")
+    assert unname_topology_file(str(proc)) == [str(topology)]
+    assert not topology.exists() and other.exists()
+    assert unname_topology_file(str(proc)) == []  # already gone: another rank of the host was first
+    assert unname_topology_file(str(tmp_path / "no-proc")) == []

@@ -7,7 +7,8 @@ ringlab call of a job names a rank that never comes; by hand, ``mpiexec -n 4 pyt
 works as well, with that first call's timeout unable to say which rank is missing.
 
 Once every rank has started, the names of MPICH's shared-memory segments are removed from /dev/shm
-(:func:`unname_shared_memory`): a job that aborts leaves none behind.
+(:func:`unname_shared_memory`), and the topology file mpiexec's proxy wrote for the ranks from /tmp
+(:func:`unname_topology_file`): a job that aborts leaves neither behind.
 
 Each rank's stdout and stderr are line-buffered here: a line goes out whole, and at once. mpiexec forwards the
 ranks' output as it comes, so with ``PYTHONUNBUFFERED`` set, ``print`` wrote a line's text and its newline
@@ -19,6 +20,7 @@ import os
 import re
 
 MPICH_SEGMENT = re.compile(r"(/dev/shm/mpich_shm_[^\s]+)")  # how MPICH names a host's shared memory in /dev/shm
+HYDRA_TOPOLOGY = re.compile(r"^/.*/hydra_hwloc_xmlfile_[A-Za-z0-9]+$")  # the hwloc file MPICH's hydra proxy writes
 
 
 def unname_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
@@ -46,6 +48,34 @@ def unname_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
     return removed
 
 
+def unname_topology_file(proc: str = "/proc") -> list[str]:
+    """Remove the hwloc topology file (``/tmp/hydra_hwloc_xmlfile_XXXXXX``) that this rank's parent, mpiexec's
+    ``hydra_pmi_proxy``, wrote for its ranks to read in MPI_Init, and return what this rank removed.
+
+    The proxy removes it when the job ends well; a job that aborts has its proxy killed, and the file stayed in
+    /tmp (5 KB each: a run of this project's tests, which abort jobs on purpose, left 235). Call this once every
+    rank of the host has finished MPI_Init; the proxy keeps the file open, and does not mind its name gone when it
+    ends. Nothing to do where the parent is not hydra's proxy (Slurm's srun, a singleton) or there is no /proc."""
+    parent = f"{proc}/{os.getppid()}"
+    try:
+        with open(f"{parent}/comm") as f:
+            if f.read().strip() != "hydra_pmi_proxy":
+                return []
+        fds = os.listdir(f"{parent}/fd")
+    except OSError:
+        return []
+    removed = []
+    for fd in fds:
+        try:
+            target = os.readlink(f"{parent}/fd/{fd}")  # a removed file reads "... (deleted)", which does not match
+            if HYDRA_TOPOLOGY.match(target):
+                os.unlink(target)
+                removed.append(target)
+        except OSError:  # closed meanwhile, or removed by another rank of this host first
+            pass
+    return removed
+
+
 def whole_lines() -> None:
     """stdout and stderr line-buffered: each line in one write, written when it ends."""
     import sys
@@ -69,6 +99,7 @@ def main() -> None:
         limit = DEFAULT_SECONDS
     state(MPI.COMM_WORLD).comm("ringlab's start of the job", limit)  # collective: every rank has finished MPI_Init
     unname_shared_memory()  # an aborted job leaves nothing in /dev/shm
+    unname_topology_file()  # nor in /tmp
     from ..mpi.devices import bind_device
     bind_device(MPI.COMM_WORLD)  # with GPUs, each rank on its own before the script runs (no-op without)
     run()

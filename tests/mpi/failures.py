@@ -22,6 +22,22 @@ def write_mapped(path: str) -> None:
         fh.write("\n".join(mapped))
 
 
+def write_topology_files(path: str) -> None:
+    """What this rank's parent (mpiexec's proxy) holds open of hydra's topology files, one a line, to ``path``.``rank``
+    (a name already removed reads "... (deleted)")."""
+    parent = f"/proc/{os.getppid()}/fd"
+    held = []
+    for fd in os.listdir(parent):
+        try:
+            target = os.readlink(f"{parent}/{fd}")
+        except OSError:
+            continue
+        if "hydra_hwloc_xmlfile_" in target:
+            held.append(target)
+    with open(f"{path}.{rank}", "w") as fh:
+        fh.write("\n".join(held))
+
+
 def report(text: str) -> None:
     """Rank 0 prints every rank's line (output of several processes would interleave)."""
     for i, line in enumerate(comm.gather(text, root=0) or []):
@@ -51,6 +67,7 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
     rl.allreduce(np.ones(1000), "ring")
 elif mode == "segments":  # the shared memory MPICH mapped, written down; then the job is aborted
     write_mapped(sys.argv[2])
+    write_topology_files(f"{sys.argv[2]}-topology")
     comm.Barrier()
     if rank == 1:
         raise RuntimeError("boom on rank 1")
@@ -58,6 +75,7 @@ elif mode == "segments":  # the shared memory MPICH mapped, written down; then t
 elif mode in ("stuck", "absent", "first", "bad-timeout"):  # rank 2 never joins: a timeout names the step and peer
     if mode == "first":  # also started by hand, without ringlab's runner: the test removes what the abort leaves
         write_mapped(f"{sys.argv[2]}.mapped")
+        write_topology_files(f"{sys.argv[2]}.topology")
     if mode != "first":  # ringlab's private communicator is made by the first call, with every rank there
         rl.allreduce(np.ones(3), "ring", timeout=30)
     if rank != 2:
