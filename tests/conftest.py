@@ -8,6 +8,12 @@ from hypothesis import settings
 import ringlab as rl
 from ringlab.algorithms import options_of
 
+# On several pytest-xdist workers the cores are shared: another worker's job runs beside each test's ranks, so every
+# job's waiting ranks give their core away (RINGLAB_YIELD=1, inherited by every mpiexec, kernel and engine the tests
+# start) instead of spinning on it while the process they wait for cannot run. Alone (`-m quiet`), nothing changes.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("RINGLAB_YIELD", "1")
+
 settings.register_profile("ci", max_examples=150, deadline=None)
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")

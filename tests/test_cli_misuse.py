@@ -107,6 +107,22 @@ def test_oversubscribed_jobs_get_mpichs_yielding_settings(monkeypatch):
     assert devices.ranks_on_node() == 3 and devices.oversubscribed()
 
 
+def test_cores_shared_with_other_work_make_every_job_yield(monkeypatch):
+    """RINGLAB_YIELD=1 (several jobs at once, tests on several workers, a namespace cluster's nodes): MPICH's and
+    ringlab's waiting give the core away though the job's ranks fit the cores; unset, they spin."""
+    from ringlab.mpi import devices
+
+    monkeypatch.setattr(devices, "cores", lambda: 2)
+    monkeypatch.setenv("MPI_LOCALNRANKS", "2")
+    monkeypatch.delenv("RINGLAB_YIELD", raising=False)
+    assert not devices.gives_way() and "MPIR_CVAR_POLLS_BEFORE_YIELD" not in local_env({}, nranks=2)
+    shared = local_env({"RINGLAB_YIELD": "1"}, nranks=2)
+    assert shared["MPIR_CVAR_POLLS_BEFORE_YIELD"] == "1" and shared["MPIR_CVAR_CH4_PROGRESS_THROTTLE"] == "1"
+    assert "MPIR_CVAR_POLLS_BEFORE_YIELD" not in local_env({"RINGLAB_YIELD": "0"}, nranks=2)
+    monkeypatch.setenv("RINGLAB_YIELD", "1")
+    assert devices.gives_way() and not devices.oversubscribed()
+
+
 def test_mpi_ring_is_for_allreduce_only():
     from ringlab.measure.bench import check_arguments
 

@@ -21,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ..mpi.devices import SHARED_CORES
 from .launch import YIELDING_MPICH, find_mpiexec
 from . import netns, relay, rootless, slurm
 from .layout import HEAD, Layout, format_rate, locked, private_folder, read_state, write_state, write_whole
@@ -144,6 +145,7 @@ def environment(layout: Layout, base: dict | None = None, tag: str | None = None
     env.update(TCP_BETWEEN_NODES)
     for name, value in YIELDING_MPICH.items():
         env.setdefault(name, value)
+    env.setdefault(SHARED_CORES, "1")  # and ringlab's own waiting, though each node's ranks fit its cores
     env["RINGLAB_CLUSTER"] = layout.name
     if layout.slurm:
         env.update(slurm.env(layout))

@@ -53,11 +53,11 @@ def check_nranks(nranks, cores: int | None = None) -> str | None:
 def local_env(base: dict | None = None, nranks: int | None = None) -> dict:
     """The environment for a job on this machine only: the mpich wheel's ranks talk over loopback
     (UCX_NET_DEVICES=lo) instead of listening on the machine's network addresses; with more
-    ``nranks`` than cores, MPICH's waiting yields the core (:data:`YIELDING_MPICH`). A value the
-    user set stays."""
+    ``nranks`` than cores, or where ``RINGLAB_YIELD=1`` says the cores run other work too, MPICH's
+    waiting yields the core (:data:`YIELDING_MPICH`). A value the user set stays."""
     env = dict(os.environ if base is None else base)
     env.setdefault("UCX_NET_DEVICES", "lo")
-    if nranks is not None and nranks > devices.cores():
+    if (nranks is not None and nranks > devices.cores()) or devices.cores_shared(env):
         for name, value in YIELDING_MPICH.items():
             env.setdefault(name, value)
     return env

@@ -116,8 +116,8 @@ def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
         request.Wait()
         return
     if not _YIELD:
-        from .devices import oversubscribed
-        _YIELD.append(oversubscribed())
+        from .devices import gives_way
+        _YIELD.append(gives_way())
     give_way, polls = _YIELD[0], 0
     while not request.Test():
         polls += 1
@@ -130,8 +130,8 @@ def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
 def wait_all(requests, deadline: float | None, message) -> None:
     """Wait for every request of ``requests`` (one ``Testall`` a poll), as :func:`wait` does for one."""
     if not _YIELD:
-        from .devices import oversubscribed
-        _YIELD.append(oversubscribed())
+        from .devices import gives_way
+        _YIELD.append(gives_way())
     if not _ALL:
         from mpi4py import MPI
         _ALL.extend((MPI.Request.Waitall, MPI.Request.Testall))
@@ -161,8 +161,8 @@ def probe(comm, source: int, tag: int, deadline: float | None, message, status=N
         comm.Probe(source=source, tag=tag, status=status)
         return
     if not _YIELD:
-        from .devices import oversubscribed
-        _YIELD.append(oversubscribed())
+        from .devices import gives_way
+        _YIELD.append(gives_way())
     give_way, polls = _YIELD[0], 0
     while not comm.Iprobe(source=source, tag=tag, status=status):
         polls += 1

@@ -145,6 +145,24 @@ def oversubscribed(comm=None) -> bool:
     return ranks_on_node(comm) > cores()
 
 
+SHARED_CORES = "RINGLAB_YIELD"  # =1: this machine's cores also run other work; waiting ranks give theirs away
+
+
+def cores_shared(env=None) -> bool:
+    """Whether ``RINGLAB_YIELD=1`` (in ``env``, else this process's environment) says that this machine's cores
+    also run other work (several jobs at once, tests on several workers, the nodes of a ``ringlab cluster``): then
+    every job's waiting ranks give their core away, however few ranks it has."""
+    value = (os.environ if env is None else env).get(SHARED_CORES, "")
+    return value.strip().lower() in ("1", "yes", "true", "on")
+
+
+def gives_way(comm=None) -> bool:
+    """Whether a waiting rank should give its core away (``sched_yield``) between looks instead of spinning: where
+    the node runs more ranks than cores (:func:`oversubscribed`), or where ``RINGLAB_YIELD=1`` says the cores are
+    shared with other work (:func:`cores_shared`). A spinning rank keeps from its core the process it waits for."""
+    return oversubscribed(comm) or cores_shared()
+
+
 # Whether the MPI library reads GPU memory itself (a CUDA-aware MPI), or GPU buffers are staged through
 # host memory.
 
