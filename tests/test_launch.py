@@ -92,7 +92,6 @@ def _gone(pid: int) -> bool:
 @pytest.mark.timeout(120)
 def test_the_job_bench_starts_ends_when_bench_is_killed():
     """``ringlab bench -n`` killed outright (SIGKILL: no handler runs) leaves no mpiexec and no rank behind."""
-    import os
     import signal
     import subprocess
     import sys
