@@ -7,8 +7,8 @@ moment. Each way runs in a fresh Python process of its own, one thread, with gli
 64 KiB or more on its own (``MALLOC_MMAP_THRESHOLD_``), so that a freed tensor leaves resident memory at once and the
 mark is what the step held at its fullest, not what an earlier cell left in the allocator's free lists. One step
 warms up first: a process's first step reached 9% more keeping every activation and 91% more recomputing than the
-steps after it (torch's lazily made state, here, 2026-12-01); the next ones are measured and agree within a few
-pages (a second warm-up step changed nothing, and cost a quarter of the measurement's time).
+steps after it (here, 2026-12-01; most likely what torch makes on first use); the next ones are measured and agree
+within a few pages (a second warm-up step changed nothing, and cost a quarter of the measurement's time).
 """
 from __future__ import annotations
 
