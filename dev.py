@@ -85,6 +85,15 @@ def ensure_env() -> None:
     STAMP.write_text(stamp)
 
 
+def compile_sources(python: str) -> None:
+    """Write the bytecode of ringlab's own modules (and the tests' helpers) next to them, where it is stale or
+    missing. Python writes it on first import, but not where PYTHONDONTWRITEBYTECODE is set (as it is on some
+    machines and containers): there every process, every MPI rank, compiled every module it imported again, a
+    third of a rank's start-up (0.52 s to 0.36 s here), and the suite starts thousands of them."""
+    run([python, "-m", "compileall", "-q", "-j", "0", str(ROOT / "ringlab"), str(ROOT / "tests"),
+         str(ROOT / "benchmarks")])
+
+
 def driver_cuda_major() -> int | None:
     """The CUDA major version this machine's NVIDIA driver takes, from `nvidia-smi` ("CUDA Version: 13.0")."""
     import re
@@ -153,6 +162,7 @@ def main(argv: list[str]) -> None:
     env_bin = str(venv_bin("python").parent)
     os.environ["PATH"] = env_bin + os.pathsep + os.environ.get("PATH", "")  # mpiexec of the mpich wheel
     os.environ["VIRTUAL_ENV"] = str(VENV)
+    compile_sources(str(venv_bin("python")))
     if command == "test":
         if rest:
             run([str(venv_bin("python")), "-m", "pytest", *rest])

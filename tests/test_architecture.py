@@ -229,6 +229,17 @@ def test_train_loads_on_first_use():
     assert done.returncode == 0, done.stderr
 
 
+def test_a_rank_imports_only_what_it_runs():
+    """Every rank of every job imports ringlab and its benchmark: what those import, each process pays for (the test
+    suite starts thousands). Progress bars, plots, notebooks and torch load where they are used."""
+    script = ("import sys\nimport ringlab, ringlab.cli, ringlab.measure.bench\n"
+              "print(sorted(m for m in ('tqdm', 'torch', 'plotly', 'ipywidgets', 'ipyparallel', 'IPython', 'asyncio') "
+              "if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"loaded by a bare import: {done.stdout}"
+
+
 def test_the_command_line_lists_its_commands():
     done = subprocess.run([sys.executable, "-m", "ringlab", "--help"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)

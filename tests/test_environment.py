@@ -113,3 +113,31 @@ def test_an_exercise_notebook_runs_once_in_the_browser_or_else_under_nbval():
         assert exercise_cells
     without_browser = collected("-k", "not browser")
     assert any(line.startswith("labs/03_allreduce.ipynb::") for line in without_browser)
+
+
+def test_dev_writes_the_bytecode_python_would_not(tmp_path, monkeypatch):
+    """Where PYTHONDONTWRITEBYTECODE is set, no process writes the bytecode of ringlab's modules, and each compiles
+    them again: dev.py writes it before the suite (or the lab) starts, and only where a source is newer."""
+    import importlib.util
+    import os
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    for part in ("ringlab", "tests", "benchmarks"):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / "module.py").write_text("VALUE = 1\n")
+    monkeypatch.setattr(dev, "ROOT", tmp_path)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    dev.compile_sources(sys.executable)
+    cached = Path(importlib.util.cache_from_source(str(tmp_path / "ringlab" / "module.py")))
+    assert cached.exists() and all((tmp_path / part / "__pycache__").is_dir() for part in ("tests", "benchmarks"))
+    source = tmp_path / "ringlab" / "module.py"  # the same size and time, another value: only the bytecode says 1
+    before = source.stat()
+    source.write_text("VALUE = 2\n")
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    loaded = subprocess.run([sys.executable, "-c", "import module; print(module.VALUE)"], cwd=source.parent,
+                            capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    assert loaded.stdout.strip() == "1", loaded.stderr
+    assert "compile_sources(" in (ROOT / "dev.py").read_text().split("def main(")[1]  # main calls it

@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..algorithms import build
 from ..algorithms.pattern import PatternSteps, check_fits
@@ -179,6 +178,7 @@ class _progress:
                 return
             # left in place when done: in a notebook a bar that closes leaves a view of a widget that is gone,
             # which the saved notebook, reopened, shows as an error
+            from tqdm.auto import tqdm  # here: most processes never draw a bar, and tqdm.auto takes 50 ms to import
             self.bar = tqdm(total=self.total, desc=self.what, unit=self.unit, initial=self.done - n, leave=True)
         self.bar.update(n)
 
