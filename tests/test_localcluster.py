@@ -359,7 +359,7 @@ def kill_rank_on_node2(tmp_path, command: str) -> tuple[subprocess.CompletedProc
     while len(list(tmp_path.glob("rank-*.pid"))) < 4:
         assert time.monotonic() < deadline and job.poll() is None, job.communicate()[0]
         time.sleep(0.1)
-    pid, host = (tmp_path / "rank-3.pid").read_text().split()
+    pid, host = (tmp_path / "rank-3.pid").read_text().split("\n")[0].split()
     assert host == "node2"
     os.kill(int(pid), signal.SIGKILL)
     killed = time.monotonic()
@@ -373,6 +373,9 @@ def test_a_rank_killed_on_one_node_ends_the_job_saying_which_and_leaves_nothing(
     assert done.returncode != 0 and seconds < 30
     assert "BAD TERMINATION" in done.stdout and "RUNNING AT node2" in done.stdout and "EXIT CODE: 9" in done.stdout
     assert job_processes(up) == []
+    made = {name for pids in tmp_path.glob("rank-*.pid") for name in pids.read_text().split("\n")[1:]}
+    assert any("mpich_shm" in name for name in made) and any("hydra_hwloc" in name for name in made), made
+    assert [name for name in made if os.path.exists(name)] == []  # the job's shared memory and topology files
 
 
 def test_with_cleanup_left_to_the_ranks_each_survivor_names_what_it_waits_for(up, tmp_path):
