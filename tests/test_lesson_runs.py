@@ -1,7 +1,9 @@
 """Every measured lesson holds on this machine: run five times in a row on 2 cores, each prints the same
 conclusions, the ones the lab teaches (the words are computed from the numbers beside them; this checks
 that the numbers' noise does not move them). What the raw machine showed (a Finding's observations) is
-stated from its own numbers each time and may change with them: a busy 2-core machine is what it is. A lesson
+stated from its own numbers each time and may change with them: a busy 2-core machine is what it is (so where the
+raw measurement is the long part, labs 03 and 06, the first run takes it and the later ones reuse it, measuring
+the emulated machine each time: tests/mpi/lesson_runs.py). A lesson
 measured wholly in virtual time with its compute modelled is run twice instead, and must measure the same times to
 the last bit: then no number of runs can change its conclusions."""
 import json
