@@ -65,13 +65,14 @@ _RUNNING: list["MPICluster"] = []
 ERRORS = "ringlab-errors"  # inside the profile folder: one file per rank that raised, and cells' end marks
 GRACE_S = 5.0  # how long a rank that raised waits for the others to end the cell before aborting the job
 # The controller pings the engines every HEARTBEAT_MS and takes an engine in only once it has answered a ping, at the
-# next one: at ipyparallel's 3000 ms an engine up in 1.5 s was taken in after about 6. An engine is given up after
+# next one: at ipyparallel's 3000 ms an engine up in 1.5 s was taken in after about 6; at 1000 ms the controller took
+# them in 1.1 s after they had registered, half the start of 2 ranks, idle. An engine is given up after
 # HEARTBEAT_MISSES pings unanswered, 30 s as at ipyparallel's defaults (10 x 3 s); an engine gives itself up after
-# 50 of its checks without a ping (every HEARTBEAT_MS + 500 ms: 75 s; 175 s at the defaults).
-HEARTBEAT_MS = 1000
+# 50 of its checks without a ping (every HEARTBEAT_MS + 500 ms: 37.5 s; 175 s at the defaults).
+HEARTBEAT_MS = 250
 LOG_LEVEL = "--log-level=20"  # the controller's and the engines' logs (files in the cluster's folder): INFO, which
 #                               says who registered and who answered the heartbeat, for a start that fails to quote
-HEARTBEAT_MISSES = 30
+HEARTBEAT_MISSES = 120
 CELL_TIMEOUT_S = 600.0  # a %%px cell still running after this long aborts the job (RINGLAB_CELL_TIMEOUT)
 CELL_TIMEOUT_ENV = "RINGLAB_CELL_TIMEOUT"
 MARK_SLACK_S = 2.0  # a rank's end-of-cell mark counts if written at most this long before this rank began the cell
