@@ -21,8 +21,8 @@ def test_local_is_what_it_was():
     kwargs = cluster_kwargs(4)
     assert kwargs.pop("config").MPIEngineSetLauncher.engine_args == ["--log-level=20"]  # logs a failed start quotes
     assert kwargs == {"engines": "mpi", "n": 4,  # the Cluster the labs have always started, with
-                      "controller_args": ["--HeartMonitor.period=1000",  # a quicker heartbeat
-                                          "--HeartMonitor.max_heartmonitor_misses=30", "--log-level=20"]}
+                      "controller_args": ["--HeartMonitor.period=250",  # a quicker heartbeat
+                                          "--HeartMonitor.max_heartmonitor_misses=120", "--log-level=20"]}
     ranks = MPICluster(3, activate=False)
     assert ranks.plan().split() == ["mpiexec", "-n", "3", sys.executable, "-m", "ipyparallel.engine", "--mpi",
                                     "--log-level=20"]
