@@ -208,14 +208,14 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
         browser = _browser(p)
         try:
             page = run_all(browser, url)
-            idle = page.get_by_text("Python 3 (ipykernel) | Idle")
             deadline, quiet = time.monotonic() + 360, 0
             while True:  # Run All has ended (every cell ran, or one failed and the rest were dropped) once the
                 # kernel has stayed idle a second (not a blink between cells) and no cell waits or runs ([*]): save
-                prompts = page.evaluate(PROMPTS)
+                seen = page.evaluate(RUNNING)
+                prompts = seen["prompts"]
                 assert time.monotonic() < deadline, f"{name}: not every cell had run after 6 minutes: {prompts}"
                 page.wait_for_timeout(250)
-                quiet = quiet + 1 if idle.count() and "[*]:" not in prompts else 0
+                quiet = quiet + 1 if seen["idle"] and "[*]:" not in prompts else 0
                 if quiet < 4 or not any(re.fullmatch(r"\[\d+\]:", prompt) for prompt in prompts):
                     continue
                 save(page)
@@ -239,8 +239,14 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
             browser.close()
 
 
-# the code cells' prompts as shown: [ ]: not run, [*]: running or waiting its turn, [3]: ran third
-PROMPTS = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim())"
+# the code cells' prompts as shown ([ ]: not run, [*]: running or waiting its turn, [3]: ran third), and whether the
+# status bar says the kernel is idle. Asked of those elements alone, four times a second: Playwright's get_by_text
+# searched the whole page's text each time, plotly's figures and all, and kept 40% of a core busy in Chromium
+# (lab 10, measured here) while the kernel ran the lab beside it on 2 cores.
+RUNNING = """() => ({
+    prompts: [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim()),
+    idle: [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(
+        item => item.textContent.trim() === 'Python 3 (ipykernel) | Idle')})"""
 
 
 # what a notebook shows once reopened: widget views, plotly plots drawn (plotly's JupyterLab renderer shows a
