@@ -4,6 +4,7 @@ exercise notebook, as shipped, runs all to the end with no error output and no "
 and, saved and reopened without a kernel, shows its widgets from their saved state, leaving screenshots
 under build/screenshots/. Skips, saying why, where Chromium or Playwright is missing
 (.ci/run installs Debian's chromium so that CI runs it)."""
+import json
 import os
 import re
 import shutil
@@ -109,9 +110,14 @@ def test_the_step_through_widget_renders_and_steps_in_a_real_browser(jupyterlab)
             page.get_by_role("menuitem", name="Kernel", exact=True).click()
             page.get_by_text("Shut Down Kernel", exact=True).click()
             page.get_by_text("No Kernel").first.wait_for(timeout=30_000)
-            page.reload()
-            page.wait_for_selector(".jp-Notebook", timeout=90_000)
-            page.wait_for_selector(".jupyter-widgets .js-plotly-plot", timeout=60_000)
+            for reloads in range(2):  # once more where jupyterlab_widgets gave up early (see reopen_without_kernel)
+                page.reload()
+                page.wait_for_selector(".jp-Notebook", timeout=90_000)
+                page.wait_for_function("() => document.querySelector('.jupyter-widgets .js-plotly-plot') || "
+                                       "/model not found/.test(document.querySelector('.jp-Notebook').innerText)",
+                                       timeout=60_000)
+                if not page.get_by_text("model not found").count():
+                    break
             assert page.get_by_text("Error displaying widget").count() == 0
             page.screenshot(path=str(SCREENSHOT.with_name("step-through-reopened.png")))
             # issue 51: the reopened widget draws the step its controls show, outlined cells and all
@@ -144,11 +150,15 @@ def run_all(browser, url: str):
 
 
 _REQUESTS: dict = {}  # per page: lab.ipynb's contents requests, in order, as (method, "sent" | "done" | "failed")
+_CONSOLE: dict = {}  # per page: the errors its console printed, which a failing check quotes
 
 
 def follow_saves(page) -> None:
-    """Keep a log of the page's requests for lab.ipynb (not its checkpoints), which :func:`save` reads."""
+    """Keep a log of the page's requests for lab.ipynb (not its checkpoints), which :func:`save` reads, and of the
+    errors its console prints."""
     log = _REQUESTS.setdefault(page, [])
+    console = _CONSOLE.setdefault(page, [])
+    page.on("console", lambda message: console.append(message.text[:300]) if message.type == "error" else None)
 
     def record(what):
         def seen(request):
@@ -233,7 +243,8 @@ def runs_all_in_a_real_browser(exercise_lab, name: str) -> None:
             reopened = reopen_without_kernel(page, saved)
             assert reopened["outputs"] >= reopened["saved_outputs"] > 0, f"{name}: reopened, {reopened}"
             assert reopened["plots"] > 0 or not reopened["saved_drawings"], f"{name}: reopened, {reopened}"
-            assert reopened["errors"] == reopened["loading"] == 0, f"{name}: reopened without a kernel, {reopened}"
+            assert reopened["errors"] == reopened["loading"] == 0, \
+                f"{name}: reopened without a kernel, {reopened}; the page's console errors: {_CONSOLE[page][-8:]}"
             page.screenshot(path=str(SCREENSHOT.with_name(f"{name}-reopened.png")), full_page=True)
         finally:
             browser.close()
@@ -253,12 +264,15 @@ RUNNING = """() => ({
 # saved figure as the PNG it kept and draws it live when the pointer enters), and widgets that cannot be shown
 REOPENED = """() => {
     const outputs = [...document.querySelectorAll('.jp-OutputArea-output')];
+    const cells = [...document.querySelectorAll('.jp-CodeCell')];
     const images = [...document.querySelectorAll('.jp-RenderedPlotly img.plot-img')]
         .filter(img => img.src.startsWith('data:image/png') && img.naturalWidth > 0);
     return {outputs: outputs.length, widgets: document.querySelectorAll('.jupyter-widgets').length,
             plots: document.querySelectorAll('.js-plotly-plot').length + images.length,
             loading: outputs.filter(o => /Loading widget/.test(o.innerText)).length,
-            errors: outputs.filter(o => /Error displaying widget|model not found/.test(o.innerText)).length};
+            errors: outputs.filter(o => /Error displaying widget|model not found/.test(o.innerText)).length,
+            said: outputs.filter(o => /Error displaying widget|model not found/.test(o.innerText)).map(o => [
+                cells.indexOf(o.closest('.jp-CodeCell')), o.innerText.slice(0, 200)])};
 }"""
 
 
@@ -266,18 +280,42 @@ DRAWN = ("application/vnd.plotly.v1+json", "application/vnd.jupyter.widget-view+
 
 
 def _widgets_without_state(nb) -> set:
-    """The models of the widget views among ``nb``'s outputs that its saved widget state does not hold."""
-    views = {o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for c in nb.cells
-             if c.cell_type == "code" for o in c.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})}
+    """The widget models that ``nb``'s outputs show, or that those models refer to ("IPY_MODEL_<id>": a box's
+    children, a layout, a link's ends), which its saved widget state does not hold: reopened, a view whose model
+    or one it refers to is missing says "model not found"."""
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    return views - set(state)
+    wanted = [o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for c in nb.cells
+              if c.cell_type == "code" for o in c.outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    seen, missing = set(), set()
+    while wanted:
+        model = wanted.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        if model not in state:
+            missing.add(model)
+            continue
+        wanted += re.findall(r"IPY_MODEL_([0-9a-f]+)", json.dumps(state[model].get("state", {})))
+    return missing
 
 
 def reopen_without_kernel(page, saved) -> dict:
     """Save the notebook (with its widgets' state), shut its kernel down, reload the page and count what the
     saved notebook shows (``REOPENED``): what a learner sees opening it again another day; with what the saved file
     holds, ``saved_outputs`` (outputs) and ``saved_drawings`` (plotly figures and widget views), so that a page
-    read before it drew anything is not taken for one with nothing to draw."""
+    read before it drew anything is not taken for one with nothing to draw.
+
+    The reload starts a new kernel, and jupyterlab_widgets rebuilds the widgets from the saved state once that
+    kernel answers. Its renderer waits 2 s (wall time) for a view's model and then, if a restore has already
+    been reported done, says "Error displaying widget: model not found" for good; a restore from the new kernel
+    alone (``restoreWidgets(..., {loadNotebook: false})``, which it runs whenever the kernel's connection comes up
+    while no other restore is marked under way) reports done too, and on a loaded machine (CI, 2 cores shared with another lab in a browser) the saved
+    state's models have come later than that once: lab 02's step-through widget said "model not found" (1 error,
+    1 widget element, 2 of 3 plots: what this page shows when that model is taken out of the file it loads), in a
+    test that took 49 s in all, so the saved file held the model (the save loop below ends only when it does, or
+    after a minute). So where every model a view needs is in the saved file (checked first: if not, that is this
+    project's defect and fails) and a view still says "model not found", the page is reloaded once more, as a
+    learner would, and ``reloads`` says so."""
     # saved again until the saved state holds every widget view's model: reopened from a save taken before the last
     # widgets' models reached the page, those widgets had no state and said so
     deadline = time.monotonic() + 60
@@ -287,21 +325,26 @@ def reopen_without_kernel(page, saved) -> dict:
         if not missing or time.monotonic() > deadline:
             break
         page.wait_for_timeout(1000)
+    assert not missing, f"a minute after Run All, the saved notebook still lacks the state of widget models {missing}"
     page.get_by_role("menuitem", name="Kernel", exact=True).click()
     page.get_by_text("Shut Down Kernel", exact=True).click()
     page.get_by_text("No Kernel").first.wait_for(timeout=30_000)
-    page.reload()
-    page.wait_for_selector(".jp-Notebook", timeout=90_000)
     outputs = [o for c in nbformat.read(saved, as_version=4).cells if c.cell_type == "code" for o in c.outputs]
     held = {"saved_outputs": len(outputs), "saved_drawings": sum(any(k in o.get("data", {}) for k in DRAWN)
                                                                   for o in outputs)}
-    deadline = time.monotonic() + 90
-    while True:  # widget views and plots draw after the notebook appears, from the saved state
-        time.sleep(0.5)
-        seen = dict(page.evaluate(REOPENED), **held)
-        drawn = seen["plots"] > 0 or not held["saved_drawings"]
-        if (seen["outputs"] >= held["saved_outputs"] and seen["loading"] == 0 and drawn) or time.monotonic() > deadline:
+    for reloads in range(2):
+        page.reload()
+        page.wait_for_selector(".jp-Notebook", timeout=90_000)
+        deadline = time.monotonic() + 90
+        while True:  # widget views and plots draw after the notebook appears, from the saved state
+            time.sleep(0.5)
+            seen = dict(page.evaluate(REOPENED), **held, reloads=reloads)
+            drawn = seen["plots"] > 0 or not held["saved_drawings"]
+            if (seen["outputs"] >= held["saved_outputs"] and seen["loading"] == 0 and drawn) or time.monotonic() > deadline:
+                break
+        if not seen["said"] or not all("model not found" in text for _, text in seen["said"]):
             return seen
+    return seen
 
 
 @pytest.fixture
