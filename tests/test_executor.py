@@ -1,6 +1,8 @@
 """The executor on real MPI processes: every algorithm against MPI's own collectives, failure cases, traces."""
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,10 +63,19 @@ def test_an_exception_on_one_rank_ends_the_job():
     assert time.monotonic() - start < 30
 
 
-def test_an_aborted_job_leaves_no_shared_memory_or_topology_file_behind(tmp_path):
+@pytest.mark.parametrize("started", ["by ringlab", "by hand"])
+def test_an_aborted_job_leaves_no_shared_memory_or_topology_file_behind(tmp_path, started):
     """MPICH removes its segments' names from /dev/shm only in MPI_Finalize, which an aborted job never reaches:
-    the runner removes them once every rank has started, so the memory goes with the job's last rank."""
-    done = run_mpi(3, [str(HERE / "failures.py"), "segments", str(tmp_path / "mapped")], timeout=60)
+    ringlab removes them once every rank has started, so the memory goes with the job's last rank. In the jobs
+    ringlab starts the runner does so before the script runs (here rank 1 raises before any ringlab call); in a
+    job started by hand (``mpiexec python -m mpi4py``), ringlab's first call on COMM_WORLD does."""
+    if started == "by ringlab":
+        done = run_mpi(3, [str(HERE / "failures.py"), "segments", str(tmp_path / "mapped")], timeout=60)
+    else:
+        from ringlab.cluster.launch import find_mpiexec, local_env
+        done = subprocess.run([find_mpiexec(), "-n", "3", sys.executable, "-m", "mpi4py", str(HERE / "failures.py"),
+                               "segments-after-call", str(tmp_path / "mapped")], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, **local_env(nranks=3)})
     assert done.returncode != 0 and "boom on rank 1" in done.stderr
     mapped = {name for r in range(3) for name in (tmp_path / f"mapped.{r}").read_text().split()}
     if not Path("/dev/shm").is_dir():
@@ -75,6 +86,27 @@ def test_an_aborted_job_leaves_no_shared_memory_or_topology_file_behind(tmp_path
     held = {name for r in range(3) for name in (tmp_path / f"mapped-topology.{r}").read_text().splitlines()}
     assert held and all(name.endswith(" (deleted)") for name in held), held
     assert [name for name in held if os.path.exists(name.removesuffix(" (deleted)"))] == []
+
+
+@pytest.mark.parametrize("call", ["rl.allreduce(np.ones(3))", "describe_machine()", "report()"])
+def test_a_killed_singleton_leaves_no_shared_memory_behind(call):
+    """A process that is MPI's only rank (a notebook's kernel: lab 00 asks the MPI library its version, nbval
+    ends a kernel with SIGKILL) leaves no segment in /dev/shm once ringlab has touched MPI."""
+    code = ("import os, numpy as np, ringlab as rl\n"
+            "from ringlab.measure.machine import describe_machine\nfrom ringlab.measure.doctor import report\n"
+            f"{call}\n"
+            "from ringlab.mpi.nodes import MPICH_SEGMENT\n"
+            "print(' '.join(sorted(set(MPICH_SEGMENT.findall(open('/proc/self/maps').read())))), flush=True)\n"
+            "os.kill(os.getpid(), 9)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_CVAR_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=HERE)
+    assert done.returncode == -9, done.stderr[-2000:]
+    mapped = done.stdout.split()
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm here: MPICH's segments live elsewhere")
+    assert mapped and all(name.startswith("/dev/shm/mpich_shm_") for name in mapped), done.stdout
+    assert [name for name in mapped if os.path.exists(name)] == []
 
 
 def test_a_stuck_step_times_out_naming_step_and_peer(tmp_path):

@@ -111,10 +111,10 @@ def _abort_on_exception(errors: str, grace: float = GRACE_S, deadline: float | N
     from IPython import get_ipython
     from mpi4py import MPI
 
-    from ringlab.cluster.runner import unname_shared_memory, unname_topology_file
+    from ringlab.mpi.nodes import forget_job_files
 
-    unname_shared_memory()  # every engine has registered, so finished MPI_Init: an aborted job leaves no segment
-    unname_topology_file()  # nor mpiexec's topology file in /tmp
+    forget_job_files()  # every engine has registered, so finished MPI_Init: an aborted job leaves no segment in
+    # /dev/shm, nor mpiexec's topology file in /tmp
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     cell = ["0"]  # the cell running now: how many this engine has run, and a digest of its text
     timer, started, running = [None], [0.0], [False]  # running: a cell seen by pre_run_cell (not a silent one)

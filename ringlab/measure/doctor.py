@@ -7,7 +7,7 @@ import textwrap
 
 from ..cluster.launch import find_mpiexec
 from .machine import describe_machine
-from .recorded import RESULTS, Recorded, load
+from .recorded import RESULTS, load
 
 LAB_PLANS = [  # (lab, what it needs, what it does)
     ("00 Your machine", "gpu", "topology, the PCIe arithmetic, copies against the link's peak"),
@@ -137,9 +137,12 @@ def nodes_and_network(facts: dict) -> list[str]:
     else:
         simulated = f"none ({SIMULATED} is not set; set it to try nodes on this machine)"
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # (initializes MPI: in a notebook's kernel, as a singleton)
 
         library = MPI.Get_library_version()
+        if MPI.COMM_WORLD.Get_size() == 1:  # MPI's only rank: the names of MPICH's files for it can go at once,
+            from ..mpi.nodes import forget_job_files
+            forget_job_files()  # so that a kernel killed later (nbval's way of ending one) leaves none in /dev/shm
     except Exception as err:  # no mpi4py, or no MPI library under it
         library = f"unavailable ({type(err).__name__})"
     verbs = ctypes.util.find_library("ibverbs") is not None

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..schedule import parse_size
 from .deadlines import StepTimeout, allgather, deadline, seconds, wait, wait_all
+from .nodes import forget_job_files
 
 TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
 AGREE_TAG = TAG_LIMIT    # the argument agreement's digests
@@ -137,6 +138,9 @@ class Private:
         self._pending = None
         dup.Set_attr(_keys()[1], self)
         self._dup = dup
+        if not _FORGOT[0] and _is_world(self.source):
+            _FORGOT[0] = True  # every rank of the job made it, so has finished MPI_Init: the names of MPICH's files
+            forget_job_files()  # for it go, and a job that aborts (or a killed singleton) leaves them nowhere
         return dup
 
     def stamps(self, what: str, limit: float | None):
@@ -238,6 +242,21 @@ class Private:
                 pass
         self._dup, self._set_aside, self._notes, self._stamps = None, [], [], None
         _LIVE.discard(self)
+
+
+_FORGOT = [False]  # forget_job_files has been called (a Compare with COMM_WORLD saved on every later duplicate)
+
+
+def _is_world(comm) -> bool:
+    """Whether ``comm`` has every rank of COMM_WORLD (it, or a duplicate of it)."""
+    if not _MPI:
+        from mpi4py import MPI
+        _MPI.append(MPI)
+    MPI = _MPI[0]
+    try:
+        return comm.Is_intra() and MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+    except Exception:  # not an MPI communicator (a stand-in)
+        return False
 
 
 def state(comm) -> Private:

@@ -72,6 +72,14 @@ elif mode == "segments":  # the shared memory MPICH mapped, written down; then t
     if rank == 1:
         raise RuntimeError("boom on rank 1")
     rl.allreduce(np.ones(1000), "ring")
+elif mode == "segments-after-call":  # started by hand (no runner): ringlab's first call, then the abort
+    rl.allreduce(np.ones(3), "ring", timeout=30)  # makes ringlab's private communicator over COMM_WORLD
+    write_mapped(sys.argv[2])
+    write_topology_files(f"{sys.argv[2]}-topology")
+    comm.Barrier()
+    if rank == 1:
+        raise RuntimeError("boom on rank 1")
+    rl.allreduce(np.ones(1000), "ring")
 elif mode in ("stuck", "absent", "first", "bad-timeout"):  # rank 2 never joins: a timeout names the step and peer
     if mode == "first":  # also started by hand, without ringlab's runner: the test removes what the abort leaves
         write_mapped(f"{sys.argv[2]}.mapped")
