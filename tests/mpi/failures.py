@@ -65,15 +65,9 @@ elif mode == "raise":  # one rank fails before the collective: the job must end,
     if rank == 1:
         raise RuntimeError("boom on rank 1")
     rl.allreduce(np.ones(1000), "ring")
-elif mode == "segments":  # the shared memory MPICH mapped, written down; then the job is aborted
-    write_mapped(sys.argv[2])
-    write_topology_files(f"{sys.argv[2]}-topology")
-    comm.Barrier()
-    if rank == 1:
-        raise RuntimeError("boom on rank 1")
-    rl.allreduce(np.ones(1000), "ring")
-elif mode == "segments-after-call":  # started by hand (no runner): ringlab's first call, then the abort
-    rl.allreduce(np.ones(3), "ring", timeout=30)  # makes ringlab's private communicator over COMM_WORLD
+elif mode in ("segments", "segments-after-call"):  # the shared memory MPICH mapped, written down; then an abort
+    if mode == "segments-after-call":  # started by hand (no runner): ringlab's first call comes first
+        rl.allreduce(np.ones(3), "ring", timeout=30)  # makes ringlab's private communicator over COMM_WORLD
     write_mapped(sys.argv[2])
     write_topology_files(f"{sys.argv[2]}-topology")
     comm.Barrier()
