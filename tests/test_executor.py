@@ -95,7 +95,7 @@ def test_a_killed_singleton_leaves_no_shared_memory_behind(call):
     code = ("import os, numpy as np, ringlab as rl\n"
             "from ringlab.measure.machine import describe_machine\nfrom ringlab.measure.doctor import report\n"
             f"{call}\n"
-            "from ringlab.mpi.nodes import MPICH_SEGMENT\n"
+            "from ringlab.mpi.devices import MPICH_SEGMENT\n"
             "print(' '.join(sorted(set(MPICH_SEGMENT.findall(open('/proc/self/maps').read())))), flush=True)\n"
             "os.kill(os.getpid(), 9)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_CVAR_"))}

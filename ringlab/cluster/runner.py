@@ -7,7 +7,7 @@ ringlab call of a job names a rank that never comes; by hand, ``mpiexec -n 4 pyt
 works as well, with that first call's timeout unable to say which rank is missing.
 
 Once every rank has started, the names of MPICH's shared-memory segments are removed from /dev/shm, and the
-topology file mpiexec's proxy wrote for the ranks from /tmp (:func:`ringlab.mpi.nodes.forget_job_files`, which
+topology file mpiexec's proxy wrote for the ranks from /tmp (:func:`ringlab.mpi.devices.forget_job_files`, which
 the private communicator over COMM_WORLD calls once made): a job that aborts leaves neither behind.
 
 Each rank's stdout and stderr are line-buffered here: a line goes out whole, and at once. mpiexec forwards the
@@ -16,11 +16,11 @@ separately, and two ranks printing together came out as ``rank 0: ... 1.0 srank 
 """
 from __future__ import annotations
 
-from ..mpi.nodes import (HYDRA_TOPOLOGY, MPICH_SEGMENT, forget_job_files, unname_shared_memory,
-                          unname_topology_file)
+from ..mpi.devices import (HYDRA_TOPOLOGY, MPICH_SEGMENT, forget_job_files, unname_shared_memory,
+                           unname_topology_file)
 
 __all__ = ["main", "whole_lines", "forget_job_files", "unname_shared_memory", "unname_topology_file",
-           "MPICH_SEGMENT", "HYDRA_TOPOLOGY"]  # the last five from ringlab.mpi.nodes, named here as before
+           "MPICH_SEGMENT", "HYDRA_TOPOLOGY"]  # the last five from ringlab.mpi.devices, named here as before
 
 def whole_lines() -> None:
     """stdout and stderr line-buffered: each line in one write, written when it ends."""

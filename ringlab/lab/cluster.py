@@ -111,7 +111,7 @@ def _abort_on_exception(errors: str, grace: float = GRACE_S, deadline: float | N
     from IPython import get_ipython
     from mpi4py import MPI
 
-    from ringlab.mpi.nodes import forget_job_files
+    from ringlab.mpi.devices import forget_job_files
 
     forget_job_files()  # every engine has registered, so finished MPI_Init: an aborted job leaves no segment in
     # /dev/shm, nor mpiexec's topology file in /tmp

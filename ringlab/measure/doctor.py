@@ -141,7 +141,7 @@ def nodes_and_network(facts: dict) -> list[str]:
 
         library = MPI.Get_library_version()
         if MPI.COMM_WORLD.Get_size() == 1:  # MPI's only rank: the names of MPICH's files for it can go at once,
-            from ..mpi.nodes import forget_job_files
+            from ..mpi.devices import forget_job_files
             forget_job_files()  # so that a kernel killed later (nbval's way of ending one) leaves none in /dev/shm
     except Exception as err:  # no mpi4py, or no MPI library under it
         library = f"unavailable ({type(err).__name__})"

@@ -147,7 +147,7 @@ def describe_machine(command: list[str] | None = None) -> dict:
         from mpi4py import MPI
         info["mpi"] = MPI.Get_library_version().strip().splitlines()[0]
         if MPI.COMM_WORLD.Get_size() == 1:  # MPI's only rank (a singleton): nothing of MPICH's outlives a kill
-            from ..mpi.nodes import forget_job_files
+            from ..mpi.devices import forget_job_files
             forget_job_files()
         from ..mpi.devices import cuda_aware_conflict, mpi_is_cuda_aware
         # RINGLAB_CUDA_AWARE=1 against the library's own no: it cannot read GPU memory (calls on GPU buffers refuse)

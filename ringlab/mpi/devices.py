@@ -5,12 +5,20 @@ On a machine without a GPU (or without cupy) everything is numpy, silently: that
 every lab must work on. With GPUs, each rank binds to one by its node-local rank, so ranks on
 one node spread over the GPUs it can see (``CUDA_VISIBLE_DEVICES`` masks and renumbers them) and
 several ranks may share one GPU. A utility of every layer of :mod:`ringlab.mpi`: it imports none of them.
+
+What MPI_Init leaves on a host: MPICH's shared-memory segments in /dev/shm and the topology file mpiexec's proxy
+writes in /tmp, both removed by MPICH only when the job ends well. :func:`forget_job_files` removes their names
+once every rank has finished MPI_Init (the memory stays mapped for the ranks that share it), so that a job that
+aborts, or a process that is killed, leaves neither behind; ringlab's private communicator over COMM_WORLD calls
+it once made (a collective: every rank is there), so does :mod:`ringlab.cluster.runner` through it, and a process
+that is MPI's only rank (a singleton: a notebook's kernel) may call it at once.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import os
+import re
 
 import numpy as np
 
@@ -400,3 +408,73 @@ def sharing(ranks_per_gpu: int) -> str | None:
             "(time slices), so each hand-off between ranks waits for the other's slice and small calls take "
             "about a millisecond; start MPS (nvidia-cuda-mps-control -d) to let them share it, and remember the "
             "bytes never cross a link")
+
+
+MPICH_SEGMENT = re.compile(r"(/dev/shm/mpich_shm_[^\s]+)")  # how MPICH names a host's shared memory in /dev/shm
+HYDRA_TOPOLOGY = re.compile(r"^/.*/hydra_hwloc_xmlfile_[A-Za-z0-9]+$")  # the hwloc file MPICH's hydra proxy writes
+
+
+def unname_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
+    """Remove from /dev/shm the names of the shared-memory segments MPICH mapped into this rank at MPI_Init, and
+    return those this rank removed (another rank of the host may have been first).
+
+    MPICH removes them only in MPI_Finalize, so every job that ended without it (a rank's exception aborting the
+    job, a timeout, a kill) left its segment behind, 2-4 MB a job of memory the machine got back only when someone
+    deleted the file (thousands had gathered on a machine that ran this project's tests). The memory stays mapped,
+    and the ranks share it as before, for as long as they run; the name is needed only while they attach, so call
+    this once every rank of the host has finished MPI_Init (after a collective over COMM_WORLD). MPICH's own
+    finalize does not mind the name gone. Nothing to do where there is no /proc (not Linux)."""
+    try:
+        with open(maps) as f:
+            names = sorted(set(MPICH_SEGMENT.findall(f.read())))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        try:
+            os.unlink(name)
+            removed.append(name)
+        except OSError:  # removed by another rank of this host first, or not this user's
+            pass
+    return removed
+
+
+def unname_topology_file(proc: str = "/proc") -> list[str]:
+    """Remove the hwloc topology file (``/tmp/hydra_hwloc_xmlfile_XXXXXX``) that this rank's parent, mpiexec's
+    ``hydra_pmi_proxy``, wrote for its ranks to read in MPI_Init, and return what this rank removed.
+
+    The proxy removes it when the job ends well; a job that aborts has its proxy killed, and the file stayed in
+    /tmp (5 KB each: a run of this project's tests, which abort jobs on purpose, left 235). Call this once every
+    rank of the host has finished MPI_Init; the proxy keeps the file open, and does not mind its name gone when it
+    ends. Nothing to do where the parent is not hydra's proxy (Slurm's srun, a singleton) or there is no /proc."""
+    parent = f"{proc}/{os.getppid()}"
+    try:
+        with open(f"{parent}/comm") as f:
+            if f.read().strip() != "hydra_pmi_proxy":
+                return []
+        fds = os.listdir(f"{parent}/fd")
+    except OSError:
+        return []
+    removed = []
+    for fd in fds:
+        try:
+            target = os.readlink(f"{parent}/fd/{fd}")  # a removed file reads "... (deleted)", which does not match
+            if HYDRA_TOPOLOGY.match(target):
+                os.unlink(target)
+                removed.append(target)
+        except OSError:  # closed meanwhile, or removed by another rank of this host first
+            pass
+    return removed
+
+
+_FORGOTTEN: list[bool] = []  # forget_job_files ran in this process
+
+
+def forget_job_files() -> list[str]:
+    """Once in a process: :func:`unname_shared_memory` and :func:`unname_topology_file`, what they removed. Call
+    it once every rank of the job has finished MPI_Init (after a collective over COMM_WORLD, or at once where
+    COMM_WORLD has this rank alone)."""
+    if _FORGOTTEN:
+        return []
+    _FORGOTTEN.append(True)
+    return unname_shared_memory() + unname_topology_file()

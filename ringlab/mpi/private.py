@@ -53,7 +53,7 @@ import numpy as np
 
 from ..schedule import parse_size
 from .deadlines import StepTimeout, allgather, deadline, seconds, wait, wait_all
-from .nodes import forget_job_files
+from .devices import forget_job_files
 
 TAG_LIMIT = 32766        # steps' tags are below it (32767 is the smallest tag upper bound MPI guarantees)
 AGREE_TAG = TAG_LIMIT    # the argument agreement's digests
