@@ -22,6 +22,7 @@ from ..mpi.devices import (HYDRA_TOPOLOGY, MPICH_SEGMENT, forget_job_files, unna
 __all__ = ["main", "whole_lines", "forget_job_files", "unname_shared_memory", "unname_topology_file",
            "MPICH_SEGMENT", "HYDRA_TOPOLOGY"]  # the last five from ringlab.mpi.devices, named here as before
 
+
 def whole_lines() -> None:
     """stdout and stderr line-buffered: each line in one write, written when it ends."""
     import sys

@@ -140,9 +140,8 @@ def nodes_and_network(facts: dict) -> list[str]:
         from mpi4py import MPI  # (initializes MPI: in a notebook's kernel, as a singleton)
 
         library = MPI.Get_library_version()
-        if MPI.COMM_WORLD.Get_size() == 1:  # MPI's only rank: the names of MPICH's files for it can go at once,
-            from ..mpi.devices import forget_job_files
-            forget_job_files()  # so that a kernel killed later (nbval's way of ending one) leaves none in /dev/shm
+        from ..mpi.devices import forget_singleton_files
+        forget_singleton_files()
     except Exception as err:  # no mpi4py, or no MPI library under it
         library = f"unavailable ({type(err).__name__})"
     verbs = ctypes.util.find_library("ibverbs") is not None

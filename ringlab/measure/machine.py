@@ -146,10 +146,8 @@ def describe_machine(command: list[str] | None = None) -> dict:
     try:
         from mpi4py import MPI
         info["mpi"] = MPI.Get_library_version().strip().splitlines()[0]
-        if MPI.COMM_WORLD.Get_size() == 1:  # MPI's only rank (a singleton): nothing of MPICH's outlives a kill
-            from ..mpi.devices import forget_job_files
-            forget_job_files()
-        from ..mpi.devices import cuda_aware_conflict, mpi_is_cuda_aware
+        from ..mpi.devices import cuda_aware_conflict, forget_singleton_files, mpi_is_cuda_aware
+        forget_singleton_files()
         # RINGLAB_CUDA_AWARE=1 against the library's own no: it cannot read GPU memory (calls on GPU buffers refuse)
         info["mpi_cuda_aware"] = False if cuda_aware_conflict() else mpi_is_cuda_aware()
     except Exception as err:
