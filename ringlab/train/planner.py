@@ -679,9 +679,13 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     full_tensor = ACT_BYTES * tokens_mb * h         # one micro-batch's hidden states, gathered over tp
     if tp > 1:
         topo = group_topology(topology, tp, 1)
-        per_layer_calls = 2 * (2 + (1 if full else 0))  # fwd 2, bwd 2, recompute 2: each an all-gather and a reduce-scatter
-        add("tp", "allgather", full_tensor, topo, micro * L_stage * per_layer_calls / 2)
-        add("tp", "reduce_scatter", full_tensor, topo, micro * L_stage * per_layer_calls / 2)
+        # sequence parallelism's collectives a layer, of each kind: forward 2 (an all-gather before attention and one
+        # before the MLP, a reduce-scatter after each), backward 2 (each one's gradient runs the other kind), full
+        # recomputation's forward 2 more: "four all-gathers and four reduce-scatters" without it (Korthikanti et al.
+        # 2022, section 4.2.2)
+        per_layer_calls = 4 + (2 if full else 0)
+        add("tp", "allgather", full_tensor, topo, micro * L_stage * per_layer_calls)
+        add("tp", "reduce_scatter", full_tensor, topo, micro * L_stage * per_layer_calls)
     if cp > 1:
         topo = group_topology(topology, cp, tp)
         kv_bytes = ACT_BYTES * 2 * micro_batch * seq * kv_dim / (tp if not model.mla else 1)  # keys and values, gathered
