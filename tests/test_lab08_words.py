@@ -80,10 +80,29 @@ def test_a_cause_for_the_time_beyond_the_collectives_is_named_only_where_the_num
 
 def test_the_model_sentence_names_latencies_only_for_the_same_bytes_in_more_calls():
     more = sharding.sharding_lesson(_sharding()).text
-    assert "prices stage 1's collectives 6% above data parallelism's: the same bytes in 6 calls instead of 1, so the " \
-           "difference is 5 more message latencies" in more
+    # 2 ranks: an allreduce is 2 ring steps, each reduce-scatter or allgather 1
+    assert "prices stage 1's collectives 6% above data parallelism's: the same bytes in 6 calls instead of 1, 6 ring " \
+           "steps one after another instead of 2, so the difference is 4 more message latencies" in more
     heavier = sharding.sharding_lesson(_sharding(sent=(1.0, 1.2, 1.2, 1.5))).text
     assert "6% above data parallelism's. Beyond" in heavier and "latencies" not in heavier
+
+
+def test_the_latencies_named_are_the_cost_models_difference_between_stage_1_and_data_parallelism():
+    """On uniform links the same bytes cost the same bandwidth time either way, so what the cost model adds for stage 1
+    is its extra ring steps times one link's latency: the count the sentence names (4 ranks: 18 steps against 6)."""
+    from ringlab.algorithms import build
+    from ringlab.predict import predict
+    from ringlab.topology import from_spec
+
+    n, latency = 4, 20e-6  # uniform:0.05:20, 20 us a message
+    topology, _ = from_spec("uniform:0.05:20", n)
+    sizes = sharding.unit_bytes(sharding.make_model())
+    priced = {v: sum(predict(build(name, n), nbytes, topology).seconds for name, nbytes in sharding._calls(v, sizes))
+              for v in sharding.VARIANTS[:2]}
+    steps = {v: sharding.message_steps(v, len(sharding._calls(v, sizes)), n) for v in sharding.VARIANTS[:2]}
+    assert steps == {"data parallel": 6, "ZeRO stage 1": 18}
+    extra = priced["ZeRO stage 1"] - priced["data parallel"]
+    assert abs(extra / ((steps["ZeRO stage 1"] - steps["data parallel"]) * latency) - 1) < 0.02, extra
 
 
 def _scale_row(variant, seconds, algorithms, busbw):

@@ -360,7 +360,13 @@ def test_the_unprinted_micro_batch_is_planned_at_every_value_and_the_words_follo
     inside = [r for r in rows if r["fits"] and 0.8 <= r["ratio"] <= 1.2]
     assert inside and said.conclusions == ("within 20% at an unprinted setting",)
     best = min(inside, key=lambda r: abs(r["ratio"] - 1))
-    assert f"at {best['setting']} it is {best['ratio']:.2f}" in said.text
+    named = (f": closest at {best['setting']} ({best['ratio']:.2f})." if len(inside) > 1 else
+             f"at {best['setting']} ({best['ratio']:.2f}).")
+    assert named in said.text
+    # two settings within the band are named as a list, the closest said once (it once read "at a; b: at a it is")
+    both = [dict(r, ratio=1.1 if r is rows[1] else r["ratio"], fits=True) for r in rows]
+    listed = unprinted.describe_unprinted(both).text
+    assert f"at 2 settings ({rows[1]['setting']}; {rows[2]['setting']}): closest at" in listed
     assert f"{rows[0]['dp_exposed']:.3f} s exposed against {best['dp_exposed']:.3f} s" in said.text
     assert "not a prediction" in said.text
     # the other side: no value within 20% (the rows moved out of the band) says the difference is elsewhere
@@ -370,7 +376,7 @@ def test_the_unprinted_micro_batch_is_planned_at_every_value_and_the_words_follo
     assert "within 20% (and fitting" not in flipped.text
     # a value that does not fit is never offered, even within the band
     crowded = [dict(r, fits=r is not best) for r in rows]
-    assert f"at {best['setting']} it is" not in unprinted.describe_unprinted(crowded).text
+    assert f"at {best['setting']} (" not in unprinted.describe_unprinted(crowded).text
 
 
 def test_a_run_that_prints_every_setting_has_none_to_vary():

@@ -294,7 +294,7 @@ def test_the_hybrid_check_on_one_node_sends_nothing_across_and_says_so():
     rows = [{"optimizer": name, "layout": "1 nodes x 4 GPUs", "difference": 0.0, "across": 0.0, "formula": 0.0}
             for name in ("SGD", "Adam")]
     said = hybrid.hybrid_check_sentence(rows)
-    assert "A rank sent 0 B a step to other nodes, the formula's 2(m-1)/m x Psi/g." in said
+    assert "A rank sent 0 B a step to other nodes, the formula's 2(m-1)/m x 8 Psi/g (float64 gradients)." in said
     assert "sends none" in hybrid.hybrid_check_sentence([dict(rows[0], across=8.0)])
 
 

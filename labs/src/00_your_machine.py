@@ -55,8 +55,8 @@ if topology is not None:
 
 # %% [markdown]
 # A published example: `nvidia-smi topo -m` of a server with eight RTX 4090s and two network cards
-# (the file's first line says where it was posted). Every GPU pair is `SYS`: each copy between GPUs
-# crosses PCIe, the host bridges and the link between the two sockets.
+# (the file's first line says where it was posted). Every GPU pair is `SYS`, the code for a path through
+# PCIe and the link between NUMA nodes; its NUMA Affinity column says more (next).
 
 # %%
 text, _ = published_topo("rtx4090x8")
@@ -214,7 +214,8 @@ print(f"published: {np.median(peer[off]) / 1e9:.0f} GB/s per pair (median), {np.
 #
 # 1. (Above) the PCIe arithmetic.
 # 2. A GPU in a x16 slot that is wired as x8: what does the same arithmetic give for PCIe 4.0? Where
-#    in `doctor`'s output, or in NVML's facts (`facts["gpus"]`), would you notice?
+#    in NVML's facts (`facts["gpus"]`, each GPU's `pcie_current` against `pcie_max`), or in the copy
+#    table's peak column, would you notice?
 
 # %% [markdown]
 # ## Quiz

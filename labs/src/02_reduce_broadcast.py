@@ -40,7 +40,8 @@ outputs = rl.simulate(rl.build("reduce.tree", 5, root=2), inputs)
 # %% [markdown]
 # ## Three ways, counted
 #
-# For 8 ranks and a 1 MiB buffer: how many steps each takes, and what the root's links carry.
+# For 8 ranks and a 1 MiB buffer: how many steps each takes, and what the root's links carry. The
+# chains cut the buffer into S = n segments (ringlab's default), so a chain takes S + n - 2 steps.
 
 # %%
 K, n = 1 << 20, 8

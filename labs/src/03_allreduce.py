@@ -142,8 +142,8 @@ print(f"rank {comm.Get_rank()}: ring, naive and rhd agree with MPI's Allreduce")
 # Now time them, from 64 KiB to 64 MiB, against MPI's own `Allreduce`. Every result is checked
 # first. Bus bandwidth is bytes/time x 2(n-1)/n: what each rank's link carries, so that a
 # bandwidth-optimal allreduce shows the link's speed whatever n is. Then the same sweep on an
-# emulated machine (`MACHINE` of the lab's room: every pair of ranks joined by links of 200 MB/s
-# and 0.5 ms a message, `rl.emulate`, met in lab 02), because four ranks on a laptop's cores copy
+# emulated machine (`MACHINE` of the lab's room: each rank on its own port of 200 MB/s each way
+# into a switch, 0.5 ms a message, `rl.emulate`, met in lab 02), because four ranks on a laptop's cores copy
 # through memory and the CPU may set their pace. There the same code moves the same data in
 # virtual time: each message takes its links' time on the ranks' clocks, and each rank's additions
 # count as the CPU time they took (`compute="cpu"`), a few percent of a step on these links. Nobody
@@ -231,8 +231,8 @@ table([{"kind": kind, **{n: bus_factor(kind, n) for n in (2, 4, 8)}} for kind in
 # `ringlab bench --emulate OVER_RANKS --emulate-compute model`), beside the cost model's lines for the
 # same links. `OVER_RANKS` has links of 200 MB/s and 20 us a message, so that at 4 MiB the ring's
 # 2(n-1) latencies stay under 2% of a call even on 16 ranks. It runs with `compute="model"`: this
-# CPU's work never counts (sixteen ranks share two cores here, and a reduction costs nothing on
-# these links), so the times are the links' alone, message by message, as the cost model prices
+# CPU's work never counts (sixteen ranks share this machine's few cores, and a reduction costs
+# nothing on these links), so the times are the links' alone, message by message, as the cost model prices
 # them. With `compute="cpu"` each rank's additions would add their CPU time, a few percent at
 # every rank count. Beside the virtual times, the text says what this machine took (wall time).
 
@@ -257,17 +257,17 @@ print(scaling_lesson(over_ranks, OVER_RANKS))
 #   link over the size, counted from the bandwidth-optimal schedule (2(n-1)/n for allreduce, (n-1)/n for
 #   reduce-scatter, allgather and alltoall, 1 for broadcast and reduce), so it stays at the link's rate
 #   as ranks are added while algbw falls.
-# - Bus bandwidth puts algorithms and rank counts on one scale. Where the ring overtakes naive, and
+# - Where the ring overtakes naive, and
 #   by how much it wins, depends on the machine: the text printed under the figure says it for yours,
 #   from your own numbers (ranks against cores, the crossover measured and fitted, the ratios at the
 #   largest size). Lab 05 predicts the same sweep on machines you may not have.
 #
 # ## Exercises
 #
-# 1. (Above) the reduce-scatter index rule, and the bus factors.
+# 1. (Above) exercises 1 and 2: the reduce-scatter index rule, and the bus factors.
 # 2. Run the measurement again with `"rhd"` and `"ps"` added. Which one wins at 64 MiB, and why does
 #    `ps` (one server) behave like `naive`?
-# 3. Fit `"rhd"` too and find where the ring overtakes it: `measured_crossover(rows, "rhd", "ring")`
+# 3. Fit `"rhd"` too and find whether and where the ring overtakes it: `measured_crossover(rows, "rhd", "ring")`
 #    and `fitted_crossover(fits, "rhd", "ring")` (both in `ringlab.measure.sweep`).
 
 # %% [markdown]

@@ -207,8 +207,8 @@ server_bottleneck_lesson(emulated)  # the sentences are computed from the rows a
 # %% [markdown]
 # ## Summary
 #
-# - One server's links carry (n-1)·K each way, like a naive allreduce's root; M shards divide that
-#   by M.
+# - One server's links carry (n-1)·K each way, like a naive allreduce's root; M shards cut the busiest
+#   rank's to (n+M-2)·K/M: (n-1)·K/M as a server and (M-1)·K/M as a worker, the ring's 2(n-1)/n·K at M = n.
 # - Synchronous servers compute the same average as data-parallel SGD, so everyone waits for the
 #   slowest worker.
 # - Asynchronous servers never wait, at the price of stale gradients, which can hurt convergence.

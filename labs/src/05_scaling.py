@@ -395,14 +395,15 @@ table([{"topology": p, **ring_report(rl.topology.preset(p))} for p in ("dgx1-p10
 #   shaped rate, and the hierarchy beat the flat ring at every size, as the model built from the
 #   declared rate predicted.
 # - On machines with uneven links, the ring's order matters as much as the algorithm.
-# - At datacenter scale the ring's 2(n-1) latencies win: on nodes of 8 H100 a 1 GiB ring is
+# - At datacenter scale the ring's 2(n-1) latencies dominate: on nodes of 8 H100 a 1 GiB ring is
 #   latency-bound from a few thousand GPUs (n = K/(alpha B)), and trees, about 2 log2 n steps, take over.
 #
 # ## Exercises
 #
 # 1. (Above) the ring's time.
-# 2. With your fitted alpha and B, at what size does `allreduce.rhd` beat `allreduce.ring` on 4 ranks?
-#    Use `crossover("allreduce.ring", "allreduce.rhd", fitted.topology(4))`.
+# 2. With your fitted alpha and B, from what size does `allreduce.ring` beat `allreduce.rhd` on 6 ranks?
+#    Use `crossover("allreduce.rhd", "allreduce.ring", fitted.topology(6))` (it returns the smallest size
+#    at which the second is predicted faster, `None` if never). Why is the answer `None` on 4 ranks?
 
 # %% [markdown]
 # ## Is my number normal? Two nodes against their [rails](glossary.md#rail)

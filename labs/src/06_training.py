@@ -12,7 +12,7 @@
 # learning rate, with warm-up); and, for a model that does not fit, what pipeline stages send each
 # other and the idle bubble they pay for it.
 #
-# **What you need:** labs 03 and 04, and torch.
+# **What you need:** labs 03, 04 and 05 (its cost model), and torch.
 
 # %%
 from ringlab.lab.cluster import MPICluster
@@ -254,8 +254,9 @@ print(describe_large_batches(large))
 # bucket's allreduce after backward has ended. Does overlap hide communication on this machine, and
 # which bucket size is best?
 #
-# Two ranks train a wider model (`make_wide_model`: five hidden layers of 512, on 16 samples a rank, so
-# that averaging its gradients is a large share of a step) with overlap off and on, and `bucket_bytes`
+# Two ranks train a wider model (`make_wide_model`: five square layers of 512 x 512 between its input and
+# output layers, on 16 samples a rank, so that averaging its gradients is a large share of a step) with
+# overlap off and on, and `bucket_bytes`
 # from one parameter a bucket to the whole model in one (`bucket_sizes`). The settings
 # take turns, one step each, so that a load on the machine that comes and goes falls on all of them
 # alike. Every step starts from a barrier and is traced (`trace=True`): when each parameter's gradient
@@ -425,11 +426,12 @@ bubble_plot(stage_counts=(4, 8))
 #   filled it can hide communication behind computation, where communication has resources of its
 #   own (a GPU's links and NICs); where ranks share a few CPU cores it competes with backward
 #   instead. More buckets start sooner but pay alpha more often. Trace a step to see which.
-# - A step on n ranks is one rank's compute plus the allreduce of the gradients: speed-up stays below
-#   n. The allreduce costs 2(n-1) latencies plus its bytes: at the same latency, more gradient bytes per unit
-#   of compute scale worse, but a small model's few bytes can leave it latency-bound, as the measured widths
-#   above show which. The first extra rank brings the allreduce in; later ones only grow 2(n-1)/n, so
-#   speed-up can rise faster after it.
+# - A step on n ranks is one rank's compute plus the allreduce of the gradients, so speed-up stays below
+#   n (a measured one above it says the 1-rank run was slow). The allreduce costs 2(n-1) latencies plus
+#   2(n-1)/n of its bytes: at the same latency, more gradient bytes per unit of compute scale worse, but a
+#   small model's few bytes can leave it latency-bound, as the measured widths above show. The first extra
+#   rank brings the allreduce in; after it the bytes term grows only from 1x towards 2x, while the latency
+#   term keeps growing with n.
 # - k micro-batches accumulated before one step (loss / k each) give the weights of k ranks taking
 #   one each.
 # - k times the batch calls for about k times the learning rate, reached over a warm-up: at the same

@@ -15,7 +15,7 @@
 # stage 3 adds; and why the same bytes can still take longer on a machine whose switch adds.
 #
 # **What you need:** labs 03, 05 and 06 ([lab 07](07_hangs_and_crawls.ipynb) comes before this one), and torch.
-# Everything runs on this machine's CPU; where the laptop's two cores cannot show a principle, the same code runs
+# Everything runs on this machine's CPU; where this machine's few cores cannot show a principle, the same code runs
 # on an emulated machine beside it (`rl.emulate`, lab 02: in virtual time, each message of ringlab's collectives
 # taking its links' time on the ranks' clocks), and the lab says which, and how this CPU's own work is counted
 # there.
@@ -181,8 +181,8 @@ table(ranks.pull_rank0("same"), {"optimizer": "optimizer", "ZeRO stage": "stage"
 # each stage, a few steps each. Every rank reports the bytes of the tensors it holds after a step
 # (`ZeroOptimizer.memory()`: measured from its tensors, not computed), and the bytes it sent, counted
 # from the schedules it ran. The steps run on an **emulated machine** (`MACHINE` in the lab's room:
-# every pair of ranks joined by 50 MB/s links, 20 us a message), timed in virtual time: four ranks on
-# this laptop's two cores would otherwise time their CPUs, not their traffic. There each rank's own
+# each rank on its own port of 50 MB/s each way into a switch, 20 us a message), timed in virtual time:
+# four ranks on a few cores would otherwise time their CPUs, not their traffic. There each rank's own
 # work (forward, backward, Adam, the optimizer's Python around its collectives) counts as the CPU
 # time it took (`compute="cpu"`), so a step is its collectives on those links plus that work: the
 # table sets it beside the cost model's time for the collectives alone, and beside what this machine

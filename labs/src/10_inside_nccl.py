@@ -295,7 +295,8 @@ print(describe_predicted(predicted))
 #   reduce-scatter at many nodes of one GPU each (never on nodes of several GPUs), in log2 n steps but, by
 #   NCCL's own model, with a latency term linear in the ranks, so its gain is far short of (n-1)/log2 n.
 # - The channels NCCL runs come from its ring search, not from an NVLink port's rate: the speed whose channels
-#   carry the most, doubled twice; 24 on 8 A100s or 8 H100s, 16 on 8 H800s, 32 on 8 B200s.
+#   carry the most, doubled twice; 24 on 8 A100s or 8 H100s and 16 on 8 H800s, as published logs show, and 32
+#   predicted on 8 B200s (no published log).
 # - Inside a node, symmetric memory lets a rank read its peers' buffers: one-shot synchronises once and has
 #   every rank add all n buffers, two-shot synchronises twice and splits the additions n ways, the ring takes
 #   2(n-1) steps. For small messages the count of synchronisations sets the time; as messages grow, two-shot's
@@ -308,8 +309,8 @@ print(describe_predicted(predicted))
 #
 # 1. (Above) where NCCL changes protocol, and one-shot or two-shot.
 # 2. From the PAT table, work out NCCL's latency a rank and a log2 step (divide its two terms by the ranks and by
-#    log2 of the nodes), then the fewest nodes at which the linear term is the larger. Check your answer with
-#    `pat_rows(nodes=(...,))`.
+#    log2 of the nodes). The linear term is the larger from the first row on: at how many nodes is it ten times
+#    the log2 term? Check your answer with `pat_rows(nodes=(...,))`.
 # 3. From the channel table, work out the bandwidth one channel of the 8 H800s carries, and the port the 8 H100s
 #    would need for NCCL's search to give them 32 channels. Check the second with
 #    `ringlab.predict.channels.communicator_channels("hopper", port_gbps)`.

@@ -40,9 +40,10 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # ## The model and the machine
 #
 # A transformer is its shape: Llama 3 70B has 80 layers 8192 wide, 64 query heads sharing 8 key-value heads
-# (grouped-query attention), a gated feed-forward 28672 wide and a vocabulary of 128256 (the Llama 3 paper's
-# Table 3). `rl.train.Transformer` counts its parameters and the FLOPs of one token, forward and backward: PaLM's
-# 6N for the matrix multiplications of its N parameters plus 12 L h s for attention at sequence length s. The
+# (grouped-query attention), a gated feed-forward 28672 wide and a vocabulary of 128256 (the paper's Table 3
+# says 128K; the released model's config.json, 128256). `rl.train.Transformer` counts its parameters and the FLOPs
+# of one token, forward and backward: PaLM's 6N for the matrix multiplications of its N parameters (all but the
+# embedding table, which is looked up, not multiplied) plus 12 L h s for attention at sequence length s. The
 # machine is 32 nodes of 8 H100s on NVSwitch, one 400 Gbit/s InfiniBand card a GPU (`rl.topology.cluster`, from
 # published figures).
 
@@ -50,7 +51,8 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 model = rl.train.Transformer.preset("llama3-70b")
 machine = rl.topology.cluster("h100", nodes=32)
 print(model.describe())
-print(f"{model.params / 1e9:.1f}B parameters; {model.flops_per_token(8192) / 1e9:.0f} GFLOP a token at 8192 tokens")
+print(f"{model.params / 1e9:.1f}B parameters, {model.matmul_params() / 1e9:.1f}B of them multiplied (N); "
+      f"{model.flops_per_token(8192) / 1e9:.0f} GFLOP a token at 8192 tokens")
 
 # %% [markdown]
 # ## A first plan

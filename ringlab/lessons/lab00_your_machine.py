@@ -48,9 +48,12 @@ def _cores():
 
 def _cores_verdict():
     n = _cores()
-    return {"verdict": f"The labs run up to 4 ranks, so here they share {n} core{'s' * (n > 1)}: a waiting rank "
-                       "yields its core, but every timing includes the operating system's scheduler." if n < 4 else
-                       f"A lab's 4 ranks each get a core of their own (of {n})."}
+    from ..measure.doctor import LAB_RANKS
+
+    return {"verdict": f"The labs' measurements run up to {LAB_RANKS} ranks, so here they share {n} "
+                       f"core{'s' * (n > 1)}: a waiting rank yields its core, but every timing includes the operating "
+                       "system's scheduler." if n < LAB_RANKS else
+                       f"A lab's {LAB_RANKS} ranks each get a core of their own (of {n})."}
 
 
 def _gpu_links(preset, gpu):

@@ -9,6 +9,8 @@ from ..cluster.launch import find_mpiexec
 from .machine import describe_machine
 from .recorded import RESULTS, load
 
+LAB_RANKS = 5  # the most ranks a lab's timed cells run at once: lab 04's server and four workers (lab 03's sweep to 16
+# ranks runs in virtual time on emulated links, where sharing cores does not change what it measures)
 LAB_PLANS = [  # (lab, what it needs, what it does)
     ("00 Your machine", "gpu", "topology, the PCIe arithmetic, copies against the link's peak"),
     ("01 Moving bytes", "gpu", "latency and bandwidth, staged against direct, pinned against pageable"),
@@ -42,10 +44,11 @@ def report() -> list[str]:
                  (f"; CUDA-aware: {'yes' if info.get('mpi_cuda_aware') else 'no'}" if mpi_ok else ""))
     from ..mpi.devices import cores
 
-    lines.append(f"ranks and cores: {cores()} cores for this process; the labs run 2 to 4 ranks, so "
+    lines.append(f"ranks and cores: {cores()} cores for this process; the labs' measurements run 2 to {LAB_RANKS} "
+                 "ranks, so "
                  + ("they share cores (oversubscribed): ringlab's waiting ranks and MPICH's yield the core "
                     "(MPIR_CVAR_POLLS_BEFORE_YIELD=1, MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 in the jobs ringlab starts), "
-                    "but timings include the scheduler" if cores() < 4 else "each rank has a core of its own"))
+                    "but timings include the scheduler" if cores() < LAB_RANKS else "each rank has a core of its own"))
     cp = cupy_module()
     gpus = gpu_count()
     if cp is None:
@@ -67,8 +70,8 @@ def report() -> list[str]:
         lines.append(f"GPUs: {gpus} ({names}); driver {info['driver'] or 'unknown'}; cupy {cp.__version__}")
         from ..mpi.devices import mps_pipe, sharing
 
-        shared = sharing(-(-4 // gpus))  # the labs run up to 4 ranks
-        lines.append("GPU sharing: " + (f"a lab's 4 ranks: {shared}" if shared else "each of a lab's ranks can have a "
+        shared = sharing(-(-LAB_RANKS // gpus))
+        lines.append("GPU sharing: " + (f"a lab's {LAB_RANKS} ranks: {shared}" if shared else "each of a lab's ranks can have a "
                                          "GPU of its own") + f"; MPS {'running' if info.get('mps') else 'not running'}"
                      f" (control pipe looked for in {mps_pipe()})")
     from ..mpi.transports import describe

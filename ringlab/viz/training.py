@@ -81,8 +81,9 @@ def emulated_load_plot(rows: list[dict]) -> go.Figure:
         fig.add_scatter(x=[r["workers"] for r in shown], y=[r[f"{key}_predicted"] * 1e3 for r in shown],
                         name=f"{name}: predicted", mode="lines+markers", line=dict(dash="dot"))
     fig.update_xaxes(title_text="workers", tickvals=workers)
-    fig.update_yaxes(title_text="a worker's communication per step (ms)", rangemode="tozero")
-    fig.update_layout(title=f"one server against a ring, on the {rows[0]['machine']} (measured here, and predicted)")
+    fig.update_yaxes(title_text="a worker's communication per step (virtual ms)", rangemode="tozero")
+    fig.update_layout(title=f"one server against a ring, on the {rows[0]['machine']} (measured here in virtual time, "
+                            "and predicted)")
     return fig
 
 

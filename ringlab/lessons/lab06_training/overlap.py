@@ -105,8 +105,9 @@ def describe_prediction(rows: list[dict], fit, compute: float) -> str:
     off = [row for row in rows if not row["overlap"]]
     error = lambda mine: float(np.median([row["predicted_s"] / row["step_s"] - 1 for row in mine]))  # noqa: E731
     if on and off and error(on) < error(off) - CLEAR_DIFFERENCE:
-        said = (f"The model was more optimistic with overlap (median {error(on):+.0%}) than without "
-                f"({error(off):+.0%}): it lets the allreduces take nothing from the backward pass they overlap.")
+        said = (f"The model was more optimistic with overlap, in 2 buckets or more (median {error(on):+.0%}), "
+                f"than without ({error(off):+.0%}): it lets the allreduces take nothing from the backward pass they "
+                "overlap.")
         backward_on, backward_off = (float(np.median([row["backward_s"] for row in mine])) for mine in (on, off))
         if backward_on > backward_off * (1 + CLEAR_DIFFERENCE):
             said += (f" Here they did: backward took a median {backward_on * 1e3:.3g} ms with overlap (2 buckets or "

@@ -9,6 +9,7 @@ from ...lab.words import and_join
 
 ROUNDING = 1e-5  # float32 keeps about 7 significant digits; 30 steps of rounding stay well under this
 SLOWER = 1.3  # a trainer this many times slower than DDP gets a word on why
+BEYOND = 1.1  # a speed-up this many times what the cores allow (or computing this many times slower) is no noise
 SAME_ACCURACY = 0.01  # accuracies within 1 point (20 of 2,000 test points) count as "about the same"
 TRAINER_SPEED_COLUMNS = {"trainer": "trainer", "step (ms)": "step_s", "samples/s": ("samples_per_s", ".0f"),
                          "x the fastest": ("times_fastest", ".2f")}  # for ringlab.measure.tables.table
@@ -86,6 +87,8 @@ def describe_speedup(rows: list[dict], cores: int) -> str:
     if round(last["speedup"], 2) < 1:
         lines.append(f"{said}: slower than {_ranks(first['ranks'])}, so adding ranks "
                      "cost more than it gained.")
+    elif last["speedup"] > BEYOND * allowed:
+        lines.append(f"{said}: more than the cores allow ({last['speedup'] / allowed:.0%} of it).")
     elif last["speedup"] >= 0.8 * allowed:
         lines.append(f"{said}: {last['speedup'] / allowed:.0%} of what the cores allow.")
     else:
@@ -93,6 +96,14 @@ def describe_speedup(rows: list[dict], cores: int) -> str:
     best = max(rows, key=lambda row: row["speedup"])
     if best is not last and best is not first:
         lines.append(f"The fastest run was {best['ranks']} ranks, at {best['speedup']:.2f}x.")
+    beyond = [row for row in rows[1:]
+              if row["speedup"] > BEYOND * min(row["ranks"], cores) / min(first["ranks"], cores)]
+    if beyond:  # each rank computes the same samples a step at every width: more than the cores allow is no scaling
+        lines.append(f"No number of ranks can beat what the cores allow, yet the run{'s' * (len(beyond) > 1)} with "
+                     f"{and_join([row['ranks'] for row in beyond])} ranks did: the run at {_ranks(first['ranks'])} ran "
+                     "slower than its work needs (other work on this machine, or a slower clock), so "
+                     f"{'these speed-ups overstate' if len(beyond) > 1 else 'that speed-up overstates'} what more "
+                     "ranks bought. Run the cell again for a cleaner baseline.")
     lines.append(_communication_sentence(first, last, cores))
     return "\n".join(lines)
 
@@ -122,7 +133,7 @@ def _communication_sentence(first: dict, last: dict, cores: int) -> str:
                 "allreduce with no one to send to)."
                 if first["ranks"] == 1 else ", averaging the gradients.")]
     slower = computing / one_computing
-    shared = ": ranks shared cores" if last["ranks"] > cores else ""
+    shared = ": ranks shared cores" if last["ranks"] > cores and slower > BEYOND else ""
     lines.append(f"At {_ranks(last['ranks'])} a step took {many * 1e6:.0f} us: {computing * 1e6:.0f} us computing the "
                  f"same samples per rank ({slower:.1f}x as long{shared}) and {last['comm_share']:.0%} of it averaging "
                  f"{format_bytes(last['gradient_bytes'])} of gradients.")

@@ -74,7 +74,8 @@ class HybridShardOptimizer(ZeroOptimizer):
 def hybrid_against_data_parallel(comm=None, steps: int = 3, make_model=small_model) -> list[dict]:
     """Hybrid sharding and plain data parallelism train ``make_model()`` ``steps`` steps with SGD and with Adam on the
     nodes ringlab sees; per optimizer, on every rank: the largest relative difference of the weights, and the bytes a
-    rank sent to other nodes a step (mean over ranks), beside what the formula 2(m-1)/m x Psi/g says."""
+    rank sent to other nodes a step (mean over ranks), beside what the formula 2(m-1)/m x 8 Psi/g says (float64
+    gradients, Psi parameters)."""
     from mpi4py import MPI
 
     from ...train import DistributedOptimizer
@@ -112,8 +113,11 @@ def hybrid_check_sentence(rows: list[dict]) -> str:
             f"parallelism's (relative), " + ("inside" if worst <= TOLERANCE else "outside")
             + f" the tolerance of {TOLERANCE:g} (float64, its sums added in another order). A rank sent "
             f"{rows[0]['across']:,.0f} B a step to other nodes, "
-            + ("the formula's 2(m-1)/m x Psi/g." if off <= 1e-9 else f"{off:.1%} off the formula's 2(m-1)/m x Psi/g."
-               if math.isfinite(off) else "where the formula's 2(m-1)/m x Psi/g sends none."))
+            + (f"the formula's {FORMULA}." if off <= 1e-9 else f"{off:.1%} off the formula's {FORMULA}."
+               if math.isfinite(off) else f"where the formula's {FORMULA} sends none."))
+
+
+FORMULA = "2(m-1)/m x 8 Psi/g (float64 gradients)"  # bytes a rank sends to other nodes a step, m nodes of g GPUs
 
 
 def across_bytes(name: str, nranks: int, per_node: int, nbytes: int) -> float:
@@ -205,7 +209,7 @@ def describe_hybrid(rows: list[dict]) -> Finding:
 
 CHECK_COLUMNS = {"optimizer": "optimizer", "layout (simulated nodes)": "layout",
                  "largest difference from data parallelism (relative)": ("difference", ".1e"),
-                 "sent to other nodes a step (B)": ("across", ",.0f"), "2(m-1)/m Psi/g (B)": ("formula", ",.0f")}
+                 "sent to other nodes a step (B)": ("across", ",.0f"), "2(m-1)/m x 8 Psi/g (B)": ("formula", ",.0f")}
 HYBRID_COLUMNS = {"model": "model", "machine": "machine", "NIC (Gbit/s)": ("nic_gbps", "g"), "variant": "variant",
                   "memory a GPU (GB)": ("gb", ".1f"), "fits in 80 GB": "fits",
                   "to other nodes a GPU (GB)": ("across_gb", ".2f"), "across nodes (ms)": "across_s",

@@ -55,6 +55,13 @@ def _calls(variant: str, sizes: list[int]) -> list[tuple[str, int]]:
     return [(name, size) for size in sizes for name in per]
 
 
+def message_steps(variant: str, calls: int, n: int) -> int:
+    """The ring steps ``calls`` collectives of ``variant`` take one after another on ``n`` ranks, each a message
+    latency in the cost model: an allreduce's 2(n-1), a reduce-scatter's or allgather's n-1 (from the schedules)."""
+    per = [name for name, _ in _calls(variant, [1])]  # one unit's calls, in their order
+    return sum(len(build(per[i % len(per)], n).steps) for i in range(calls))
+
+
 def measure_sharding(comm=None, steps: int = 3, machine: str = MACHINE) -> dict:
     """Every variant trains ``steps`` steps (Adam) on ``machine``'s emulated links, timed in virtual time (this CPU's
     work counted as the CPU time it took) with this machine's wall time beside; what each rank holds, sends and
@@ -218,10 +225,12 @@ def sharding_lesson(result: dict) -> Finding:
     dp = "data parallel"
     apart = predicted[s1] / predicted[dp] - 1
     same_bytes = abs(ratio[s1] - 1) <= MATCH
+    steps = {v: message_steps(v, calls[v], result["ranks"]) for v in (dp, s1)}
     model = (f"The cost model prices stage 1's collectives {abs(apart):.0%} {'above' if apart >= 0 else 'below'} "
              "data parallelism's"
-             + (f": the same bytes in {calls[s1]} calls instead of {calls[dp]}, so the difference is "
-                f"{calls[s1] - calls[dp]} more message latencies." if same_bytes and calls[s1] > calls[dp] else "."))
+             + (f": the same bytes in {calls[s1]} calls instead of {calls[dp]}, {steps[s1]} ring steps one after "
+                f"another instead of {steps[dp]}, so the difference is {steps[s1] - steps[dp]} more message latencies."
+                if same_bytes and steps[s1] > steps[dp] else "."))
     beyond = {v: time[v] - predicted[v] for v in VARIANTS}
     overhead = beyond[s1] - beyond[dp]
     by_calls = sorted(VARIANTS, key=lambda v: (calls[v], v))

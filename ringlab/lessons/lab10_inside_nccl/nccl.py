@@ -94,8 +94,9 @@ def describe_protocols(rows: list[dict]) -> str:
         best.setdefault(fastest["protocol"], []).append(nbytes)
     wins = "; ".join(f"{p} from {format_bytes(s[0])} to {format_bytes(s[-1])}" for p, s in best.items())
     return (f"Ring {rows[0]['machine']} (NCCL's model): " + "; ".join(said) + f". Fastest: {wins}. LL stores 8 bytes "
-            f"of which {T.LL_SHARE:.0%} is data (a flag with every 4), LL128 128-byte lines of which "
-            f"{T.LL128_SHARE:.0%} is, Simple all of it behind a fence a chunk.")
+            f"of which {T.LL_SHARE:.0%} is data (a flag with every 4), LL128 128-byte lines of which 120 bytes "
+            f"({120 / 128:.0%}) are, which NCCL's tuner rounds down to {T.LL128_SHARE:.2f}, Simple all of it behind a "
+            "fence a chunk.")
 
 
 def channel_rows(boards=BOARDS, logged=LOGGED) -> list[dict]:

@@ -117,7 +117,8 @@ QUIZ = Quiz("11", [
         hint="Activations are most of the memory at 128k tokens, and each GPU keeps 1/cp of every sequence's."),
     Question(
         "A run of Llama 3 70B at {seq} tokens a sequence measures {tokens_per_second_per_gpu} tokens/s per "
-        "{gpu_name}. What is its MFU, in percent (PaLM's 6N + 12 L h s FLOPs a token, the bf16 dense peak)?",
+        "{gpu_name}. What is its MFU, in percent (PaLM's 6N + 12 L h s FLOPs a token, N the parameters in matrix "
+        "multiplications, the bf16 dense peak)?",
         _mfu_percent, given=dict(tokens_per_second_per_gpu=1000, seq=8192, gpu="h100"), derived=lambda **k: {
             **_mfu_fields(**k), "gpu_name": k["gpu"].upper()}, unit="%",
         worked="{flops:.0f} GFLOP a token x {tokens_per_second_per_gpu} tokens/s = {answer:.1f}% of {peak} TFLOP/s "

@@ -51,8 +51,10 @@ def describe_unprinted(rows: list[dict], run_id: str = RUN) -> Finding:
             f"{'within' if LOW <= assumed['ratio'] <= HIGH else 'outside'} 20%."]
     if inside:
         best = min(inside, key=lambda r: abs(r["ratio"] - 1))
-        said.append(f"Within 20% (and fitting in memory) at {'; '.join(r['setting'] for r in inside)}: at "
-                    f"{best['setting']} it is {best['ratio']:.2f}.")
+        listed = "; ".join(r["setting"] for r in inside)
+        said.append(f"Within 20% (and fitting in memory) at {len(inside)} settings ({listed}): "
+                    f"closest at {best['setting']} ({best['ratio']:.2f})." if len(inside) > 1 else
+                    f"Within 20% (and fitting in memory) at {best['setting']} ({best['ratio']:.2f}).")
         if best["dp_exposed"] < assumed["dp_exposed"] and best["micro_batches"] != assumed["micro_batches"]:
             said.append(f"What changes: {assumed['micro_batches']} micro-batch{'es' * (assumed['micro_batches'] > 1)} "
                         f"a step at {assumed['setting']}, {best['micro_batches']} at {best['setting']}. The "
