@@ -9,7 +9,7 @@ from ...lab.words import and_join
 
 ROUNDING = 1e-5  # float32 keeps about 7 significant digits; 30 steps of rounding stay well under this
 SLOWER = 1.3  # a trainer this many times slower than DDP gets a word on why
-BEYOND = 1.1  # a speed-up this many times what the cores allow (or computing this many times slower) is no noise
+BEYOND = 1.1  # a speed-up this many times what the cores allow (or computing this many times slower) is past noise
 SAME_ACCURACY = 0.01  # accuracies within 1 point (20 of 2,000 test points) count as "about the same"
 TRAINER_SPEED_COLUMNS = {"trainer": "trainer", "step (ms)": "step_s", "samples/s": ("samples_per_s", ".0f"),
                          "x the fastest": ("times_fastest", ".2f")}  # for ringlab.measure.tables.table
@@ -99,11 +99,10 @@ def describe_speedup(rows: list[dict], cores: int) -> str:
     beyond = [row for row in rows[1:]
               if row["speedup"] > BEYOND * min(row["ranks"], cores) / min(first["ranks"], cores)]
     if beyond:  # each rank computes the same samples a step at every width: more than the cores allow is no scaling
-        lines.append(f"No number of ranks can beat what the cores allow, yet the run{'s' * (len(beyond) > 1)} with "
-                     f"{and_join([row['ranks'] for row in beyond])} ranks did: the run at {_ranks(first['ranks'])} ran "
-                     "slower than its work needs (other work on this machine, or a slower clock), so "
-                     f"{'these speed-ups overstate' if len(beyond) > 1 else 'that speed-up overstates'} what more "
-                     "ranks bought. Run the cell again for a cleaner baseline.")
+        lines.append(f"The run{'s' * (len(beyond) > 1)} with {and_join([row['ranks'] for row in beyond])} ranks "
+                     f"went faster than the cores allow: a rank there took less time a sample than the single rank "
+                     "did, which these numbers do not explain (a step is about a millisecond, and moves with whatever "
+                     "else the machine does). Run the cell again before reading scaling from it.")
     lines.append(_communication_sentence(first, last, cores))
     return "\n".join(lines)
 
