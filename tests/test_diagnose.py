@@ -1,6 +1,7 @@
 """Lab 07's diagnosis tools (ringlab.lessons.lab07_hangs_and_crawls.diagnose): real mistakes on MPI ranks against what the schedule
 predicts, stragglers found from traces, the published P2P sweeps and topology read back in sentences whose
 verdict follows the numbers, and the exercises' checks accepting the right answer and rejecting a wrong one."""
+import numpy as np
 import pytest
 
 from ringlab.lessons.lab07_hangs_and_crawls import checklist, diagnose
@@ -138,9 +139,26 @@ def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():
     rows = [tuple(r) for r in model.records]
     blocked = [r[:7] + (r[6] + 0.02,) + r[8:] if r[0] == 1 and r[2] == 2 and r[5] == "send" else r for r in rows]
     text = diagnose.describe_straggler(Trace(blocked, model.schedule, clock="test", itemsize=4))
-    assert "The longest send, rank 1's 16 KiB to rank 2 at step 3, took 20.0 ms: it could not complete before rank 2 " \
-           "posted the receive" in text and "the sender waits for the straggler too" in text
+    assert "The longest send to rank 2, rank 1's 16 KiB at step 3, took 20.0 ms: it could not complete before " \
+           "rank 2 posted the receive" in text and "the sender waits for the straggler too" in text
     assert "The longest send" not in diagnose.describe_straggler(model)  # sends of 0.1 ms: nothing to explain
+    # a longer send to another rank (rank 0's to rank 1, held up behind rank 1) does not hide the one to the straggler
+    chained = [r[:7] + (r[6] + 0.03,) + r[8:] if r[0] == 0 and r[2] == 1 and r[5] == "send" else r for r in blocked]
+    text = diagnose.describe_straggler(Trace(chained, model.schedule, clock="test", itemsize=4))
+    assert "The longest send to rank 2, rank 1's 16 KiB at step 3, took 20.0 ms" in text
+
+
+def test_a_traced_send_ends_when_it_completes_not_when_the_rank_looks():
+    """The rank after the straggler waits in its receive from it; its own send, to a rank that is ready, completes
+    at once. Traced, that send must end then, not when the rank finished waiting for its receive."""
+    traces = diagnose.straggler_traces(nranks=4, slow_rank=2, pause=0.02)
+    rows = traces["slowed"].records
+    after = rows[rows["rank"] == 3]
+    sent, received = after[after["side"] == "send"], after[after["side"] == "recv"]
+    assert (received["end"] - received["start"]).max() >= 0.015  # it waited for the straggler
+    assert np.median(sent["end"] - sent["start"]) < 0.005, sent  # its sends did not
+    before = rows[(rows["rank"] == 1) & (rows["side"] == "send")]
+    assert np.median(before["end"] - before["start"]) >= 0.015  # the rank before it waits in its sends to it
 
 
 def test_slowed_pauses_inside_only_and_refuses_silly_pauses():

@@ -99,20 +99,23 @@ _YIELD: list[bool] = []
 _ALL: list = []  # MPI's Waitall and Testall, looked up once
 
 
-def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
+def wait(request, deadline: float | None, message, nap: float = 0.0, meanwhile=None) -> None:
     """Wait for one MPI request; past ``deadline`` (time.monotonic) raise StepTimeout(``message()``).
 
     Polling gives the core away between tests when the node runs more ranks than cores, so that the
     rank being waited for gets to run (without a deadline MPI waits, and yields by its own settings);
     with ``nap`` it sleeps that long between tests instead (on emulated links, where ranks wait by sleeping).
+    ``meanwhile()``, when given, is called at every poll (a traced rank notes when its other requests finish).
     """
     if nap:
         while not request.Test():
+            if meanwhile is not None:
+                meanwhile()
             if deadline is not None and time.monotonic() > deadline:
                 raise StepTimeout(message())
             time.sleep(nap)
         return
-    if deadline is None:
+    if deadline is None and meanwhile is None:
         request.Wait()
         return
     if not _YIELD:
@@ -120,8 +123,10 @@ def wait(request, deadline: float | None, message, nap: float = 0.0) -> None:
         _YIELD.append(gives_way())
     give_way, polls = _YIELD[0], 0
     while not request.Test():
+        if meanwhile is not None:
+            meanwhile()
         polls += 1
-        if (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
+        if deadline is not None and (polls % 256 == 0 or give_way) and time.monotonic() > deadline:
             raise StepTimeout(message())
         if give_way:
             os.sched_yield()

@@ -126,17 +126,27 @@ def _step(bound, step, comm, timeout, recorder) -> None:
         v, p, t = step.send_args[i]
         sends[i] = comm.Isend(v, dest=p, tag=t)
 
+    sent = [None] * len(sends)  # a traced rank's sends: when each was seen done, while it waited for its receives
+
+    def note_sends() -> None:
+        for i, request in enumerate(sends):
+            if sent[i] is None and request.Test():
+                sent[i] = recorder.clock()
+
+    noting = note_sends if recorder and not step.sends_first else None
+
     def finish_sends() -> None:
         for i, (m, request) in enumerate(zip(step.sends, sends)):
             wait(request, deadline, lambda: _late(bound, step, timeout, f"for rank {m.peer} to take chunk {m.first}"))
             if recorder:
-                recorder.record(step.index, m, "send", posted, recorder.clock(), step.via_send[i])
+                end = recorder.clock() if sent[i] is None else sent[i]
+                recorder.record(step.index, m, "send", posted, end, step.via_send[i])
 
     try:
         if step.sends_first:
             finish_sends()
         for i, m in enumerate(step.recvs):
-            wait(recvs[i], deadline, lambda: _late(bound, step, timeout, _receiving(m)))
+            wait(recvs[i], deadline, lambda: _late(bound, step, timeout, _receiving(m)), meanwhile=noting)
             for function, arguments in step.lands[i]:
                 function(*arguments)
             if recorder:

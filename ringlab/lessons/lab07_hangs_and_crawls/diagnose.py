@@ -405,17 +405,17 @@ def straggler_lesson(raw: dict, emulated: dict, slow_rank: int = 2, pause: float
 
 
 def _blocked_sends(trace, straggler: int) -> str:
-    """A sentence on the longest send of a trace, when it went to the straggler: why a send can wait too."""
+    """A sentence on the longest send to the straggler, when it waited (over 1 ms): why a send can wait too."""
     rows = trace.records
-    sends = rows[rows["side"] == "send"]
+    sends = rows[(rows["side"] == "send") & (rows["peer"] == straggler)]
     if not len(sends):
         return ""
     longest = sends[int(np.argmax(sends["end"] - sends["start"]))]
     took = float(longest["end"] - longest["start"])
-    if int(longest["peer"]) != straggler or took <= 1e-3:
+    if took <= 1e-3:
         return ""
-    return (f" The longest send, rank {int(longest['rank'])}'s {int(longest['nbytes']) >> 10} KiB to rank {straggler} at "
-            f"step {int(longest['step'])}, took {took * 1e3:.1f} ms: it could not complete before rank {straggler} "
+    return (f" The longest send to rank {straggler}, rank {int(longest['rank'])}'s {int(longest['nbytes']) >> 10} KiB "
+            f"at step {int(longest['step'])}, took {took * 1e3:.1f} ms: it could not complete before rank {straggler} "
             "posted the receive. Past MPI's eager limit a message is not buffered but waits for its receiver (the "
             f"rendezvous protocol), and rank {straggler} posts its receive only after its pause: the sender waits "
             "for the straggler too, in its send.")
