@@ -129,7 +129,8 @@ mapping_bars(mappings)
 # `intermediate_size` 28672, `num_hidden_layers` 80, 64 attention heads and 8 key-value heads, `config.json` of
 # meta-llama/Meta-Llama-3-70B). On a mesh of 8 x 8 H100s (8 nodes, tensor group of 8, data group of 8) with 4096
 # tokens a micro-batch in bf16, each layer's tensor group runs Megatron's four allreduces of 4096 x 8192 activations,
-# and once a step the data group allreduces a rank's gradients, an eighth of the model (exercise 2 works out how the
+# and once a step the data group allreduces a rank's gradients, an eighth of the model, in fp32 as Megatron-LM reduces
+# a bf16 model's gradients (exercise 2 works out how the
 # two compare). NCCL's model (`rl.predict_nccl`) prices every call with each mapping: the tensor group on one node's
 # NVLink and the data group across nodes (one GPU a node, each on its own rail), or the other way round. All
 # predicted, nothing measured:
@@ -146,8 +147,9 @@ print(megatron_lesson(megatron))
 # yourself, for micro-batches of two sequences of 4096 tokens (8192 a data rank) on the same mesh (tensor groups of
 # t = 8): a micro-batch's tensor-group bytes over the data group's bytes a step, both a GPU's. Count one layer of h
 # features, taken as about 12 h^2 weights (attention's four h x h projections, and an MLP 4h wide: 8 h^2). Megatron
-# allreduces the layer's tokens x h activations twice forward and twice backward every micro-batch; the data group
-# allreduces, once a step however many micro-batches it accumulated, the gradients of the weights a GPU holds. Write
+# allreduces the layer's tokens x h activations, bf16 (2 bytes a value), twice forward and twice backward every
+# micro-batch; the data group allreduces, once a step however many micro-batches it accumulated, the gradients of the
+# weights a GPU holds, in fp32 (4 bytes a value: Megatron-LM reduces a bf16 model's gradients in fp32). Write
 # the ratio as a formula of the tokens, t and h, then its value. The checker counts Llama 3 70B's own layers
 # (`group_bytes`, as the printout did) and accepts within 15%.
 
@@ -155,9 +157,9 @@ print(megatron_lesson(megatron))
 answer = None  # your ratio: a micro-batch's tensor bytes over a step's data bytes
 # solution
 tokens, tensor, hidden = 8192, 8, 8192
-tensor_bytes = 4 * tokens * hidden  # a layer's 4 allreduces of tokens x hidden activations (x 2 bytes, x layers)
-data_bytes = 12 * hidden**2 / tensor  # gradients of the 1/tensor of a layer's ~12 h^2 weights (x 2 bytes, x layers)
-answer = tensor_bytes / data_bytes  # tokens x tensor / (3 x hidden)
+tensor_bytes = 4 * tokens * hidden * 2  # a layer's 4 allreduces of tokens x hidden bf16 activations (x layers)
+data_bytes = 12 * hidden**2 / tensor * 4  # fp32 gradients of the 1/tensor of a layer's ~12 h^2 weights (x layers)
+answer = tensor_bytes / data_bytes  # tokens x tensor / (6 x hidden)
 
 # %%
 answer = check_group_ratio(answer)  # yours when it is right, else ringlab's
@@ -574,7 +576,7 @@ timeline_bubble = check_timeline_bubble(timeline_bubble)  # yours when it is rig
 # - Tensor parallelism splits the matrices: column-parallel then row-parallel, one allreduce of
 #   activations forward and one backward per MLP, exactly the unsplit model; a Megatron layer splits its
 #   attention the same way, four allreduces in all. At a real model's width a micro-batch's tensor bytes
-#   and a step's gradient bytes are of the same order (tokens x tensor / (3 x hidden)); what puts the tensor
+#   and a step's fp32 gradient bytes are of the same order (tokens x tensor / (6 x hidden)); what puts the tensor
 #   dimension on NVLink is that its allreduces block every layer of every micro-batch, while the data
 #   group's one allreduce a step can overlap the backward pass.
 # - Expert parallelism is two all-to-alls per layer; with equal blocks the largest count in the table

@@ -75,6 +75,9 @@ def check_group_ratio(answer):
              "twice backward": want / 2,
              "twice ringlab's count: a layer runs 4 allreduces of tokens x hidden activations a micro-batch in all, "
              "2 forward and 2 backward": want * 2,
+             f"that counts the gradients in {counted['value_bytes']} bytes, as the activations: Megatron-LM reduces a "
+             f"bf16 model's gradients in fp32, {counted['grad_bytes']} bytes each": want * counted["grad_bytes"]
+             / counted["value_bytes"],
              f"that counts a whole layer's gradients on a GPU: in a tensor group of {t} each GPU holds, and so "
              f"allreduces in its data group, 1/{t} of every layer's weights": want / t,
              f"that splits the activations over the tensor group: each of its allreduces sums a whole tokens x hidden "
@@ -86,8 +89,8 @@ def check_group_ratio(answer):
         + (f"; {slip}." if slip else ".")
         + f"\nHint: count one layer. Its tensor group allreduces tokens x hidden activations "
           f"{counted['tensor_calls'] // layers} times a micro-batch; its data group allreduces, once a step, the "
-          f"gradients of the 1/tensor of its ~12 hidden^2 weights that a GPU holds. The bytes a value and the number "
-          "of layers cancel.")
+          f"gradients of the 1/tensor of its ~12 hidden^2 weights that a GPU holds. Activations travel in "
+          f"{counted['value_bytes']} bytes a value, gradients in {counted['grad_bytes']}; the number of layers cancels.")
 
 
 def _capacity(factor: float, table=None):

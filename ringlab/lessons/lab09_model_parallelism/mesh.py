@@ -11,6 +11,7 @@ from ...lab.exercises import exercise
 from ...lab.findings import Finding
 from ...predict import predict, predict_nccl
 from ...topology import cluster, preset, uniform
+from ...train.planner import GRAD_BYTES
 
 MACHINE = "ib-2x8-h100"
 PLACEMENT = (0, 1, 8, 9)  # world rank -> the preset's GPU: two GPUs of each of its two nodes
@@ -243,17 +244,20 @@ def layer_params(model: dict = LLAMA3_70B) -> int:
     return 2 * h * h + 2 * h * kv + 3 * h * model["ffn"]
 
 
-def group_bytes(model: dict = LLAMA3_70B, tokens: int = MICRO_BATCH, tensor: int = 8, value_bytes: int = 2) -> dict:
+def group_bytes(model: dict = LLAMA3_70B, tokens: int = MICRO_BATCH, tensor: int = 8, value_bytes: int = 2,
+                grad_bytes: int = GRAD_BYTES) -> dict:
     """What a GPU's two groups allreduce with Megatron's tensor parallelism, in bytes: in its tensor group, a
-    micro-batch's 4 allreduces a layer of ``tokens`` x hidden activations; in its data group, once a step, its
-    gradients (1/``tensor`` of the weights: the layers', the embedding's and the output layer's)."""
+    micro-batch's 4 allreduces a layer of ``tokens`` x hidden activations of ``value_bytes`` (bf16: 2); in its data
+    group, once a step, its gradients (1/``tensor`` of the weights: the layers', the embedding's and the output
+    layer's) of ``grad_bytes`` each (4: Megatron-LM reduces a bf16 model's gradients in fp32, as the planner counts)."""
     h, layers = model["hidden"], model["layers"]
     activation = tokens * h * value_bytes
     calls = ALLREDUCES_A_LAYER * layers
     weights = layers * layer_params(model) + 2 * model["vocab"] * h  # the layers, the embedding and the output layer
-    gradients = weights // tensor * value_bytes
+    gradients = weights // tensor * grad_bytes
     return {"weights": weights, "activation_bytes": activation, "tensor_calls": calls,
-            "tensor_bytes": calls * activation, "data_bytes": gradients}
+            "tensor_bytes": calls * activation, "data_bytes": gradients, "value_bytes": value_bytes,
+            "grad_bytes": grad_bytes}
 
 
 def megatron_mesh(model: dict = LLAMA3_70B, tokens: int = MICRO_BATCH, tensor: int = 8, data: int = 8,
@@ -291,7 +295,8 @@ def megatron_lesson(result: dict) -> Finding:
             "a micro-batch: every layer's tensor "
             f"group runs {ALLREDUCES_A_LAYER} allreduces of {r['activation_bytes'] / 2**20:.0f} MiB (attention and "
             f"MLP, forward and backward), {r['tensor_calls']} a micro-batch, {r['tensor_bytes'] / 2**30:.0f} GiB; the "
-            f"data group one allreduce a step of a rank's {r['data_bytes'] / 2**30:.1f} GiB of gradients. A "
+            f"data group one allreduce a step of a rank's {r['data_bytes'] / 2**30:.1f} GiB of gradients ("
+            f"{r['grad_bytes']} bytes each: Megatron-LM reduces a bf16 model's gradients in fp32). A "
             f"micro-batch's tensor bytes are {ratio:.2f}x the data group's step, "]
     if 1 / SAME_ORDER <= ratio <= SAME_ORDER:
         bytes_say = "of the same order: bytes alone do not say which group needs NVLink"
