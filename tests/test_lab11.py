@@ -2,6 +2,7 @@
 until a conclusion flips), the exercises' checks against the planner, and the figures and the explorer labelled."""
 import copy
 import math
+import re
 
 import pytest
 
@@ -219,6 +220,11 @@ def test_zero3_pays_only_where_it_makes_a_layout_fit(zeros):
             assert verdict.endswith("it is faster")
         else:
             assert "does not pay" in verdict
+    for r in zeros:  # the calls the sentence lists are the plan's own, and they add up to the count it gives
+        listed = r["dp_listed"]
+        assert listed == layouts._dp_calls(r["plan"]) and listed in said.text
+        assert sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+) [a-z-]+ of", listed)) == r["dp_calls"]
+    assert "for its one micro-batch: 240 all-gathers" in said.text  # full recomputation gathers a layer 3 times
     best = min((r for r in zeros if r["fits"]), key=lambda r: r["step_s"])
     assert said.conclusions[-1] == f"the fastest that fits is {best['layout']} ({best['step_s']:.2f} s)"
 

@@ -110,6 +110,7 @@ def zero_rows(layouts=ZERO_LAYOUTS, stages=(1, 3), topology=None, global_batch: 
             rows.append({"case": i, "layout": _layout(p), "zero": zero,
                          "setting": _layout(p).replace(f" zero={zero}", ""), "plan": p, "memory_gib": p.memory_total / GIB,
                          "capacity_gib": p.capacity / GIB, "fits": p.fits, "dp_calls": dp_calls,
+                         "dp_listed": _dp_calls(p),
                          "dp_s": p.time.get("dp", 0.0), "dp_hidden_s": p.hidden.get("dp", 0.0),
                          "micro_batches": p.layout["micro_batches"], "step_s": p.step_seconds})
     return rows
@@ -118,6 +119,13 @@ def zero_rows(layouts=ZERO_LAYOUTS, stages=(1, 3), topology=None, global_batch: 
 ZERO_COLUMNS = {"layout": "layout", "memory (GiB)": ("memory_gib", ".1f"), "fits": "fits",
                 "micro-batches": "micro_batches", "dp calls a step": ("dp_calls", ".0f"), "dp exposed (s)": "dp_s",
                 "dp hidden (s)": "dp_hidden_s", "step (s)": "step_s"}
+
+
+def _dp_calls(p) -> str:
+    """A plan's data-parallel calls a step, by kind: '221 reduce-scatters of 152.2 MiB and 221 all-gathers of ...'."""
+    names = {"allreduce": "allreduces", "allgather": "all-gathers", "reduce_scatter": "reduce-scatters"}
+    return and_join([f"{c.calls:,.0f} {names.get(c.collective, c.collective)} of {format_bytes(c.nbytes)}"
+                     for c in p.collectives if c.parallelism == "dp" and c.calls])
 
 
 def zero_lesson(rows: list[dict]) -> Finding:
@@ -132,9 +140,12 @@ def zero_lesson(rows: list[dict]) -> Finding:
         low, high = pair
         fit = lambda r: "fits" if r["fits"] else "does not fit"  # noqa: E731
         saved = low["memory_gib"] - high["memory_gib"]
-        gathers = (" (it gathers every layer's weights again for each of its "
-                   f"{plural(high['micro_batches'], *MICRO_BATCH)})"
-                   if high["zero"] == 3 and high["dp_calls"] > 0 else "")
+        each = ("for its one micro-batch" if high["micro_batches"] == 1 else
+                f"for each of its {plural(high['micro_batches'], *MICRO_BATCH)}")
+        listed = (f": {high['dp_listed']}; ZeRO-{low['zero']}: {low['dp_listed'] or 'none'}"
+                  if "dp_listed" in high and "dp_listed" in low else "")
+        gathers = (f" (ZeRO-3 gathers every layer's weights before each use and reduce-scatters its gradients, {each}"
+                   f"{listed})" if high["zero"] == 3 and high["dp_calls"] > 0 else "")
         text = (f"{low['setting']}: ZeRO-{low['zero']} needs {low['memory_gib']:.1f} GiB a GPU ({fit(low)} in "
                 f"{low['capacity_gib']:.0f}), ZeRO-{high['zero']} {high['memory_gib']:.1f} GiB ({fit(high)}), "
                 + (f"{saved:.1f} GiB less" if round(saved, 1) > 0 else f"{-saved:.1f} GiB more" if round(saved, 1) < 0
