@@ -146,6 +146,19 @@ def test_hierarchical_against_flat_on_two_nodes():
     flat, hier = (curves[k][-1]["busbw_Bps"] for k in labels[:2])
     assert f"{hier / flat:.1f}x the flat ring's" in text
     assert ("between the two predictions" in text) or ("above both" in text) or ("below both" in text)
+    assert "NCCL's ring is not" not in text  # no machine given: no model of what NCCL ran
+    beside = describe_hierarchy(curves, 1 << 28, machine="ib-2x8-h100").split("\n")
+    ring = next(line for line in beside if "NCCL_ALGO=RING" in line)
+    assert "NCCL's ring is not the one flat ring above: it runs a ring channel through every network card (8 a node)" \
+        in ring
+    model = rl.predict_nccl("allreduce", 1 << 28, rl.topology.preset("ib-2x8-h100"), algorithm="ring")
+    expected = (1 << 28) / model.seconds * 2 * 15 / 16
+    published = next(r["busbw_Bps"] for label, rows in curves.items() if "NCCL_ALGO=RING" in label for r in rows
+                     if r["bytes"] == 1 << 28)
+    assert f"expects {expected / 1e9:.0f} GB/s; the published run reached {published / expected:.0%} of it" in ring
+    assert ("well below its hardware" in ring) == (published < 0.5 * expected)  # A03 is: 28% (nccl-tests #290)
+    default = next(line for line in beside if "not forced" in line)
+    assert "NCCL chose nvlstree/Simple at this size" in default and "well below its hardware" in default
 
 
 def test_describe_forced_ring_follows_the_published_numbers():

@@ -306,7 +306,7 @@ hierarchy = hierarchical_against_flat("ib-2x8-h100", [1 << k for k in range(16, 
 busbw_plot([dict(r, algorithm=label) for label, rows in hierarchy.items() for r in rows],
            title="2 nodes x 8 H100: flat ring and hierarchical allreduce predicted (cost model); "
                  "published nccl-tests sweeps").show()
-print(describe_hierarchy(hierarchy, 1 << 28))
+print(describe_hierarchy(hierarchy, 1 << 28, machine="ib-2x8-h100"))
 
 # %% [markdown]
 # ### Two nodes on this machine

@@ -13,6 +13,7 @@ from ...lab.exercises import compare, exercise
 from ...lab.words import and_join
 from ...measure import published
 from ...predict.costmodel import predict, whatif
+from ...predict.nccl import predict_nccl
 from ...schedule import bus_factor
 from ...topology import preset, uniform
 
@@ -220,9 +221,11 @@ def hierarchical_against_flat(preset_name: str, sizes: list[int], local: int) ->
     return out
 
 
-def describe_hierarchy(curves: dict[str, list[dict]], nbytes: int) -> str:
+def describe_hierarchy(curves: dict[str, list[dict]], nbytes: int, machine: str | None = None) -> str:
     """The predicted flat ring, hierarchical allreduce and each published sweep at ``nbytes``, worded from
-    their ratios."""
+    their ratios; with ``machine`` (the preset the curves were predicted on), each published sweep is also set
+    beside NCCL's model of what it ran there (``rl.predict_nccl``: the ring when the sweep forced it, NCCL's own
+    choice otherwise), since NCCL's ring is not the one flat ring above."""
     at = {label: next((r["busbw_Bps"] for r in rows if r["bytes"] == nbytes), None) for label, rows in curves.items()}
     flat = next(v for k, v in at.items() if k.startswith("flat"))
     hier = next(v for k, v in at.items() if k.startswith("hierarchical"))
@@ -231,11 +234,27 @@ def describe_hierarchy(curves: dict[str, list[dict]], nbytes: int) -> str:
                  "inside a node the shards move over NVLink, and each GPU's shard crosses the network through its "
                  "own card, instead of one ring squeezing through one card per node boundary." if hier > flat else
                  "here the hierarchy does not pay.")]
+    topology = preset(machine) if machine else None
     for label, value in at.items():
-        if label.startswith("published") and value:
-            lines.append(f"{label[11:]}: {value / 1e9:.0f} GB/s, " + (
-                "between the two predictions." if min(flat, hier) <= value <= max(flat, hier) else
-                "above both predictions." if value > max(flat, hier) else "below both predictions."))
+        if not (label.startswith("published") and value):
+            continue
+        line = f"{label[11:]}: {value / 1e9:.0f} GB/s, " + (
+            "between the two predictions." if min(flat, hier) <= value <= max(flat, hier) else
+            "above both predictions." if value > max(flat, hier) else "below both predictions.")
+        if topology is not None:
+            forced = "NCCL_ALGO=RING" in label.upper()
+            model = predict_nccl("allreduce", nbytes, topology, algorithm="ring" if forced else None)
+            expected = nbytes / model.seconds * bus_factor("allreduce", topology.nranks)
+            nics = topology.machine.nics_per_node if topology.machine else None
+            line += (" But NCCL's ring is not the one flat ring above: it runs a ring channel through every network "
+                     f"card{f' ({nics} a node)' if nics else ''}, so its bytes cross the nodes on every card at once, "
+                     "as the hierarchy's shards do." if forced else
+                     f" NCCL chose {model.algorithm}/{model.protocol} at this size.")
+            line += (f" NCCL's model of that on healthy hardware ({machine}) expects {expected / 1e9:.0f} GB/s; the "
+                     f"published run reached {value / expected:.0%} of it"
+                     + (", well below its hardware: the section on rails below finds why." if value < 0.5 * expected
+                        else "."))
+        lines.append(line)
     return "\n".join(lines)
 
 
