@@ -20,13 +20,14 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ringlab.measure.copies import (CLOSE, copy_against_mpi, describe_best_pingpong, describe_fit, describe_staged,
                                     fit_direct, staged_rows)
 from ringlab.measure.recorded import peer_matrices, print_gpu_bandwidth
 from ringlab.measure.units import parse_size
-from ringlab.predict.fitting import PINGPONG, fit
+from ringlab.predict.fitting import PINGPONG, USABLE, Fit, fit
 from test_noisy_lab08 import seconds, times  # a time a busy machine could measure: 1 us to 1 s; n of them in any order
 
 MiB = 1 << 20
@@ -177,6 +178,48 @@ def test_the_fitted_alpha_and_b_are_said_from_any_direct_times(nbytes, data):
     text = sane(describe_fit(fitted))
     assert ("no cost per byte" in text) == (fitted.bandwidth == math.inf)
     assert ("B = " in text) == (fitted.bandwidth < math.inf)
+    assert ("a usable fit may: the model below is rough" in text) == (fitted.worst_residual > USABLE)
+
+
+def _fit_missing_by(residual: float) -> Fit:
+    """A fit of t = alpha + K/B (alpha 2 us, B 10 GB/s) whose relative residual, (measured - predicted) / measured,
+    is ``residual`` at its 1 KiB measurement and under 10% at the others."""
+    sizes = np.array([8, 1024, 1 << 20], dtype=float)
+    predicted = 2e-6 + sizes / 10e9
+    measured = predicted / np.array([1.0, 1 - residual, 1.1])
+    return Fit(2e-6, 10e9, math.inf, sizes, measured, predicted)
+
+
+@pytest.mark.parametrize("residual", [0.34, 0.252, -1.5])  # measured above the model, and below it
+def test_a_fit_that_misses_a_measurement_by_more_than_usable_says_by_how_much_and_that_the_model_is_rough(residual):
+    fitted = _fit_missing_by(residual)
+    share = abs(residual)
+    assert fitted.worst_residual == pytest.approx(share) and not fitted.usable
+    text = sane(describe_fit(fitted))
+    assert len(text.splitlines()) == 2, text  # alpha and B, then what the fit misses
+    miss = text.splitlines()[1]
+    assert miss.startswith("The fit misses the 1 KiB measurement by ")
+    quoted = re.search(r"by (just over )?(\d+)%", miss)
+    assert quoted.group(1) or int(quoted.group(2)) == round(share * 100)  # 25.2% is not quoted as "25%, more than 25%"
+    assert f"more than the {USABLE:.0%} a usable fit may: the model below is rough" in miss
+    model, measured = re.search(r"the model gives ([\d.]+ us) where ([\d.]+ us) was measured", miss).groups()
+    assert (model, measured) == (f"{fitted.predicted[1] * 1e6:.3g} us", f"{fitted.measured[1] * 1e6:.3g} us")
+
+
+@pytest.mark.parametrize("residual", [0.0, 0.1, 0.24, -0.24])
+def test_a_fit_within_usable_of_every_measurement_says_nothing_of_a_miss(residual):
+    fitted = _fit_missing_by(residual)
+    assert fitted.worst_residual <= USABLE
+    text = describe_fit(fitted)
+    assert text.startswith("fitted to the measurements: alpha = 2 us, B = 10 GB/s")
+    assert "misses" not in text and "rough" not in text and "\n" not in text
+
+
+def test_a_fit_with_no_cost_per_byte_that_misses_a_measurement_says_both():
+    sizes = np.array([8.0, 1024.0, float(1 << 20)])
+    fitted = Fit(1e-3, math.inf, math.inf, sizes, np.array([2e-3, 1e-3, 1e-3]), np.full(3, 1e-3))
+    text = sane(describe_fit(fitted))
+    assert "no cost per byte" in text and "The fit misses the 8 B measurement by 50%" in text
 
 
 # --- the notebook's cells, run on the measurements -------------------------------------------------------------

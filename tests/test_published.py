@@ -195,3 +195,53 @@ def test_sweeps_are_size_sweeps_of_one_ranks_and_setting_labelled_with_their_too
     assert [s["name"][:3] for s in published.sweeps("allgather")] == ["A13"]
     rows = published.busbw_rows("allreduce")
     assert {r["algorithm"] for r in rows} == {s["label"] for s in found.values()}
+
+
+def test_peer_latency_is_the_median_of_the_gpu_latency_matrices_off_and_on():
+    latency = published.peer_latency("B06_chlc_rtx4090x8_p2p_tinygraddriver")  # the tinygrad driver: P2P on
+    assert latency == {"off_s": pytest.approx(12.545e-6), "on_s": pytest.approx(1.44e-6), "pairs": 56}
+    stock = published.peer_latency("B05_chlc_rtx4090x8_p2p_stockdriver")  # P2P unavailable: "on" is staged too
+    assert stock["off_s"] == pytest.approx(12.415e-6) and stock["on_s"] == pytest.approx(12.48e-6)
+    with pytest.raises(ValueError, match="B01_ugache_dgx1_v100x8_p2p has no latency matrices"):
+        published.peer_latency("B01_ugache_dgx1_v100x8_p2p")  # only bidirectional bandwidth was published
+
+
+# Where each published-measurement bar of lab 01's links figure comes from: a p2pBandwidthLatencyTest's
+# unidirectional matrix (row = source GPU), or a host -> device copy rate.
+PEER_BARS = {"RTX 2080 Ti -> 2080 Ti, no P2P": ("B07_autodl_rtx2080ti_x2_p2p", "unidirectional_disabled", 0, 1),
+             "RTX 4090 -> 4090, no P2P": ("B05_chlc_rtx4090x8_p2p_stockdriver", "unidirectional_disabled", 0, 1),
+             "RTX 4090 -> 4090, P2P, across sockets": ("B06_chlc_rtx4090x8_p2p_tinygraddriver",
+                                                       "unidirectional_enabled", 0, 4),
+             "RTX 4090 -> 4090, P2P, one socket": ("B06_chlc_rtx4090x8_p2p_tinygraddriver",
+                                                   "unidirectional_enabled", 0, 1),
+             "H100 SXM -> H100, NVSwitch, P2P": ("B03_kr_h100x8_hgx_p2p", "unidirectional_enabled", 0, 1)}
+
+
+def _host_to_device(name: str) -> float:
+    entry = published.load(name)
+    if entry.format == "bandwidthTest":
+        return next(r["Bps"] for r in entry.data["rows"]
+                    if r["direction"] == "host_to_device" and r["memory"] == "pinned")
+    case = next(c for c in entry.data["testcases"] if c["name"] == "host_to_device_memcpy_ce")
+    return case["matrix"][0][0] * 1e9  # CPU -> GPU 0
+
+
+def test_the_published_link_bars_are_shipped_measurements_as_printed_and_name_their_source():
+    """Every bar of PUBLISHED_LINKS is a spec figure or a number a shipped measurement printed, one direction, and
+    its note (shown on hover) names the file and the GPU pair; none is left without a source."""
+    from ringlab.topology.links import PUBLISHED_LINKS
+
+    hosts = {"host -> RTX 2080 Ti, pinned": "C01_autodl_rtx2080ti_bandwidthtest_pinned",
+             "host -> H100 SXM, pinned": "C05_kr_h100x8_nvbandwidth"}
+    measured = [(what, Bps, note) for what, Bps, note in PUBLISHED_LINKS if not note.startswith(("spec", "NVIDIA:"))]
+    assert {what for what, _, _ in measured} == set(PEER_BARS) | set(hosts)
+    for what, Bps, note in measured:
+        assert note.startswith("published measurement: ")
+        if what in hosts:
+            name = hosts[what]
+            assert Bps == _host_to_device(name)
+        else:
+            name, key, src, dst = PEER_BARS[what]
+            assert f"GPU {src} -> {dst}" in note and key.startswith("unidirectional")
+            assert Bps == published.load(name).data["matrices"][key][src][dst] * 1e9
+        assert note.endswith(f"({name[:3]})"), note

@@ -66,11 +66,13 @@ print(text.split("Legend")[0])
 # The same matrix as a ringlab topology: a tree of PCIe links with the sockets joined at the top.
 # Every pair is `SYS`, so the codes alone cannot say which GPUs share a socket; the printout's
 # NUMA Affinity column can (0 for GPUs 0-3, 1 for GPUs 4-7), and the picture groups them by it.
-# The codes give the shape only, so the link rates in this picture are assumptions (PCIe 3.0 x16
-# everywhere), not figures read from that machine. The legend names each kind of link.
+# The codes give the shape only, not the rates: `topo -m` does not print the PCIe generation a link
+# runs at. So each GPU's link is drawn at PCIe 4.0 x16, the RTX 4090's own (NVIDIA's specification,
+# as in the `rtx4090-8-p2p-on` and `-off` presets), and the link between the sockets at an assumed
+# QPI's; neither was read from that machine. The legend names each kind of link.
 
 # %%
-topology_figure(rl.topology.published("rtx4090x8"))
+topology_figure(rl.topology.published("rtx4090x8", pcie=pcie_bandwidth(4, 16)))
 
 # %% [markdown]
 # And a machine built around NVLink: the DGX-1 with V100s, from published figures, drawn as its

@@ -34,9 +34,10 @@ use_renderer();  # plotly figures show in JupyterLab and in exported HTML
 # ## PCIe against NVLink: the published figures
 #
 # One direction of one GPU's connection, from the specifications (PCIe arithmetic, NVLink link
-# counts) and from measurements published for a K40 server. None of these bars was measured here;
-# hover over one to see where it comes from. The axis is logarithmic: NVLink 2.0 on a V100 is about
-# ten times PCIe 3.0 x16.
+# counts) and from published measurements of real machines that ringlab ships: host-to-GPU copies
+# (bandwidthTest, nvbandwidth) and GPU-to-GPU copies with peer access off and on
+# (p2pBandwidthLatencyTest). None of these bars was measured here; hover over one to see where it
+# comes from. The axis is logarithmic: NVLink 2.0 on a V100 is about ten times PCIe 3.0 x16.
 
 # %%
 links_figure(PUBLISHED_LINKS, title="published figures: bandwidth per direction")
@@ -171,10 +172,18 @@ print(describe_staged(staged_parts, copy_rate, copy_nbytes))
 
 # %% [markdown]
 # GPUs have the same choice. Without peer access, a copy from one GPU to another goes through host
-# memory; with it, the GPUs copy directly over PCIe or NVLink. A published measurement on 8 P100s
-# in a cloud VM: enabling GPUDirect peer-to-peer roughly halved the latency between GPUs compared
-# with copying through the CPU.
-#
+# memory; with it, the GPUs copy directly over PCIe or NVLink. CUDA's p2pBandwidthLatencyTest also
+# times a tiny copy between every pair of GPUs with peer access off and on; the cell prints the
+# medians of two published runs (ringlab ships them with their source; neither was measured here).
+
+# %%
+for name in ("B06_chlc_rtx4090x8_p2p_tinygraddriver", "B03_kr_h100x8_hgx_p2p"):
+    latency = published.peer_latency(name)
+    print(f"GPU-to-GPU latency {latency['off_s'] * 1e6:.3g} us with peer access off, {latency['on_s'] * 1e6:.3g} us "
+          f"with it on, off/on {latency['off_s'] / latency['on_s']:.1f}x (medians of {latency['pairs']} pairs; "
+          f"{published.load(name).label})")
+
+# %% [markdown]
 # ## On a GPU: pinned against pageable, and peer copies
 #
 # Pageable host memory can be moved by the operating system, so the driver first copies it into a
@@ -312,8 +321,9 @@ links_figure(PUBLISHED_LINKS, measured, title="published figures and measured on
 #   its size; peer access and CUDA-aware MPI exist to remove them.
 # - Pinned host memory is copied directly by the GPU; pageable memory takes an extra copy (on the
 #   two published A100 hosts above, pageable was 2.4 to 5.2 times slower).
-# - Peer access is worth about ten times on GPUs joined by NVLink and little on a PCIe-only box,
-#   in the published measurements above.
+# - Peer access is worth about ten times in bandwidth on GPUs joined by NVLink and little on a
+#   PCIe-only box, in the published measurements above; on both it cuts the latency between two GPUs
+#   several times.
 #
 # ## Exercises
 #

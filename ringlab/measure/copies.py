@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..predict.fitting import Fit, fit_pingpong
+from ..predict.fitting import USABLE, Fit, fit_pingpong
 from .bandwidth import REPEATS, memcpy_rate
 from .units import format_bytes, parse_size
 
@@ -156,12 +156,29 @@ def fit_direct(direct: list[dict]) -> Fit:
 
 
 def describe_fit(fitted: Fit) -> str:
-    """The fitted alpha and B in a line, or alpha and 'no cost per byte' where the fit found none."""
+    """The fitted alpha and B in a line, or alpha and 'no cost per byte' where the fit found none; then, where the
+    fit misses a measurement by more than ``USABLE``, by how much and at which size, and that the model is rough."""
     if np.isfinite(fitted.bandwidth):
-        return f"fitted to the measurements: alpha = {_time(fitted.alpha)}, B = {_gbps(fitted.bandwidth)}"
-    return (f"fitted to the measurements: alpha = {_time(fitted.alpha)} and no cost per byte: the times did not grow "
-            f"with the sizes (the machine was busy while they were measured), so there is no B to fit and the model "
-            f"below is alpha alone. Run the measurement again to see a bandwidth.")
+        text = f"fitted to the measurements: alpha = {_time(fitted.alpha)}, B = {_gbps(fitted.bandwidth)}"
+    else:
+        text = (f"fitted to the measurements: alpha = {_time(fitted.alpha)} and no cost per byte: the times did not "
+                f"grow with the sizes (the machine was busy while they were measured), so there is no B to fit and "
+                f"the model below is alpha alone. Run the measurement again to see a bandwidth.")
+    return text + _misses(fitted)
+
+
+def _misses(fitted: Fit) -> str:
+    """'' for a fit within ``USABLE`` of every measurement; else a sentence naming the measurement it misses most."""
+    if not fitted.worst_residual > USABLE:
+        return ""
+    worst = int(np.argmax(np.abs(fitted.relative_residuals)))
+    share = f"{fitted.worst_residual:.0%}"
+    if float(share[:-1]) <= round(USABLE * 100):  # 25.3% would print as 25%, "more than 25%"
+        share = f"just over {USABLE:.0%}"
+    return (f"\nThe fit misses the {format_bytes(int(fitted.sizes[worst]))} measurement by {share} (the model gives "
+            f"{_time(float(fitted.predicted[worst]))} where {_time(float(fitted.measured[worst]))} was measured), "
+            f"more than the {USABLE:.0%} a usable fit may: the model below is rough, a least-squares compromise over "
+            f"every size, and so is what exercises 2 and 3 work out from this alpha and B.")
 
 
 def staged_rows(staged: list[dict], direct: list[dict], copies: list[dict], alpha: float, bandwidth: float,

@@ -107,6 +107,25 @@ def peer_matrix(name: str, key: str = "unidirectional_enabled"):
     return matrix
 
 
+def peer_latency(name: str) -> dict:
+    """The median GPU-to-GPU latency over all pairs of a shipped p2pBandwidthLatencyTest, in seconds, with peer access
+    off and on (its "GPU" latency matrices, timed on the GPU): ``{"off_s", "on_s", "pairs"}``."""
+    import numpy as np
+
+    entry = load(name)
+    keys = {"off_s": "latency_gpu_disabled", "on_s": "latency_gpu_enabled"}
+    matrices = entry.data.get("matrices", {})
+    if entry.format != "p2pBandwidthLatencyTest" or any(key not in matrices for key in keys.values()):
+        raise ValueError(f"{name} has no latency matrices with peer access off and on (it has: "
+                         f"{', '.join(matrices) or 'none'})")
+    out = {}
+    for state, key in keys.items():
+        matrix = np.array(matrices[key], dtype=float)
+        np.fill_diagonal(matrix, np.nan)  # a GPU to itself is no pair
+        out[state], out["pairs"] = float(np.nanmedian(matrix)) * 1e-6, int(np.count_nonzero(~np.isnan(matrix)))
+    return out
+
+
 def peer_rows(name: str, machine: str, peak_on_Bps: float, peak_off_Bps: float) -> list[dict]:
     """Two rows for ``ringlab.viz.fraction_bars`` from a shipped p2pBandwidthLatencyTest: the median
     unidirectional copy rate over all GPU pairs with peer access off and with it on, each beside the peak

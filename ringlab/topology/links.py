@@ -85,8 +85,11 @@ MI300X_REDUCE = 5300 * GB / 3    # MI300X: HBM3 5.3 TB/s (data sheet)
 MI325X_REDUCE = 6000 * GB / 3    # MI325X: HBM3E 6 TB/s (data sheet)
 MI355X_REDUCE = 8000 * GB / 3    # MI355X: HBM3E 8 TB/s (data sheet)
 
-# Published figures for one direction of one GPU's connection (spec arithmetic and vendor figures,
-# then measurements published for a K40 server): (what, bytes/s, "spec" or "published measurement").
+# Published figures for one direction of one GPU's connection: (what, bytes/s, note), the note saying where each comes
+# from and shown beside its bar. First spec arithmetic and vendor figures; then measurements of real machines that
+# ringlab ships (ringlab/data/published, from ../shared/published), each one number as its source printed it, in GB/s
+# of 1e9 bytes, one direction (p2pBandwidthLatencyTest's unidirectional matrix, bandwidthTest's and nvbandwidth's
+# host -> device copy), the GPU pair named where the matrix has several (tests/test_published.py reads them back).
 PUBLISHED_LINKS = [
     ("PCIe 2.0 x16", 16 * 0.5 * GB, "spec: 5 GT/s, 8b/10b"),
     ("PCIe 3.0 x16", PCIE3_X16, "spec: 8 GT/s, 128b/130b"),
@@ -98,9 +101,19 @@ PUBLISHED_LINKS = [
     ("NVLink 2.0, V100 (6 links)", 6 * NVLINK2, "spec: 300 GB/s bidirectional"),
     ("NVSwitch, DGX-2 any pair", DGX2_PER_GPU, "spec: 300 GB/s bidirectional"),
     ("NVLink 4, H100 SXM", H100_NVLINK, "NVIDIA: 900 GB/s bidirectional"),
-    ("K40: GPU-GPU, one PCIe switch", 10.59 * GB, "published measurement"),
-    ("K40: GPU-GPU across QPI", 9.15 * GB, "published measurement"),
-    ("GPU-GPU over NVLink", 35 * GB, "published measurement"),
+    ("host -> RTX 2080 Ti, pinned", 12.2 * GB,
+     "published measurement: bandwidthTest, 32 MB, PCIe 3.0 x16 behind a switch, AutoDL (C01)"),
+    ("host -> H100 SXM, pinned", 55.37 * GB, "published measurement: nvbandwidth, host -> GPU 0, HGX H100 (C05)"),
+    ("RTX 2080 Ti -> 2080 Ti, no P2P", 5.71 * GB,
+     "published measurement: p2pBandwidthLatencyTest GPU 0 -> 1, one PCIe 3.0 switch, AutoDL (B07)"),
+    ("RTX 4090 -> 4090, no P2P", 18.77 * GB,
+     "published measurement: p2pBandwidthLatencyTest GPU 0 -> 1, stock driver, blog.chlc.cc (B05)"),
+    ("RTX 4090 -> 4090, P2P, across sockets", 21.36 * GB,
+     "published measurement: p2pBandwidthLatencyTest GPU 0 -> 4, tinygrad driver, blog.chlc.cc (B06)"),
+    ("RTX 4090 -> 4090, P2P, one socket", 25.6 * GB,
+     "published measurement: p2pBandwidthLatencyTest GPU 0 -> 1, tinygrad driver, blog.chlc.cc (B06)"),
+    ("H100 SXM -> H100, NVSwitch, P2P", 365.3 * GB,
+     "published measurement: p2pBandwidthLatencyTest GPU 0 -> 1 (56 pairs: 365.3 to 393.78), HGX H100 (B03)"),
 ]
 
 LATENCY = {"nvlink": 1e-6, "nvswitch": 1e-6, "xgmi": 1e-6, "pcie": 1.5e-6, "qpi": 1e-6, "fabric": 1e-6,
@@ -109,9 +122,10 @@ ASSUMED = "latencies assumed (1-2 us a hop), not published"
 
 # The share of a link's signalling peak that NCCL's topology model (src/graph/topo.h and topo.cc,
 # NVIDIA/nccl at 5067397) rates it at: NVLink per link 18 GB/s of 20 on P100, 20 of 25 on V100 and
-# A100, 20.6 of 25 on H100/H200, 40.1 of 50 on B200/GB200 (NVLink 5); PCIe 6 Gbit/s a lane for every 8 GT/s (12 GB/s for 3.0 x16 against
-# the 15.754 the encoding leaves). Published peer-copy matrices agree: 376 of 450 GB/s between two
-# H100s (B03), 22-26 of 31.5 GB/s between two RTX 4090s with P2P on (B06).
+# A100, 20.6 of 25 on H100/H200, 40.1 of 50 on B200/GB200 (NVLink 5); PCIe 6 Gbit/s a lane for every
+# 8 GT/s (12 GB/s for 3.0 x16 against the 15.754 the encoding leaves). Published peer-copy matrices
+# agree: 365.3 to 393.78 of 450 GB/s between two H100s (B03), 20.57 to 26.01 of 31.5 GB/s between two
+# RTX 4090s with P2P on (B06), one direction.
 RATINGS = {"nvlink-p100": 18 / 20, "nvlink-v100": 20 / 25, "nvlink-a100": 20 / 25, "nvlink-h100": 20.6 / 25,
            "nvlink-b200": 40.1 / 50, "pcie": 6.0 / (8.0 * 128 / 130), "qpi": 6.0 / 12.8,  # QPI: Broadwell's 6 GB/s
            # RCCL's ratings of one xGMI link (src/graph/topo.h, ncclTopoXGMISpeed: MI200_XGMI_WIDTH 36,
