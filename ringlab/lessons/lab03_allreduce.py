@@ -102,6 +102,11 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
              for name in ("ring", "naive")}
     expected = times["naive"][top] / times["ring"][top]
     ahead = [k for k in sorted(ring) if times["ring"][k] < times["naive"][k]]
+    ahead_from = None  # the smallest size from which the model puts the ring ahead at every larger size
+    for k in sorted(ring, reverse=True):
+        if k not in ahead:
+            break
+        ahead_from = k
     agrees = abs(ratio / expected - 1) <= AGREES
     fitted = fit_rows(rows, "ring", m)
     alpha, bandwidth = links_of(emulated["emulation"]["spec"], m)
@@ -112,10 +117,11 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
     wall = next((r.get("wall_time_s") for r in rows if r["algorithm"] == "ring" and r["bytes"] == top), None)
     said += [f"On the emulated machine ({emulated['emulation']['label']}, {m} ranks; times in virtual time, its links' "
              f"times with this CPU's additions counted as the CPU time they took): the ring {passes}; the cost model "
-             "puts it " + (f"ahead from {format_bytes(ahead[0])}" if ahead and ahead[-1] == max(ring) else
+             "puts it " + ("ahead at every size too" if ahead_from == min(ring) else
+                           f"ahead from {format_bytes(ahead_from)} up" if ahead_from is not None else
                            "behind at the largest size")
              + (" (on these links naive's root pays a latency for each of its n-1 messages in and n-1 out, as many as "
-                "the ring's 2(n-1) steps, and carries more bytes)" if ahead and ahead[0] == min(ring) else "")
+                "the ring's 2(n-1) steps, and carries more bytes)" if ahead_from == min(ring) else "")
              + f". At {format_bytes(top)} the ring's busbw was {ratio:.2f}x naive's. The busiest ranks' bytes differ "
              f"{counted:.2f}x (n/2), and on these full-duplex links the ring sends and receives at once while naive's "
              f"root first only receives, then only sends: the cost model predicts {expected:.2f}x for these links. "
