@@ -28,6 +28,7 @@ MODELS = ("llama3-8b", "llama3-70b")
 NODES, GPUS_PER_NODE, GPU = 4, 8, "h100"
 HYBRID_VARIANTS = ("data parallel", "ZeRO-3 over all GPUs", "hybrid sharding")
 FASTER = 1.1  # one variant's collectives at least 10% quicker than another's: clearly quicker
+FORMULA = "2(m-1)/m x 8 Psi/g (float64 gradients)"  # bytes a rank sends to other nodes a step, m nodes of g GPUs
 
 
 def hybrid_groups(comm):
@@ -115,9 +116,6 @@ def hybrid_check_sentence(rows: list[dict]) -> str:
             f"{rows[0]['across']:,.0f} B a step to other nodes, "
             + (f"the formula's {FORMULA}." if off <= 1e-9 else f"{off:.1%} off the formula's {FORMULA}."
                if math.isfinite(off) else f"where the formula's {FORMULA} sends none."))
-
-
-FORMULA = "2(m-1)/m x 8 Psi/g (float64 gradients)"  # bytes a rank sends to other nodes a step, m nodes of g GPUs
 
 
 def across_bytes(name: str, nranks: int, per_node: int, nbytes: int) -> float:
