@@ -837,3 +837,28 @@ def test_recipe_settings_are_read_from_the_data():
     assert runs.layout_of(runs.find("dgxc2505-llama3.1-405b-h100-512-fp8"))[0]["precision_aware_optimizer"] is False
     old = runs.layout_of(runs.find("megatron2021-gpt-1.7b"))[0]   # no recipe settings: Megatron-LM's defaults
     assert old["grad_reduce_in_fp32"] is True and old["offload_layers"] == 0
+
+
+def test_each_gpu_plans_with_the_memory_a_program_is_told_it_has_published_with_its_source():
+    """The planner's capacity is the published device total a program sees (CUDA's totalGlobalMem: the nvidia-smi total
+    less the driver's reserve), less the CUDA context; never the GB a part is sold with read as GiB (B200: 178.35 GiB
+    reported, where 180 GiB would let a layout fit that does not)."""
+    import json
+    import re
+    from importlib import resources
+
+    from ringlab.train import planner
+
+    gpus = json.loads(resources.files("ringlab").joinpath("data/gpu_compute.json").read_text())["gpus"]
+    for name, d in gpus.items():
+        told = d.get("reported_total_bytes")
+        if told is None:
+            continue
+        assert 0.95 * d["memory_gb"] * 2 ** 30 < told < d["memory_gb"] * 2 ** 30 * 1.0001 or name == "gb200", name
+        assert d["reported_total_source"].startswith("https://github.com/"), name
+        printed = re.findall(r"\d+", d["reported_total_quote"])
+        assert str(told) in printed or str(told >> 20) in printed, (name, d["reported_total_quote"])
+        if d.get("peak_tflops", {}).get("bf16") and d.get("matmul_tflops_bf16"):
+            assert planner.Compute.of(name).memory == told - planner.CUDA_CONTEXT
+    assert planner.Compute.of("b200").memory / 2 ** 30 == pytest.approx(178.35 - 0.39, abs=0.02)
+    assert planner.Compute.of("h100").memory / 2 ** 30 == pytest.approx(79.21 - 0.39, abs=0.02)

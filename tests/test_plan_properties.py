@@ -190,8 +190,11 @@ def check_plan(p, model: Transformer, topology, L: dict) -> None:
         assert p.mfu <= 1, f"MFU {p.mfu:.3f}"
     # an MFU over 100% is always said to be a count, not a GPU beyond its peak
     assert (p.mfu > 1) == any(n.startswith(f"MFU {p.mfu:.1%} is over 100%") for n in p.notes)
-    # fits: the memory per GPU against the GPU's, in the GiB a program sees
-    capacity = (COMPUTE[m.gpu].get("memory_gb") or COMPUTE[m.gpu]["memory_bytes"] / 1e9) * 2 ** 30
+    # fits: the memory per GPU against what a program is told the GPU has (published), less the CUDA context
+    told = COMPUTE[m.gpu].get("reported_total_bytes") or (COMPUTE[m.gpu].get("memory_gb") or
+                                                           COMPUTE[m.gpu]["memory_bytes"] / 1e9) * 2 ** 30
+    capacity = told - planner.CUDA_CONTEXT
+    assert capacity < COMPUTE[m.gpu]["memory_gb"] * 2 ** 30  # never the GB it is sold with read as GiB
     assert p.capacity == pytest.approx(capacity)
     assert p.fits == (sum(p.memory.values()) <= capacity)
     # weights, gradients and the optimizer of a model on one stage: every weight split over tp, sharded as ZeRO

@@ -2,7 +2,8 @@
 # # Lab 11: plan a real training run
 #
 # **What you'll do:** plan Llama 3 70B on 256 H100s with ringlab's planner (`rl.plan`): see where each GPU's
-# memory goes against its 80 GiB, and where one training step's seconds go (compute, the collectives each kind of
+# memory goes against what it holds (an 80 GB H100 tells a program it has 79.2 GiB, and the CUDA context takes 0.4 of
+# them), and where one training step's seconds go (compute, the collectives each kind of
 # parallelism leaves exposed, the [pipeline bubble](glossary.md#pipeline-bubble)); change the layout with the explorer's controls
 # and watch both move; set a prediction against the closest published run; then answer four questions from the
 # planner's own numbers: why tensor parallelism stays in a node, when [ZeRO](glossary.md#zero)-3 pays, what

@@ -123,6 +123,8 @@ ADAM_TRAFFIC = 2 * GRAD_BYTES + 2 * OPTIMIZER_BYTES + WEIGHT_BYTES  # bytes an u
 OPTIMIZER_STATE = {"fp32": OPTIMIZER_BYTES, "bf16": 4}
 BACKWARD_TRAFFIC = 2  # an element-wise op's backward reads its input and the incoming gradient, writes one: 2x forward
 BUCKET_PARAMS = 40_000_000  # Megatron-LM's default gradient bucket: 40M parameters
+CUDA_CONTEXT = 400 * 2 ** 20  # what a process's CUDA context takes before its first tensor: "around 400MB if CUDA >=
+#                               11.7 is used and lazy module loading enabled" (ptrblck, pytorch/pytorch#109888)
 NCCL_BUFFERS = 32 * 2 * 4 * 2 ** 20  # per communicator: up to 32 channels x send/receive x NCCL_BUFFSIZE (4 MiB)
 # Kernels at a real layer's shapes, from published kernel benchmarks (ringlab/data/kernel_rates.json, by id), none of
 # them a training run the planner is judged on:
@@ -242,7 +244,9 @@ def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str 
 
 @dataclass(frozen=True)
 class Compute:
-    """One GPU's figures for planning: ``memory`` (bytes: the GB it is sold with, as the GiB a program sees),
+    """One GPU's figures for planning: ``memory`` (bytes a training process can hold: the device memory a program is
+    told it has, as published for the part (``reported_total_bytes``: CUDA's totalGlobalMem, below the GB it is sold
+    with read as GiB by the driver's reserve), less :data:`CUDA_CONTEXT`; the sold GB as GiB where none is published),
     ``peak`` (FLOP/s by precision, dense), ``matmul`` (FLOP/s a transformer layer's matrix multiplications reach, by
     precision: the measured best-shape rate, MAMF, times :data:`GEMM_SHAPE_FACTOR`; fp8 that times
     :data:`FP8_GEMM_SPEEDUP`), ``hbm`` (bytes/s), ``source``."""
@@ -267,7 +271,8 @@ class Compute:
         matmul = {"bf16": best, "fp16": best}
         if "fp8" in peak:
             matmul["fp8"] = best * FP8_GEMM_SPEEDUP
-        return cls(gpu, float(d.get("memory_gb") or d["memory_bytes"] / 1e9) * 2 ** 30, peak, matmul,
+        told = d.get("reported_total_bytes") or float(d.get("memory_gb") or d["memory_bytes"] / 1e9) * 2 ** 30
+        return cls(gpu, told - CUDA_CONTEXT, peak, matmul,
                    GPUS[gpu].reduce_rate * 3,  # ringlab's reduce rate is the memory rate / 3 (read two, write one)
                    f"{d.get('peak_source', '')}; matmul: {d.get('matmul_source', '')}")
 
