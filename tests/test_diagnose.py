@@ -82,6 +82,7 @@ def test_an_emulated_straggler_pauses_on_its_virtual_clock_and_nobody_sleeps():
     took = float(traces["slowed"].records["end"].max())
     assert took >= 6 * 0.5 and traces["slowed"].wall_s < 1.0  # six pauses of 0.5 s, none slept
     assert diagnose.describe_straggler(traces["slowed"]).startswith("Rank 2 is the straggler")
+    assert "send" not in diagnose.describe_straggler(traces["slowed"])  # a virtual send takes its link's time, no wait
 
 
 def test_a_bad_emulated_machine_is_refused_before_any_job_starts():
@@ -139,13 +140,19 @@ def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():
     rows = [tuple(r) for r in model.records]
     blocked = [r[:7] + (r[6] + 0.02,) + r[8:] if r[0] == 1 and r[2] == 2 and r[5] == "send" else r for r in rows]
     text = diagnose.describe_straggler(Trace(blocked, model.schedule, clock="test", itemsize=4))
-    assert "The longest send to rank 2, rank 1's 16 KiB at step 3, took 20.0 ms: it could not complete before " \
-           "rank 2 posted the receive" in text and "the sender waits for the straggler too" in text
+    assert "The longest send to rank 2, rank 1's 16 KiB at step 3, took 20.0 ms, where the quickest send of the call " \
+           "took 0.10 ms: it could not complete before rank 2 posted the receive" in text
+    assert "the sender waits for the straggler too" in text and "as well" not in text
     assert "The longest send" not in diagnose.describe_straggler(model)  # sends of 0.1 ms: nothing to explain
-    # a longer send to another rank (rank 0's to rank 1, held up behind rank 1) does not hide the one to the straggler
+    # a longer send to another rank (rank 0's to rank 1, held up behind rank 1) does not hide the one to the straggler,
+    # and is said to have waited behind it
     chained = [r[:7] + (r[6] + 0.03,) + r[8:] if r[0] == 0 and r[2] == 1 and r[5] == "send" else r for r in blocked]
     text = diagnose.describe_straggler(Trace(chained, model.schedule, clock="test", itemsize=4))
     assert "The longest send to rank 2, rank 1's 16 KiB at step 3, took 20.0 ms" in text
+    assert "Rank 0's sends to rank 1 waited up to 30.0 ms as well: rank 1, held in a send of its own" in text
+    # on an emulated machine every send takes its link's time, 14 ms here: long, but none waited for its receiver
+    linked = [r[:7] + (r[6] + 0.014,) + r[8:] if r[5] == "send" else r for r in rows]
+    assert "send" not in diagnose.describe_straggler(Trace(linked, model.schedule, clock="test", itemsize=4))
 
 
 def test_a_traced_send_ends_when_it_completes_not_when_the_rank_looks():

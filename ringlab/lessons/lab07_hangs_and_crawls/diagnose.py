@@ -405,20 +405,34 @@ def straggler_lesson(raw: dict, emulated: dict, slow_rank: int = 2, pause: float
 
 
 def _blocked_sends(trace, straggler: int) -> str:
-    """A sentence on the longest send to the straggler, when it waited (over 1 ms): why a send can wait too."""
-    rows = trace.records
-    sends = rows[(rows["side"] == "send") & (rows["peer"] == straggler)]
-    if not len(sends):
+    """A sentence on the longest send to the straggler, when it waited: took over 1 ms more than the quickest send of
+    the call (what a send takes when its receiver is ready: on an emulated machine every send takes its link's time,
+    and none waits); and one on each rank whose sends waited behind a receiver held in a send of its own."""
+    every = trace.records[trace.records["side"] == "send"]
+    if not len(every):
         return ""
-    longest = sends[int(np.argmax(sends["end"] - sends["start"]))]
-    took = float(longest["end"] - longest["start"])
-    if took <= 1e-3:
+    took = every["end"] - every["start"]
+    quickest = float(took.min())
+    to_it = every["peer"] == straggler
+    if not to_it.any():
         return ""
-    return (f" The longest send to rank {straggler}, rank {int(longest['rank'])}'s {int(longest['nbytes']) >> 10} KiB "
-            f"at step {int(longest['step'])}, took {took * 1e3:.1f} ms: it could not complete before rank {straggler} "
-            "posted the receive. Past MPI's eager limit a message is not buffered but waits for its receiver (the "
-            f"rendezvous protocol), and rank {straggler} posts its receive only after its pause: the sender waits "
-            "for the straggler too, in its send.")
+    longest = every[to_it][int(np.argmax(took[to_it]))]
+    slowest = float(took[to_it].max())
+    if slowest - quickest <= 1e-3:
+        return ""
+    said = (f" The longest send to rank {straggler}, rank {int(longest['rank'])}'s {int(longest['nbytes']) >> 10} KiB "
+            f"at step {int(longest['step'])}, took {slowest * 1e3:.1f} ms, where the quickest send of the call took "
+            f"{quickest * 1e3:.2f} ms: it could not complete before rank {straggler} posted the receive. Past MPI's "
+            "eager limit a message is not buffered but waits for its receiver (the rendezvous protocol), and rank "
+            f"{straggler} posts its receive only after its pause: the sender waits for the straggler too, in its send.")
+    waited = lambda r: float(took[every["rank"] == r].max(initial=0.0)) - quickest  # noqa: E731
+    chained = sorted({(int(r), int(p)) for r, p in zip(every["rank"], every["peer"])
+                      if p != straggler and r != straggler and waited(r) > 1e-3 and waited(p) > 1e-3})
+    for sender, receiver in chained:
+        said += (f" Rank {sender}'s sends to rank {receiver} waited up to {(waited(sender) + quickest) * 1e3:.1f} ms "
+                 f"as well: rank {receiver}, held in a send of its own, posts its next receive late, and the wait "
+                 "passes back along the ring.")
+    return said
 
 
 def model_trace(nranks: int, slow_rank: int | None = None, pause: float = 0.02, transfer: float = 1e-4,
