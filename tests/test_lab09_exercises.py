@@ -52,6 +52,7 @@ def test_the_group_bytes_lesson_follows_its_numbers():
                                 "the tensor group's collectives block and the data group's overlap")
     assert "1.22x, against 0.61x at 4096 tokens" in same.text and "critical path" in same.text
     assert "Both groups are rings of 8" in same.text
+    assert "Predicted above at 4096 tokens, the tensor group blocks a micro-batch" in same.text  # the mesh's own size
     heavy = mesh.group_bytes_lesson(result, tokens=8 * 8192)
     assert heavy.conclusions[0] == "the tensor group carries most of the bytes" and "critical path" not in heavy.text
     light = mesh.group_bytes_lesson(result, tokens=512)

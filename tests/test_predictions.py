@@ -158,7 +158,7 @@ def test_hierarchical_against_flat_on_two_nodes():
     assert f"expects {expected / 1e9:.0f} GB/s; the published run reached {published / expected:.0%} of it" in ring
     assert ("well below its hardware" in ring) == (published < 0.5 * expected)  # A03 is: 28% (nccl-tests #290)
     default = next(line for line in beside if "not forced" in line)
-    assert "NCCL chose nvlstree/Simple at this size" in default and "well below its hardware" in default
+    assert "NCCL's model picks nvlstree/Simple at this size" in default and "well below its hardware" in default
 
 
 def test_describe_forced_ring_follows_the_published_numbers():

@@ -340,13 +340,15 @@ print(describe_simulated(on_nodes, model, link_gbps, 4, per_node))
 # %% [markdown]
 # How much faster the hierarchy is than the flat ring, here and on the real two-node machine. The
 # published row is the nearest published comparison, not the same experiment: NCCL's own choice on
-# that machine is its NVLS and tree family, which also keeps most bytes inside the nodes, set
-# against the same machine with the flat ring forced.
+# that machine (its NVLS and tree family, which also keeps most bytes inside the nodes) set against
+# the same machine with NCCL's ring forced, which is not the one flat ring of the rows above: it runs
+# a ring channel through every network card. That machine also ran at about a quarter of its
+# hardware (the section on rails below).
 
 # %%
 table(side_by_side(on_nodes, model, link_gbps, 4, per_node, hierarchy),
       {"setup": "setup", "source": "source", "size per rank (MiB)": ("bytes", ".2f"),
-       "hierarchy over flat ring (x)": ("speedup", ".2f")})
+       "hierarchy (published: NCCL's choice) over the ring (x)": ("speedup", ".2f")})
 
 # %% [markdown]
 # ### Real nodes on this machine: namespaces and shaped links

@@ -249,7 +249,7 @@ def describe_hierarchy(curves: dict[str, list[dict]], nbytes: int, machine: str 
             line += (" But NCCL's ring is not the one flat ring above: it runs a ring channel through every network "
                      f"card{f' ({nics} a node)' if nics else ''}, so its bytes cross the nodes on every card at once, "
                      "as the hierarchy's shards do." if forced else
-                     f" NCCL chose {model.algorithm}/{model.protocol} at this size.")
+                     f" NCCL's model picks {model.algorithm}/{model.protocol} at this size.")
             line += (f" NCCL's model of that on healthy hardware ({machine}) expects {expected / 1e9:.0f} GB/s; the "
                      f"published run reached {value / expected:.0%} of it"
                      + (", well below its hardware: the section on rails below finds why." if value < 0.5 * expected

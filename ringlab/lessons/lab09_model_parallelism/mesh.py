@@ -352,9 +352,9 @@ def group_bytes_lesson(result: dict, tokens: int, model: dict = LLAMA3_70B) -> F
         said.append(f"Within {SAME_ORDER}x of each other either way: bytes alone do not say which group belongs on "
                     "NVLink. What does is when each group's collectives run. The tensor group's sit on the critical path "
                     f"of every layer of every micro-batch, {r['tensor_calls']} of them, each blocking the next layer; "
-                    "the data group's one a step overlaps the backward pass. Predicted above, the tensor group blocks a "
-                    f"micro-batch {good['micro_batch_s'] * 1e3:.0f} ms inside a node and "
-                    f"{bad['micro_batch_s'] * 1e3:.0f} ms across nodes.")
+                    "the data group's one a step overlaps the backward pass. Predicted above at "
+                    f"{r['tokens']} tokens, the tensor group blocks a micro-batch {good['micro_batch_s'] * 1e3:.0f} ms "
+                    f"inside a node and {bad['micro_batch_s'] * 1e3:.0f} ms across nodes.")
         conclusions = ("the two groups' bytes are of the same order",
                        "the tensor group's collectives block and the data group's overlap")
     else:

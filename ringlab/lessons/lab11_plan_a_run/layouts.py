@@ -7,7 +7,7 @@ from ...lab.findings import Finding
 from ...lab.words import and_join, article, plural
 from ...measure.units import format_bytes
 from ...train.planner import plan, search
-from .run import GIB, GLOBAL_BATCH, MICRO_BATCH, SEQ, machine, model
+from .run import GIB, GLOBAL_BATCH, MICRO_BATCH, SEQ, _seconds, machine, model
 
 SAME = 0.05  # two times within 5% are "about the same"
 TOKENS = 1e12  # a trillion tokens: the budget the machines are compared on
@@ -146,14 +146,15 @@ def zero_lesson(rows: list[dict]) -> Finding:
                   if "dp_listed" in high and "dp_listed" in low else "")
         gathers = (f" (ZeRO-3 gathers every layer's weights before each use and reduce-scatters its gradients, {each}"
                    f"{listed})" if high["zero"] == 3 and high["dp_calls"] > 0 else "")
+        exposed = "none of them exposed" if high["dp_s"] <= 0 else f"{_seconds(high['dp_s'])} of them exposed"
         text = (f"{low['setting']}: ZeRO-{low['zero']} needs {low['memory_gib']:.1f} GiB a GPU ({fit(low)} in "
-                f"{low['capacity_gib']:.0f}), ZeRO-{high['zero']} {high['memory_gib']:.1f} GiB ({fit(high)}), "
+                f"{low['capacity_gib']:.1f}), ZeRO-{high['zero']} {high['memory_gib']:.1f} GiB ({fit(high)}), "
                 + (f"{saved:.1f} GiB less" if round(saved, 1) > 0 else f"{-saved:.1f} GiB more" if round(saved, 1) < 0
                    else "about the same")
-                + f", for {high['dp_calls']:.0f} data-parallel calls a step against {low['dp_calls']:.0f}{gathers}, "
-                f"{high['dp_s']:.2f} s of them exposed and "
-                f"{high['dp_hidden_s']:.2f} s hidden behind compute: a step of {high['step_s']:.2f} s against "
-                f"{low['step_s']:.2f} s.")
+                + f", with {high['dp_calls']:.0f} data-parallel calls a step against {low['dp_calls']:.0f}{gathers}, "
+                f"{exposed} and {_seconds(high['dp_hidden_s'])} hidden behind compute: a step of "
+                f"{high['step_s']:.2f} s against {low['step_s']:.2f} s"
+                + (f" (ZeRO-{low['zero']}'s, were it to fit)." if not low["fits"] else "."))
         slower = _printed_gap(low["step_s"], high["step_s"])  # as the steps print
         if high["fits"] and not low["fits"]:
             verdict = f"ZeRO-{high['zero']} pays at {high['setting']}: it makes the layout fit"

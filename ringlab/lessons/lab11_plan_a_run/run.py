@@ -50,10 +50,10 @@ def describe_plan(p) -> Finding:
     throughput it predicts."""
     kinds = sorted(p.memory.items(), key=lambda kv: -kv[1])
     room = p.capacity - p.memory_total
-    fit = (f"fits: {p.memory_total / GIB:.1f} GiB of the {p.gpu.upper()}'s {p.capacity / GIB:.0f} GiB, "
-           f"{room / GIB:.1f} GiB to spare" if p.fits else
-           f"does not fit: {p.memory_total / GIB:.1f} GiB, {-room / GIB:.1f} GiB more than the {p.gpu.upper()}'s "
-           f"{p.capacity / GIB:.0f} GiB")
+    fit = (f"fits: {p.memory_total / GIB:.1f} GiB of the {p.capacity / GIB:.1f} GiB a process can hold on an "
+           f"{p.gpu.upper()}, {room / GIB:.1f} GiB to spare" if p.fits else
+           f"does not fit: {p.memory_total / GIB:.1f} GiB, {-room / GIB:.1f} GiB more than the "
+           f"{p.capacity / GIB:.1f} GiB a process can hold on an {p.gpu.upper()}")
     micro = p.layout["micro_batches"]
     said = [f"Predicted for {p.model.name} on {plural(p.gpus, p.gpu.upper())} at {p.layout_str()} "
             f"({plural(micro, *MICRO_BATCH)} a step): it {fit}. The most memory goes to {kinds[0][0]} "
