@@ -83,6 +83,7 @@ def test_an_emulated_straggler_pauses_on_its_virtual_clock_and_nobody_sleeps():
     assert took >= 6 * 0.5 and traces["slowed"].wall_s < 1.0  # six pauses of 0.5 s, none slept
     assert diagnose.describe_straggler(traces["slowed"]).startswith("Rank 2 is the straggler")
     assert "send" not in diagnose.describe_straggler(traces["slowed"])  # a virtual send takes its link's time, no wait
+    assert "0.00 ms" not in diagnose.describe_straggler(traces["slowed"])  # no other rank's gap printed as 0.00
 
 
 def test_a_bad_emulated_machine_is_refused_before_any_job_starts():

@@ -648,7 +648,7 @@ def test_attention_with_fewer_heads_a_call_runs_at_the_share_measured_with_the_p
     row = next(r for r in data["rows"] if r["seq"] == 4096 and r["heads"] == 8)
     assert eight[0] == pytest.approx(plain[0] / row["fwd_share"])
     assert eight[1] == pytest.approx(plain[1] / row["bwd_share"])
-    assert "8 heads a call" in eight[2] and "measured on an H200" in eight[2]
+    assert "8 heads a call" in eight[2] and "measured by ringlab on an H200, results/attention_and_layer_issue52.txt" in eight[2]
     f, b = planner.attention_heads_share(2896, 16)  # between 2048 and 4096 and between measured head counts
     low, high = planner.attention_heads_share(2048, 16), planner.attention_heads_share(4096, 16)
     assert low[0] < f < high[0] and low[1] < b < high[1]

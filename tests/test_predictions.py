@@ -171,6 +171,8 @@ def test_describe_forced_ring_follows_the_published_numbers():
     same = {"a (Ring (NCCL_ALGO=RING))": [{"bytes": 1, "busbw_Bps": 2.0}], "b": [{"bytes": 1, "busbw_Bps": 1.0}]}
     assert "more than 10% slower at 1." in describe_forced_ring(same)
     assert "The forced ring was never slower" in describe_forced_ring(same)
+    assert "more than 10% slower at none." in describe_forced_ring({k: [dict(r, busbw_Bps=1.0)] for k, v in same.items()
+                                                                     for r in v})
     with pytest.raises(ValueError, match="NCCL_ALGO=Ring forced"):
         describe_forced_ring({"b": []})
 

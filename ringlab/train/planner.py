@@ -233,7 +233,8 @@ def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str 
             if heads_per_call is not None and ids[0].startswith(HEADS_MEASURED_FOR):
                 f, b = attention_heads_share(seq, heads_per_call)
                 return (1 / (fwd * f), 1 / (bwd * b), f"published (cuDNN's fused attention, at 64 heads a call); at "
-                        f"{heads_per_call:g} heads a call x{f:.2f} forward, x{b:.2f} backward (measured on an H200)")
+                        f"{heads_per_call:g} heads a call x{f:.2f} forward, x{b:.2f} backward (measured by ringlab on an H200, "
+                        "results/attention_and_layer_issue52.txt)")
             return 1 / fwd, 1 / bwd, "published (cuDNN's fused attention)"
     if ids and len(ids) == 1:
         both = _by_seq(ids[0], seq)

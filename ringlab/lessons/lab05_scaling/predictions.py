@@ -279,7 +279,7 @@ def describe_forced_ring(sweeps: dict[str, list[dict]]) -> str:
     lines = [f"Published, {len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(sizes[-1])}: NCCL's own "
              f"choice was more than 10% faster than the forced ring at {len(ahead)} of them"
              + (f" ({format_bytes(ahead[0])} to {format_bytes(ahead[-1])})" if ahead else "")
-             + f", and more than 10% slower at {len(behind)}."]
+             + f", and more than 10% slower at {len(behind) or 'none'}."]
     lines.append(f"The largest gap: {ratio[best]:.2f}x at {format_bytes(best)} ({own[best] / 1e9:.1f} against "
                  f"{ring[best] / 1e9:.1f} GB/s of busbw)." if ratio[best] > 1 else
                  "The forced ring was never slower: NCCL chose the ring, or as good, everywhere.")

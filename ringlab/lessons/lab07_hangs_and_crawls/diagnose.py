@@ -345,7 +345,10 @@ def describe_straggler(trace, stands_out: float = 3.0) -> str:
            f"neighbour in turn: a ring moves at the pace of its slowest rank" if first in receivers else
            f"rank {first} waited longest, though it receives nothing from rank {top}")
     return (f"Rank {top} is the straggler: it spent {gaps[top] * 1e3:.1f} ms between its steps, outside any "
-            f"transfer, against {second * 1e3:.2f} ms at most for any other rank. Time in receives: {waited}; rank "
+            f"transfer, " + (f"against {second * 1e3:.2f} ms at most for any other rank" if round(second * 1e3, 2) > 0
+                             else "and no other rank spent any" if second <= 0 else
+                             "against under 0.01 ms at most for any other rank")
+            + f". Time in receives: {waited}; rank "
             f"{top} itself {waits[top] * 1e3:.1f} ms. The call took {total * 1e3:.1f} ms; {why}."
             + _blocked_sends(trace, top))
 
