@@ -36,3 +36,9 @@ def test_every_lesson_function_of_labs_08_to_10_is_called_by_a_test(module, name
     callers = [p.name for p in here.glob("test_*.py") if p.name != Path(__file__).name
                and re.search(rf"\b{name}\(", p.read_text())]
     assert callers, f"{module}.{name} writes a lab's words, and no test calls it"
+
+
+def test_a_share_that_rounds_to_nothing_is_said_under_one_percent():
+    from ringlab.lab.words import share
+
+    assert [share(x) for x in (0.0, 0.004, 0.005, 0.12, 1.5)] == ["0%", "under 1%", "under 1%", "12%", "150%"]

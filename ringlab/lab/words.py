@@ -18,3 +18,8 @@ def article(name: str) -> str:
     """``"an H100"``, ``"a B200"``, ``"an MI300X"``: the article of a GPU's (or any capitalised) name as it is read
     aloud, letter by letter."""
     return f"{'an' if name[:1].upper() in 'AEFHILMNORSX' else 'a'} {name}"
+
+
+def share(fraction: float) -> str:
+    """A share in whole percent, '12%'; 'under 1%' where a share above nothing would print as 0%."""
+    return "under 1%" if 0 < fraction and round(fraction * 100) == 0 else f"{fraction:.0%}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..algorithms import build
 from ..lab.exercises import NotDoneYet, compare, exercise
 from ..lab.findings import Finding
+from ..lab.words import share
 from ..lab.quiz import Question, Quiz
 from ..measure.bench import in_machine_units
 from ..measure.sweep import busiest_rank_bytes, busbw_by_size, describe_sweep, measured_crossover
@@ -132,7 +133,7 @@ def sweep_lesson(raw: dict, emulated: dict, cores: int) -> Finding:
                 f"this machine took {wall * 1e3:.1f} ms of wall time to run it." if wall else ""),
              f"Fitted to the emulated ring's times: alpha {fitted.alpha * 1e3:.2f} ms and {fitted.bandwidth / 1e6:.0f} "
              f"MB/s, against links of {alpha * 1e3:.2f} ms and {bandwidth / 1e6:.0f} MB/s (the fit misses its worst "
-             f"measurement by {fitted.worst_residual:.0%}): " + (
+             f"measurement by {share(fitted.worst_residual)}): " + (
                  "it recovers the links' bandwidth." if recovered else "it does not recover the links' bandwidth.")]
     observed = [f"the ring {'overtakes' if measured_crossover(raw['rows']).size is not None else 'does not overtake'} "
                 "naive on this machine"]

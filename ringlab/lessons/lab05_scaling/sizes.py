@@ -4,6 +4,7 @@ what an alpha-beta fit recovers, in sentences computed from the rows (``ringlab 
 from __future__ import annotations
 
 from ...lab.findings import Finding
+from ...lab.words import share
 from ...measure.sweep import busbw_by_size
 from ...measure.units import format_bytes
 from ...predict.fitting import USABLE, fit_rows
@@ -60,7 +61,7 @@ def sizes_lesson(raw: list[dict], emulated: list[dict], nranks: int, machine: st
             f" The alpha-beta fit: alpha {microseconds(fitted.alpha)}, "
             + (f"{fitted.bandwidth / 1e6:.0f} MB/s" if fitted.bandwidth < float("inf") else "no cost per byte") +
             ", missing its "
-            f"worst measurement by {fitted.worst_residual:.0%}" + ("" if fitted.usable else " (too loose to use)"
+            f"worst measurement by {share(fitted.worst_residual)}" + ("" if fitted.usable else " (too loose to use)"
                                                                    if fitted.worst_residual > USABLE else
                                                                    " (no cost per byte: no link to predict with)") +
             (f"; the links: {microseconds(alpha)} and {bandwidth / 1e6:.0f} MB/s." if rows is emulated else "."))
