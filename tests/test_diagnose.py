@@ -94,7 +94,7 @@ def test_a_bad_emulated_machine_is_refused_before_any_job_starts():
 def test_the_straggler_sentence_follows_the_model_both_ways():
     text = diagnose.describe_straggler(diagnose.model_trace(4, slow_rank=2, pause=0.02, transfer=1e-4))
     assert text.startswith("Rank 2 is the straggler: it spent 120.0 ms between its steps")
-    assert "rank 3, which receives from rank 2, waited longest" in text
+    assert "rank 3, which receives from rank 2, waited longest, and ranks 0 and 1 after it in turn: a ring" in text
     assert "Time in receives: rank 3 120.6 ms, rank 0 100.6 ms, rank 1 80.6 ms; rank 2 itself 0.6 ms" in text
     assert diagnose.describe_straggler(diagnose.model_trace(4)).startswith("No rank stands out")
 
@@ -167,6 +167,8 @@ def test_a_traced_send_ends_when_it_completes_not_when_the_rank_looks():
     assert np.median(sent["end"] - sent["start"]) < 0.005, sent  # its sends did not
     before = rows[(rows["rank"] == 1) & (rows["side"] == "send")]
     assert np.median(before["end"] - before["start"]) >= 0.015  # the rank before it waits in its sends to it
+    # and not in its receives: the chain of ranks waiting in turn stops before it
+    assert "waited longest, and rank 0 after it in turn: a ring" in diagnose.describe_straggler(traces["slowed"])
 
 
 def test_slowed_pauses_inside_only_and_refuses_silly_pauses():
@@ -211,7 +213,7 @@ def test_p2p_rows_are_the_published_numbers_and_the_sentence_follows_them():
     top = {r["algorithm"]: r["busbw_Bps"] for r in rows if r["bytes"] == 128 << 20}
     assert top == {"published: P2P off (A10)": 14.45e9, "published: P2P on (A11)": 20.64e9}
     assert checklist.describe_p2p(rows) == ("At 128 MiB, the largest size of both published sweeps: 20.64 GB/s with "
-                                           "P2P on, 14.45 GB/s with P2P off, 1.4x the busbw with peer access on.")
+                                           "P2P on, 14.45 GB/s with P2P off, peer access on reached 1.43x the busbw of off.")
     swapped = [dict(r, algorithm=r["algorithm"].replace("off", "X").replace("on", "off").replace("X", "on"))
                for r in rows]
     assert "here P2P did not help" in checklist.describe_p2p(swapped)

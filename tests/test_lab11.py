@@ -273,6 +273,9 @@ def test_the_same_run_on_other_machines(others):
         assert f"{r['machine']} is {'faster' if faster else 'slower'} per GPU" in said.conclusions
         assert f"{r['tps'] / others[0]['tps']:.2f}x" in said.text
     assert f"{others[0]['days']:.1f} days" in said.text
+    # GB200's memory is nvidia-smi's total (CUDA's is not published), and said to be an upper bound; B200's is CUDA's
+    assert said.text.count("an upper bound") == 1
+    assert f"of {others[2]['capacity_gib']:.1f} GiB (nvidia-smi's total less the CUDA context" in said.text
 
 
 def test_the_machine_words_flip_with_the_numbers(others):

@@ -195,7 +195,7 @@ def test_a_sweep_that_stands_for_a_gpu_machine_is_direct_and_mps_is_compared_onl
     assert "2 ranks sharing 1 x G" in out.getvalue() and "4.0x" in out.getvalue()
     assert {r["algorithm"] for r in recorded.sharing_rows(pair)} == {"allreduce.ring, MPS", "allreduce.ring, time slices"}
     said = recorded.describe_sharing([{"bytes": 8, "speedup": 5.0}, {"bytes": 1 << 20, "speedup": 2.0}])
-    assert said.startswith("MPS made the ring 2.0x to 5.0x faster (most at 8 bytes); at 1 MiB it was 2.0x, the least")
+    assert said.startswith("MPS made the ring 2.0x to 5.0x faster (most at 8 B); at 1 MiB it was 2.0x, the least")
     said = recorded.describe_sharing([{"bytes": 8, "speedup": 1.5}, {"bytes": 1 << 20, "speedup": 2.0}])
     assert "so even there waiting for turns cost more" in said
     with pytest.raises(ValueError, match="no sizes"):

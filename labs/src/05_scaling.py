@@ -440,7 +440,7 @@ busbw_plot([row for label, answer in explained.items() for row in plot_rows(answ
 # %% [markdown]
 # The board reaches what its NVLink and NVLS allow. The two nodes reach about a quarter of what
 # eight 400G rails allow, and the machine they match is the same cluster with every rail at a
-# quarter of its rate: 8 x 12 GB/s, where a healthy ConnectX-7 behind PCIe 5.0 carries 48. That is
+# quarter of its rate: 8 x 12 GB/s, where NCCL's model rates a healthy ConnectX-7 behind PCIe 5.0 at 48. That is
 # the classic symptom of GPUDirect RDMA not in use (the data staged through host memory), PCIe ACS or
 # the IOMMU in the path, or NICs on the far NUMA node: `nvidia-smi topo -m`, `NCCL_DEBUG=INFO`
 # (look for `GDRDMA` on the NET lines) and the ACS settings of the PCIe switches are where to look.

@@ -149,7 +149,8 @@ print(megatron_lesson(megatron))
 # features, taken as about 12 h^2 weights (attention's four h x h projections, and an MLP 4h wide: 8 h^2). Megatron
 # allreduces the layer's tokens x h activations, bf16 (2 bytes a value), twice forward and twice backward every
 # micro-batch; the data group allreduces, once a step however many micro-batches it accumulated, the gradients of the
-# weights a GPU holds, in fp32 (4 bytes a value: Megatron-LM reduces a bf16 model's gradients in fp32). Write
+# weights a GPU holds, in fp32 (4 bytes a value: Megatron-LM reduces a bf16 model's gradients in fp32 by default,
+# its `grad_reduce_in_fp32`). Write
 # the ratio as a formula of the tokens, t and h, then its value. The checker counts Llama 3 70B's own layers
 # (`group_bytes`, as the printout did) and accepts within 15%.
 

@@ -129,17 +129,18 @@ def describe_best_pingpong(copies: list[dict], direct: list[dict], cache: int | 
                      f"({_times(against)} the {format_bytes(ref['bytes'])} copy{best_fits}): {why}.")
     above = [r for r in rows if round(r["ratio"], 2) >= 1]  # 1.00x as quoted: a tie is level with the copy, not below
     top = max(rows, key=lambda r: r["ratio"])
-    at = f"{_x(top['ratio'])}, at {format_bytes(top['bytes'])}"
+    at = (f"up to {_x(top['ratio'])}, at {format_bytes(top['bytes'])}" if len(above) > 1  # one size: its ratio alone
+          else _x(top["ratio"]))
     if not above:
         lines.append(f"Size for size, MPI stayed below one core's copy at every size measured (at most "
                      f"{_percent(top['ratio'])} of it, at {format_bytes(top['bytes'])}): a copy of the same size "
                      f"bounds it here.")
     elif top["ratio"] <= CLOSE:
         lines.append(f"At {_sizes(above)}, MPI came out level with or slightly above one core's np.copyto of the "
-                     f"same size (up to {at}): MPI's copy is not numpy's, and the two were timed at different "
-                     f"moments, so they need not agree exactly; a message still costs about one copy.")
+                     f"same size ({at}): MPI's copy is not numpy's, and the two were timed at different moments, "
+                     f"so they need not agree exactly; a message still costs about one copy.")
     else:
-        lines.append(f"At {_sizes(above)}, MPI moved bytes faster than one core's np.copyto of the same size (up to "
+        lines.append(f"At {_sizes(above)}, MPI moved bytes faster than one core's np.copyto of the same size ("
                      f"{at}): more than one core copied, or the copy was timed while the machine was busier. "
                      f"These numbers do not say which; run the measurement again to see whether it stays.")
     if best["bytes"] != ref["bytes"] and best["mpi_Bps"] > ref["copy_Bps"] and best["ratio"] <= 1:

@@ -271,7 +271,7 @@ def describe_sharing(rows: list[dict]) -> str:
     fastest = max(rows, key=lambda r: r["speedup"])
     least = min(r["speedup"] for r in rows)
     last = rows[-1]
-    return (f"MPS made the ring {least:.1f}x to {fastest['speedup']:.1f}x faster (most at {fastest['bytes']} bytes); "
+    return (f"MPS made the ring {least:.1f}x to {fastest['speedup']:.1f}x faster (most at {format_bytes(fastest['bytes'])}); "
             f"at {format_bytes(last['bytes'])} it was {last['speedup']:.1f}x, "
             + ("the least of all sizes: there moving the bytes, not waiting for a turn, takes most of the time."
                if last["speedup"] == least else "so even there waiting for turns cost more than moving the bytes."))

@@ -100,9 +100,17 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
             parts.append((float(p.steps["latency"].sum()), p.seconds - float(p.steps["latency"].sum())))
         (lat0, bw0), (lat1, bw1) = parts
         lines.append(f"The ring: from {ranks[0]} to {n} ranks its latency part (2(n-1) messages) grows from "
-                     f"{lat0 * 1e6:.3g} to {lat1 * 1e6:.3g} us, its bandwidth part from {bw0 * 1e6:.3g} to "
-                     f"{bw1 * 1e6:.3g} us; at {n} ranks latency is {lat1 / (lat1 + bw1):.0%} of its time.")
+                     f"{_duration(lat0)} to {_duration(lat1)}, its bandwidth part from {_duration(bw0)} to "
+                     f"{_duration(bw1)}; at {n} ranks latency is {lat1 / (lat1 + bw1):.0%} of its time.")
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    """'10 us', '5.37 ms', '1.2 s': three significant figures in the unit that keeps them under 1000."""
+    for unit, scale in (("us", 1e6), ("ms", 1e3)):
+        if seconds * scale < 999.5:
+            return f"{seconds * scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def _size_ranges(runs: list[tuple[int, int]], top: int) -> str:
@@ -354,7 +362,7 @@ def describe_against(against: dict[str, list[dict]]) -> str:
         said.append(f"Within {CLOSE:.0%} of the model at their largest size, so the model has found what bounds those "
                     f"machines: {and_join(groups['close'])}.")
     if groups["below"]:
-        said.append(f"Measured well below what the model predicts for healthy hardware of their kind: "
+        said.append(f"Measured more than {CLOSE:.0%} below what the model predicts for healthy hardware of their kind: "
                     f"{and_join(groups['below'])}. The model predicts those machines as built; the section 'Is my "
                     "number normal?' below asks which fault a measurement matches.")
     if groups["above"]:

@@ -101,8 +101,9 @@ def describe_p2p(rows: list[dict]) -> str:
     size = common[-1]
     b_off, b_on = by[off[0]][size], by[on[0]][size]
     ratio = b_on / b_off
-    verdict = (f"{ratio:.1f}x the busbw with peer access on" if ratio >= 1.05 else
-               f"only {1 / ratio:.1f}x the busbw with peer access off: here P2P did not help" if ratio < 1 / 1.05 else
+    verdict = (f"peer access on reached {ratio:.2f}x the busbw of off" if ratio >= 1.05 else
+               f"peer access off reached {1 / ratio:.2f}x the busbw of on: here P2P did not help" if ratio < 1 / 1.05
+               else
                "about the same busbw either way")
     return (f"At {size / 2**20:g} MiB, the largest size of both published sweeps: {b_on / 1e9:.2f} GB/s with P2P on, "
             f"{b_off / 1e9:.2f} GB/s with P2P off, {verdict}.")

@@ -341,8 +341,17 @@ def describe_straggler(trace, stands_out: float = 3.0) -> str:
     rows = trace.records
     receivers = {int(r) for r in rows["rank"][(rows["side"] == "recv") & (rows["peer"] == top)]}
     first = others[0]
-    why = (f"rank {first}, which receives from rank {top}, waited longest, and the ranks after it wait for their "
-           f"neighbour in turn: a ring moves at the pace of its slowest rank" if first in receivers else
+    after = {}  # each rank's next in line: the rank that receives from it
+    for r, p in zip(rows["rank"][rows["side"] == "recv"], rows["peer"][rows["side"] == "recv"]):
+        after.setdefault(int(p), int(r))
+    chain, rank = [], after.get(first)
+    while rank is not None and rank not in (top, first) and rank not in chain and waits[rank] > 0.1 * waits[first]:
+        chain.append(rank)  # the ranks after it that waited in their receives in turn (a tenth of its wait or more)
+        rank = after.get(rank)
+    then = (f", and {'rank' if len(chain) == 1 else 'ranks'} {and_join([str(r) for r in chain])} after it in turn"
+            if chain else "")
+    why = (f"rank {first}, which receives from rank {top}, waited longest{then}: a ring moves at the pace of its "
+           "slowest rank" if first in receivers else
            f"rank {first} waited longest, though it receives nothing from rank {top}")
     return (f"Rank {top} is the straggler: it spent {gaps[top] * 1e3:.1f} ms between its steps, outside any "
             f"transfer, " + (f"against {second * 1e3:.2f} ms at most for any other rank" if round(second * 1e3, 2) > 0

@@ -159,7 +159,8 @@ def mapping_lesson(rows: list[dict]) -> Finding:
     worst = max(abs(r["measured_s"] / r["predicted_s"] - 1) for r in rows)
     modelled = all(r.get("compute") == "model" for r in rows)
     above = all(r["measured_s"] >= r["predicted_s"] for r in rows)  # a step below its collectives has no "rest"
-    said.append(f"The measured steps are within {worst:.1%} of the predicted collectives: "
+    within = f"within {worst:.1%}" if round(worst * 1000) > 0 else "within 0.05%"  # 0.0% would say they are equal
+    said.append(f"The measured steps are {within} of the predicted collectives: "
                 + ("with compute='model' this CPU's work never counts, so a step is its collectives alone, timed "
                    "message by message on the links, an independent check of the cost model's sum." if modelled and close
                    else "the rest is this CPU's work (compute, Python), counted as the CPU time it took."
@@ -311,7 +312,7 @@ def megatron_lesson(result: dict) -> Finding:
                 f"({good['tensor_algorithm']}) and {bad['micro_batch_s'] * 1e3:.0f} ms across nodes "
                 f"({bad['tensor_algorithm']}, one network card a GPU), {slower:.1f}x, on every micro-batch: "
                 f"{good['tensor_step_s']:.1f} s against {bad['tensor_step_s']:.1f} s of blocking in a step of "
-                f"{r['micro_batches']}. The data group's allreduce takes {good['data_step_s']:.2f} s across nodes "
+                f"{r['micro_batches']} micro-batches. The data group's allreduce takes {good['data_step_s']:.2f} s across nodes "
                 f"({good['data_algorithm']}) and {bad['data_step_s']:.2f} s inside a node ({bad['data_algorithm']}), "
                 "once a step.")
     blocking_inside = good["tensor_step_s"] < bad["tensor_step_s"]

@@ -290,6 +290,15 @@ def none_runs(row: dict) -> str:
     return f"none of the {row['considered']} layouts tried runs: {too_big} do not fit in its memory, {refused} are {rule}."
 
 
+def _capacity_note(gpu: str) -> str:
+    """Where a GPU's memory figure comes from, when it is only an upper bound (nvidia-smi's total, not CUDA's)."""
+    from ...train.planner import compute_data
+
+    kind = compute_data().get(gpu, {}).get("reported_total_kind", "")
+    return " (nvidia-smi's total less the CUDA context: an upper bound, CUDA reports less)" if kind.startswith(
+        "nvidia-smi") else ""
+
+
 def machines_lesson(rows: list[dict]) -> Finding:
     """Each machine's fastest layout and what it takes for a trillion tokens, against the first machine's."""
     base = rows[0]
@@ -314,7 +323,8 @@ def machines_lesson(rows: list[dict]) -> Finding:
                     f"{r['layout']}, "
                     f"{r['tps']:,.0f} tokens/s per GPU, {per_gpu:.2f}x {article(base['gpu'].upper())}'s "
                     f"(MFU {r['mfu']:.1%}), "
-                    f"in {r['memory_gib']:.0f} of {r['capacity_gib']:.0f} GiB: a trillion tokens in {r['days']:.1f} days; "
+                    f"in {r['memory_gib']:.0f} of {r['capacity_gib']:.1f} GiB{_capacity_note(r['gpu'])}: a trillion tokens "
+                    f"in {r['days']:.1f} days; "
                     f"{same_speed:.0f} {r['gpu'].upper()}s would match the {base['gpus']} {base['gpu'].upper()}s' tokens a second."
                     + (f" The best layout differs from the {base['gpu'].upper()}s' ({base['layout']})." if changed else
                        " The best layout is the same."))
