@@ -343,7 +343,7 @@ print(describe_simulated(on_nodes, model, link_gbps, 4, per_node))
 # that machine (its NVLS and tree family, which also keeps most bytes inside the nodes) set against
 # the same machine with NCCL's ring forced, which is not the one flat ring of the rows above: it runs
 # a ring channel through every network card. That machine also ran at about a quarter of its
-# hardware (the section on rails below).
+# hardware (the section "Is my number normal?" below).
 
 # %%
 table(side_by_side(on_nodes, model, link_gbps, 4, per_node, hierarchy),
