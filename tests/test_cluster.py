@@ -323,3 +323,32 @@ assert ("progress bar", None) not in calls, calls
 '''
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.timeout(240)
+def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_clearly(monkeypatch):
+    """A start whose engines registered but do not answer the abort hook's install raises within the cluster's
+    timeout, saying so, and leaves nothing running (it once hung CI for 240 s)."""
+    import ipyparallel as ipp
+
+    import ringlab.lab.cluster as cluster
+
+    ranks = MPICluster(2, activate=False)
+    waited = ipp.Client.wait_for_engines
+
+    def then_shorten(client, *args, **kwargs):  # the engines get the usual time to register, the call 3 s
+        waited(client, *args, **kwargs)
+        ranks.timeout = 3
+
+    def never_answers(*args):
+        import time as _time
+
+        _time.sleep(120)
+
+    never_answers.__module__ = "__main__"  # sent by value: the engines cannot import this test module
+    monkeypatch.setattr(ipp.Client, "wait_for_engines", then_shorten)
+    monkeypatch.setattr(cluster, "_abort_on_exception", never_answers)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="the 2 engines registered, but 2 of them did not answer their first call"):
+        ranks.start()
+    assert time.monotonic() - start < 120 and ranks.profile_dir is None and not ranks.alive()

@@ -443,8 +443,14 @@ class MPICluster:
         self._cluster.start_engines_sync(self.n)
         self.client = self._cluster.connect_client_sync()
         self.client.wait_for_engines(self.n, timeout=self.timeout, interactive=False)  # (see _no_transient_progress)
-        return self.client[:].apply_sync(_abort_on_exception, os.path.join(self.profile_dir, ERRORS), GRACE_S,
-                                         self.cell_timeout)
+        first = self.client[:].apply_async(_abort_on_exception, os.path.join(self.profile_dir, ERRORS), GRACE_S,
+                                           self.cell_timeout)
+        try:  # a registered engine that never answers must not hang the start (seen once in CI: 240 s, no answer)
+            return first.get(timeout=self.timeout)
+        except ipp.error.TimeoutError:
+            answered = sum(1 for msg_id in first.msg_ids if msg_id not in self.client.outstanding)
+            raise TimeoutError(f"the {self.n} engines registered, but {self.n - answered} of them did not answer "
+                               f"their first call (installing the abort hook) within {self.timeout:g} s") from None
 
     def _engines_said(self, lines: int = 10) -> str:
         """What the engines' launcher (mpiexec, with the engines' own logs) and the controller wrote last, and
