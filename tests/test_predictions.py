@@ -54,6 +54,7 @@ def test_with_ranks_matches_the_cost_model_and_splits_the_ring():
     assert f"; {fastest} is the fastest." in text
     latency = 2 * 63 * 5e-6  # 2(n-1) messages at 64 ranks
     assert f"from 10 us to {latency * 1e6:.3g} us" in text  # microseconds, not "0.01 ms"
+    assert "e+0" not in text  # never '1.02e+04 us': lab 05's microseconds(), whole microseconds above 1000
 
 
 def test_trees_against_ring_panel():
@@ -192,7 +193,3 @@ def test_each_published_sweep_at_its_largest_message_is_one_table_row():
     assert len(out.getvalue().splitlines()) == len(rows) + 1
 
 
-def test_a_duration_reads_in_the_unit_that_keeps_it_short():
-    from ringlab.lessons.lab05_scaling.predictions import _duration
-
-    assert [_duration(x) for x in (1e-5, 6.3e-4, 0.0102, 1.5)] == ["10 us", "630 us", "10.2 ms", "1.5 s"]

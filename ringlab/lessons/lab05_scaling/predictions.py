@@ -14,6 +14,7 @@ from ...lab.words import and_join
 from ...measure import published
 from ...predict.costmodel import predict, whatif
 from ...predict.nccl import predict_nccl
+from .sizes import microseconds
 from ...schedule import bus_factor
 from ...topology import preset, uniform
 
@@ -100,17 +101,9 @@ def describe_with_ranks(seconds: dict[str, list[float]], ranks: list[int], nbyte
             parts.append((float(p.steps["latency"].sum()), p.seconds - float(p.steps["latency"].sum())))
         (lat0, bw0), (lat1, bw1) = parts
         lines.append(f"The ring: from {ranks[0]} to {n} ranks its latency part (2(n-1) messages) grows from "
-                     f"{_duration(lat0)} to {_duration(lat1)}, its bandwidth part from {_duration(bw0)} to "
-                     f"{_duration(bw1)}; at {n} ranks latency is {lat1 / (lat1 + bw1):.0%} of its time.")
+                     f"{microseconds(lat0)} to {microseconds(lat1)}, its bandwidth part from {microseconds(bw0)} to "
+                     f"{microseconds(bw1)}; at {n} ranks latency is {lat1 / (lat1 + bw1):.0%} of its time.")
     return "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    """'10 us', '5.37 ms', '1.2 s': three significant figures in the unit that keeps them under 1000."""
-    for unit, scale in (("us", 1e6), ("ms", 1e3)):
-        if seconds * scale < 999.5:
-            return f"{seconds * scale:.3g} {unit}"
-    return f"{seconds:.3g} s"
 
 
 def _size_ranges(runs: list[tuple[int, int]], top: int) -> str:
