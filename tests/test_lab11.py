@@ -226,6 +226,10 @@ def test_zero3_pays_only_where_it_makes_a_layout_fit(zeros):
         assert sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+) [a-z-]+ of", listed)) == r["dp_calls"]
     assert "for its one micro-batch: 240 all-gathers" in said.text  # full recomputation gathers a layer 3 times
     assert "0.00 s" not in said.text  # a time that rounds to nothing is said so
+    for one, three in (small, big):  # the memory saved is the difference of the two figures printed beside it
+        printed = round(float(f"{one['memory_gib']:.1f}") - float(f"{three['memory_gib']:.1f}"), 1)
+        assert (f"ZeRO-3 {three['memory_gib']:.1f} GiB ({'fits' if three['fits'] else 'does not fit'}), "
+                f"{printed:.1f} GiB less") in said.text
     assert ("(ZeRO-1's, were it to fit)" in said.text) == (not big[0]["fits"])  # no step compared as if it ran
     best = min((r for r in zeros if r["fits"]), key=lambda r: r["step_s"])
     assert said.conclusions[-1] == f"the fastest that fits is {best['layout']} ({best['step_s']:.2f} s)"

@@ -139,7 +139,7 @@ def zero_lesson(rows: list[dict]) -> Finding:
                              f"{', '.join(str(r['zero']) for r in pair)}")
         low, high = pair
         fit = lambda r: "fits" if r["fits"] else "does not fit"  # noqa: E731
-        saved = low["memory_gib"] - high["memory_gib"]
+        saved = round(low["memory_gib"], 1) - round(high["memory_gib"], 1)  # as the two print
         each = ("for its one micro-batch" if high["micro_batches"] == 1 else
                 f"for each of its {plural(high['micro_batches'], *MICRO_BATCH)}")
         listed = (f": {high['dp_listed']}; ZeRO-{low['zero']}: {low['dp_listed'] or 'none'}"
