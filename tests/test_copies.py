@@ -3,7 +3,7 @@ sentences chosen by the numbers (MPI below, level with or above a copy of its si
 the staged formula's gap; whether the parts add up)."""
 import pytest
 
-from ringlab.measure.copies import (copy_against_mpi, copy_rows, describe_best_pingpong, describe_staged,
+from ringlab.measure.copies import (copy_against_mpi, copy_rows, describe_best_pingpong, describe_staged, format_rate,
                                     last_level_cache, staged_rows)
 
 MiB = 1 << 20
@@ -148,3 +148,12 @@ def test_slow_small_copies_are_named_with_their_start_up():
     text = describe_staged(staged_rows(staged, pingpong_at(direct), copies, 4e-6, 6e9, 10e9), 10e9, 64 * MiB)
     assert "The copies make most of it: a copy of 16 KiB ran at 0.5 GB/s, slower than the 64 MiB copy" in text
     assert "fixed start-up" in text
+
+
+def test_lab_01_prints_its_copy_rate_as_its_sentences_give_it():
+    """One copy rate, one figure: the lab's own line once said 10.75 GB/s above sentences that said 10.7."""
+    from pathlib import Path
+
+    assert format_rate(10.749e9) == "10.7 GB/s" and format_rate(4e9) == "4 GB/s" and format_rate(2.05e9) == "2.05 GB/s"
+    source = Path(__file__).parents[1].joinpath("labs", "src", "01_moving_bytes.py").read_text()
+    assert "memory copy rate {format_rate(copy_rate)}" in source

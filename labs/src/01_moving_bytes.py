@@ -20,7 +20,7 @@ from ringlab.lab.cluster import MPICluster
 from ringlab.lessons.lab01_moving_bytes import check_message_time, check_staged_time
 from ringlab.measure import published
 from ringlab.measure.copies import (copy_against_mpi, describe_best_pingpong, describe_fit, describe_staged,
-                                    fit_direct, last_level_cache, staged_rows)
+                                    fit_direct, format_rate, last_level_cache, staged_rows)
 from ringlab.measure.recorded import gpu_bandwidth, peer_matrices
 from ringlab.measure.tables import table
 from ringlab.measure.units import format_bytes
@@ -73,7 +73,7 @@ staged = pingpong(comm, sizes, staged=True)
 copies, direct, staged = ranks.pull_rank0("copies", "direct", "staged")
 ranks.stop()
 copy_rate, copy_nbytes = copies[-1]["copy_Bps"], copies[-1]["bytes"]  # the largest, as `ringlab bandwidth` times it
-print(f"measured here: memory copy rate {copy_rate / 1e9:.2f} GB/s (one core, {format_bytes(copy_nbytes)})")
+print(f"measured here: memory copy rate {format_rate(copy_rate)} (one core, {format_bytes(copy_nbytes)})")
 table([{**d, "staged_s": s["one_way_s"], "staged_Bps": s["bandwidth_Bps"]} for d, s in zip(direct, staged)],
       {"size (B)": "bytes", "direct (us)": "one_way_s", "direct (GB/s)": "bandwidth_Bps",
        "staged (us)": "staged_s", "staged (GB/s)": "staged_Bps"})

@@ -64,7 +64,8 @@ def _sig(value: float) -> str:
     return np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
 
 
-def _gbps(bps: float) -> str:
+def format_rate(bps: float) -> str:
+    """A rate in bytes per second as every sentence here gives it: "10.7 GB/s" (three significant digits)."""
     return f"{_sig(bps / 1e9)} GB/s"
 
 
@@ -118,14 +119,14 @@ def describe_best_pingpong(copies: list[dict], direct: list[dict], cache: int | 
     best = max(rows, key=lambda r: r["mpi_Bps"])
     ref = max(rows, key=lambda r: r["bytes"])
     ref_fits, best_fits = (f"; {_fits(r['bytes'], cache)}" if cache else "" for r in (ref, best))
-    lines = [f"MPI's best ping-pong: {_gbps(best['mpi_Bps'])} at {format_bytes(best['bytes'])}, "
+    lines = [f"MPI's best ping-pong: {format_rate(best['mpi_Bps'])} at {format_bytes(best['bytes'])}, "
              f"{_times(best['mpi_Bps'] / ref['copy_Bps'])} one core's copy of {format_bytes(ref['bytes'])} "
-             f"({_gbps(ref['copy_Bps'])}{ref_fits})."]
+             f"({format_rate(ref['copy_Bps'])}{ref_fits})."]
     if best["bytes"] != ref["bytes"]:
         against = best["copy_Bps"] / ref["copy_Bps"]
         why = ("here copies of the two sizes ran at about the same rate" if _close(against) else
                "a copy's rate depends on its size")
-        lines.append(f"A copy of {format_bytes(best['bytes'])}, MPI's best size, ran at {_gbps(best['copy_Bps'])} "
+        lines.append(f"A copy of {format_bytes(best['bytes'])}, MPI's best size, ran at {format_rate(best['copy_Bps'])} "
                      f"({_times(against)} the {format_bytes(ref['bytes'])} copy{best_fits}): {why}.")
     above = [r for r in rows if round(r["ratio"], 2) >= 1]  # 1.00x as quoted: a tie is level with the copy, not below
     top = max(rows, key=lambda r: r["ratio"])
@@ -160,7 +161,7 @@ def describe_fit(fitted: Fit) -> str:
     """The fitted alpha and B in a line, or alpha and 'no cost per byte' where the fit found none; then, where the
     fit misses a measurement by more than ``USABLE``, by how much and at which size, and that the model is rough."""
     if np.isfinite(fitted.bandwidth):
-        text = f"fitted to the measurements: alpha = {_time(fitted.alpha)}, B = {_gbps(fitted.bandwidth)}"
+        text = f"fitted to the measurements: alpha = {_time(fitted.alpha)}, B = {format_rate(fitted.bandwidth)}"
     else:
         text = (f"fitted to the measurements: alpha = {_time(fitted.alpha)} and no cost per byte: the times did not "
                 f"grow with the sizes (the machine was busy while they were measured), so there is no B to fit and "
@@ -223,20 +224,20 @@ def _furthest_off(row: dict, copy_rate: float, copy_nbytes: int) -> list[str]:
     lines = [f"It predicts most too {way} at {size}: {_time(row['formula_s'])} predicted, {_time(row['staged_s'])} "
              f"measured ({_x(row['formula_ratio'])}). "
              f"The difference is in three pieces: the message ({message} {_time(row['link_s'])}, measured direct "
-             f"{_time(row['direct_s'])}); the two copies (at the {ref} copy rate, {_gbps(copy_rate)}: "
+             f"{_time(row['direct_s'])}); the two copies (at the {ref} copy rate, {format_rate(copy_rate)}: "
              f"{_time(row['formula_copies_s'])}; timed alone at {size}: {_time(row['copies_s'])}, "
-             f"{_gbps(copy_rate_here)}); the rest (direct + copies alone {_time(row['parts_s'])}, staged "
+             f"{format_rate(copy_rate_here)}); the rest (direct + copies alone {_time(row['parts_s'])}, staged "
              f"{_time(row['staged_s'])})."]
     pieces = {"message": row["link_s"] - row["direct_s"], "copies": row["formula_copies_s"] - row["copies_s"],
               "rest": row["parts_s"] - row["staged_s"]}  # they add up to formula - staged
     gap = row["formula_s"] - row["staged_s"]
     piece = max((name for name in pieces if pieces[name] * gap > 0), key=lambda name: abs(pieces[name]))
     if piece == "copies" and pieces[piece] > 0:
-        lines.append(f"The copies make most of it: a copy of {size} ran at {_gbps(copy_rate_here)}, faster than "
+        lines.append(f"The copies make most of it: a copy of {size} ran at {format_rate(copy_rate_here)}, faster than "
                      f"the {ref} copy, so charging it at the {ref} rate overstates it.")
     elif piece == "copies":
         startup = " (at this size, each np.copyto call's fixed start-up weighs)" if row["bytes"] < 64 << 10 else ""
-        lines.append(f"The copies make most of it: a copy of {size} ran at {_gbps(copy_rate_here)}, slower than the "
+        lines.append(f"The copies make most of it: a copy of {size} ran at {format_rate(copy_rate_here)}, slower than the "
                      f"{ref} copy{startup}, so the {ref} rate understates it.")
     elif piece == "message":
         fitted = "one alpha and one B fitted over all sizes" if per_byte else "alpha alone, fitted over all sizes,"
