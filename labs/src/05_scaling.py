@@ -176,7 +176,11 @@ from ringlab.predict.nvls import nvls_busbw, port_rate
 hgx = rl.topology.preset("hgx-h100-8")
 top = max(published.load("A05_azure_nd_h100_v5_8xh100_allreduce_busbw").data["rows"], key=lambda r: r["bytes"])
 print(f"ring ceiling on {hgx.name}: the port rate, {port_rate(hgx) / 1e9:.1f} GB/s of busbw")
-print(f"NVLS, predicted at {top['bytes'] / 2**20:.0f} MiB: {nvls_busbw(top['bytes'], hgx) / 1e9:.1f} GB/s of busbw")
+closed = nvls_busbw(top["bytes"], hgx)  # this closed form; the table above priced the same call with NCCL's tuner
+tuned = next(r for r in largest_rows(against) if r["sweep"].startswith("A05:") and r["bytes"] == top["bytes"])
+print(f"NVLS, predicted at {top['bytes'] / 2**20:.0f} MiB: {closed / 1e9:.1f} GB/s of busbw by this closed form, "
+      f"{tuned['predicted_Bps'] / 1e9:.1f} by NCCL's tuning model (the table's A05 row, {tuned['predicted_by']}): "
+      f"two models of one call, {abs(closed / tuned['predicted_Bps'] - 1):.1%} apart")
 measured = top["busbw_Bps"] or top["inplace_busbw_Bps"]  # this source printed only the in-place column
 print(f"published (8x H100, nccl-tests) at {top['bytes'] / 2**20:.0f} MiB: {measured / 1e9:.1f} GB/s of busbw, "
       f"{measured / port_rate(hgx):.2f}x the ring's ceiling")
