@@ -349,6 +349,9 @@ def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_
     monkeypatch.setattr(ipp.Client, "wait_for_engines", then_shorten)
     monkeypatch.setattr(cluster, "_abort_on_exception", never_answers)
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="the 2 engines registered, but 2 of them did not answer their first call"):
+    with pytest.raises(RuntimeError, match="the 2 engines registered, but 2 of them did not answer their first call") \
+            as raised:
         ranks.start()
     assert time.monotonic() - start < 120 and ranks.profile_dir is None and not ranks.alive()
+    said = str(raised.value)  # where each engine waited, read by py-spy (the test extra installs it)
+    assert "What each engine was doing then (py-spy dump)" in said and said.count("never_answers") >= 2, said

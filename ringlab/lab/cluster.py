@@ -449,8 +449,30 @@ class MPICluster:
             return first.get(timeout=self.timeout)
         except ipp.error.TimeoutError:
             answered = sum(1 for msg_id in first.msg_ids if msg_id not in self.client.outstanding)
-            raise TimeoutError(f"the {self.n} engines registered, but {self.n - answered} of them did not answer "
-                               f"their first call (installing the abort hook) within {self.timeout:g} s") from None
+            stacks = self._engine_stacks() if self.launcher == "local" else ""
+            said = (f"the {self.n} engines registered, but {self.n - answered} of them did not answer their first "
+                    f"call (installing the abort hook) within {self.timeout:g} s")
+            raise TimeoutError(said + (f". What each engine was doing then (py-spy dump):\n{stacks}\n" if stacks
+                                       else "")) from None
+
+    def _engine_stacks(self, lines: int = 40) -> str:
+        """Each local engine's Python stacks now (``py-spy dump``, where py-spy is installed: the test extra installs
+        it), for a start whose engines went silent: where a silent engine waits says why it did not answer."""
+        spy = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                           os.environ.get("PATH", "")]))
+        roots = [getattr(launcher, "pid", None) for launcher in self._cluster.engines.values()]
+        pids = sorted(pid for root in roots if root for pid in _descendants(root) if _is_python(pid))
+        if spy is None or not pids:
+            return ""
+        said = []
+        for pid in pids:
+            try:
+                done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+                text = (done.stdout or done.stderr).splitlines()
+            except (OSError, subprocess.TimeoutExpired) as error:
+                text = [f"py-spy could not read process {pid}: {error}"]
+            said += text[:lines] + ([f"... ({len(text) - lines} lines more)"] if len(text) > lines else [])
+        return "\n".join(said)
 
     def _engines_said(self, lines: int = 10) -> str:
         """What the engines' launcher (mpiexec, with the engines' own logs) and the controller wrote last, and
@@ -693,6 +715,29 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (its children, theirs, ...), from /proc; none where there is no /proc."""
+    parents = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # ended meanwhile
+            pass
+    found, frontier = [], [root]
+    while frontier:
+        below = [pid for pid, parent in parents.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().startswith("python")
+    except OSError:
+        return False
 
 
 def watch(owner: int, cluster_file: str, every: float = 1.0) -> int:
