@@ -151,6 +151,11 @@ def test_a_send_blocked_by_the_straggler_is_explained_and_no_other():
     text = diagnose.describe_straggler(Trace(chained, model.schedule, clock="test", itemsize=4))
     assert "The longest send to rank 2, rank 1's 16 KiB at step 3, took 20.0 ms" in text
     assert "Rank 0's sends to rank 1 waited up to 30.0 ms as well: rank 1, held in a send of its own" in text
+    assert "the wait passes back along the ring from rank 2 to rank 1 to rank 0." in text
+    # one rank further back: rank 3's sends to rank 0 wait behind rank 0, which waits behind rank 1
+    longer = [r[:7] + (r[6] + 0.04,) + r[8:] if r[0] == 3 and r[2] == 0 and r[5] == "send" else r for r in chained]
+    text = diagnose.describe_straggler(Trace(longer, model.schedule, clock="test", itemsize=4))
+    assert "the wait passes back along the ring from rank 2 to rank 1 to rank 0 to rank 3." in text
     # on an emulated machine every send takes its link's time, 14 ms here: long, but none waited for its receiver
     linked = [r[:7] + (r[6] + 0.014,) + r[8:] if r[5] == "send" else r for r in rows]
     assert "send" not in diagnose.describe_straggler(Trace(linked, model.schedule, clock="test", itemsize=4))

@@ -440,10 +440,18 @@ def _blocked_sends(trace, straggler: int) -> str:
     waited = lambda r: float(took[every["rank"] == r].max(initial=0.0)) - quickest  # noqa: E731
     chained = sorted({(int(r), int(p)) for r, p in zip(every["rank"], every["peer"])
                       if p != straggler and r != straggler and waited(r) > 1e-3 and waited(p) > 1e-3})
+    onward = dict(chained)  # in a ring each rank sends to one other
+    blocked_by_it = {int(r) for r, p, t in zip(every["rank"], every["peer"], took)
+                     if p == straggler and t - quickest > 1e-3}  # ranks whose sends to the straggler waited
     for sender, receiver in chained:
+        path = [sender, receiver]
+        while path[-1] in onward and onward[path[-1]] not in path:
+            path.append(onward[path[-1]])
+        way = (f" from rank {straggler} to " + " to ".join(f"rank {r}" for r in reversed(path))
+               if path[-1] in blocked_by_it else "")
         said += (f" Rank {sender}'s sends to rank {receiver} waited up to {(waited(sender) + quickest) * 1e3:.1f} ms "
                  f"as well: rank {receiver}, held in a send of its own, posts its next receive late, and the wait "
-                 "passes back along the ring.")
+                 f"passes back along the ring{way}.")
     return said
 
 
