@@ -16,6 +16,11 @@ def test_the_mapping_lesson_follows_its_numbers():
                                 "the tensor-inside-nodes mapping is faster on the emulated machine",
                                 "the measured steps match the predictions on the emulated machine")
     assert "the rest is this CPU's work (compute, Python), counted as the CPU time it took" in good.text
+    columns = dict(mesh.MAPPING_COLUMNS)  # the sentence gives the bytes as the table above it does
+    mib = dict(row("tensor inside nodes", 1.1, 0.8, 0.2), tensor_bytes=6291.0, data_bytes=6291.0)
+    shown = mesh.mapping_lesson([mib, row("tensor across nodes", 3.3, 2.9, 0.1)]).text
+    assert (f"sends {6291 / 2**20:{columns['tensor MiB a step'][1]}} MiB a step in its tensor group" in shown
+            and f"and {6291 / 2**20:{columns['data MiB a step'][1]}} MiB in its data group" in shown), shown
     modelled = mesh.mapping_lesson([dict(row("tensor inside nodes", 1.0, 0.8, 0.2), compute="model", wall_s=0.1),
                                     dict(row("tensor across nodes", 3.0, 2.9, 0.1), compute="model", wall_s=0.2)])
     assert modelled.conclusions == good.conclusions

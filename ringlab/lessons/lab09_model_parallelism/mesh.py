@@ -135,8 +135,8 @@ def mapping_lesson(rows: list[dict]) -> Finding:
                     f"({r['predicted_tensor_s'] * 1e6:.1f} tensor, {r['predicted_data_s'] * 1e6:.1f} data).")
     ratio, predicted_ratio = bad["measured_s"] / good["measured_s"], bad["predicted_s"] / good["predicted_s"]
     share = good["tensor_bytes"] / (good["tensor_bytes"] + good["data_bytes"])
-    said.append(f"Each rank sends {good['tensor_bytes'] / 2**20:.1f} MiB a step in its tensor group "
-                f"({good['tensor_calls']:.0f} allreduces of activations) and {good['data_bytes'] / 2**20:.2f} MiB in "
+    said.append(f"Each rank sends {good['tensor_bytes'] / 2**20:.2f} MiB a step in its tensor group "  # as the table
+                f"({good['tensor_calls']:.0f} allreduces of activations) and {good['data_bytes'] / 2**20:.3f} MiB in "
                 f"its data group (one allreduce of its gradients): {share:.0%} of its bytes are the tensor group's. "
                 f"Putting the tensor groups across the nodes made a step {ratio:.1f}x as long (predicted "
                 f"{predicted_ratio:.1f}x).")
