@@ -103,7 +103,7 @@ def test_the_description_quotes_the_ratios_and_the_fit_it_was_given():
     text = describe_sweep(rows, fits_of(rows), N, cores=8)
     top = {r["algorithm"]: r["busbw_Bps"] for r in rows if r["bytes"] == 64 << 20}
     assert f"ring's busbw was {top['ring'] / top['naive']:.2f}x naive's and {top['ring'] / top['mpi']:.2f}x mpi's" in text
-    assert "Fitted to ring's times: alpha 30 us per message and a bandwidth of 2 GB/s per link" in text
+    assert "Fitted to ring's times: alpha 30 us per message and a bandwidth of 2.00 GB/s per link" in text
     assert "Fitted to naive's times: alpha 10 us" in text
     said = re.search(r"Fitted: the two fits predict equal times at ([\d.]+) KiB", text)
     assert float(said.group(1)) * 1024 == pytest.approx(CROSSING, rel=0.015)  # bisection stops within 1%
@@ -147,3 +147,11 @@ def test_a_crossover_needs_two_sizes_measured_by_both():
     with pytest.raises(ValueError, match="the ring fit is of 2 ranks, the sweep of 4"):
         describe_sweep(rows, fits_of(rows, n=2), N, cores=8)
     assert not Crossover("naive", "ring", 1, 8, 1).within and Crossover("naive", "ring", 1, 8, 2).within
+
+
+def test_a_fitted_bandwidth_keeps_three_digits():
+    """"4.00 GB/s" beside "2.05 GB/s" (it said "4"), and a value that rounds up loses a digit, not gains one."""
+    from ringlab.measure.sweep import _gbps
+
+    assert [_gbps(x * 1e9) for x in (4, 3.9996, 2.05, 0.635, 12.34, 99.96, 9.996, 123.4)] == \
+        ["4.00", "4.00", "2.05", "0.635", "12.3", "100", "10.0", "123"]

@@ -6,6 +6,7 @@ The rows are ``ringlab bench`` rows (``bytes``, ``busbw_Bps``, ``algorithm``); t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..algorithms import build
@@ -113,7 +114,14 @@ def describe_sweep(rows: list[dict], fits: dict[str, Fit], nranks: int, cores: i
 
 
 def _gbps(bps: float) -> str:
-    return f"{bps / 1e9:.3g}"
+    """GB/s to three significant digits, zeros kept ("4.00" beside "2.05", not "4"); whole GB/s from 100 up."""
+    value = bps / 1e9
+    if value <= 0:
+        return f"{value:.0f}"
+    digits = 2 - math.floor(math.log10(value))
+    if float(f"{value:.{max(0, digits)}f}") >= 10 ** (3 - digits):  # 9.996 rounds up to 10.00: one digit fewer
+        digits -= 1
+    return f"{value:.{max(0, digits)}f}"
 
 
 def _cores_sentence(nranks: int, cores: int) -> str:
