@@ -126,7 +126,8 @@ def describe_best_pingpong(copies: list[dict], direct: list[dict], cache: int | 
         against = best["copy_Bps"] / ref["copy_Bps"]
         why = ("here copies of the two sizes ran at about the same rate" if _close(against) else
                "a copy's rate depends on its size")
-        lines.append(f"A copy of {format_bytes(best['bytes'])}, MPI's best size, ran at {format_rate(best['copy_Bps'])} "
+        lines.append(f"A copy of {format_bytes(best['bytes'])}, MPI's best size, ran at "
+                     f"{format_rate(best['copy_Bps'])} "
                      f"({_times(against)} the {format_bytes(ref['bytes'])} copy{best_fits}): {why}.")
     above = [r for r in rows if round(r["ratio"], 2) >= 1]  # 1.00x as quoted: a tie is level with the copy, not below
     top = max(rows, key=lambda r: r["ratio"])
@@ -237,8 +238,8 @@ def _furthest_off(row: dict, copy_rate: float, copy_nbytes: int) -> list[str]:
                      f"the {ref} copy, so charging it at the {ref} rate overstates it.")
     elif piece == "copies":
         startup = " (at this size, each np.copyto call's fixed start-up weighs)" if row["bytes"] < 64 << 10 else ""
-        lines.append(f"The copies make most of it: a copy of {size} ran at {format_rate(copy_rate_here)}, slower than the "
-                     f"{ref} copy{startup}, so the {ref} rate understates it.")
+        lines.append(f"The copies make most of it: a copy of {size} ran at {format_rate(copy_rate_here)}, slower than "
+                     f"the {ref} copy{startup}, so the {ref} rate understates it.")
     elif piece == "message":
         fitted = "one alpha and one B fitted over all sizes" if per_byte else "alpha alone, fitted over all sizes,"
         lines.append(f"The message makes most of it: {fitted} put it at "
