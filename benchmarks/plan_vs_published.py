@@ -8,6 +8,8 @@ what the source printed), what ``rl.plan`` predicts for the same layout, their r
 the plan fits in memory, and where the predicted step goes. The goal (issue 52): every ratio within 20% (0.8 to
 1.2), healthy software; a run its own source shows below what its hardware allows (the same source measured the
 same model, GPUs and layout faster: ``runs.faster_twin``) is said so, and judged by its ratio to that faster run.
+A run quoted from a table its source revised after it first appeared is judged on its last revision and, beside it,
+on every earlier one (``runs.earlier_revisions``): how many are within 20% on each, and each run whose verdict moves.
 Nothing here is measured on this machine, and nothing in the planner is taken from these runs.
 """
 from __future__ import annotations
@@ -61,12 +63,41 @@ def row(run: dict) -> dict:
             "memory_gib": plan.memory_total / 2 ** 30, "mfu": plan.mfu, "assumed": assumed,
             "step": ", ".join(f"{k} {v:.0%}" for v, k in shares[:3]), "source": run["source"]["url"],
             "machine": f"{plan.gpus} {run['hardware']['gpu']}", "fits_word": "yes" if plan.fits else "NO",
-            "twin": twin and {"run": twin[0]["id"], "faster": twin[1], "ratio": ratio / twin[1]}}
+            "twin": twin and {"run": twin[0]["id"], "faster": twin[1], "ratio": ratio / twin[1]},
+            "revision_date": run["source"].get("revision_date"),
+            "earlier_revisions": [{"date": rev["date"], "commit": rev["commit"], "published": theirs,
+                                   "ratio": plan.tokens_per_second_per_gpu / theirs}
+                                  for rev, theirs in runs.earlier_revisions(run)]}
 
 
 def rows(gpu: str | None = None) -> tuple[list[dict], list[dict]]:
     """(compared runs, runs that could not be compared with why)."""
     return each_run(row, gpu)
+
+
+def revised_tables(done: list[dict]) -> None:
+    """For the runs quoted from a table its source revised after it first appeared (each run cites the last revision
+    and keeps the earlier ones' figures): how many are within 20% judged on each revision, and each run whose verdict
+    changes with the revision, so that no one revision is taken on trust."""
+    revised = [r for r in done if r["earlier_revisions"]]
+    if not revised:
+        return
+    dates = sorted({rev["date"] for r in revised for rev in r["earlier_revisions"]})
+    def inside(ratio):
+        return LOW <= ratio <= HIGH
+    counts = [f"{sum(inside(rev['ratio']) for r in revised for rev in r['earlier_revisions'] if rev['date'] == d)} "
+              f"of {sum(rev['date'] == d for r in revised for rev in r['earlier_revisions'])} on {d}'s" for d in dates]
+    last = sorted({r["revision_date"] or "the last" for r in revised})
+    print(f"  {len(revised)} runs quote a table revised after it first appeared; within 20% judged on each revision: "
+          f"{', '.join(counts)}, {sum(inside(r['ratio']) for r in revised)} of {len(revised)} on the last "
+          f"({', '.join(last)}'s, cited)")
+    for r in revised:
+        ratios = [rev["ratio"] for rev in r["earlier_revisions"]] + [r["ratio"]]
+        if len({inside(x) for x in ratios}) > 1:
+            said = ", ".join(f"{rev['ratio']:.2f} on {rev['date']}'s ({rev['published']:,.0f} tokens/s a GPU)"
+                             for rev in r["earlier_revisions"])
+            print(f"  {r['run']}: {r['ratio']:.2f} on the last revision ({r['published']:,.0f}); {said}: at the edge "
+                  f"of 20%, its verdict depends on the revision")
 
 
 def main(argv=None) -> int:
@@ -85,6 +116,7 @@ def main(argv=None) -> int:
             print(f"  {r['run']}: assumed {'; '.join(r['assumed'])}")
     for s in skipped:
         print(f"  not compared: {s['run']}: {s['why']}")
+    revised_tables(done)
     ratios = [r["ratio"] for r in done]
     within = [r for r in done if LOW <= r["ratio"] <= HIGH]
     below = [r for r in done if r["ratio"] > HIGH and r["twin"] and LOW <= r["twin"]["ratio"] <= HIGH]

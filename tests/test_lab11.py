@@ -8,6 +8,7 @@ import pytest
 
 from ringlab.lab.exercises import NotDoneYet
 from ringlab.lessons.lab11_plan_a_run import layouts, published, run, unprinted
+from ringlab.train import runs
 from ringlab.viz.plan import (LEGEND_BELOW, MEMORY_KINDS, PlanExplorer, memory_bars, published_bars, step_timeline,
                               time_bars, timeline_segments)
 
@@ -110,6 +111,22 @@ def test_the_lab_checks_the_closest_published_70b_run_on_h100s():
     assert L["tp"] * L["pp"] * (L.get("cp") or 1) * L["dp"] == chosen["hardware"]["gpus"]
     assert f"the {chosen['hardware']['gpus']} GPUs)" in said.text and "None" not in said.text
     assert f"Predicted / published = {result['ratio']:.2f}" in said.text
+
+
+def test_a_run_from_a_revised_table_says_what_each_revision_printed():
+    """Lab 11's run (NeMo 24.07's Llama 3 70B) comes from a table revised twice after it first appeared: the lab says
+    what each revision printed and the prediction over each, so the learner sees the cited figure is one of three."""
+    nemo = runs.find("nemo2407-llama3-70b-h100-64-fp8")
+    result = published.against_published(nemo)
+    text = published.describe_published(result).text
+    earlier = runs.earlier_revisions(nemo)
+    assert len(earlier) == 2
+    listed = ", ".join(f"{theirs:,.0f} on {rev['date']}" for rev, theirs in earlier)
+    assert (f"The source revised this row after it first appeared: {listed}, then the {result['published']:,.0f} "
+            f"above (2024-09-09); predicted / those = "
+            + ", ".join(f"{result['predicted'] / theirs:.2f}" for _, theirs in earlier) + ".") in text
+    assert "revised" not in published.describe_published(published.against_published(runs.find(
+        "dgxc2411-llama3.1-70b-h100-64-bf16"))).text
 
 
 def _result(ratio, start, **measured):

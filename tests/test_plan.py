@@ -695,6 +695,35 @@ def test_the_readme_states_what_the_benchmark_prints_today():
     else:
         assert "more are below what their hardware allows" not in readme
     assert f"{len(skipped)} runs (torchtitan's" in readme
+    revised = [r for r in done if r["earlier_revisions"]]  # NeMo 24.07's table, judged on each of its revisions
+    counts = [sum(0.8 <= rev["ratio"] <= 1.2 for r in revised for rev in r["earlier_revisions"][i:i + 1])
+              for i in range(2)] + [sum(0.8 <= r["ratio"] <= 1.2 for r in revised)]
+    assert f"revision: {counts[0]}, {counts[1]} and {counts[2]} of the {len(revised)} within 20%" in " ".join(
+        readme.split()), counts
+
+
+def test_a_run_from_a_revised_table_is_judged_on_every_revision(capsys):
+    """NeMo 24.07's table was revised twice: each run is planned against the last revision and the earlier ones'
+    figures too, and the benchmark names every run whose verdict changes with the revision."""
+    run = runs.find("nemo2407-llama3-8b-h100-8-fp8")
+    assert runs.published_tokens_per_second_per_gpu(run)[0] == 12273
+    assert [(rev["date"], theirs) for rev, theirs in runs.earlier_revisions(run)] == [("2024-08-14", 12036),
+                                                                                       ("2024-08-22", 11883)]
+    assert runs.earlier_revisions(runs.find("llama3-405b-8192")) == []
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import plan_vs_published
+    finally:
+        sys.path.pop(0)
+    done, _ = plan_vs_published.rows("h100")
+    plan_vs_published.revised_tables(done)
+    said = capsys.readouterr().out
+    revised = [r for r in done if r["earlier_revisions"]]
+    first = sum(0.8 <= rev["ratio"] <= 1.2 for r in revised for rev in r["earlier_revisions"][:1])
+    assert f"{len(revised)} runs quote a table revised" in said and f"{first} of {len(revised)} on 2024-08-14's" in said
+    for r in revised:
+        verdicts = {0.8 <= x <= 1.2 for x in [r["ratio"]] + [rev["ratio"] for rev in r["earlier_revisions"]]}
+        assert (f"  {r['run']}: " in said) == (len(verdicts) > 1), said
 
 
 def test_expert_parallelism_shards_the_experts_and_sends_tokens_both_ways():

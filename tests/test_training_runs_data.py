@@ -119,6 +119,39 @@ def test_measured_figures_are_plausible_and_agree(run):
         assert math.isclose(implied, meas["tokens_per_second_per_gpu"], rel_tol=0.02)
 
 
+@pytest.mark.parametrize("run", RUNS, ids=ids(RUNS))
+def test_measured_figures_are_the_quoted_ones(run):
+    """Each figure a run records as measured is printed in the row it quotes (thousands' commas aside), or says how it
+    was derived from what is printed: a figure updated without its quote (or a quote without its figure) fails."""
+    import re
+    printed = set(re.findall(r"\d+(?:\.\d+)?", run["source"]["quote"].replace(",", "")))
+    for key in ("tokens_per_second_per_gpu", "tflops_per_gpu"):
+        value = run["measured"].get(key)
+        if value is None or key in run.get("derived", {}):
+            continue
+        assert f"{value:g}" in printed, f"{key} {value} is not in the quote {run['source']['quote']!r}"
+
+
+def test_a_revised_source_keeps_every_revision():
+    """The NeMo 24.07 table was revised twice on NeMo's main branch after it first appeared: its rows cite the last
+    revision by commit and keep what the earlier two printed, each by commit, date and row, so that the prediction is
+    judged on every figure the source printed for a run, not one chosen among them."""
+    import re
+    revised = [r for r in RUNS if r["source"].get("earlier_revisions")]
+    assert {r["id"] for r in revised} == {r["id"] for r in RUNS if r["id"].startswith("nemo2407")}
+    assert len(revised) == 12
+    for run in revised:
+        source = run["source"]
+        assert "8e3d65dcfe3504689bfc5b6e67d502780aacad41" in source["url"] and source["revision_date"] == "2024-09-09"
+        dates = [rev["date"] for rev in source["earlier_revisions"]]
+        assert dates == sorted(dates) and dates[-1] < source["revision_date"]
+        for rev in source["earlier_revisions"]:
+            assert re.fullmatch(r"[0-9a-f]{40}", rev["commit"]) and rev["said"].strip()
+            cells, last = rev["quote"].split(" | "), source["quote"].split(" | ")
+            assert cells[:9] == last[:9], "a revision of the same row: the same model, GPUs and layout"
+            assert cells[9] == str(rev["tokens_per_second_per_gpu"]) and cells[10] == str(rev["tflops_per_gpu"])
+
+
 def test_every_ringlab_gpu_named_here_has_compute_figures():
     from ringlab.topology.machines import GPUS as RINGLAB_GPUS
 

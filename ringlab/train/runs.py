@@ -165,6 +165,21 @@ def published_tokens_per_second_per_gpu(run: dict) -> tuple[float, str]:
     raise ValueError(f"run {run['id']}: no throughput printed")
 
 
+MEASURED_FIGURES = ("tflops_per_gpu", "mfu", "tokens_per_second_per_gpu", "tokens_per_second_total", "step_seconds")
+
+
+def earlier_revisions(run: dict) -> list[tuple[dict, float]]:
+    """Each earlier revision of the table the run is quoted from (``source.earlier_revisions``: a source revised after
+    it first appeared, each revision with its commit, date and the row as it printed it) and the tokens per second per
+    GPU that revision printed for the run, by the source's own arithmetic. The run's ``measured`` figures are its
+    cited revision's, the last; the earlier ones are kept so that the prediction can be judged on each."""
+    out = []
+    for revision in run["source"].get("earlier_revisions", []):
+        measured = dict(run["measured"], **{k: revision[k] for k in MEASURED_FIGURES if k in revision})
+        out.append((revision, published_tokens_per_second_per_gpu(dict(run, measured=measured))[0]))
+    return out
+
+
 def not_modelled(run: dict) -> str | None:
     """Why the planner cannot model the run's machine (a GPU variant it has no figures for), or None."""
     variant = run["hardware"].get("variant")

@@ -118,6 +118,8 @@ def describe_published(result: dict) -> Finding:
     """The published run and the prediction of it, and which way and how far they differ. The layout whole (every
     parallelism, so that their product is the GPUs named); the source by its short name, its address on a line of its
     own at the end."""
+    from ...train import runs as published
+
     run, p, ratio = result["run"], result["plan"], result["ratio"]
     gpus = run["hardware"]["gpus"]
     said = [f"Published in {short_source(run)} ({run['source']['where']}): "
@@ -137,6 +139,13 @@ def describe_published(result: dict) -> Finding:
         said.append(f"The planner leaves out {SLOWER_IN_REALITY if ratio > 1 else FASTER_IN_REALITY}: where a real run "
                     f"{'pays for' if ratio > 1 else 'uses'} those, it runs {'slower' if ratio > 1 else 'faster'} than "
                     "predicted.")
+    earlier = published.earlier_revisions(run)
+    if earlier:  # a table revised after it first appeared: the figure cited is its last revision's
+        said.append("The source revised this row after it first appeared: "
+                    + ", ".join(f"{theirs:,.0f} on {rev['date']}" for rev, theirs in earlier)
+                    + f", then the {result['published']:,.0f} above ({run['source'].get('revision_date') or 'last'}); "
+                    "predicted / those = " + ", ".join(f"{result['predicted'] / theirs:.2f}" for _, theirs in earlier)
+                    + ".")
     if result["assumed"]:
         said.append(f"Assumed where the source is silent: {'; '.join(result['assumed'])}.")
     note = run["hardware"].get("hardware_note")
