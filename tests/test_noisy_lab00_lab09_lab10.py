@@ -231,6 +231,21 @@ def test_a_tie_is_a_whole_time_said_twice():
     assert not TIE.search("One-shot took 360061.0 us, 5899.2x slower than the ring's 61.0 us")
 
 
+def test_a_sweep_of_two_sizes_names_each_size_once_and_a_tiny_ratio_in_digits():
+    """CI's Hypothesis run, two sizes (4 B and 8 B) with the ring thousands of times faster: the lesson said 'from 4 B
+    to 4 B', 'From 8 B to 8 B' and 'the ring took 0.0x the time'."""
+    by = {("oneshot", 4): 0.360061, ("twoshot", 4): 1.0, ("ring", 4): 61e-6, ("mpi", 4): 1e-4,
+          ("oneshot", 8): 1.0, ("twoshot", 8): 1.0, ("ring", 8): 8e-5, ("mpi", 8): 1e-4}
+    result = _symmetric([by[a, k] for k in (4, 8) for a in symmetric.ALGORITHMS], [4, 8], window=4)
+    text = symmetric.symmetric_lesson(result).text
+    clean(text)
+    assert "from 4 B to 4 B" not in text and "From 8 B to 8 B" not in text and "0.0x" not in text, text
+    assert "it took 2.78x one-shot's time at 4 B and 1.00x at 8 B." in text, text
+    assert "At 8 B MPI's own allreduce took 0.00010x the time of the faster of one-shot and two-shot." in text, text
+    assert re.search(r"the ring took 0\.\d{4}\d*x the time", text), text
+    _agrees(symmetric.symmetric_lesson(result), result)
+
+
 def _agrees(finding, result) -> None:
     """The symmetric lesson's claims against the numbers it quotes."""
     text = finding.text

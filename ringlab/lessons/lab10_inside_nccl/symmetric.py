@@ -218,6 +218,20 @@ def _faster(a: float, b: float) -> str:
     return f"{b / a:.1f}x faster than" if a < b else f"{a / b:.1f}x slower than"
 
 
+def _x(ratio: float) -> str:
+    """A ratio to one decimal ('1.3x'), or to two significant digits where one decimal would print a positive one as
+    '0.0x' (a ring a thousand times faster on a busy machine: '0.00024x')."""
+    if ratio >= 0.05 or ratio <= 0:
+        return f"{ratio:.1f}x"
+    return f"{ratio:.{1 - math.floor(math.log10(ratio))}f}x"
+
+
+def _span(part: list[int]) -> str:
+    """Sizes in words: 'from 8 B to 32 B', or 'at 8 B' where the part is one size (a sweep of two sizes)."""
+    return (f"at {format_bytes(part[0])}" if len(part) == 1 else
+            f"from {format_bytes(part[0])} to {format_bytes(part[-1])}")
+
+
 def _ahead(a: float, b: float) -> bool:
     """Time ``a`` less than ``b`` as the words print them: two times that print alike are a tie, not a lead."""
     return a < b and _us(a) != _us(b)
@@ -324,10 +338,10 @@ def symmetric_lesson(result: dict) -> Finding:
 
     before, after = (_mean_ratio(times, "twoshot", "oneshot", part) for part in (low, high))
     gains = float(f"{after:.2f}") < float(f"{before:.2f}")  # as printed: 1.00x then 1.00x is no gain
-    span = lambda part: f"{format_bytes(part[0])} to {format_bytes(part[-1])}"
+    means = " (geometric means)" if len(low) > 1 else ""
     split = _crossover(times, "oneshot", "twoshot")
     text = (f"As messages grow two-shot {'gains on' if gains else 'does not gain on'} one-shot: it took "
-            f"{before:.2f}x one-shot's time from {span(low)} and {after:.2f}x from {span(high)} (geometric means). "
+            f"{before:.2f}x one-shot's time {_span(low)} and {after:.2f}x {_span(high)}{means}. "
             f"One-shot has every rank add {n - 1} whole buffer{'s' * (n > 2)} of its peers into its own, two-shot only "
             f"its 1/{n} chunk of each (then it copies the others' finished chunks), at the price of a second "
             "synchronisation. ")
@@ -350,7 +364,7 @@ def symmetric_lesson(result: dict) -> Finding:
 
     ring_over = _mean_ratio(times, "ring", "best", sizes)
     ring_wins = [k for k in sizes if times["ring"][k] < times["best"][k]]
-    text = (f"Over all {len(sizes)} sizes the ring took {ring_over:.1f}x the time of the faster of one-shot and "
+    text = (f"Over all {len(sizes)} sizes the ring took {_x(ring_over)} the time of the faster of one-shot and "
             "two-shot (geometric mean); " + (f"it was ahead of both at {len(ring_wins)} of them ("
                                              + ", ".join(format_bytes(k) for k in ring_wins) + ")."
                                              if ring_wins else "it was ahead of both at none of them."))
@@ -363,8 +377,9 @@ def symmetric_lesson(result: dict) -> Finding:
 
     mpi_over = _mean_ratio(times, "mpi", "best", high)
     led, _ = _led(times, sizes, "best", "mpi")
-    text = (f"From {span(high)} MPI's own allreduce took {mpi_over:.1f}x the time of the faster of one-shot and "
-            f"two-shot (geometric mean). Of all {len(sizes)} sizes, the pair took less time than MPI's own {led}"
+    where = _span(high)
+    text = (f"{where[0].upper() + where[1:]} MPI's own allreduce took {_x(mpi_over)} the time of the faster of one-shot "
+            f"and two-shot{' (geometric mean)' if len(high) > 1 else ''}. Of all {len(sizes)} sizes, the pair took less time than MPI's own {led}"
             + ("" if not times["mpi"][large] < times["best"][large] or led == "at no size measured" else
                f"; at {format_bytes(large)} MPI's own was ahead") + ".")
     said.append(text)
