@@ -326,6 +326,42 @@ assert ("progress bar", None) not in calls, calls
 
 
 @pytest.mark.timeout(240)
+def test_engines_that_fail_at_once_are_quoted_in_the_starts_error(monkeypatch, tmp_path):
+    """Engines that cannot start (here each rank mpiexec starts writes a line and exits 3) fail the start within its
+    timeout, quoting what they wrote, and leave nothing running."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if os.environ.get('PMI_RANK') is not None:  # a process mpiexec started: an engine, not the controller\n"
+        "    sys.stderr.write('engine made to fail by the test\\n'); sys.stderr.flush(); os._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    ranks = MPICluster(2, activate=False, timeout=15)
+    with pytest.raises(RuntimeError, match="the 2 ranks did not start") as raised:
+        ranks.start()
+    said = str(raised.value)
+    assert "[the engines: " in said and "engine made to fail by the test" in said, said
+    assert ranks.profile_dir is None and not ranks.alive()
+
+
+def test_an_ended_launchers_output_is_quoted_after_ipyparallel_removed_its_file(tmp_path):
+    """CI once saw lab 09's MPICluster(4).start() fail with 'Engine set stopped: exit_code 1' and '[the engines:
+    exited with code 1; nothing written]': when a launcher ends, ipyparallel reads its output and removes the file
+    (``_log_output``), logging it at a level the cluster does not show, so the file was gone when the error was
+    written. An ended launcher's output is now taken from ipyparallel's copy."""
+    from types import SimpleNamespace
+
+    from ipyparallel.cluster.launcher import LocalProcessLauncher
+
+    engines = LocalProcessLauncher(output_file=str(tmp_path / "engines.log"))
+    (tmp_path / "engines.log").write_text("Fatal error in PMPI_Init: the line that says why\n")
+    engines.state, engines.stop_data = "after", {"exit_code": 1}
+    engines._log_output(engines.stop_data)  # what ipyparallel does when the process ends
+    assert not (tmp_path / "engines.log").exists()
+    ranks = MPICluster(2, activate=False)
+    ranks._cluster = SimpleNamespace(engines={"set": engines}, controller=None)
+    said = ranks._engines_said()
+    assert said == "[the engines: exited with code 1; their last lines]\nFatal error in PMPI_Init: the line that says why"
+
+
 def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_clearly(monkeypatch):
     """A start whose engines registered but do not answer the abort hook's install raises within the cluster's
     timeout, saying so, and leaves nothing running (it once hung CI for 240 s)."""

@@ -490,7 +490,10 @@ class MPICluster:
             how = (f"exited with code {stop.get('exit_code')}" if state == "after" else
                    f"still running (pid {getattr(launcher, 'pid', '?')})" if state == "running" else "never started")
             try:
-                text = Path(launcher.output_file).read_text(errors="replace").splitlines()[-lines:]
+                if state == "after":  # ipyparallel read an ended launcher's output and removed its file: its copy
+                    text = (launcher.get_output() or "").splitlines()[-lines:]
+                else:
+                    text = Path(launcher.output_file).read_text(errors="replace").splitlines()[-lines:]
             except (AttributeError, TypeError, OSError):  # a launcher without an output file, or none written
                 text = []
             said.append(f"[{who}: {how}; " + ("their last lines]" if text else "nothing written]"))
