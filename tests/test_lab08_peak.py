@@ -23,6 +23,30 @@ def test_recomputation_cuts_the_measured_peak_by_the_activations_it_stops_keepin
                                                    "the measured cut is the activations counted")
 
 
+def test_the_step_runs_in_fp32_as_the_lab_says(measured):
+    """fp32, which every CPU computes at speed (bf16 took 5x as long a step, and the lab's cell minutes, on an
+    AVX2-only CPU): the processes measured that width, as autograd's bytes show (Korthikanti et al.'s 16-bit count
+    doubled, with LayerNorm's statistics, and the causal mask, a bool, once), and the lab and the lesson say so."""
+    from pathlib import Path
+
+    from ringlab.lessons.lab08_sharding_and_memory.recompute import korthikanti_bytes
+
+    s = P.SHAPE
+    assert s["dtype"] == measured["shape"]["dtype"] == "float32"
+    count = korthikanti_bytes(s["seq"], s["batch"], s["hidden"], s["heads"])
+    tokens = s["seq"] * s["batch"]
+    assert measured["keep"]["kept"] == [2 * count["full"] + 2 * 4 * tokens * 2 + s["seq"] ** 2] * s["layers"]
+    assert measured["recompute"]["kept"] == [2 * count["recompute"]] * s["layers"]
+    said = str(P.peak_lesson(measured))
+    assert f"hidden {s['hidden']}, fp32)" in said and "in fp32)" in said
+    lab = (Path(__file__).parents[1] / "labs" / "src" / "08_sharding_and_memory.py").read_text()
+    assert f"{s['seq']} tokens of {s['batch']} sequences, h = {s['hidden']}, {s['heads']} heads, in\n# fp32" in lab
+
+
+def test_a_shape_that_names_no_width_is_measured_and_said_in_fp32():
+    assert P._dtype({"layers": 1}) == "fp32" and P._dtype({"dtype": "bfloat16"}) == "bf16"
+
+
 def _result(keep_peak, again_peak, keep_kept=(40 * MiB,) * 4, again_kept=(1 * MiB,) * 4):
     return {"shape": dict(P.SHAPE),
             "keep": {"recompute": False, "peaks": [keep_peak], "kept": list(keep_kept), "parameters": 6 * MiB},

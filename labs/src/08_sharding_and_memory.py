@@ -122,9 +122,11 @@ print(recompute_lesson(kept))
 # system: the process's resident high-water mark (Linux's `VmHWM`, reset just before the step), less what the
 # process held when the step began. Each way runs in a fresh process of its own, with glibc mapping every
 # allocation of 64 KiB or more on its own so that a freed tensor leaves the count at once; a larger stack than
-# above, so that activations dwarf the allocator's small change: 1024 tokens of 2 sequences, h = 256, 8 heads. Held
-# against autograd's count of what each way keeps at the peak: every layer's activations, or, recomputing, every
-# layer's input and the one layer's activations that its backward brings back.
+# above, so that activations dwarf the allocator's small change: 1024 tokens of 2 sequences, h = 128, 4 heads, in
+# fp32 (the peak is about bytes, whatever their width, and most CPUs have no bf16 arithmetic: on one without it a
+# step in bf16 took five times as long). Held against autograd's count of what each way keeps at the peak: every
+# layer's activations, or, recomputing, every layer's input and the one layer's activations that its backward brings
+# back.
 
 # %%
 peak = measure_peak()

@@ -27,8 +27,13 @@ from ...lab.words import plural
 from ...measure.units import format_bytes
 
 # Big enough that activations dwarf the allocator's small change (tens of MiB a layer), small enough that a step
-# takes about a second on one core: 4 layers, 1024 tokens x 2 sequences, hidden 256, 8 heads, bf16.
-SHAPE = dict(layers=4, seq=1024, batch=2, hidden=256, heads=8)
+# takes a second or two on one core: 4 layers, 1024 tokens x 2 sequences, hidden 128, 4 heads. In fp32, not bf16 like
+# the smaller stack of recompute.py: the peak is about bytes, not 16-bit ones, and most CPUs have no bf16 arithmetic
+# (AVX-512 BF16 or AMX), where torch computes it slowly: on an AVX2-only AMD EPYC (here, 2026-12-02) a step of this
+# stack took 12 s in bf16 against 2.3 s in fp32, and of the bf16 stack this measured before (hidden 256, 8 heads)
+# 36 s, so that the lab's cell took minutes.
+SHAPE = dict(layers=4, seq=1024, batch=2, hidden=128, heads=4, dtype="float32")
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 WARMUP, STEPS = 1, 2
 MMAP_THRESHOLD = 64 * 1024  # bytes: glibc maps allocations of this size and more on their own, unmapped when freed
 AGREE = 0.10  # the measured cut "is" the counted one within this share
@@ -51,9 +56,11 @@ def step_peak(shape: dict = SHAPE, recompute: bool = False, warmup: int = WARMUP
     from ...train.task import one_thread
     from .recompute import _forward, kept_by_layer, make_stack
 
-    stack = make_stack(shape["layers"], shape["hidden"], shape["heads"])
+    dtype = shape.get("dtype", SHAPE["dtype"])
+    stack = make_stack(shape["layers"], shape["hidden"], shape["heads"], dtype=dtype)
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape["seq"], shape["batch"], shape["hidden"], generator=gen).to(torch.bfloat16).requires_grad_()
+    x = torch.randn(shape["seq"], shape["batch"], shape["hidden"], generator=gen).to(getattr(torch, dtype))
+    x.requires_grad_()
     peaks = []
     with one_thread():
         for i in range(warmup + steps):
@@ -86,6 +93,7 @@ def measure_peak(shape: dict = SHAPE) -> dict:
     if not CLEAR_REFS.exists():
         raise RuntimeError("measuring a step's peak reads Linux's resident high-water mark (/proc/self/clear_refs and "
                            "VmHWM); this machine has no /proc. The rest of the lab runs without it.")
+    shape = {"dtype": SHAPE["dtype"], **shape}
     with ThreadPoolExecutor(2) as pool:
         keep, again = pool.map(lambda recompute: _one_way(shape, recompute), (False, True))
     return {"shape": dict(shape), "keep": keep, "recompute": again}
@@ -108,6 +116,12 @@ PEAK_COLUMNS = {"way": "way", "measured peak (MiB)": "peak", "activations held (
                 "the rest (MiB)": "rest"}
 
 
+def _dtype(shape: dict) -> str:
+    """The stack's number format as the lab writes it ("fp32"); a shape that names none is measured in fp32."""
+    dtype = shape.get("dtype", SHAPE["dtype"])
+    return DTYPE_NAMES.get(dtype, dtype)
+
+
 def peak_lesson(result: dict, agree: float = AGREE) -> Finding:
     """What the measured peaks say: how much recomputation cut the step's peak, whether that is the activations it
     stops keeping (autograd's count), and what the rest of the peak is."""
@@ -115,7 +129,7 @@ def peak_lesson(result: dict, agree: float = AGREE) -> Finding:
     cut, counted = keep["peak"] - again["peak"], keep["held"] - again["held"]
     s = result["shape"]
     said = [f"A whole step of {plural(s['layers'], 'layer')} ({s['seq']} tokens x {s['batch']} sequences, hidden "
-            f"{s['hidden']}, bf16), measured by the operating system: its peak was {format_bytes(keep['peak'])} keeping every "
+            f"{s['hidden']}, {_dtype(s)}), measured by the operating system: its peak was {format_bytes(keep['peak'])} keeping every "
             f"activation and {format_bytes(again['peak'])} recomputing, "
             f"{cut / keep['peak']:.0%} less." if cut > 0 else
             f"A whole step of {plural(s['layers'], 'layer')}, measured by the operating system: its peak was "
@@ -150,7 +164,7 @@ def peak_lesson(result: dict, agree: float = AGREE) -> Finding:
         said.append(f"Beyond the activations held, each peak has {format_bytes(rest[0])} and {format_bytes(rest[1])} "
                     "more: the backward's own working memory (the gradients of a layer's activations and of its "
                     "weights as it computes them, the parameters' gradients, "
-                    f"{format_bytes(result['keep']['parameters'])} in bf16), " +
+                    f"{format_bytes(result['keep']['parameters'])} in {_dtype(result['shape'])}), " +
                     ("about the same either way: recomputation changes what is kept, not what a layer's backward needs "
                      "while it runs." if similar else "not the same either way."))
     conclusions = ("recomputation cut the step's peak" if cut > 0 else "recomputation did not cut the step's peak",

@@ -20,14 +20,16 @@ LAYOUTS = (dict(tp=8, pp=4, micro_batch=1), dict(tp=4, pp=4, micro_batch=4))
 GiB = 2 ** 30
 
 
-def make_stack(layers: int = SHAPE["layers"], hidden: int = SHAPE["hidden"], heads: int = SHAPE["heads"], seed: int = 0):
-    """``layers`` of :class:`ringlab.train.sequence.TransformerLayer` (feed-forward 4 x hidden), bf16."""
+def make_stack(layers: int = SHAPE["layers"], hidden: int = SHAPE["hidden"], heads: int = SHAPE["heads"], seed: int = 0,
+               dtype: str = "bfloat16"):
+    """``layers`` of :class:`ringlab.train.sequence.TransformerLayer` (feed-forward 4 x hidden), in ``dtype`` (a
+    torch dtype's name)."""
     import torch
 
     from ...train.sequence import TransformerLayer
 
     return torch.nn.ModuleList(TransformerLayer(hidden, heads, 4 * hidden, seed=seed + i)
-                               for i in range(layers)).to(torch.bfloat16)
+                               for i in range(layers)).to(getattr(torch, dtype))
 
 
 def _forward(stack, x, recompute: bool):
