@@ -215,12 +215,13 @@ def test_emulated_rows_predict_from_the_links_and_the_lesson_reads_them():
 
 
 def test_the_emulated_payoff_in_virtual_time_says_what_the_links_and_the_wall_took():
-    """Rows as virtual time gives them on the lesson's machine (1 GB/s, 500 us a message): width 64's averaging is
+    """Rows as virtual time gives them on the lesson's machine (10 GB/s, 2 ms a message): width 64's averaging is
     almost all latency and longer than its compute, width 1024's a fifth of its compute; both within 20% of the
     links' prediction; each row's wall time is said beside it."""
     from ringlab.lessons.lab06_training.payoff import PAYOFF_MACHINE, emulated_payoff_lesson, emulated_payoff_rows
 
-    links = uniform(2, bandwidth=1e9, latency=500e-6)
+    assert PAYOFF_MACHINE == "uniform:10:2000"
+    links = uniform(2, bandwidth=10e9, latency=2e-3)
     ring = {h: predict(build("allreduce.ring", 2), b, links, itemsize=4).seconds for h, (_, b) in WIDTHS.items()}
     measured = emulated({64: 400e-6 + ring[64] + 50e-6, 1024: 24e-3 + ring[1024] + 300e-6},
                         {64: ring[64] + 50e-6, 1024: ring[1024] + 300e-6}, machine=PAYOFF_MACHINE)
@@ -228,13 +229,13 @@ def test_the_emulated_payoff_in_virtual_time_says_what_the_links_and_the_wall_to
     for width in measured["runs"][0]["widths"]:
         width["wall_step_s"] = 0.125
     rows = emulated_payoff_rows(measured)
-    assert {row["hidden"]: row["latency_s"] for row in rows} == pytest.approx({64: 1e-3, 1024: 1e-3}, rel=1e-3)
+    assert {row["hidden"]: row["latency_s"] for row in rows} == pytest.approx({64: 4e-3, 1024: 4e-3}, rel=1e-3)
     found = emulated_payoff_lesson(rows)
     assert found.conclusions == ("data parallelism pays for width 1024 on the emulated machine",
                                  "data parallelism does not clearly pay for width 64 on the emulated machine",
                                  "the links' prediction holds for widths 64 and 1024 on the emulated machine")
     text = str(found)
-    assert (f"averaging them still takes the ring's messages one after another: 1,000 us of its "
+    assert (f"averaging them still takes the ring's messages one after another: 4,000 us of its "
             f"{ring[64] * 1e6:,.0f} us is the latency that every message pays, however few its bytes, against 400 us "
             "of compute") in text
     assert text.startswith(f"On the emulated {PAYOFF_MACHINE}, in virtual time (its links' time plus this CPU's "
@@ -302,3 +303,32 @@ def test_a_sweep_with_no_cost_per_byte_says_so_and_draws_alpha_alone():
     assert "GB/s" not in "\n".join(said)
     assert said[-1] == ("With no cost per byte in the fit, the lines give every width's allreduce the same time, so "
                         "they cannot say how gradient bytes weigh against compute.")
+
+
+# one rank's compute a step, widths 64 and 1024: a CPU three times faster than the fastest here; the fastest (width
+# 64 at the slow end of its 0.4-0.8 ms); the AVX2-only AMD EPYC (2026-12-02, its slower run); 2.5 times slower than it
+FAST, EPYC = (0.8e-3, 18e-3), (1.84e-3, 55.5e-3)
+CPUS = {"3x faster": (FAST[0] / 3, FAST[1] / 3), "fast": FAST, "EPYC": EPYC,
+        "2.5x slower": (2.5 * EPYC[0], 2.5 * EPYC[1])}
+
+
+@pytest.mark.parametrize("cpu", sorted(CPUS))
+def test_the_lessons_machine_shows_both_verdicts_on_cpus_three_times_faster_or_slower(cpu):
+    """The compute beside the emulated links is this CPU's: width 64's 0.4-0.8 ms and width 1024's 18-24 ms a step on
+    the fastest machine here, 1.5-1.8 ms and 55-57 ms on an AVX2-only AMD EPYC, where the old machine (1 GB/s, 500 us)
+    let width 64 pay 1.16x. On PAYOFF_MACHINE's links, priced by rl.predict, the lesson's verdicts are the ones it
+    teaches from a CPU three times faster than the fastest to 2.5 times slower than that EPYC."""
+    from ringlab import topology
+    from ringlab.lessons.lab06_training.payoff import PAYOFF_MACHINE, emulated_payoff_lesson, emulated_payoff_rows
+
+    links, _ = topology.from_spec(PAYOFF_MACHINE, 2)
+    ring = {h: predict(build("allreduce.ring", 2), b, links, itemsize=4).seconds for h, (_, b) in WIDTHS.items()}
+    compute = dict(zip((64, 1024), CPUS[cpu]))
+    measured = emulated({h: compute[h] + ring[h] for h in WIDTHS}, {h: ring[h] for h in WIDTHS},
+                        machine=PAYOFF_MACHINE)
+    for row in measured["one_rank"]:
+        row["step_s"] = compute[row["hidden"]]
+    assert emulated_payoff_lesson(emulated_payoff_rows(measured)).conclusions == (
+        "data parallelism pays for width 1024 on the emulated machine",
+        "data parallelism does not clearly pay for width 64 on the emulated machine",
+        "the links' prediction holds for widths 64 and 1024 on the emulated machine")

@@ -194,7 +194,7 @@ print(describe_payoff(speedups, payoff))
 #
 # On this machine the "network" is a memory copy and the ranks share its cores, so the allreduce's time
 # is partly the CPU's. The next measurement runs the 2-rank job on an emulated network
-# (`payoff.PAYOFF_MACHINE`, `uniform:1:500`: every rank on its own 1 GB/s port, 500 us a message, `rl.emulate`)
+# (`payoff.PAYOFF_MACHINE`, `uniform:10:2000`: every rank on its own 10 GB/s port, 2 ms a message, `rl.emulate`)
 # with 256 samples a rank a step, in **virtual time**: the data really moves and is really averaged, but
 # every rank keeps a clock of its own, to which each message adds its links' time and each computation
 # this CPU's time for it (the thread's CPU time, so ranks sharing cores, or other processes, do not
