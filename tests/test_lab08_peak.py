@@ -47,6 +47,11 @@ def test_a_shape_that_names_no_width_is_measured_and_said_in_fp32():
     assert P._dtype({"layers": 1}) == "fp32" and P._dtype({"dtype": "bfloat16"}) == "bf16"
 
 
+def test_an_unknown_width_is_refused_before_any_process_starts():
+    with pytest.raises(ValueError, match="the stack's dtype is one of float32, bfloat16, float16; got 'float8'"):
+        P.measure_peak(dict(P.SHAPE, dtype="float8"))
+
+
 def _result(keep_peak, again_peak, keep_kept=(40 * MiB,) * 4, again_kept=(1 * MiB,) * 4):
     return {"shape": dict(P.SHAPE),
             "keep": {"recompute": False, "peaks": [keep_peak], "kept": list(keep_kept), "parameters": 6 * MiB},

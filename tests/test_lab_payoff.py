@@ -305,8 +305,9 @@ def test_a_sweep_with_no_cost_per_byte_says_so_and_draws_alpha_alone():
                         "they cannot say how gradient bytes weigh against compute.")
 
 
-# one rank's compute a step, widths 64 and 1024: a CPU three times faster than the fastest here; the fastest (width
-# 64 at the slow end of its 0.4-0.8 ms); the AVX2-only AMD EPYC (2026-12-02, its slower run); 2.5 times slower than it
+# one rank's compute a step, widths 64 and 1024: a CPU three times faster than the fastest here; the fastest (the
+# lesson's earlier figures, ~0.8 ms, and width 1024 taken at 18 ms, below its ~24 ms, as this file's other rows do);
+# the AVX2-only AMD EPYC (measured 2026-12-02, its slower run); 2.5 times slower than it
 FAST, EPYC = (0.8e-3, 18e-3), (1.84e-3, 55.5e-3)
 CPUS = {"3x faster": (FAST[0] / 3, FAST[1] / 3), "fast": FAST, "EPYC": EPYC,
         "2.5x slower": (2.5 * EPYC[0], 2.5 * EPYC[1])}
@@ -314,7 +315,7 @@ CPUS = {"3x faster": (FAST[0] / 3, FAST[1] / 3), "fast": FAST, "EPYC": EPYC,
 
 @pytest.mark.parametrize("cpu", sorted(CPUS))
 def test_the_lessons_machine_shows_both_verdicts_on_cpus_three_times_faster_or_slower(cpu):
-    """The compute beside the emulated links is this CPU's: width 64's 0.4-0.8 ms and width 1024's 18-24 ms a step on
+    """The compute beside the emulated links is this CPU's: width 64's ~0.8 ms and width 1024's ~24 ms a step on
     the fastest machine here, 1.5-1.8 ms and 55-57 ms on an AVX2-only AMD EPYC, where the old machine (1 GB/s, 500 us)
     let width 64 pay 1.16x. On PAYOFF_MACHINE's links, priced by rl.predict, the lesson's verdicts are the ones it
     teaches from a CPU three times faster than the fastest to 2.5 times slower than that EPYC."""

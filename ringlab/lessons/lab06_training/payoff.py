@@ -18,10 +18,11 @@ AGREES = 0.2  # measured within 20% of predicted counts as the model holding
 # outrun the CPU): every rank on its own 10 GB/s port, 2 ms a message (as slow to answer as a link between two
 # cities' data centres), with EMULATED_PER_RANK samples a rank a step. On 2 ranks the ring averages in 2 messages:
 # width 64's 22.5 KiB take ~4.0 ms, all but microseconds of it latency, and width 1024's 4.1 MiB ~4.4 ms. The compute
-# beside them is this CPU's, and CPUs differ: width 64's took 0.4-0.8 ms a step on the machines this was built on
-# and 1.5-1.8 ms on an AVX2-only AMD EPYC (2026-12-02), width 1024's 18-24 ms and 55-57 ms. The verdicts hold while
-# width 64's compute stays under 1.22 times its averaging (4.9 ms: a speed-up under 1.1x) and width 1024's above it
-# (5.4 ms): a CPU 2.5 times slower than that EPYC or three times faster than the fastest here still shows both.
+# beside them is this CPU's, and CPUs differ: width 64's took ~0.8 ms a step and width 1024's ~24 ms on the machine
+# this was built on (this comment's earlier figures), 1.5-1.8 ms and 55-57 ms on an AVX2-only AMD EPYC (measured
+# 2026-12-02). The verdicts hold while width 64's compute stays under 1.22 times its averaging (4.9 ms: a speed-up
+# under 1.1x) and width 1024's above it (5.4 ms): a CPU 2.5 times slower than that EPYC or three times faster than
+# the fastest here still shows both.
 # (It was 1 GB/s and 500 us, a margin of 1.2x on a fast CPU: on the EPYC width 64's 1.5 ms of compute beside its
 # 1.0 ms of averaging paid 1.16x, and the lesson taught the opposite of its own point.)
 PAYOFF_MACHINE = "uniform:10:2000"

@@ -94,6 +94,8 @@ def measure_peak(shape: dict = SHAPE) -> dict:
         raise RuntimeError("measuring a step's peak reads Linux's resident high-water mark (/proc/self/clear_refs and "
                            "VmHWM); this machine has no /proc. The rest of the lab runs without it.")
     shape = {"dtype": SHAPE["dtype"], **shape}
+    if shape["dtype"] not in DTYPE_NAMES:
+        raise ValueError(f"the stack's dtype is one of {', '.join(DTYPE_NAMES)}; got {shape['dtype']!r}")
     with ThreadPoolExecutor(2) as pool:
         keep, again = pool.map(lambda recompute: _one_way(shape, recompute), (False, True))
     return {"shape": dict(shape), "keep": keep, "recompute": again}
@@ -129,8 +131,8 @@ def peak_lesson(result: dict, agree: float = AGREE) -> Finding:
     cut, counted = keep["peak"] - again["peak"], keep["held"] - again["held"]
     s = result["shape"]
     said = [f"A whole step of {plural(s['layers'], 'layer')} ({s['seq']} tokens x {s['batch']} sequences, hidden "
-            f"{s['hidden']}, {_dtype(s)}), measured by the operating system: its peak was {format_bytes(keep['peak'])} keeping every "
-            f"activation and {format_bytes(again['peak'])} recomputing, "
+            f"{s['hidden']}, {_dtype(s)}), measured by the operating system: its peak was "
+            f"{format_bytes(keep['peak'])} keeping every activation and {format_bytes(again['peak'])} recomputing, "
             f"{cut / keep['peak']:.0%} less." if cut > 0 else
             f"A whole step of {plural(s['layers'], 'layer')}, measured by the operating system: its peak was "
             f"{format_bytes(keep['peak'])} keeping every activation and {format_bytes(again['peak'])} recomputing: "
