@@ -191,6 +191,23 @@ def test_a_sweep_in_virtual_time_says_so_and_puts_the_wall_time_beside_it():
     assert "in virtual time each thread counts only its own CPU time" in said and "compete" not in said
 
 
+def test_a_sweep_with_modelled_compute_says_what_the_passes_took_and_where_it_came_from():
+    rows = [dict(r, clock="virtual (emulated uniform:0.25:50, modelled compute)", wall_step_s=0.04, load=9.0,
+                 compute=(0.0095, 0.02)) for r in sweep({1: (100, 30, 40, 30), 2: (82, 12, 40, 33)})]
+    lines = describe_overlap(rows, cores=2).splitlines()
+    assert lines[0] == ("2 ranks, each running its forward and backward passes on one thread and, with overlap, its "
+                        "allreduces on another, the passes' compute modelled: 9.5 ms forward and 20 ms backward a "
+                        "step, what this CPU took for them timed alone before the sweep, the same in every step of "
+                        "every setting. The allreduces take their links' time beside it and slow it down in nothing, "
+                        "as a GPU's compute and communication streams run side by side. (On this machine's own clock "
+                        "a step took 40 ms here: what its CPU took, not the emulated machine's time.)")
+    finding = overlap_lesson(sweep({1: (120, 30, 40, 30), 2: (118, 33, 52, 45)}), rows, cores=2)
+    assert finding.text.split("\n\n")[1].startswith(
+        "On the emulated uniform:0.25:50, in virtual time (its links' time beside this CPU's compute, timed alone "
+        "and then modelled): 2 ranks, each running its forward and backward passes")
+    assert finding.conclusions == ("overlap hid communication on the emulated machine",)
+
+
 def test_a_fit_with_no_cost_per_byte_is_said_and_still_predicts():
     from ringlab.algorithms import build
 

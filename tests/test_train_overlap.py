@@ -87,3 +87,54 @@ def test_overlap_on_emulated_links_hides_communication_in_virtual_time(tmp_path,
     else:
         assert on["step_s"] < 0.95 * off["step_s"], seen
         assert on["comm_s"] < off["comm_s"], seen
+
+
+def test_modelled_compute_needs_an_emulated_machine_that_counts_no_cpu():
+    from ringlab.mpi.emulate import emulate
+    from ringlab.train.overlap import time_compute
+
+    for where in (None, "cpu"):
+        with emulate("uniform:1:10", compute=where) if where else open("/dev/null"):
+            with pytest.raises(ValueError, match="call inside rl.emulate\\(machine, compute='model'\\)"):
+                measure_overlap([1], compute=(0.01, 0.02))
+    with emulate("uniform:1:10", compute="model"):
+        for bad in ((0.01,), (0.01, -1.0), "fast", (True, 0.02)):
+            with pytest.raises(ValueError, match="compute is \\(forward, backward\\) seconds a step"):
+                measure_overlap([1], compute=bad)
+    with pytest.raises(ValueError, match="passes must be a whole number >= 1, got 0"):
+        time_compute(passes=0)
+
+
+def test_the_lessons_emulated_overlap_hides_communication_on_cpus_four_times_faster_to_six_times_slower(tmp_path):
+    """Lab 06's emulated sweep with modelled compute: the fast CPU's passes (FAST in overlap_modelled.py) and
+    those of CPUs 4x faster to 6x slower. Every setting's passes take the modelled compute; one bucket takes as
+    long with overlap as without (nothing to overlap); overlap hides communication beyond the lesson's noise at
+    every speed. Run again with two spinning processes beside the ranks, every step time is the same to the last
+    digits: the machine's load has no say."""
+    from ringlab.lessons.lab06_training.overlap import _gain, overlap_lesson
+
+    factors = ["0.25", "1.0", "2.5", "6.0"]
+    fast = (9.5e-3, 20e-3)
+    figures = []
+    for busy in (0, 2):
+        out = tmp_path / f"modelled-{busy}.json"
+        with busy_processes(busy):
+            done = run_mpi(2, [str(HERE / "overlap_modelled.py"), str(out), *factors], timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = json.loads(out.read_text())
+        assert seen["timed"][0] == seen["timed"][1] and min(seen["timed"][0]) > 0  # the slowest rank's, everywhere
+        for factor in factors:
+            rows = seen["rows"][factor]
+            forward, backward = (float(factor) * c for c in fast)
+            assert all(r["compute"] == pytest.approx([forward, backward], rel=1e-12) for r in rows)
+            assert all(r["backward_s"] == pytest.approx(backward, rel=0.01) for r in rows), rows
+            one = [r["step_s"] for r in rows if r["buckets"] == 1]
+            assert one[0] == pytest.approx(one[1], rel=1e-9)
+            plain = next(r for r in rows if r["buckets"] == 1 and not r["overlap"])
+            assert plain["step_s"] == pytest.approx(forward + backward + plain["allreduce_s"], rel=1e-6)
+            _, _, gain, noise = _gain(rows)
+            assert gain > noise == 0.05, (factor, gain)
+            assert overlap_lesson(rows, rows, cores=2).conclusions == (
+                "overlap hid communication on the emulated machine",)
+        figures.append([r["step_s"] for f in factors for r in seen["rows"][f]])
+    assert figures[0] == pytest.approx(figures[1], rel=1e-9)

@@ -300,12 +300,16 @@ overlap_timeline(timeline_traces(measured))
 # thread share one core, and MPI copies and adds on that core, what runs side by side runs slower. On a
 # GPU box the bytes cross links and NICs while the GPU computes. The cell above also ran the sweep on an
 # emulated network (`overlap.MACHINE`, `uniform:0.25:50`: every rank on its own 0.25 GB/s port, 50 us a
-# message) in virtual time: each thread keeps a clock, the backward pass's counting its own CPU time and
-# the communication thread's the allreduces' link time (and its own additions), as a GPU's compute and
-# communication streams run side by side; nobody sleeps. With 256 samples a rank a backward pass takes
-# about as long as averaging the gradients over those links, at three bucket sizes: one layer, two layers
-# and the whole model. The gradients really move and are really added on this machine's cores; the times
-# are the emulated machine's: its links' time plus this CPU's compute counted as CPU time.
+# message) in virtual time: each thread keeps a clock, the main thread's running with the forward and
+# backward passes' compute and the communication thread's with the allreduces' link time, as a GPU's
+# compute and communication streams run side by side; nobody sleeps. The compute is this CPU's, timed
+# alone before the sweep (`time_compute`: each pass with nothing beside it) and then modelled, the same
+# in every step of every setting: counted as the threads' CPU time instead, a busy machine slows the
+# backward pass and the allreduces beside each other (the two threads share caches and Python's lock),
+# which a GPU's streams do not. With 256 samples a rank a backward pass takes about as long as averaging
+# the gradients over those links, at three bucket sizes: one layer, two layers and the whole model. The
+# gradients really move and are really added on this machine's cores; the times are the emulated
+# machine's.
 
 # %%
 table(emulated["rows"], OVERLAP_COLUMNS)
