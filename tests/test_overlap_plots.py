@@ -78,6 +78,15 @@ def test_timeline_of_one_step_per_rank_from_the_trace():
     assert "step() waited 20 ms for it" in [b for b in bars if b.name == "bucket 1"][-1].hovertext[0]
 
 
+def test_a_timeline_in_virtual_time_names_its_emulated_machine_not_this_one():
+    clock = "virtual (emulated uniform:0.25:50, modelled compute)"
+    fig = overlap_timeline({"overlap off": records(), "overlap on": records()}, step=2, clock=clock)
+    assert _plain(fig.layout.title.text).startswith("in virtual time on the emulated uniform:0.25:50, modelled "
+                                                    "compute: backward layer by layer")
+    here = overlap_timeline({"on": records()}, step=2, clock="host (time.perf_counter)")
+    assert _plain(here.layout.title.text).startswith("measured here: backward layer by layer")
+
+
 def test_the_default_step_is_the_median_one():
     assert median_step(records((0.0, 0.5, 0.1))) == 2  # steps of 50, 550 and 150 ms
     assert median_step(records((0.3, 0.0, 0.1, 0.2))) == 2  # of four, the shorter middle one

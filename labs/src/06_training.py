@@ -316,7 +316,7 @@ table(emulated["rows"], OVERLAP_COLUMNS)
 overlap_lesson(measured["rows"], emulated["rows"], cores(), raw_shown=True)  # computed from both sweeps
 
 # %%
-overlap_timeline(timeline_traces(emulated))
+overlap_timeline(timeline_traces(emulated), clock=emulated["rows"][0]["clock"])
 
 # %% [markdown]
 # ## Exercise 2: predict the best bucket size

@@ -54,11 +54,14 @@ def bucket_sweep_plot(rows: list[dict], title: str | None = None) -> go.Figure:
     return finish_layout(fig, legend="below", axis_px=BELOW_AXIS_PX + 16)
 
 
-def overlap_timeline(traces: dict, step: int | None = None, title: str | None = None) -> go.Figure:
+def overlap_timeline(traces: dict, step: int | None = None, title: str | None = None,
+                     clock: str | None = None) -> go.Figure:
     """One panel per trace of ``traces`` ({label: ``DistributedOptimizer.trace_records`` rows of every rank}):
     for each rank a lane of backward rows (one bar a parameter, coloured by the bucket its gradient fills) and
     a lane of allreduce rows (one bar a bucket, a diamond where it was handed over), of step ``step`` (default:
-    each trace's step of median length), in ms from that step's first backward start on any rank."""
+    each trace's step of median length), in ms from that step's first backward start on any rank. ``clock``
+    (``measure_overlap``'s rows' ``clock``) says what the times are: "virtual (...)" puts the emulated machine in
+    the title; None or this machine's clock, "measured here"."""
     if not traces:
         raise ValueError("no traces to draw")
     fig = make_subplots(rows=len(traces), cols=1, shared_xaxes=True, subplot_titles=list(traces),
@@ -93,11 +96,18 @@ def overlap_timeline(traces: dict, step: int | None = None, title: str | None = 
                          categoryarray=[f"rank {r} {k}" for r in ranks for k in ("backward", "allreduce")])
     fig.update_xaxes(title_text="time since the step's backward pass began (ms)", row=len(traces), col=1)
     fig.update_layout(
-        title=title or ("measured here: backward layer by layer against each bucket's allreduce, every rank ("
+        title=title or (_where(clock) + ": backward layer by layer against each bucket's allreduce, every rank ("
                         + "; ".join(f"{label}: step {s}" for label, s in zip(traces, steps))
                         + ")<br>colour: the bucket; diamond: when the bucket was handed to communication"),
         barmode="overlay", height=260 * len(traces) + 120)
     return finish_layout(fig, legend="below")
+
+
+def _where(clock: str | None) -> str:
+    """Where a trace's times come from, for a title: an emulated machine's virtual time, or this machine."""
+    if clock and clock.startswith("virtual (") and clock.endswith(")"):
+        return f"in virtual time on the {clock[len('virtual ('):-1]}"
+    return "measured here"
 
 
 def median_step(records) -> int:
