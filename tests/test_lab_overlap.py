@@ -201,6 +201,8 @@ def test_a_sweep_with_modelled_compute_says_what_the_passes_took_and_where_it_ca
                         "every setting. The allreduces take their links' time beside it and slow it down in nothing, "
                         "as a GPU's compute and communication streams run side by side. (On this machine's own clock "
                         "a step took 40 ms here: what its CPU took, not the emulated machine's time.)")
+    assert lines[-1].endswith("(1.1x): the compute is modelled, so nothing beside it slows it down here; on a GPU "
+                              "NCCL's kernels take a few of its SMs, and the compute beside them slows a little.")
     finding = overlap_lesson(sweep({1: (120, 30, 40, 30), 2: (118, 33, 52, 45)}), rows, cores=2)
     assert finding.text.split("\n\n")[1].startswith(
         "On the emulated uniform:0.25:50, in virtual time (its links' time beside this CPU's compute, timed alone "

@@ -253,6 +253,9 @@ def _why(on: dict, off: dict, gain: float, noise: float, cores: int) -> str:
     took = (f"backward took {ms(on['backward_s'])} against {ms(off['backward_s'])} without overlap "
             f"({slower_backward:.2g}x) and the allreduces {ms(on['allreduce_s'])} against {ms(off['allreduce_s'])} "
             f"({slower_allreduce:.2g}x)")
+    if gain > noise and on.get("compute"):
+        return (f"{said} And {took}: the compute is modelled, so nothing beside it slows it down here; on a GPU "
+                "NCCL's kernels take a few of its SMs, and the compute beside them slows a little.")
     if gain > noise:
         return f"{said} And {took}" + (": the communication ran beside the computation at little cost to it."
                                         if slower_backward <= 1 + noise else
