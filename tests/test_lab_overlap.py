@@ -197,10 +197,11 @@ def test_a_sweep_with_modelled_compute_says_what_the_passes_took_and_where_it_ca
     lines = describe_overlap(rows, cores=2).splitlines()
     assert lines[0] == ("2 ranks, each running its forward and backward passes on one thread and, with overlap, its "
                         "allreduces on another, the passes' compute modelled: 9.5 ms forward and 20 ms backward a "
-                        "step, what this CPU took for them timed alone before the sweep, the same in every step of "
-                        "every setting. The allreduces take their links' time beside it and slow it down in nothing, "
-                        "as a GPU's compute and communication streams run side by side. (On this machine's own clock "
-                        "a step took 40 ms here: what its CPU took, not the emulated machine's time.)")
+                        "step, what this CPU took for them timed alone before the sweep (the slower rank's median), "
+                        "the same in every step of every setting. The allreduces take their links' time beside it and "
+                        "slow it down in nothing, as a GPU's compute and communication streams run side by side. (On "
+                        "this machine's own clock a step took 40 ms here: what its CPU took, not the emulated "
+                        "machine's time.)")
     assert lines[-1].endswith("(1.1x): the compute is modelled, so nothing beside it slows it down here; on a GPU "
                               "NCCL's kernels take a few of its SMs, and the compute beside them slows a little.")
     finding = overlap_lesson(sweep({1: (120, 30, 40, 30), 2: (118, 33, 52, 45)}), rows, cores=2)

@@ -98,8 +98,8 @@ def test_modelled_compute_needs_an_emulated_machine_that_counts_no_cpu():
             with pytest.raises(ValueError, match="call inside rl.emulate\\(machine, compute='model'\\)"):
                 measure_overlap([1], compute=(0.01, 0.02))
     with emulate("uniform:1:10", compute="model"):
-        for bad in ((0.01,), (0.01, -1.0), "fast", (True, 0.02)):
-            with pytest.raises(ValueError, match="compute is \\(forward, backward\\) seconds a step"):
+        for bad in ((0.01,), (0.01, -1.0), "fast", (True, 0.02), (0.01, float("inf")), (float("nan"), 0.02)):
+            with pytest.raises(ValueError, match="compute is \\(forward, backward\\) seconds a step, each finite"):
                 measure_overlap([1], compute=bad)
     with pytest.raises(ValueError, match="passes must be a whole number >= 1, got 0"):
         time_compute(passes=0)

@@ -137,8 +137,9 @@ def measure_overlap(sizes: list[int], steps: int = 8, warmup: int = 2, comm=None
             raise ValueError("modelled compute (compute=(forward, backward)) runs on an emulated machine that "
                              "counts no CPU time: call inside rl.emulate(machine, compute='model')")
         if (not isinstance(compute, (tuple, list)) or len(compute) != 2
-                or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0 for c in compute)):
-            raise ValueError(f"compute is (forward, backward) seconds a step, each >= 0, got {compute!r}")
+                or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and 0 <= c < float("inf")
+                           for c in compute)):
+            raise ValueError(f"compute is (forward, backward) seconds a step, each finite and >= 0, got {compute!r}")
     import torch
     from mpi4py import MPI
 

@@ -21,8 +21,8 @@ from ...lab.findings import Finding
 # of a process sharing caches and Python's lock) and, in one of five runs of CI, cost overlap all it hid.
 # Modelled, overlap's gain depends only on the compute against the links' time: measured with a fast CPU's passes
 # (an AMD EPYC Zen 4: 9.5 ms forward, 20 ms backward) the best setting with overlap is 23% shorter than without,
-# 13% at 2.5 times that compute (an AVX2-only Zen 1 EPYC), and above the 5% counted as noise from a CPU 4 times
-# faster to one 6 times slower (tests/test_train_overlap.py).
+# 13% at 2.5 times that compute (about what an AVX2-only Zen 1 EPYC took: backward 51 ms in CI), and above the 5%
+# counted as noise from a CPU 4 times faster to one 6 times slower (tests/test_train_overlap.py).
 MACHINE = "uniform:0.25:50"
 EMULATED_PER_RANK = 256
 
@@ -294,9 +294,10 @@ def _machine_sentence(row: dict, cores: int) -> str:
         forward, backward = row["compute"]
         said = (f"{nranks} ranks, each running its forward and backward passes on one thread and, with overlap, its "
                 f"allreduces on another, the passes' compute modelled: {forward * 1e3:.3g} ms forward and "
-                f"{backward * 1e3:.3g} ms backward a step, what this CPU took for them timed alone before the sweep, "
-                "the same in every step of every setting. The allreduces take their links' time beside it and "
-                "slow it down in nothing, as a GPU's compute and communication streams run side by side.")
+                f"{backward * 1e3:.3g} ms backward a step, what this CPU took for them timed alone before the sweep "
+                "(the slower rank's median), the same in every step of every setting. The allreduces take their "
+                "links' time beside it and slow it down in nothing, as a GPU's compute and communication streams run "
+                "side by side.")
     elif _virtual(row):
         said = (f"{nranks} ranks, each running its backward pass on one thread and, with overlap, its allreduces on "
                 "another, each thread's compute counted as its own CPU time: however many of them share "
