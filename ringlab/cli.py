@@ -214,7 +214,8 @@ def parser() -> argparse.ArgumentParser:
                       "interleaved when --vp is over 1)")
     plan.add_argument("--attention", choices=list(ATTENTION), help="flash (the default: FlashAttention at the fastest "
                       "kernel published for the GPU, cuDNN's on Hopper and Blackwell), fa2 (at FlashAttention-2's own "
-                      "published rates) or unfused (the scores through memory, as before 2022)")
+                      "published rates), fa1 (at FlashAttention's, v1: for its era's kernels and its Triton port) or "
+                      "unfused (the scores through memory, as before 2022)")
     plan.add_argument("--cross-entropy", choices=list(CROSS_ENTROPY_TRAFFIC),
                       help="the loss's implementation: " + ", ".join(f"{k} ({v} bytes a logit)" for k, v in
                                                                    CROSS_ENTROPY_TRAFFIC.items())

@@ -55,8 +55,9 @@ def test_layout_multiplies_out(run):
     assert lay["precision"] in PRECISIONS
     assert lay["recompute"] in RECOMPUTE
     assert lay.get("attention") in (None, *ATTENTION)
-    if lay.get("attention") == "fa2":  # a kernel other than the GPU's fastest is said from the run's own software
-        assert "attention" in run.get("recipe_settings", {}), "attention='fa2' needs its recipe's citation"
+    if lay.get("attention") in ("fa2", "fa1"):  # a kernel other than the GPU's fastest, from the run's own software
+        assert "attention" in run.get("recipe_settings", {}), \
+            f"attention={lay['attention']!r} needs its recipe's citation"
     assert hw["gpu"] in GPU_KINDS and hw["gpu"] in GPUS
     assert hw["gpus"] % hw["gpus_per_node"] == 0 or hw["gpus"] < hw["gpus_per_node"]
 

@@ -77,7 +77,7 @@ from .transformer import ACT_BYTES, Transformer
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = (None, "selective", "full")
-ATTENTION = ("flash", "fa2", "unfused")
+ATTENTION = ("flash", "fa2", "fa1", "unfused")
 CP_COMM = ("p2p", "all_gather")  # Megatron-Core's cp_comm_type values the planner prices (a2a, Ulysses', is not)
 # The loss over the logits, bound by memory: bytes it moves a logit (a token's logits are the vocabulary, split over
 # tp), read from Megatron-LM's code at 937571cf (Megatron-Core r0.8), for bf16 logits.
@@ -145,12 +145,20 @@ ATTENTION_RATES = {
     "gb200": ("cudnn922-gb200-fwd-causal-s{}", "cudnn922-gb200-bwd-causal-s{}"),
 }
 # FlashAttention-2's own published rates (Tri Dao's README charts, forward+backward, causal, head dim 128), for a run
-# whose software ran FlashAttention-2 or an older kernel (attention="fa2": an upper bound for the older ones)
+# whose software ran FlashAttention-2 (attention="fa2")
 FA2_RATES = {
     "a100": "fa2-a100-fwdbwd-causal-hd128-s{}",
     "h100": "fa2-h100-fwdbwd-causal-hd128-s{}",
 }
 ATTENTION_RATES["a100"] = (FA2_RATES["a100"],)  # on A100 FlashAttention-2 is the fastest published
+# FlashAttention's (v1) published rates, the same charts' FlashAttention bars, for a run whose software ran it or its
+# Triton port (flash-attn's flash_attn_triton.py, which says of itself "Overall Triton forward + backward is slightly
+# slower than CUDA forward + backward": these rates are an upper bound for it)
+FA1_RATES = {
+    "a100": "fa1-a100-fwdbwd-causal-hd128-s{}",
+    "h100": "fa1-h100-fwdbwd-causal-hd128-s{}",
+}
+OWN_RATES = {"fa2": ("FlashAttention-2", FA2_RATES), "fa1": ("FlashAttention (v1)", FA1_RATES)}
 HEADS_MEASURED_FOR = "cudnn919-h200-"  # the published rates whose kernel was also measured at other head counts
 
 
@@ -211,21 +219,29 @@ def attention_heads_share(seq: int, heads_per_call: float) -> tuple[float, float
     return shares[0], shares[1]
 
 
+def _own_rates(kernel: str, gpu: str) -> None:
+    """A clear error where ``kernel`` ("fa2" or "fa1") has no published rate on ``gpu``."""
+    name, rates = OWN_RATES[kernel]
+    if gpu not in rates:
+        raise ValueError(f"no published {name} rate for GPU {gpu!r}; published for: {', '.join(rates)} "
+                         "(attention='flash' takes the fastest published kernel)")
+
+
 def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str = "flash",
                                heads_per_call: float | None = None) -> tuple[float, float, str]:
     """Seconds a forward FLOP and a backward FLOP of causal FlashAttention take on ``gpu`` at ``seq`` tokens (FLOPs
     counted FlashAttention's way), from published kernel rates; ``fallback`` (FLOP/s) where none is published.
-    ``kernel``: "flash" (the fastest published on that GPU: cuDNN's on Hopper and Blackwell) or "fa2"
-    (FlashAttention-2's own rates; an error on a GPU they were not published for). ``heads_per_call`` (micro-batch
+    ``kernel``: "flash" (the fastest published on that GPU: cuDNN's on Hopper and Blackwell), "fa2"
+    (FlashAttention-2's own rates) or "fa1" (FlashAttention's, v1; both an error on a GPU they were not published
+    for). ``heads_per_call`` (micro-batch
     x query heads on one GPU): where the rates are cuDNN 9.19's on H200 (published at 64 heads a call), they are
     scaled by :func:`attention_heads_share`, measured with that cuDNN on that GPU; elsewhere no such measurement
     exists and the published rate stands."""
-    if kernel == "fa2":
-        if gpu not in FA2_RATES:
-            raise ValueError(f"no published FlashAttention-2 rate for GPU {gpu!r}; published for: "
-                             f"{', '.join(FA2_RATES)} (attention='flash' takes the fastest published kernel)")
-        both = _by_seq(FA2_RATES[gpu], seq)
-        return 1 / both, 1 / both, "published (FlashAttention-2's own, forward and backward together)"
+    if kernel in OWN_RATES:
+        _own_rates(kernel, gpu)
+        name, rates = OWN_RATES[kernel]
+        both = _by_seq(rates[gpu], seq)
+        return 1 / both, 1 / both, f"published ({name}'s own, forward and backward together)"
     ids = ATTENTION_RATES.get(gpu)
     if ids and len(ids) == 2:
         fwd, bwd = _by_seq(ids[0], seq), _by_seq(ids[1], seq)
@@ -488,8 +504,9 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     are then not stored; FlashAttention stores none anyway, so there it costs an attention forward and saves no
     memory) or "full" (each layer's forward run again). ``attention``: "flash" (FlashAttention: the
     score matrix never reaches memory, the masked half of a causal mask skipped; at the fastest kernel published
-    for the GPU), "fa2" (the same at FlashAttention-2's own published rates: for software that ran it, or an older
-    kernel, for which they are an upper bound) or "unfused" (as before 2022:
+    for the GPU), "fa2" (the same at FlashAttention-2's own published rates: for software that ran it), "fa1" (at
+    FlashAttention's, v1: for software that ran it or its Triton port, for which they are an upper bound) or
+    "unfused" (as before 2022:
     the scores written, softmaxed and dropped out in memory, every one computed). ``schedule``: the pipeline's,
     "1f1b" (interleaved when ``vp`` > 1), "interleaved" (the same, said outright: needs ``vp`` > 1), "gpipe" or
     "zero-bubble" (ZB-H1); see :mod:`ringlab.predict.schedules`. Megatron-Core's memory settings, by its names:
@@ -523,7 +540,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be None, 'selective' or 'full', got {recompute!r}")
     if attention not in ATTENTION:
-        raise ValueError(f"attention must be 'flash', 'fa2' or 'unfused', got {attention!r}")
+        raise ValueError(f"attention must be 'flash', 'fa2', 'fa1' or 'unfused', got {attention!r}")
     _one_of("cross_entropy", cross_entropy, CROSS_ENTROPY_TRAFFIC)
     _one_of("optimizer_dtype", optimizer_dtype, OPTIMIZER_STATE)
     _one_of("cp_comm", cp_comm, CP_COMM)
@@ -592,7 +609,7 @@ def plan(model, topology, *, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
     optimizer = (OPTIMIZER_STATE[optimizer_dtype] + main_grad) * (dense / (shard if zero >= 1 else 1)
                                                  + experts / (expert_shard if zero >= 1 else 1))
     tokens_mb = micro_batch * seq // cp                   # tokens of one micro-batch on one GPU (before tp)
-    flash, selective = attention in ("flash", "fa2"), recompute == "selective"
+    flash, selective = attention in ("flash", "fa2", "fa1"), recompute == "selective"
     scores = model.heads * seq           # score elements a query has in one layer, all heads, over every key
     fp8 = precision == "fp8"
     stored = model.activation_bytes_per_token(fp8=fp8) + (0 if flash or selective else SCORE_STORED * scores)
@@ -884,10 +901,9 @@ def search(model, topology, *, global_batch: int, seq: int, precision: str = "bf
     if "offload_layers" in software:
         software["offload_layers"] = _whole("offload_layers", software["offload_layers"], minimum=0)
     if software.get("attention", "flash") not in ATTENTION:
-        raise ValueError(f"attention must be 'flash', 'fa2' or 'unfused', got {software['attention']!r}")
-    if software.get("attention") == "fa2" and m.gpu not in FA2_RATES:
-        raise ValueError(f"no published FlashAttention-2 rate for GPU {m.gpu!r}; published for: "
-                         f"{', '.join(FA2_RATES)} (attention='flash' takes the fastest published kernel)")
+        raise ValueError(f"attention must be 'flash', 'fa2', 'fa1' or 'unfused', got {software['attention']!r}")
+    if software.get("attention") in OWN_RATES:
+        _own_rates(software["attention"], m.gpu)
     if software.get("schedule", "1f1b") not in SCHEDULES:
         raise ValueError(f"unknown pipeline schedule {software['schedule']!r}; known: {', '.join(SCHEDULES)}")
     _one_of("cross_entropy", software.get("cross_entropy", "unfused"), CROSS_ENTROPY_TRAFFIC)
