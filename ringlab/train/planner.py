@@ -16,7 +16,9 @@ Compute. FLOPs from the shape (:mod:`ringlab.train.transformer`) at the GPU's pu
 at the rate a large matrix multiplication reaches on it, measured and published (Stas Bekman's "Maximum Achievable
 Matmul FLOPS" in ml-engineering; ``ringlab/data/gpu_compute.json``, its source in each entry), in bf16, and in fp8
 where measured. Attention runs as FlashAttention does, skipping the
-masked half of a causal mask, at the same efficiency. What is not a matrix multiplication (norms, the activation
+masked half of a causal mask, at the published rates of a kernel (``ringlab/data/kernel_rates.json``): the fastest
+published for the GPU (cuDNN's on Hopper and Blackwell), or the one the run's software ran (FlashAttention-2's,
+FlashAttention's). What is not a matrix multiplication (norms, the activation
 function, residual adds, rotary embeddings, the optimizer's update) is bound by memory: its bytes at the GPU's
 memory rate. With pipeline stages the busiest stage sets the pace: the one with the most layers, or the last, which
 runs the output layer and the loss besides its layers (where ``ends_in_pipeline_split`` counts the loss as a layer,
