@@ -291,8 +291,9 @@ time_bars([r["plan"] for r in others if r["fits"]], [r["machine"] for r in other
 # 2. (Above) the bubble. With the explorer, hold tp=8, pp=8 and compare vp=1 with `rl.plan(..., vp=5)`: what
 #    does interleaving cost in activations?
 # 3. `rl.plan(..., attention="unfused")`: what did FlashAttention save, in memory and in time? And
-#    `attention="fa2"` (FlashAttention-2's published rates instead of cuDNN's): how much of an H100 step does the
-#    choice of attention kernel move?
+#    `attention="fa2"` (FlashAttention-2's published rates instead of cuDNN's) and `attention="fa1"` (the first
+#    FlashAttention's, the era of MPT's 2023 benchmark): how much of an H100 step does the choice of attention
+#    kernel move?
 # 4. `ringlab.train.planner.search(model, machine, global_batch=512, seq=8192).table()`: which layouts are
 #    rejected, and why? Does the best one match the published run's layout?
 # 5. Plan `rl.train.Transformer.preset("mixtral-8x7b")` with `ep=8` on 64 H100s: how much of the step is the
