@@ -221,12 +221,14 @@ def attention_heads_share(seq: int, heads_per_call: float) -> tuple[float, float
     return shares[0], shares[1]
 
 
-def _own_rates(kernel: str, gpu: str) -> None:
-    """A clear error where ``kernel`` ("fa2" or "fa1") has no published rate on ``gpu``."""
+def _own_rates(kernel: str, gpu: str) -> tuple[str, str]:
+    """``kernel``'s ("fa2" or "fa1") name and the id pattern of its published rates on ``gpu``; a clear error where
+    none are published."""
     name, rates = OWN_RATES[kernel]
     if gpu not in rates:
         raise ValueError(f"no published {name} rate for GPU {gpu!r}; published for: {', '.join(rates)} "
                          "(attention='flash' takes the fastest published kernel)")
+    return name, rates[gpu]
 
 
 def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str = "flash",
@@ -240,9 +242,8 @@ def attention_seconds_per_flop(gpu: str, seq: int, fallback: float, kernel: str 
     scaled by :func:`attention_heads_share`, measured with that cuDNN on that GPU; elsewhere no such measurement
     exists and the published rate stands."""
     if kernel in OWN_RATES:
-        _own_rates(kernel, gpu)
-        name, rates = OWN_RATES[kernel]
-        both = _by_seq(rates[gpu], seq)
+        name, pattern = _own_rates(kernel, gpu)
+        both = _by_seq(pattern, seq)
         return 1 / both, 1 / both, f"published ({name}'s own, forward and backward together)"
     ids = ATTENTION_RATES.get(gpu)
     if ids and len(ids) == 2:
