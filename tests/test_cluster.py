@@ -362,9 +362,10 @@ def test_an_ended_launchers_output_is_quoted_after_ipyparallel_removed_its_file(
     assert said == "[the engines: exited with code 1; their last lines]\nFatal error in PMPI_Init: the line that says why"
 
 
-def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_clearly(monkeypatch):
+def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_clearly(monkeypatch, tmp_path):
     """A start whose engines registered but do not answer the abort hook's install raises within the cluster's
-    timeout, saying so, and leaves nothing running (it once hung CI for 240 s)."""
+    timeout, saying so, and leaves nothing running (it once hung CI for 240 s), nor MPICH's files: the engines'
+    shared-memory segment in /dev/shm and mpiexec's topology file in /tmp (each run of this test left one of each)."""
     import ipyparallel as ipp
 
     import ringlab.lab.cluster as cluster
@@ -376,9 +377,25 @@ def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_
         waited(client, *args, **kwargs)
         ranks.timeout = 3
 
-    def never_answers(*args):
+    def never_answers(*args, record=str(tmp_path / "files")):
+        import os as _os
         import time as _time
 
+        from ringlab.mpi.devices import HYDRA_TOPOLOGY, MPICH_SEGMENT
+
+        with open("/proc/self/maps") as f:  # the files MPICH made for this engine, which the start must remove
+            names = set(MPICH_SEGMENT.findall(f.read()))
+        fds = f"/proc/{_os.getppid()}/fd"  # the parent is mpiexec's proxy, which holds the topology file open
+        for fd in _os.listdir(fds):
+            try:
+                target = _os.readlink(f"{fds}/{fd}")
+            except OSError:  # closed meanwhile
+                continue
+            if HYDRA_TOPOLOGY.match(target):
+                names.add(target)
+        with open(f"{record}.{_os.getpid()}", "w") as f:
+            f.write("\n".join(sorted(names)))
+        _os.rename(f"{record}.{_os.getpid()}", f"{record}-{_os.getpid()}")  # whole, or not there
         _time.sleep(120)
 
     never_answers.__module__ = "__main__"  # sent by value: the engines cannot import this test module
@@ -391,3 +408,7 @@ def test_engines_that_register_but_never_answer_their_first_call_fail_the_start_
     assert time.monotonic() - start < 120 and ranks.profile_dir is None and not ranks.alive()
     said = str(raised.value)  # where each engine waited, read by py-spy (the test extra installs it)
     assert "What each engine was doing then (py-spy dump)" in said and said.count("never_answers") >= 2, said
+    made = [name for found in tmp_path.glob("files-*") for name in found.read_text().split()]
+    assert len(list(tmp_path.glob("files-*"))) == 2, made
+    assert any("mpich_shm" in name for name in made) and any("hydra_hwloc" in name for name in made), made
+    assert not [name for name in made if os.path.exists(name)], made

@@ -234,3 +234,8 @@ def test_hydras_topology_file_is_removed_only_where_the_parent_is_hydras_proxy(t
     assert not topology.exists() and other.exists()
     assert unname_topology_file(str(proc)) == []  # already gone: another rank of the host was first
     assert unname_topology_file(str(tmp_path / "no-proc")) == []
+    topology.write_text("<topology/>")  # another process's (a rank being stopped): its parent is read from its stat
+    (proc / "4242").mkdir()
+    (proc / "4242" / "stat").write_text(f"4242 (python (engine)) S {os.getppid()} 1 1 0")
+    assert unname_topology_file(str(proc), pid=4242) == [str(topology)] and not topology.exists()
+    assert unname_topology_file(str(proc), pid=4343) == []  # ended meanwhile

@@ -416,6 +416,7 @@ class MPICluster:
             ranks = self._start_ranks(ipp)
         except BaseException as error:  # an interrupt too: nothing started may outlive a start that failed
             said = self._engines_said()  # read before stop() removes it
+            self._forget_engine_files()  # nor leave MPICH's files behind (an engine that never answered kept them)
             self.stop()
             if not isinstance(error, Exception):
                 raise
@@ -460,8 +461,7 @@ class MPICluster:
         it), for a start whose engines went silent: where a silent engine waits says why it did not answer."""
         spy = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent),
                                                            os.environ.get("PATH", "")]))
-        roots = [getattr(launcher, "pid", None) for launcher in self._cluster.engines.values()]
-        pids = sorted(pid for root in roots if root for pid in _descendants(root) if _is_python(pid))
+        pids = self._engine_pids()
         if spy is None or not pids:
             return ""
         said = []
@@ -473,6 +473,22 @@ class MPICluster:
                 text = [f"py-spy could not read process {pid}: {error}"]
             said += text[:lines] + ([f"... ({len(text) - lines} lines more)"] if len(text) > lines else [])
         return "\n".join(said)
+
+    def _engine_pids(self) -> list[int]:
+        """The Python processes below the engines' launchers on this host (the engines themselves)."""
+        if self._cluster is None:
+            return []
+        roots = [getattr(launcher, "pid", None) for launcher in self._cluster.engines.values()]
+        return sorted(pid for root in roots if root for pid in _descendants(root) if _is_python(pid))
+
+    def _forget_engine_files(self) -> list[str]:
+        """For a start that failed, before its engines are stopped: remove the shared-memory segment and the
+        topology file MPICH made for the local engines (:func:`ringlab.mpi.devices.forget_files_of`), which each
+        engine removes itself only in its first call; what was removed. An engine killed before it answered left
+        both behind (one of each a run of the tests, whose engines are made silent on purpose)."""
+        from ringlab.mpi.devices import forget_files_of
+
+        return forget_files_of(self._engine_pids())
 
     def _engines_said(self, lines: int = 10) -> str:
         """What the engines' launcher (mpiexec, with the engines' own logs) and the controller wrote last, and

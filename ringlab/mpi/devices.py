@@ -439,21 +439,21 @@ def unname_shared_memory(maps: str = "/proc/self/maps") -> list[str]:
     return removed
 
 
-def unname_topology_file(proc: str = "/proc") -> list[str]:
-    """Remove the hwloc topology file (``/tmp/hydra_hwloc_xmlfile_XXXXXX``) that this rank's parent, mpiexec's
-    ``hydra_pmi_proxy``, wrote for its ranks to read in MPI_Init, and return what this rank removed.
+def unname_topology_file(proc: str = "/proc", pid: int | None = None) -> list[str]:
+    """Remove the hwloc topology file (``/tmp/hydra_hwloc_xmlfile_XXXXXX``) that this rank's parent (or rank
+    ``pid``'s), mpiexec's ``hydra_pmi_proxy``, wrote for its ranks to read in MPI_Init, and return what was removed.
 
     The proxy removes it when the job ends well; a job that aborts has its proxy killed, and the file stayed in
     /tmp (5 KB each: a run of this project's tests, which abort jobs on purpose, left 235). Call this once every
     rank of the host has finished MPI_Init; the proxy keeps the file open, and does not mind its name gone when it
     ends. Nothing to do where the parent is not hydra's proxy (Slurm's srun, a singleton) or there is no /proc."""
-    parent = f"{proc}/{os.getppid()}"
     try:
+        parent = f"{proc}/{os.getppid() if pid is None else _parent_of(pid, proc)}"
         with open(f"{parent}/comm") as f:
             if f.read().strip() != "hydra_pmi_proxy":
                 return []
         fds = os.listdir(f"{parent}/fd")
-    except OSError:
+    except (OSError, ValueError, IndexError):  # no /proc, the process gone, or not hydra's
         return []
     removed = []
     for fd in fds:
@@ -464,6 +464,23 @@ def unname_topology_file(proc: str = "/proc") -> list[str]:
                 removed.append(target)
         except OSError:  # closed meanwhile, or removed by another rank of this host first
             pass
+    return removed
+
+
+def _parent_of(pid: int, proc: str = "/proc") -> int:
+    """Process ``pid``'s parent, from /proc (OSError where it has ended or there is no /proc)."""
+    with open(f"{proc}/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def forget_files_of(pids: list[int]) -> list[str]:
+    """:func:`unname_shared_memory` and :func:`unname_topology_file` done for other processes of this host (the
+    ranks of a job about to be stopped that never ran :func:`forget_job_files` themselves: an ipyparallel engine
+    killed before it answered its first call), and what was removed. Only for ranks that are being ended: one still
+    in MPI_Init could no longer find its segment."""
+    removed = []
+    for pid in pids:
+        removed += unname_shared_memory(f"/proc/{pid}/maps") + unname_topology_file(pid=pid)
     return removed
 
 
