@@ -368,14 +368,27 @@ def kill_rank_on_node2(tmp_path, command: str) -> tuple[subprocess.CompletedProc
 
 
 def test_a_rank_killed_on_one_node_ends_the_job_saying_which_and_leaves_nothing(up, tmp_path):
-    done, seconds = kill_rank_on_node2(
-        tmp_path, f"mpiexec -f {HOSTFILE} -ppn 2 -n 4 python -m mpi4py tests/mpi/cluster_killed.py {tmp_path}")
-    assert done.returncode != 0 and seconds < 30
+    """mpiexec names the rank killed on node2 (SIGKILL: exit code 9), and the job leaves no file behind. (mpiexec
+    names the first abnormal end it hears of. The other node's ranks, in an allreduce with the killed one, can end
+    too: MPICH's UCX transport, which has no fault tolerance, ends a process that sends to a peer it saw die with
+    signal 11. Such a crash once reached mpiexec before the kill did, in a CI run on a 2-core machine (not in 70 jobs
+    run to find it, quiet or loaded), and mpiexec named it: that job runs again, at most twice; the files are checked
+    after every one.)"""
+    for attempt in range(3):
+        folder = tmp_path / f"try-{attempt}"
+        folder.mkdir()
+        done, seconds = kill_rank_on_node2(
+            folder, f"mpiexec -f {HOSTFILE} -ppn 2 -n 4 python -m mpi4py tests/mpi/cluster_killed.py {folder}")
+        assert done.returncode != 0 and seconds < 30
+        assert job_processes(up) == []
+        made = {name for pids in folder.glob("rank-*.pid") for name in pids.read_text().split("\n")[1:]}
+        assert any("mpich_shm" in name for name in made) and any("hydra_hwloc" in name for name in made), made
+        assert [name for name in made if os.path.exists(name)] == []  # the job's shared memory and topology files
+        if "RUNNING AT node2" in done.stdout or "signal 11" not in done.stdout:
+            break
+        warnings.warn(f"mpiexec named a rank that crashed on the killed one (signal 11) before the kill; ran it "
+                      f"again: {done.stdout[:600]!r}")
     assert "BAD TERMINATION" in done.stdout and "RUNNING AT node2" in done.stdout and "EXIT CODE: 9" in done.stdout
-    assert job_processes(up) == []
-    made = {name for pids in tmp_path.glob("rank-*.pid") for name in pids.read_text().split("\n")[1:]}
-    assert any("mpich_shm" in name for name in made) and any("hydra_hwloc" in name for name in made), made
-    assert [name for name in made if os.path.exists(name)] == []  # the job's shared memory and topology files
 
 
 def test_with_cleanup_left_to_the_ranks_each_survivor_names_what_it_waits_for(up, tmp_path):
